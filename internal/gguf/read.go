@@ -1,0 +1,651 @@
+package gguf
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"unicode/utf8"
+
+	"github.com/kvserve/kvserve/internal/tensor"
+)
+
+// ErrFormat is wrapped by every error about the content of a file, so callers
+// can tell a malformed file from an I/O failure.
+var ErrFormat = errors.New("malformed GGUF")
+
+// Limits that no real model file comes near; they bound work on hostile input
+// beyond what the file length already bounds.
+const (
+	maxKeyLen       = 1 << 16
+	maxArrayNesting = 2
+	maxTensorCount  = 1 << 20
+)
+
+// File is a parsed GGUF file. Its tensors' Data slices point into the bytes it
+// was parsed from; they stay valid while those bytes do (for Open, until
+// Close).
+type File struct {
+	Version   uint32
+	Alignment uint64
+	// KVs are the metadata entries in file order.
+	KVs []KV
+	// Tensors are the tensor descriptions in file order.
+	Tensors []Tensor
+	// DataOffset is where the tensor data section starts in the file.
+	DataOffset uint64
+
+	index   map[string]int // metadata key → position in KVs
+	tensors map[string]int // tensor name → position in Tensors
+	closer  func() error
+}
+
+func formatErr(format string, args ...any) error {
+	return fmt.Errorf("gguf: %w: %s", ErrFormat, fmt.Sprintf(format, args...))
+}
+
+// decoder reads little-endian values from a byte slice with bounds checks.
+type decoder struct {
+	buf []byte
+	off uint64
+}
+
+func (d *decoder) remaining() uint64 { return uint64(len(d.buf)) - d.off }
+
+func (d *decoder) need(n uint64, what string) error {
+	if n > d.remaining() {
+		return formatErr("truncated at byte %d reading %s (need %d bytes, %d left)", d.off, what, n, d.remaining())
+	}
+	return nil
+}
+
+func (d *decoder) u8(what string) (uint8, error) {
+	if err := d.need(1, what); err != nil {
+		return 0, err
+	}
+	v := d.buf[d.off]
+	d.off++
+	return v, nil
+}
+
+func (d *decoder) u16(what string) (uint16, error) {
+	if err := d.need(2, what); err != nil {
+		return 0, err
+	}
+	v := binary.LittleEndian.Uint16(d.buf[d.off:])
+	d.off += 2
+	return v, nil
+}
+
+func (d *decoder) u32(what string) (uint32, error) {
+	if err := d.need(4, what); err != nil {
+		return 0, err
+	}
+	v := binary.LittleEndian.Uint32(d.buf[d.off:])
+	d.off += 4
+	return v, nil
+}
+
+func (d *decoder) u64(what string) (uint64, error) {
+	if err := d.need(8, what); err != nil {
+		return 0, err
+	}
+	v := binary.LittleEndian.Uint64(d.buf[d.off:])
+	d.off += 8
+	return v, nil
+}
+
+func (d *decoder) str(what string) (string, error) {
+	n, err := d.u64(what + " length")
+	if err != nil {
+		return "", err
+	}
+	if err := d.need(n, what); err != nil {
+		return "", err
+	}
+	s := string(d.buf[d.off : d.off+n])
+	d.off += n
+	return s, nil
+}
+
+// Parse parses a whole GGUF file held in data. The returned File refers to
+// data for tensor contents.
+func Parse(data []byte) (*File, error) {
+	d := &decoder{buf: data}
+	if err := d.need(4, "magic"); err != nil {
+		return nil, err
+	}
+	if string(data[:4]) != Magic {
+		return nil, formatErr("wrong magic %q, want %q (not a GGUF file)", data[:4], Magic)
+	}
+	d.off = 4
+	f := &File{Alignment: DefaultAlignment}
+	var err error
+	if f.Version, err = d.u32("version"); err != nil {
+		return nil, err
+	}
+	if f.Version != 2 && f.Version != 3 {
+		return nil, formatErr("unsupported GGUF version %d (supported: 2, 3)", f.Version)
+	}
+	nTensors, err := d.u64("tensor count")
+	if err != nil {
+		return nil, err
+	}
+	nKV, err := d.u64("metadata count")
+	if err != nil {
+		return nil, err
+	}
+	// Each metadata entry takes at least 8+4 bytes, each tensor info at least
+	// 8+4+8+4+8: counts beyond what the file can hold are lies.
+	if nKV > d.remaining()/12 {
+		return nil, formatErr("metadata count %d cannot fit in a %d-byte file", nKV, len(data))
+	}
+	if nTensors > maxTensorCount || nTensors > d.remaining()/32 {
+		return nil, formatErr("tensor count %d is absurd for a %d-byte file", nTensors, len(data))
+	}
+
+	f.KVs = make([]KV, 0, nKV)
+	f.index = make(map[string]int, nKV)
+	for i := uint64(0); i < nKV; i++ {
+		key, err := d.str(fmt.Sprintf("metadata key %d", i))
+		if err != nil {
+			return nil, err
+		}
+		if len(key) == 0 || len(key) > maxKeyLen || !utf8.ValidString(key) {
+			return nil, formatErr("metadata key %d is empty, too long or not UTF-8", i)
+		}
+		if _, dup := f.index[key]; dup {
+			return nil, formatErr("duplicate metadata key %q", key)
+		}
+		vt, err := d.u32("value type of " + key)
+		if err != nil {
+			return nil, err
+		}
+		v, err := d.value(ValueType(vt), key, 0)
+		if err != nil {
+			return nil, err
+		}
+		f.index[key] = len(f.KVs)
+		f.KVs = append(f.KVs, KV{Key: key, Value: v})
+	}
+
+	if v, ok := f.Get("general.alignment"); ok {
+		a, ok := v.AsInt64()
+		if !ok || a <= 0 || a > 1<<20 || a&(a-1) != 0 {
+			return nil, formatErr("general.alignment %v is not a power of two up to 1 MiB", v.V)
+		}
+		f.Alignment = uint64(a)
+	}
+
+	f.Tensors = make([]Tensor, 0, nTensors)
+	f.tensors = make(map[string]int, nTensors)
+	for i := uint64(0); i < nTensors; i++ {
+		t, err := d.tensorInfo(i)
+		if err != nil {
+			return nil, err
+		}
+		if _, dup := f.tensors[t.Name]; dup {
+			return nil, formatErr("duplicate tensor name %q", t.Name)
+		}
+		f.tensors[t.Name] = len(f.Tensors)
+		f.Tensors = append(f.Tensors, t)
+	}
+
+	f.DataOffset = alignUp(d.off, f.Alignment)
+	if f.DataOffset > uint64(len(data)) && nTensors > 0 {
+		return nil, formatErr("data section starts at %d, past the end of the %d-byte file", f.DataOffset, len(data))
+	}
+	dataLen := uint64(len(data)) - min(f.DataOffset, uint64(len(data)))
+	for i := range f.Tensors {
+		t := &f.Tensors[i]
+		size := uint64(t.Type.RowBytes(int(t.Dims[0]))) * (t.Elements() / t.Dims[0])
+		if t.Offset%f.Alignment != 0 {
+			return nil, formatErr("tensor %q offset %d is not aligned to %d", t.Name, t.Offset, f.Alignment)
+		}
+		if t.Offset > dataLen || size > dataLen-t.Offset {
+			return nil, formatErr("tensor %q (%d bytes at offset %d) extends past the end of the file (data section is %d bytes)",
+				t.Name, size, t.Offset, dataLen)
+		}
+		start := f.DataOffset + t.Offset
+		t.Data = data[start : start+size : start+size]
+	}
+	return f, nil
+}
+
+func alignUp(n, a uint64) uint64 { return (n + a - 1) / a * a }
+
+func (d *decoder) tensorInfo(i uint64) (Tensor, error) {
+	var t Tensor
+	name, err := d.str(fmt.Sprintf("tensor %d name", i))
+	if err != nil {
+		return t, err
+	}
+	if len(name) == 0 || len(name) > maxKeyLen || !utf8.ValidString(name) {
+		return t, formatErr("tensor %d name is empty, too long or not UTF-8", i)
+	}
+	t.Name = name
+	nDims, err := d.u32("dimension count of " + name)
+	if err != nil {
+		return t, err
+	}
+	if nDims == 0 || nDims > MaxDims {
+		return t, formatErr("tensor %q has %d dimensions (1..%d allowed)", name, nDims, MaxDims)
+	}
+	t.Dims = make([]uint64, nDims)
+	elems := uint64(1)
+	for j := range t.Dims {
+		if t.Dims[j], err = d.u64("dimension of " + name); err != nil {
+			return t, err
+		}
+		if t.Dims[j] == 0 || t.Dims[j] > math.MaxInt32 {
+			return t, formatErr("tensor %q dimension %d is %d (must be 1..%d)", name, j, t.Dims[j], math.MaxInt32)
+		}
+		if elems > math.MaxInt64/t.Dims[j] {
+			return t, formatErr("tensor %q element count overflows", name)
+		}
+		elems *= t.Dims[j]
+	}
+	typ, err := d.u32("type of " + name)
+	if err != nil {
+		return t, err
+	}
+	t.Type = tensor.DType(typ)
+	if !t.Type.Known() {
+		return t, formatErr("tensor %q has unknown type id %d", name, typ)
+	}
+	if bs := uint64(t.Type.BlockSize()); t.Dims[0]%bs != 0 {
+		return t, formatErr("tensor %q row length %d is not a multiple of the %s block size %d", name, t.Dims[0], t.Type, bs)
+	}
+	rowBytes := uint64(t.Type.RowBytes(int(t.Dims[0])))
+	if rows := elems / t.Dims[0]; rows > 0 && rowBytes > math.MaxInt64/rows {
+		return t, formatErr("tensor %q byte size overflows", name)
+	}
+	if t.Offset, err = d.u64("offset of " + name); err != nil {
+		return t, err
+	}
+	return t, nil
+}
+
+// value decodes one metadata value of type vt.
+func (d *decoder) value(vt ValueType, key string, depth int) (Value, error) {
+	v := Value{Type: vt}
+	var err error
+	switch vt {
+	case TypeUint8:
+		var x uint8
+		x, err = d.u8(key)
+		v.V = x
+	case TypeInt8:
+		var x uint8
+		x, err = d.u8(key)
+		v.V = int8(x)
+	case TypeUint16:
+		var x uint16
+		x, err = d.u16(key)
+		v.V = x
+	case TypeInt16:
+		var x uint16
+		x, err = d.u16(key)
+		v.V = int16(x)
+	case TypeUint32:
+		var x uint32
+		x, err = d.u32(key)
+		v.V = x
+	case TypeInt32:
+		var x uint32
+		x, err = d.u32(key)
+		v.V = int32(x)
+	case TypeFloat32:
+		var x uint32
+		x, err = d.u32(key)
+		v.V = math.Float32frombits(x)
+	case TypeBool:
+		var x uint8
+		x, err = d.u8(key)
+		if err == nil && x > 1 {
+			return v, formatErr("metadata %q: bool value %d is neither 0 nor 1", key, x)
+		}
+		v.V = x == 1
+	case TypeString:
+		var s string
+		s, err = d.str(key)
+		v.V = s
+	case TypeUint64:
+		var x uint64
+		x, err = d.u64(key)
+		v.V = x
+	case TypeInt64:
+		var x uint64
+		x, err = d.u64(key)
+		v.V = int64(x)
+	case TypeFloat64:
+		var x uint64
+		x, err = d.u64(key)
+		v.V = math.Float64frombits(x)
+	case TypeArray:
+		return d.array(key, depth)
+	default:
+		return v, formatErr("metadata %q has unknown value type %d", key, uint32(vt))
+	}
+	return v, err
+}
+
+func (d *decoder) array(key string, depth int) (Value, error) {
+	v := Value{Type: TypeArray}
+	if depth >= maxArrayNesting {
+		return v, formatErr("metadata %q: arrays nested deeper than %d", key, maxArrayNesting)
+	}
+	et, err := d.u32("array element type of " + key)
+	if err != nil {
+		return v, err
+	}
+	v.ElemType = ValueType(et)
+	n, err := d.u64("array length of " + key)
+	if err != nil {
+		return v, err
+	}
+	// Bound the allocation by what the file can hold: every element takes at
+	// least its fixed size, or 8 bytes for a string length, 12 for an array.
+	minSize := uint64(v.ElemType.size())
+	switch v.ElemType {
+	case TypeString:
+		minSize = 8
+	case TypeArray:
+		minSize = 12
+	}
+	if minSize == 0 {
+		return v, formatErr("metadata %q: array of unknown element type %d", key, et)
+	}
+	if n > d.remaining()/minSize {
+		return v, formatErr("metadata %q: array of %d %s elements cannot fit in the %d bytes left", key, n, v.ElemType, d.remaining())
+	}
+	if sz := v.ElemType.size(); sz > 0 {
+		raw := d.buf[d.off : d.off+n*uint64(sz)]
+		d.off += n * uint64(sz)
+		v.V = decodeFixedArray(v.ElemType, raw, int(n))
+		return v, nil
+	}
+	switch v.ElemType {
+	case TypeString:
+		out := make([]string, n)
+		for i := range out {
+			if out[i], err = d.str(key); err != nil {
+				return v, err
+			}
+		}
+		v.V = out
+	case TypeArray:
+		out := make([]Value, n)
+		for i := range out {
+			if out[i], err = d.array(key, depth+1); err != nil {
+				return v, err
+			}
+		}
+		v.V = out
+	}
+	return v, nil
+}
+
+func decodeFixedArray(t ValueType, raw []byte, n int) any {
+	le := binary.LittleEndian
+	switch t {
+	case TypeUint8:
+		return append([]uint8(nil), raw...)
+	case TypeInt8:
+		out := make([]int8, n)
+		for i := range out {
+			out[i] = int8(raw[i])
+		}
+		return out
+	case TypeBool:
+		out := make([]bool, n)
+		for i := range out {
+			out[i] = raw[i] != 0
+		}
+		return out
+	case TypeUint16:
+		out := make([]uint16, n)
+		for i := range out {
+			out[i] = le.Uint16(raw[2*i:])
+		}
+		return out
+	case TypeInt16:
+		out := make([]int16, n)
+		for i := range out {
+			out[i] = int16(le.Uint16(raw[2*i:]))
+		}
+		return out
+	case TypeUint32:
+		out := make([]uint32, n)
+		for i := range out {
+			out[i] = le.Uint32(raw[4*i:])
+		}
+		return out
+	case TypeInt32:
+		out := make([]int32, n)
+		for i := range out {
+			out[i] = int32(le.Uint32(raw[4*i:]))
+		}
+		return out
+	case TypeFloat32:
+		out := make([]float32, n)
+		for i := range out {
+			out[i] = math.Float32frombits(le.Uint32(raw[4*i:]))
+		}
+		return out
+	case TypeUint64:
+		out := make([]uint64, n)
+		for i := range out {
+			out[i] = le.Uint64(raw[8*i:])
+		}
+		return out
+	case TypeInt64:
+		out := make([]int64, n)
+		for i := range out {
+			out[i] = int64(le.Uint64(raw[8*i:]))
+		}
+		return out
+	case TypeFloat64:
+		out := make([]float64, n)
+		for i := range out {
+			out[i] = math.Float64frombits(le.Uint64(raw[8*i:]))
+		}
+		return out
+	}
+	return nil
+}
+
+// Close releases the file mapping, if the File came from Open. Tensor data
+// must not be used afterwards.
+func (f *File) Close() error {
+	if f.closer == nil {
+		return nil
+	}
+	c := f.closer
+	f.closer = nil
+	return c()
+}
+
+// Get returns the metadata value stored under key.
+func (f *File) Get(key string) (Value, bool) {
+	i, ok := f.index[key]
+	if !ok {
+		return Value{}, false
+	}
+	return f.KVs[i].Value, true
+}
+
+// Tensor returns the tensor with the given name.
+func (f *File) Tensor(name string) (*Tensor, bool) {
+	i, ok := f.tensors[name]
+	if !ok {
+		return nil, false
+	}
+	return &f.Tensors[i], true
+}
+
+// String returns the string stored under key.
+func (f *File) String(key string) (string, error) {
+	v, ok := f.Get(key)
+	if !ok {
+		return "", fmt.Errorf("gguf: missing metadata %q", key)
+	}
+	s, ok := v.V.(string)
+	if !ok {
+		return "", fmt.Errorf("gguf: metadata %q is %s, want string", key, v.Type)
+	}
+	return s, nil
+}
+
+// Int returns the integer stored under key, whatever its integer width.
+func (f *File) Int(key string) (int64, error) {
+	v, ok := f.Get(key)
+	if !ok {
+		return 0, fmt.Errorf("gguf: missing metadata %q", key)
+	}
+	i, ok := v.AsInt64()
+	if !ok {
+		return 0, fmt.Errorf("gguf: metadata %q is %s, want an integer", key, v.Type)
+	}
+	return i, nil
+}
+
+// Float returns the number stored under key, whatever its numeric type.
+func (f *File) Float(key string) (float64, error) {
+	v, ok := f.Get(key)
+	if !ok {
+		return 0, fmt.Errorf("gguf: missing metadata %q", key)
+	}
+	x, ok := v.AsFloat64()
+	if !ok {
+		return 0, fmt.Errorf("gguf: metadata %q is %s, want a number", key, v.Type)
+	}
+	return x, nil
+}
+
+// Bool returns the boolean stored under key.
+func (f *File) Bool(key string) (bool, error) {
+	v, ok := f.Get(key)
+	if !ok {
+		return false, fmt.Errorf("gguf: missing metadata %q", key)
+	}
+	b, ok := v.V.(bool)
+	if !ok {
+		return false, fmt.Errorf("gguf: metadata %q is %s, want bool", key, v.Type)
+	}
+	return b, nil
+}
+
+// IntOr returns the integer under key, or def when the key is absent. A
+// present key of the wrong type is an error.
+func (f *File) IntOr(key string, def int64) (int64, error) {
+	if _, ok := f.Get(key); !ok {
+		return def, nil
+	}
+	return f.Int(key)
+}
+
+// FloatOr returns the number under key, or def when the key is absent.
+func (f *File) FloatOr(key string, def float64) (float64, error) {
+	if _, ok := f.Get(key); !ok {
+		return def, nil
+	}
+	return f.Float(key)
+}
+
+// BoolOr returns the boolean under key, or def when the key is absent.
+func (f *File) BoolOr(key string, def bool) (bool, error) {
+	if _, ok := f.Get(key); !ok {
+		return def, nil
+	}
+	return f.Bool(key)
+}
+
+// StringOr returns the string under key, or def when the key is absent.
+func (f *File) StringOr(key string, def string) (string, error) {
+	if _, ok := f.Get(key); !ok {
+		return def, nil
+	}
+	return f.String(key)
+}
+
+// Strings returns the string array stored under key.
+func (f *File) Strings(key string) ([]string, error) {
+	v, ok := f.Get(key)
+	if !ok {
+		return nil, fmt.Errorf("gguf: missing metadata %q", key)
+	}
+	s, ok := v.V.([]string)
+	if !ok {
+		return nil, fmt.Errorf("gguf: metadata %q is %s of %s, want array of string", key, v.Type, v.ElemType)
+	}
+	return s, nil
+}
+
+// Float32s returns the float32 array stored under key.
+func (f *File) Float32s(key string) ([]float32, error) {
+	v, ok := f.Get(key)
+	if !ok {
+		return nil, fmt.Errorf("gguf: missing metadata %q", key)
+	}
+	s, ok := v.V.([]float32)
+	if !ok {
+		return nil, fmt.Errorf("gguf: metadata %q is %s of %s, want array of float32", key, v.Type, v.ElemType)
+	}
+	return s, nil
+}
+
+// Ints returns the integer array stored under key, widened to int64,
+// whatever the width of its elements.
+func (f *File) Ints(key string) ([]int64, error) {
+	v, ok := f.Get(key)
+	if !ok {
+		return nil, fmt.Errorf("gguf: missing metadata %q", key)
+	}
+	if v.Type != TypeArray {
+		return nil, fmt.Errorf("gguf: metadata %q is %s, want an integer array", key, v.Type)
+	}
+	var out []int64
+	switch a := v.V.(type) {
+	case []int32:
+		out = make([]int64, len(a))
+		for i, x := range a {
+			out[i] = int64(x)
+		}
+	case []uint32:
+		out = make([]int64, len(a))
+		for i, x := range a {
+			out[i] = int64(x)
+		}
+	case []int8:
+		out = make([]int64, len(a))
+		for i, x := range a {
+			out[i] = int64(x)
+		}
+	case []uint8:
+		out = make([]int64, len(a))
+		for i, x := range a {
+			out[i] = int64(x)
+		}
+	case []int16:
+		out = make([]int64, len(a))
+		for i, x := range a {
+			out[i] = int64(x)
+		}
+	case []uint16:
+		out = make([]int64, len(a))
+		for i, x := range a {
+			out[i] = int64(x)
+		}
+	case []int64:
+		out = append(out, a...)
+	case []uint64:
+		out = make([]int64, len(a))
+		for i, x := range a {
+			out[i] = int64(x)
+		}
+	default:
+		return nil, fmt.Errorf("gguf: metadata %q is an array of %s, want integers", key, v.ElemType)
+	}
+	return out, nil
+}
