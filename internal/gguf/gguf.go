@@ -116,23 +116,35 @@ func (t *Tensor) Elements() uint64 {
 	return n
 }
 
-// Rows returns the number of rows (the product of all dimensions after the
-// first) and Cols the length of a row (the first dimension).
+// Rows returns the number of rows: the product of all dimensions after the
+// first.
 func (t *Tensor) Rows() int {
 	n := 1
-	for _, d := range t.Dims[1:] {
-		n *= int(d)
+	for i := 1; i < len(t.Dims); i++ {
+		n *= int(t.Dims[i])
 	}
 	return n
 }
 
-// Cols returns the length of one row, the first dimension.
-func (t *Tensor) Cols() int { return int(t.Dims[0]) }
+// Cols returns the length of one row, the first dimension (0 for a tensor
+// without dimensions).
+func (t *Tensor) Cols() int {
+	if len(t.Dims) == 0 {
+		return 0
+	}
+	return int(t.Dims[0])
+}
+
+// Size returns the number of bytes of the tensor's data as its type and
+// dimensions define it.
+func (t *Tensor) Size() uint64 {
+	return uint64(t.Type.RowBytes(t.Cols())) * uint64(t.Rows())
+}
 
 // Shape formats the dimensions like "[576 49152]".
 func (t *Tensor) Shape() string { return fmt.Sprint(t.Dims) }
 
-// AsFloat32 returns the float value of any numeric scalar.
+// AsFloat64 returns the value of any numeric scalar as a float64.
 func (v Value) AsFloat64() (float64, bool) {
 	switch x := v.V.(type) {
 	case float32:

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sort"
 	"unicode/utf8"
 
 	"github.com/kvserve/kvserve/internal/tensor"
@@ -17,10 +18,16 @@ var ErrFormat = errors.New("malformed GGUF")
 // Limits that no real model file comes near; they bound work on hostile input
 // beyond what the file length already bounds.
 const (
-	maxKeyLen       = 1 << 16
-	maxArrayNesting = 2
-	maxTensorCount  = 1 << 20
+	maxKeyLen          = 1 << 16
+	maxArrayNesting    = 2
+	maxTensorCount     = 1 << 20
+	maxAlignment       = 1 << 20
+	minKVBytes         = 8 + 1 + 4 + 1         // key length, 1-byte key, type, 1-byte value
+	minTensorInfoBytes = 8 + 1 + 4 + 8 + 4 + 8 // name length, 1-byte name, n_dims, 1 dim, type, offset
 )
+
+// KeyAlignment is the metadata key holding the data alignment.
+const KeyAlignment = "general.alignment"
 
 // File is a parsed GGUF file. Its tensors' Data slices point into the bytes it
 // was parsed from; they stay valid while those bytes do (for Open, until
@@ -45,16 +52,27 @@ func formatErr(format string, args ...any) error {
 }
 
 // decoder reads little-endian values from a byte slice with bounds checks.
+// ctx names the metadata key or tensor being read, for error messages; what
+// strings are only combined with it when an error is reported, so reading a
+// 150,000-entry vocabulary does not build 150,000 messages.
 type decoder struct {
 	buf []byte
 	off uint64
+	ctx string
 }
 
 func (d *decoder) remaining() uint64 { return uint64(len(d.buf)) - d.off }
 
+func (d *decoder) label(what string) string {
+	if d.ctx == "" {
+		return what
+	}
+	return fmt.Sprintf("%s of %q", what, d.ctx)
+}
+
 func (d *decoder) need(n uint64, what string) error {
 	if n > d.remaining() {
-		return formatErr("truncated at byte %d reading %s (need %d bytes, %d left)", d.off, what, n, d.remaining())
+		return formatErr("truncated at byte %d reading %s (need %d bytes, %d left)", d.off, d.label(what), n, d.remaining())
 	}
 	return nil
 }
@@ -95,21 +113,28 @@ func (d *decoder) u64(what string) (uint64, error) {
 	return v, nil
 }
 
-func (d *decoder) str(what string) (string, error) {
-	n, err := d.u64(what + " length")
-	if err != nil {
-		return "", err
+// strBytes reads a length-prefixed string and returns a view of its bytes.
+func (d *decoder) strBytes(what string) ([]byte, error) {
+	if err := d.need(8, what); err != nil {
+		return nil, err
 	}
-	if err := d.need(n, what); err != nil {
-		return "", err
+	n := binary.LittleEndian.Uint64(d.buf[d.off:])
+	if n > d.remaining()-8 {
+		return nil, formatErr("truncated at byte %d reading %s (length %d, %d bytes left)", d.off, d.label(what), n, d.remaining()-8)
 	}
-	s := string(d.buf[d.off : d.off+n])
+	d.off += 8
+	b := d.buf[d.off : d.off+n]
 	d.off += n
-	return s, nil
+	return b, nil
+}
+
+func (d *decoder) str(what string) (string, error) {
+	b, err := d.strBytes(what)
+	return string(b), err
 }
 
 // Parse parses a whole GGUF file held in data. The returned File refers to
-// data for tensor contents.
+// data for tensor contents. Every error about the content wraps ErrFormat.
 func Parse(data []byte) (*File, error) {
 	d := &decoder{buf: data}
 	if err := d.need(4, "magic"); err != nil {
@@ -135,44 +160,49 @@ func Parse(data []byte) (*File, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Each metadata entry takes at least 8+4 bytes, each tensor info at least
-	// 8+4+8+4+8: counts beyond what the file can hold are lies.
-	if nKV > d.remaining()/12 {
+	// Each metadata entry takes at least 8+1+4+1 bytes, each tensor info at
+	// least 8+1+4+8+4+8: counts beyond what the file can hold are lies, and
+	// bounding them by the bytes left bounds the memory allocated for them.
+	if nKV > d.remaining()/minKVBytes {
 		return nil, formatErr("metadata count %d cannot fit in a %d-byte file", nKV, len(data))
 	}
-	if nTensors > maxTensorCount || nTensors > d.remaining()/32 {
+	if nTensors > maxTensorCount || nTensors > d.remaining()/minTensorInfoBytes {
 		return nil, formatErr("tensor count %d is absurd for a %d-byte file", nTensors, len(data))
 	}
 
 	f.KVs = make([]KV, 0, nKV)
 	f.index = make(map[string]int, nKV)
 	for i := uint64(0); i < nKV; i++ {
-		key, err := d.str(fmt.Sprintf("metadata key %d", i))
+		d.ctx = ""
+		kb, err := d.strBytes("metadata key")
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%w (entry %d of %d)", err, i, nKV)
 		}
-		if len(key) == 0 || len(key) > maxKeyLen || !utf8.ValidString(key) {
-			return nil, formatErr("metadata key %d is empty, too long or not UTF-8", i)
+		if len(kb) == 0 || len(kb) > maxKeyLen || !utf8.Valid(kb) {
+			return nil, formatErr("metadata key %d is empty, longer than %d bytes or not UTF-8", i, maxKeyLen)
 		}
+		key := string(kb)
 		if _, dup := f.index[key]; dup {
 			return nil, formatErr("duplicate metadata key %q", key)
 		}
-		vt, err := d.u32("value type of " + key)
+		d.ctx = key
+		vt, err := d.u32("value type")
 		if err != nil {
 			return nil, err
 		}
-		v, err := d.value(ValueType(vt), key, 0)
+		v, err := d.value(ValueType(vt), 0)
 		if err != nil {
 			return nil, err
 		}
 		f.index[key] = len(f.KVs)
 		f.KVs = append(f.KVs, KV{Key: key, Value: v})
 	}
+	d.ctx = ""
 
-	if v, ok := f.Get("general.alignment"); ok {
+	if v, ok := f.Get(KeyAlignment); ok {
 		a, ok := v.AsInt64()
-		if !ok || a <= 0 || a > 1<<20 || a&(a-1) != 0 {
-			return nil, formatErr("general.alignment %v is not a power of two up to 1 MiB", v.V)
+		if !ok || a <= 0 || a > maxAlignment || a&(a-1) != 0 {
+			return nil, formatErr("%s %v is not a power of two up to %d", KeyAlignment, v.V, maxAlignment)
 		}
 		f.Alignment = uint64(a)
 	}
@@ -190,6 +220,7 @@ func Parse(data []byte) (*File, error) {
 		f.tensors[t.Name] = len(f.Tensors)
 		f.Tensors = append(f.Tensors, t)
 	}
+	d.ctx = ""
 
 	f.DataOffset = alignUp(d.off, f.Alignment)
 	if f.DataOffset > uint64(len(data)) && nTensors > 0 {
@@ -198,7 +229,7 @@ func Parse(data []byte) (*File, error) {
 	dataLen := uint64(len(data)) - min(f.DataOffset, uint64(len(data)))
 	for i := range f.Tensors {
 		t := &f.Tensors[i]
-		size := uint64(t.Type.RowBytes(int(t.Dims[0]))) * (t.Elements() / t.Dims[0])
+		size := t.Size()
 		if t.Offset%f.Alignment != 0 {
 			return nil, formatErr("tensor %q offset %d is not aligned to %d", t.Name, t.Offset, f.Alignment)
 		}
@@ -209,43 +240,72 @@ func Parse(data []byte) (*File, error) {
 		start := f.DataOffset + t.Offset
 		t.Data = data[start : start+size : start+size]
 	}
+	if err := checkOverlap(f.Tensors); err != nil {
+		return nil, err
+	}
 	return f, nil
+}
+
+// checkOverlap rejects files whose tensors share bytes: every writer lays
+// tensors out one after the other, so overlapping extents mean corruption
+// (or a file crafted to make two weights alias each other).
+func checkOverlap(ts []Tensor) error {
+	if len(ts) < 2 {
+		return nil
+	}
+	order := make([]int, len(ts))
+	for i := range order {
+		order[i] = i
+	}
+	sort.Slice(order, func(a, b int) bool { return ts[order[a]].Offset < ts[order[b]].Offset })
+	for k := 1; k < len(order); k++ {
+		prev, cur := &ts[order[k-1]], &ts[order[k]]
+		if cur.Offset < prev.Offset+uint64(len(prev.Data)) {
+			return formatErr("tensors %q (offset %d, %d bytes) and %q (offset %d) overlap",
+				prev.Name, prev.Offset, len(prev.Data), cur.Name, cur.Offset)
+		}
+	}
+	return nil
 }
 
 func alignUp(n, a uint64) uint64 { return (n + a - 1) / a * a }
 
 func (d *decoder) tensorInfo(i uint64) (Tensor, error) {
 	var t Tensor
-	name, err := d.str(fmt.Sprintf("tensor %d name", i))
+	d.ctx = ""
+	nb, err := d.strBytes("tensor name")
 	if err != nil {
-		return t, err
+		return t, fmt.Errorf("%w (tensor %d)", err, i)
 	}
-	if len(name) == 0 || len(name) > maxKeyLen || !utf8.ValidString(name) {
-		return t, formatErr("tensor %d name is empty, too long or not UTF-8", i)
+	if len(nb) == 0 || len(nb) > maxKeyLen || !utf8.Valid(nb) {
+		return t, formatErr("tensor %d name is empty, longer than %d bytes or not UTF-8", i, maxKeyLen)
 	}
+	name := string(nb)
 	t.Name = name
-	nDims, err := d.u32("dimension count of " + name)
+	d.ctx = name
+	nDims, err := d.u32("dimension count")
 	if err != nil {
 		return t, err
 	}
 	if nDims == 0 || nDims > MaxDims {
 		return t, formatErr("tensor %q has %d dimensions (1..%d allowed)", name, nDims, MaxDims)
 	}
+	if err := d.need(8*uint64(nDims), "dimensions"); err != nil {
+		return t, err
+	}
 	t.Dims = make([]uint64, nDims)
 	elems := uint64(1)
 	for j := range t.Dims {
-		if t.Dims[j], err = d.u64("dimension of " + name); err != nil {
-			return t, err
-		}
+		t.Dims[j], _ = d.u64("dimension")
 		if t.Dims[j] == 0 || t.Dims[j] > math.MaxInt32 {
 			return t, formatErr("tensor %q dimension %d is %d (must be 1..%d)", name, j, t.Dims[j], math.MaxInt32)
 		}
 		if elems > math.MaxInt64/t.Dims[j] {
-			return t, formatErr("tensor %q element count overflows", name)
+			return t, formatErr("tensor %q element count overflows (dims %v)", name, t.Dims)
 		}
 		elems *= t.Dims[j]
 	}
-	typ, err := d.u32("type of " + name)
+	typ, err := d.u32("type")
 	if err != nil {
 		return t, err
 	}
@@ -257,90 +317,90 @@ func (d *decoder) tensorInfo(i uint64) (Tensor, error) {
 		return t, formatErr("tensor %q row length %d is not a multiple of the %s block size %d", name, t.Dims[0], t.Type, bs)
 	}
 	rowBytes := uint64(t.Type.RowBytes(int(t.Dims[0])))
-	if rows := elems / t.Dims[0]; rows > 0 && rowBytes > math.MaxInt64/rows {
-		return t, formatErr("tensor %q byte size overflows", name)
+	if rows := elems / t.Dims[0]; rowBytes > math.MaxInt64/rows {
+		return t, formatErr("tensor %q byte size overflows (dims %v)", name, t.Dims)
 	}
-	if t.Offset, err = d.u64("offset of " + name); err != nil {
+	if t.Offset, err = d.u64("offset"); err != nil {
 		return t, err
 	}
 	return t, nil
 }
 
 // value decodes one metadata value of type vt.
-func (d *decoder) value(vt ValueType, key string, depth int) (Value, error) {
+func (d *decoder) value(vt ValueType, depth int) (Value, error) {
 	v := Value{Type: vt}
 	var err error
 	switch vt {
 	case TypeUint8:
 		var x uint8
-		x, err = d.u8(key)
+		x, err = d.u8("value")
 		v.V = x
 	case TypeInt8:
 		var x uint8
-		x, err = d.u8(key)
+		x, err = d.u8("value")
 		v.V = int8(x)
 	case TypeUint16:
 		var x uint16
-		x, err = d.u16(key)
+		x, err = d.u16("value")
 		v.V = x
 	case TypeInt16:
 		var x uint16
-		x, err = d.u16(key)
+		x, err = d.u16("value")
 		v.V = int16(x)
 	case TypeUint32:
 		var x uint32
-		x, err = d.u32(key)
+		x, err = d.u32("value")
 		v.V = x
 	case TypeInt32:
 		var x uint32
-		x, err = d.u32(key)
+		x, err = d.u32("value")
 		v.V = int32(x)
 	case TypeFloat32:
 		var x uint32
-		x, err = d.u32(key)
+		x, err = d.u32("value")
 		v.V = math.Float32frombits(x)
 	case TypeBool:
 		var x uint8
-		x, err = d.u8(key)
+		x, err = d.u8("value")
 		if err == nil && x > 1 {
-			return v, formatErr("metadata %q: bool value %d is neither 0 nor 1", key, x)
+			return v, formatErr("metadata %q: bool value %d is neither 0 nor 1", d.ctx, x)
 		}
 		v.V = x == 1
 	case TypeString:
 		var s string
-		s, err = d.str(key)
+		s, err = d.str("string value")
 		v.V = s
 	case TypeUint64:
 		var x uint64
-		x, err = d.u64(key)
+		x, err = d.u64("value")
 		v.V = x
 	case TypeInt64:
 		var x uint64
-		x, err = d.u64(key)
+		x, err = d.u64("value")
 		v.V = int64(x)
 	case TypeFloat64:
 		var x uint64
-		x, err = d.u64(key)
+		x, err = d.u64("value")
 		v.V = math.Float64frombits(x)
 	case TypeArray:
-		return d.array(key, depth)
+		return d.array(depth)
 	default:
-		return v, formatErr("metadata %q has unknown value type %d", key, uint32(vt))
+		return v, formatErr("metadata %q has unknown value type %d", d.ctx, uint32(vt))
 	}
 	return v, err
 }
 
-func (d *decoder) array(key string, depth int) (Value, error) {
+func (d *decoder) array(depth int) (Value, error) {
 	v := Value{Type: TypeArray}
 	if depth >= maxArrayNesting {
-		return v, formatErr("metadata %q: arrays nested deeper than %d", key, maxArrayNesting)
+		return v, formatErr("metadata %q: arrays nested deeper than %d", d.ctx, maxArrayNesting)
 	}
-	et, err := d.u32("array element type of " + key)
+	et, err := d.u32("array element type")
 	if err != nil {
 		return v, err
 	}
 	v.ElemType = ValueType(et)
-	n, err := d.u64("array length of " + key)
+	n, err := d.u64("array length")
 	if err != nil {
 		return v, err
 	}
@@ -354,36 +414,63 @@ func (d *decoder) array(key string, depth int) (Value, error) {
 		minSize = 12
 	}
 	if minSize == 0 {
-		return v, formatErr("metadata %q: array of unknown element type %d", key, et)
+		return v, formatErr("metadata %q: array of unknown element type %d", d.ctx, et)
 	}
 	if n > d.remaining()/minSize {
-		return v, formatErr("metadata %q: array of %d %s elements cannot fit in the %d bytes left", key, n, v.ElemType, d.remaining())
+		return v, formatErr("metadata %q: array of %d %s elements cannot fit in the %d bytes left", d.ctx, n, v.ElemType, d.remaining())
 	}
 	if sz := v.ElemType.size(); sz > 0 {
 		raw := d.buf[d.off : d.off+n*uint64(sz)]
+		if v.ElemType == TypeBool {
+			for i, b := range raw {
+				if b > 1 {
+					return v, formatErr("metadata %q: bool element %d is %d, neither 0 nor 1", d.ctx, i, b)
+				}
+			}
+		}
 		d.off += n * uint64(sz)
 		v.V = decodeFixedArray(v.ElemType, raw, int(n))
 		return v, nil
 	}
 	switch v.ElemType {
 	case TypeString:
-		out := make([]string, n)
-		for i := range out {
-			if out[i], err = d.str(key); err != nil {
-				return v, err
-			}
+		out, err := d.strings(n)
+		if err != nil {
+			return v, err
 		}
 		v.V = out
 	case TypeArray:
 		out := make([]Value, n)
 		for i := range out {
-			if out[i], err = d.array(key, depth+1); err != nil {
+			if out[i], err = d.array(depth + 1); err != nil {
 				return v, err
 			}
 		}
 		v.V = out
 	}
 	return v, nil
+}
+
+// strings reads an array of n strings. It checks every length first and then
+// copies the whole array in one allocation that the returned strings share:
+// a vocabulary of 150,000 tokens costs two allocations, not 150,000.
+func (d *decoder) strings(n uint64) ([]string, error) {
+	start := d.off
+	for i := uint64(0); i < n; i++ {
+		if _, err := d.strBytes("string element"); err != nil {
+			return nil, fmt.Errorf("%w (element %d of %d)", err, i, n)
+		}
+	}
+	all := string(d.buf[start:d.off])
+	out := make([]string, n)
+	var p uint64
+	for i := range out {
+		l := binary.LittleEndian.Uint64(d.buf[start+p:])
+		p += 8
+		out[i] = all[p : p+l]
+		p += l
+	}
+	return out, nil
 }
 
 func decodeFixedArray(t ValueType, raw []byte, n int) any {

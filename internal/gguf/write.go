@@ -3,6 +3,7 @@ package gguf
 import (
 	"bufio"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -12,31 +13,84 @@ import (
 
 // Writer builds a GGUF v3 file: metadata in the order added, then tensors in
 // the order added, each aligned. It is used for synthetic models and tests.
+//
+// Tensor data is either held in memory (AddTensor) or produced while the file
+// is written (AddTensorFunc), so a model larger than RAM can be streamed to
+// disk one tensor at a time.
 type Writer struct {
 	Alignment uint64 // 0 means DefaultAlignment
 	kvs       []KV
 	tensors   []writerTensor
+	names     map[string]bool
 }
 
 type writerTensor struct {
 	name string
 	typ  tensor.DType
 	dims []uint64
+	size uint64
 	data []byte
+	fill func(io.Writer) error
 }
 
-// Scalar and array constructors with the exact GGUF value types, so files
-// match what other tools write (e.g. u32 vs i32 matters to some readers).
+// MaxNameLen is the longest tensor name llama.cpp accepts (GGML_MAX_NAME is
+// 64 including the terminating NUL); the Writer refuses longer names so that
+// every file it writes loads there.
+const MaxNameLen = 63
 
-func Uint32(v uint32) Value          { return Value{Type: TypeUint32, V: v} }
-func Int32(v int32) Value            { return Value{Type: TypeInt32, V: v} }
-func Uint64(v uint64) Value          { return Value{Type: TypeUint64, V: v} }
-func Float32(v float32) Value        { return Value{Type: TypeFloat32, V: v} }
-func Bool(v bool) Value              { return Value{Type: TypeBool, V: v} }
-func String(v string) Value          { return Value{Type: TypeString, V: v} }
-func Strings(v []string) Value       { return Value{Type: TypeArray, ElemType: TypeString, V: v} }
+// Value constructors with the exact GGUF value types, so files match what
+// other tools write (u32 and i32 are different to some readers).
+
+// Uint8 returns a uint8 value.
+func Uint8(v uint8) Value { return Value{Type: TypeUint8, V: v} }
+
+// Int8 returns an int8 value.
+func Int8(v int8) Value { return Value{Type: TypeInt8, V: v} }
+
+// Uint16 returns a uint16 value.
+func Uint16(v uint16) Value { return Value{Type: TypeUint16, V: v} }
+
+// Int16 returns an int16 value.
+func Int16(v int16) Value { return Value{Type: TypeInt16, V: v} }
+
+// Uint32 returns a uint32 value.
+func Uint32(v uint32) Value { return Value{Type: TypeUint32, V: v} }
+
+// Int32 returns an int32 value.
+func Int32(v int32) Value { return Value{Type: TypeInt32, V: v} }
+
+// Uint64 returns a uint64 value.
+func Uint64(v uint64) Value { return Value{Type: TypeUint64, V: v} }
+
+// Int64 returns an int64 value.
+func Int64(v int64) Value { return Value{Type: TypeInt64, V: v} }
+
+// Float32 returns a float32 value.
+func Float32(v float32) Value { return Value{Type: TypeFloat32, V: v} }
+
+// Float64 returns a float64 value.
+func Float64(v float64) Value { return Value{Type: TypeFloat64, V: v} }
+
+// Bool returns a bool value.
+func Bool(v bool) Value { return Value{Type: TypeBool, V: v} }
+
+// String returns a string value.
+func String(v string) Value { return Value{Type: TypeString, V: v} }
+
+// Strings returns an array of strings.
+func Strings(v []string) Value { return Value{Type: TypeArray, ElemType: TypeString, V: v} }
+
+// Float32Array returns an array of float32.
 func Float32Array(v []float32) Value { return Value{Type: TypeArray, ElemType: TypeFloat32, V: v} }
-func Int32Array(v []int32) Value     { return Value{Type: TypeArray, ElemType: TypeInt32, V: v} }
+
+// Int32Array returns an array of int32.
+func Int32Array(v []int32) Value { return Value{Type: TypeArray, ElemType: TypeInt32, V: v} }
+
+// Uint32Array returns an array of uint32.
+func Uint32Array(v []uint32) Value { return Value{Type: TypeArray, ElemType: TypeUint32, V: v} }
+
+// Arrays returns an array of arrays; every element must itself be an array.
+func Arrays(v []Value) Value { return Value{Type: TypeArray, ElemType: TypeArray, V: v} }
 
 // Set adds or replaces a metadata entry.
 func (w *Writer) Set(key string, v Value) {
@@ -50,32 +104,124 @@ func (w *Writer) Set(key string, v Value) {
 }
 
 // AddTensor adds a tensor. dims are GGML order (row length first); data must
-// hold exactly the tensor's bytes.
+// hold exactly the tensor's bytes. The Writer keeps a reference to data until
+// WriteTo.
 func (w *Writer) AddTensor(name string, typ tensor.DType, dims []uint64, data []byte) error {
-	if len(dims) == 0 || len(dims) > MaxDims {
-		return fmt.Errorf("gguf: tensor %q: %d dimensions", name, len(dims))
+	t, err := w.newTensor(name, typ, dims)
+	if err != nil {
+		return err
 	}
-	if !typ.Known() {
-		return fmt.Errorf("gguf: tensor %q: unknown type %s", name, typ)
+	if uint64(len(data)) != t.size {
+		return fmt.Errorf("gguf: tensor %q: %d bytes of data, want %d", name, len(data), t.size)
 	}
-	if dims[0]%uint64(typ.BlockSize()) != 0 {
-		return fmt.Errorf("gguf: tensor %q: row length %d is not a multiple of the %s block size", name, dims[0], typ)
-	}
-	rows := uint64(1)
-	for _, d := range dims[1:] {
-		rows *= d
-	}
-	if want := uint64(typ.RowBytes(int(dims[0]))) * rows; uint64(len(data)) != want {
-		return fmt.Errorf("gguf: tensor %q: %d bytes of data, want %d", name, len(data), want)
-	}
-	w.tensors = append(w.tensors, writerTensor{name, typ, append([]uint64(nil), dims...), data})
+	t.data = data
+	w.add(t)
 	return nil
 }
 
+// AddTensorFunc adds a tensor whose data is produced at WriteTo time: fill is
+// called once, in tensor order, and must write exactly the tensor's bytes
+// (TensorSize) to its writer; writing more, or returning having written fewer,
+// fails WriteTo. Use it for tensors too large to keep in memory all at once.
+func (w *Writer) AddTensorFunc(name string, typ tensor.DType, dims []uint64, fill func(io.Writer) error) error {
+	if fill == nil {
+		return fmt.Errorf("gguf: tensor %q: nil fill function", name)
+	}
+	t, err := w.newTensor(name, typ, dims)
+	if err != nil {
+		return err
+	}
+	t.fill = fill
+	w.add(t)
+	return nil
+}
+
+// TensorSize returns the number of bytes of a tensor of type typ with
+// dimensions dims (GGML order), or an error if the shape is invalid for the
+// type.
+func TensorSize(typ tensor.DType, dims []uint64) (uint64, error) {
+	n, err := shapeSize(typ, dims)
+	if err != nil {
+		return 0, fmt.Errorf("gguf: %w", err)
+	}
+	return n, nil
+}
+
+func shapeSize(typ tensor.DType, dims []uint64) (uint64, error) {
+	if len(dims) == 0 || len(dims) > MaxDims {
+		return 0, fmt.Errorf("%d dimensions (1..%d allowed)", len(dims), MaxDims)
+	}
+	if !typ.Known() {
+		return 0, fmt.Errorf("unknown tensor type %s", typ)
+	}
+	elems := uint64(1)
+	for i, d := range dims {
+		if d == 0 || d > math.MaxInt32 {
+			return 0, fmt.Errorf("dimension %d is %d (must be 1..%d)", i, d, math.MaxInt32)
+		}
+		if elems > math.MaxInt64/d {
+			return 0, fmt.Errorf("element count of %v overflows", dims)
+		}
+		elems *= d
+	}
+	if dims[0]%uint64(typ.BlockSize()) != 0 {
+		return 0, fmt.Errorf("row length %d is not a multiple of the %s block size %d", dims[0], typ, typ.BlockSize())
+	}
+	rows := elems / dims[0]
+	rowBytes := uint64(typ.RowBytes(int(dims[0])))
+	if rowBytes > math.MaxInt64/rows {
+		return 0, fmt.Errorf("byte size of %v overflows", dims)
+	}
+	return rowBytes * rows, nil
+}
+
+func (w *Writer) newTensor(name string, typ tensor.DType, dims []uint64) (writerTensor, error) {
+	if name == "" || len(name) > MaxNameLen {
+		return writerTensor{}, fmt.Errorf("gguf: tensor name %q: must be 1..%d bytes", name, MaxNameLen)
+	}
+	if w.names[name] {
+		return writerTensor{}, fmt.Errorf("gguf: duplicate tensor name %q", name)
+	}
+	size, err := TensorSize(typ, dims)
+	if err != nil {
+		return writerTensor{}, fmt.Errorf("gguf: tensor %q: %w", name, err)
+	}
+	return writerTensor{name: name, typ: typ, dims: append([]uint64(nil), dims...), size: size}, nil
+}
+
+func (w *Writer) add(t writerTensor) {
+	if w.names == nil {
+		w.names = make(map[string]bool)
+	}
+	w.names[t.name] = true
+	w.tensors = append(w.tensors, t)
+}
+
+// DataSize returns the number of bytes the tensor data section will take,
+// padding included; with the header it is the size of the written file.
+func (w *Writer) DataSize() uint64 {
+	align := w.alignment()
+	var n uint64
+	for _, t := range w.tensors {
+		n = alignUp(n+t.size, align)
+	}
+	return n
+}
+
+func (w *Writer) alignment() uint64 {
+	if w.Alignment == 0 {
+		return DefaultAlignment
+	}
+	return w.Alignment
+}
+
+// encoder writes little-endian values, remembering the first error and the
+// number of bytes written.
 type encoder struct {
-	w   *bufio.Writer
-	n   uint64
-	err error
+	w       *bufio.Writer
+	n       uint64
+	err     error
+	scratch [8]byte
 }
 
 func (e *encoder) bytes(b []byte) {
@@ -87,28 +233,55 @@ func (e *encoder) bytes(b []byte) {
 	e.n += uint64(n)
 }
 
-func (e *encoder) u32(v uint32) { e.bytes(binary.LittleEndian.AppendUint32(nil, v)) }
-func (e *encoder) u64(v uint64) { e.bytes(binary.LittleEndian.AppendUint64(nil, v)) }
-func (e *encoder) str(s string) { e.u64(uint64(len(s))); e.bytes([]byte(s)) }
+func (e *encoder) u32(v uint32) {
+	binary.LittleEndian.PutUint32(e.scratch[:4], v)
+	e.bytes(e.scratch[:4])
+}
 
-func (e *encoder) value(v Value) error {
-	switch v.Type {
-	case TypeArray:
-		e.u32(uint32(v.ElemType))
-		n := arrayLen(v.V)
-		e.u64(uint64(n))
-		if sub, ok := v.V.([]Value); ok {
-			for _, x := range sub {
-				if err := e.value(x); err != nil {
-					return err
-				}
-			}
-			return nil
-		}
-		return e.array(v)
-	default:
+func (e *encoder) u64(v uint64) {
+	binary.LittleEndian.PutUint64(e.scratch[:8], v)
+	e.bytes(e.scratch[:8])
+}
+
+func (e *encoder) str(s string) {
+	e.u64(uint64(len(s)))
+	if e.err != nil {
+		return
+	}
+	var n int
+	n, e.err = e.w.WriteString(s)
+	e.n += uint64(n)
+}
+
+func (e *encoder) value(v Value, depth int) error {
+	if v.Type != TypeArray {
 		return e.scalar(v.Type, v.V)
 	}
+	if depth >= maxArrayNesting {
+		return fmt.Errorf("arrays nested deeper than %d", maxArrayNesting)
+	}
+	if sub, ok := v.V.([]Value); ok {
+		if v.ElemType != TypeArray {
+			return fmt.Errorf("array of %s holds []Value; only arrays of arrays may", v.ElemType)
+		}
+		e.u32(uint32(v.ElemType))
+		e.u64(uint64(len(sub)))
+		for i, x := range sub {
+			if x.Type != TypeArray {
+				return fmt.Errorf("element %d of an array of arrays is a %s", i, x.Type)
+			}
+			if err := e.value(x, depth+1); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if v.ElemType == TypeArray {
+		return fmt.Errorf("array of arrays must hold []Value, not %T", v.V)
+	}
+	e.u32(uint32(v.ElemType))
+	e.u64(uint64(arrayLen(v.V)))
+	return e.array(v)
 }
 
 func (e *encoder) scalar(t ValueType, x any) error {
@@ -214,14 +387,15 @@ func (e *encoder) array(v Value) error {
 	return err
 }
 
-// WriteTo writes the file to out.
+// WriteTo writes the file to out. Tensors added with AddTensorFunc have their
+// fill functions called here, in order. WriteTo may be called once.
 func (w *Writer) WriteTo(out io.Writer) (int64, error) {
-	align := w.Alignment
-	if align == 0 {
-		align = DefaultAlignment
+	align := w.alignment()
+	if align&(align-1) != 0 || align > maxAlignment {
+		return 0, fmt.Errorf("gguf: alignment %d is not a power of two up to %d", align, maxAlignment)
 	}
 	if align != DefaultAlignment {
-		w.Set("general.alignment", Uint32(uint32(align)))
+		w.Set(KeyAlignment, Uint32(uint32(align)))
 	}
 	e := &encoder{w: bufio.NewWriterSize(out, 1<<20)}
 	e.bytes([]byte(Magic))
@@ -231,7 +405,7 @@ func (w *Writer) WriteTo(out io.Writer) (int64, error) {
 	for _, kv := range w.kvs {
 		e.str(kv.Key)
 		e.u32(uint32(kv.Value.Type))
-		if err := e.value(kv.Value); err != nil {
+		if err := e.value(kv.Value, 0); err != nil {
 			return int64(e.n), fmt.Errorf("gguf: write %q: %w", kv.Key, err)
 		}
 	}
@@ -244,20 +418,69 @@ func (w *Writer) WriteTo(out io.Writer) (int64, error) {
 		}
 		e.u32(uint32(t.typ))
 		e.u64(offset)
-		offset = alignUp(offset+uint64(len(t.data)), align)
+		offset = alignUp(offset+t.size, align)
 	}
+	zeros := make([]byte, align)
 	pad := func() {
 		if r := e.n % align; r != 0 {
-			e.bytes(make([]byte, align-r))
+			e.bytes(zeros[:align-r])
 		}
 	}
-	pad()
+	if len(w.tensors) > 0 {
+		// A file without tensors ends after its header, as gguf-py writes
+		// vocabulary-only files; llama.cpp reads both forms.
+		pad()
+	}
 	for _, t := range w.tensors {
-		e.bytes(t.data)
+		if e.err != nil {
+			break
+		}
+		if t.fill == nil {
+			e.bytes(t.data)
+		} else {
+			cw := &limitedWriter{e: e, left: t.size}
+			if err := t.fill(cw); err != nil {
+				return int64(e.n), fmt.Errorf("gguf: write tensor %q: %w", t.name, err)
+			}
+			if cw.over {
+				return int64(e.n), fmt.Errorf("gguf: write tensor %q: fill wrote more than the tensor's %d bytes", t.name, t.size)
+			}
+			if cw.left != 0 && e.err == nil {
+				return int64(e.n), fmt.Errorf("gguf: write tensor %q: fill wrote %d of the tensor's %d bytes", t.name, t.size-cw.left, t.size)
+			}
+		}
 		pad()
 	}
 	if e.err == nil {
 		e.err = e.w.Flush()
 	}
-	return int64(e.n), e.err
+	if e.err != nil {
+		return int64(e.n), fmt.Errorf("gguf: write: %w", e.err)
+	}
+	return int64(e.n), nil
+}
+
+// errTooMuch is returned to a fill function that writes past its tensor.
+var errTooMuch = errors.New("gguf: write past the end of the tensor")
+
+// limitedWriter passes at most left bytes of one tensor's data to the file.
+type limitedWriter struct {
+	e    *encoder
+	left uint64
+	over bool
+}
+
+func (l *limitedWriter) Write(p []byte) (int, error) {
+	if uint64(len(p)) > l.left {
+		l.over = true
+		return 0, errTooMuch
+	}
+	before := l.e.n
+	l.e.bytes(p)
+	n := int(l.e.n - before)
+	l.left -= uint64(n)
+	if l.e.err != nil {
+		return n, l.e.err
+	}
+	return n, nil
 }
