@@ -1,0 +1,355 @@
+package tokenizer
+
+// encodeState is the working memory of one Encode call. States are pooled
+// per Tokenizer, so a steady stream of Encode calls reuses their buffers.
+type encodeState struct {
+	frags, frags2 []fragment
+	occ           []bool
+	buf           []byte // SPM: the escaped fragment; BPE: one word's bytes
+	enc           []byte // BPE: one word in GPT-2's byte alphabet
+	syms          []symbol
+	spmHeap       []spmBigram
+	bpeHeap       []bpeBigram
+	split         splitText
+	segs, segs2   []int
+}
+
+// symbol is one piece of a fragment (SPM) or word (BPE) during merging.
+// Merging folds the right symbol into the left one, so a symbol's start
+// never moves; n = 0 marks a symbol that was merged away. prev and next
+// link the live symbols.
+type symbol struct {
+	start, n   int32
+	prev, next int32
+	sid        int32 // BPE: symbol id of the piece's text, or -1
+}
+
+// Encode tokenises text. With addSpecial, BOS and EOS are added as the
+// vocabulary's add_bos_token/add_eos_token say. With parseSpecial, the
+// texts of control tokens (such as <|im_start|>) in text become those
+// tokens; without it they are tokenised as ordinary text. User-defined
+// tokens are always recognised, as in llama.cpp.
+func (t *Tokenizer) Encode(text string, addSpecial, parseSpecial bool) []int32 {
+	return t.AppendEncode(nil, text, addSpecial, parseSpecial)
+}
+
+// AppendEncode is Encode appending to dst, for callers that reuse buffers.
+func (t *Tokenizer) AppendEncode(dst []int32, text string, addSpecial, parseSpecial bool) []int32 {
+	st, _ := t.scratch.Get().(*encodeState)
+	if st == nil {
+		st = new(encodeState)
+	}
+	defer t.scratch.Put(st)
+
+	if addSpecial && t.addBOS {
+		dst = append(dst, t.bos)
+	}
+	var frags []fragment
+	if text != "" {
+		frags = t.partition(st, text, parseSpecial)
+	}
+	prevSpecial := true // SPM: a space is prefixed to text at the start and after special tokens
+	for _, f := range frags {
+		if f.tok >= 0 {
+			dst = append(dst, f.tok)
+			prevSpecial = true
+			continue
+		}
+		if t.kind == KindSPM {
+			dst = t.encodeSPM(st, dst, text[f.start:f.end], t.addSpacePrefix && prevSpecial)
+		} else {
+			dst = t.encodeBPE(st, dst, text[f.start:f.end])
+		}
+		prevSpecial = false
+	}
+	if addSpecial && t.addEOS {
+		dst = append(dst, t.eos)
+	}
+	return dst
+}
+
+// spmBigram is a candidate SPM merge of two adjacent symbols; size is the
+// byte length of the merged text, used to detect stale candidates.
+type spmBigram struct {
+	score       float32
+	left, right int32
+	size        int32
+}
+
+// spmBefore orders the SPM work queue: highest score first, then leftmost.
+func spmBefore(a, b *spmBigram) bool {
+	return a.score > b.score || (a.score == b.score && a.left < b.left)
+}
+
+// encodeSPM tokenises one text fragment with the SentencePiece algorithm of
+// llama.cpp: spaces become ▁, the text is split into UTF-8 characters, and
+// the adjacent pair whose concatenation is the highest-scoring vocabulary
+// token is merged until no pair is in the vocabulary. Pieces that are not
+// tokens (single characters missing from the vocabulary) become byte
+// tokens.
+func (t *Tokenizer) encodeSPM(st *encodeState, dst []int32, text string, prefix bool) []int32 {
+	buf := st.buf[:0]
+	if prefix {
+		buf = append(buf, "\u2581"...)
+	}
+	for i := 0; i < len(text); i++ {
+		if text[i] == ' ' {
+			buf = append(buf, "\u2581"...)
+		} else {
+			buf = append(buf, text[i])
+		}
+	}
+	st.buf = buf
+	if len(buf) == 0 {
+		return dst
+	}
+	syms := st.syms[:0]
+	for off := 0; off < len(buf); {
+		n := min(utf8Len(buf[off]), len(buf)-off)
+		i := int32(len(syms))
+		syms = append(syms, symbol{start: int32(off), n: int32(n), prev: i - 1, next: i + 1})
+		off += n
+	}
+	syms[len(syms)-1].next = -1
+	st.syms = syms
+
+	h := st.spmHeap[:0]
+	for i := 1; i < len(syms); i++ {
+		h = t.spmCandidate(h, buf, syms, int32(i-1), int32(i))
+	}
+	for len(h) > 0 {
+		var bg spmBigram
+		bg, h = spmPop(h)
+		l, r := &syms[bg.left], &syms[bg.right]
+		if l.n == 0 || r.n == 0 || l.n+r.n != bg.size {
+			continue // one side has changed since this candidate was queued
+		}
+		l.n += r.n
+		r.n = 0
+		l.next = r.next
+		if r.next >= 0 {
+			syms[r.next].prev = bg.left
+		}
+		h = t.spmCandidate(h, buf, syms, l.prev, bg.left)
+		h = t.spmCandidate(h, buf, syms, bg.left, l.next)
+	}
+	st.spmHeap = h
+
+	for i := int32(0); i >= 0; i = syms[i].next {
+		s := buf[syms[i].start : syms[i].start+syms[i].n]
+		if id, ok := t.tokenID[string(s)]; ok {
+			dst = append(dst, id)
+			continue
+		}
+		for _, b := range s {
+			if id := t.byteToken[b]; id >= 0 {
+				dst = append(dst, id)
+			}
+		}
+	}
+	return dst
+}
+
+func (t *Tokenizer) spmCandidate(h []spmBigram, buf []byte, syms []symbol, left, right int32) []spmBigram {
+	if left < 0 || right < 0 {
+		return h
+	}
+	l, r := &syms[left], &syms[right]
+	id, ok := t.tokenID[string(buf[l.start:r.start+r.n])]
+	if !ok {
+		return h
+	}
+	return spmPush(h, spmBigram{score: t.scores[id], left: left, right: right, size: l.n + r.n})
+}
+
+func spmPush(h []spmBigram, x spmBigram) []spmBigram {
+	h = append(h, x)
+	i := len(h) - 1
+	for i > 0 {
+		p := (i - 1) / 2
+		if !spmBefore(&h[i], &h[p]) {
+			break
+		}
+		h[i], h[p] = h[p], h[i]
+		i = p
+	}
+	return h
+}
+
+func spmPop(h []spmBigram) (spmBigram, []spmBigram) {
+	top := h[0]
+	last := len(h) - 1
+	h[0] = h[last]
+	h = h[:last]
+	for i := 0; ; {
+		c := 2*i + 1
+		if c >= len(h) {
+			break
+		}
+		if c+1 < len(h) && spmBefore(&h[c+1], &h[c]) {
+			c++
+		}
+		if !spmBefore(&h[c], &h[i]) {
+			break
+		}
+		h[i], h[c] = h[c], h[i]
+		i = c
+	}
+	return top, h
+}
+
+// bpeBigram is a candidate BPE merge; result is the merged symbol's id.
+type bpeBigram struct {
+	rank        int32
+	left, right int32
+	size        int32
+	result      int32
+}
+
+// bpeBefore orders the BPE work queue: lowest rank first, then leftmost.
+func bpeBefore(a, b *bpeBigram) bool {
+	return a.rank < b.rank || (a.rank == b.rank && a.left < b.left)
+}
+
+// encodeBPE tokenises one text fragment with byte-level BPE: the
+// pre-tokenizer splits it into words and each word is merged on its own.
+func (t *Tokenizer) encodeBPE(st *encodeState, dst []int32, text string) []int32 {
+	sp := &st.split
+	sp.reset(text, cpClassTable())
+	segs := append(st.segs[:0], len(sp.cps))
+	for _, s := range t.splitters {
+		out := s.split(sp, segs, st.segs2[:0])
+		st.segs2 = segs
+		segs = out
+	}
+	st.segs = segs
+	pos := 0
+	for _, n := range segs {
+		word := st.buf[:0]
+		for _, cp := range sp.cps[pos : pos+n] {
+			word = appendCodePoint(word, cp)
+		}
+		pos += n
+		st.buf = word
+		dst = t.encodeWord(st, dst, word)
+	}
+	return dst
+}
+
+// encodeWord merges one pre-tokenized word. Each byte starts as its own
+// symbol (the byte's GPT-2 code point); the adjacent pair with the
+// lowest-ranked merge rule is merged until no rule applies. A final piece
+// that is not a token is emitted byte by byte, as llama.cpp does, which in
+// practice drops it.
+func (t *Tokenizer) encodeWord(st *encodeState, dst []int32, word []byte) []int32 {
+	if len(word) == 0 {
+		return dst
+	}
+	if t.ignoreMerges {
+		enc := st.enc[:0]
+		for _, b := range word {
+			enc = append(enc, t.byteText[b]...)
+		}
+		st.enc = enc
+		if id, ok := t.tokenID[string(enc)]; ok {
+			return append(dst, id)
+		}
+	}
+	syms := st.syms[:0]
+	for i, b := range word {
+		syms = append(syms, symbol{start: int32(i), n: 1, prev: int32(i) - 1, next: int32(i) + 1, sid: t.byteSid[b]})
+	}
+	syms[len(syms)-1].next = -1
+	st.syms = syms
+
+	h := st.bpeHeap[:0]
+	for i := 1; i < len(syms); i++ {
+		h = t.bpeCandidate(h, syms, int32(i-1), int32(i))
+	}
+	for len(h) > 0 {
+		var bg bpeBigram
+		bg, h = bpePop(h)
+		l, r := &syms[bg.left], &syms[bg.right]
+		if l.n == 0 || r.n == 0 || l.n+r.n != bg.size {
+			continue
+		}
+		l.n += r.n
+		l.sid = bg.result
+		r.n = 0
+		l.next = r.next
+		if r.next >= 0 {
+			syms[r.next].prev = bg.left
+		}
+		h = t.bpeCandidate(h, syms, l.prev, bg.left)
+		h = t.bpeCandidate(h, syms, bg.left, l.next)
+	}
+	st.bpeHeap = h
+
+	for i := int32(0); i >= 0; i = syms[i].next {
+		s := &syms[i]
+		if s.sid >= 0 && int(s.sid) < t.n {
+			dst = append(dst, s.sid)
+			continue
+		}
+		for _, b := range word[s.start : s.start+s.n] {
+			txt := t.byteText[b]
+			for k := 0; k < len(txt); k++ {
+				if id := t.rawByte[txt[k]]; id >= 0 {
+					dst = append(dst, id)
+				}
+			}
+		}
+	}
+	return dst
+}
+
+func (t *Tokenizer) bpeCandidate(h []bpeBigram, syms []symbol, left, right int32) []bpeBigram {
+	if left < 0 || right < 0 {
+		return h
+	}
+	l, r := &syms[left], &syms[right]
+	if l.sid < 0 || r.sid < 0 {
+		return h
+	}
+	m, ok := t.merges[uint64(uint32(l.sid))<<32|uint64(uint32(r.sid))]
+	if !ok {
+		return h
+	}
+	return bpePush(h, bpeBigram{rank: m.rank, left: left, right: right, size: l.n + r.n, result: m.result})
+}
+
+func bpePush(h []bpeBigram, x bpeBigram) []bpeBigram {
+	h = append(h, x)
+	i := len(h) - 1
+	for i > 0 {
+		p := (i - 1) / 2
+		if !bpeBefore(&h[i], &h[p]) {
+			break
+		}
+		h[i], h[p] = h[p], h[i]
+		i = p
+	}
+	return h
+}
+
+func bpePop(h []bpeBigram) (bpeBigram, []bpeBigram) {
+	top := h[0]
+	last := len(h) - 1
+	h[0] = h[last]
+	h = h[:last]
+	for i := 0; ; {
+		c := 2*i + 1
+		if c >= len(h) {
+			break
+		}
+		if c+1 < len(h) && bpeBefore(&h[c+1], &h[c]) {
+			c++
+		}
+		if !bpeBefore(&h[c], &h[i]) {
+			break
+		}
+		h[i], h[c] = h[c], h[i]
+		i = c
+	}
+	return top, h
+}
