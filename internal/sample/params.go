@@ -1,0 +1,105 @@
+package sample
+
+import (
+	"fmt"
+	"math"
+)
+
+// MaxTopLogprobs is the largest accepted Params.TopLogprobs (OpenAI's limit).
+const MaxTopLogprobs = 20
+
+// DefaultRepeatLastN is the repetition-penalty window used when
+// Params.RepeatLastN is 0 (llama.cpp's default).
+const DefaultRepeatLastN = 64
+
+// Params configures a Sampler. The zero value is greedy decoding with no
+// penalties, bias or logprobs. Zero means "off" or "default" for every field,
+// as documented on each.
+type Params struct {
+	// Temperature divides the logits before truncation and sampling. 0 means
+	// greedy: the highest logit after bias and penalties, ties going to the
+	// lowest token id. Must be finite and ≥ 0.
+	Temperature float32
+
+	// TopK keeps only the K most likely tokens. 0 or -1 (vLLM's spelling)
+	// disables it.
+	TopK int
+
+	// TopP keeps the smallest set of most likely tokens whose probability at
+	// the sampling temperature sums to at least TopP. 0 and 1 disable it.
+	TopP float32
+
+	// MinP keeps tokens whose probability at the sampling temperature is at
+	// least MinP times the most likely token's. 0 disables it; in [0, 1].
+	MinP float32
+
+	// RepeatPenalty is llama.cpp's repetition penalty: for each distinct token
+	// among the last RepeatLastN entries of the history, a positive logit is
+	// divided by it and a negative one multiplied by it. 0 and 1 disable it;
+	// otherwise it must be finite and > 0.
+	RepeatPenalty float32
+
+	// RepeatLastN is the repetition-penalty window in tokens: 0 means
+	// DefaultRepeatLastN, -1 the whole history.
+	RepeatLastN int
+
+	// PresencePenalty and FrequencyPenalty are OpenAI's: a token that occurs
+	// c > 0 times in the whole history has its logit lowered by
+	// c·FrequencyPenalty + PresencePenalty. Each in [-2, 2].
+	PresencePenalty, FrequencyPenalty float32
+
+	// Seed seeds the sampler's random source: the same seed, parameters,
+	// logits and histories give the same tokens. 0 picks a random seed, which
+	// Sampler.Seed reports.
+	Seed uint64
+
+	// LogitBias is added to the logits of the given token ids before
+	// everything else (as in OpenAI and llama.cpp). Ids must be in
+	// [0, vocabSize); values in [-100, 100], or -Inf to ban a token.
+	LogitBias map[int32]float32
+
+	// Logprobs asks for Logprobs.Logprob, the log-probability of the chosen
+	// token. It costs one more exponential per vocabulary entry and token, so
+	// it is off unless asked for. TopLogprobs > 0 implies it.
+	Logprobs bool
+
+	// TopLogprobs is how many of the most likely tokens to report at each
+	// step, 0..MaxTopLogprobs.
+	TopLogprobs int
+}
+
+// validate checks p's ranges against a vocabulary of vocabSize tokens.
+func (p *Params) validate(vocabSize int) error {
+	finite := func(x float32) bool { return !math.IsNaN(float64(x)) && !math.IsInf(float64(x), 0) }
+	switch {
+	case vocabSize <= 0:
+		return fmt.Errorf("sample: vocabulary size must be positive, got %d", vocabSize)
+	case !finite(p.Temperature) || p.Temperature < 0:
+		return fmt.Errorf("sample: temperature must be finite and ≥ 0, got %v", p.Temperature)
+	case p.TopK < -1:
+		return fmt.Errorf("sample: top_k must be ≥ -1 (0 and -1 disable it), got %d", p.TopK)
+	case !(p.TopP >= 0 && p.TopP <= 1):
+		return fmt.Errorf("sample: top_p must be in [0, 1], got %v", p.TopP)
+	case !(p.MinP >= 0 && p.MinP <= 1):
+		return fmt.Errorf("sample: min_p must be in [0, 1], got %v", p.MinP)
+	case !finite(p.RepeatPenalty) || p.RepeatPenalty < 0:
+		return fmt.Errorf("sample: repeat_penalty must be finite and > 0 (0 disables it), got %v", p.RepeatPenalty)
+	case p.RepeatLastN < -1:
+		return fmt.Errorf("sample: repeat_last_n must be ≥ -1 (-1 = whole history, 0 = %d), got %d", DefaultRepeatLastN, p.RepeatLastN)
+	case !(p.PresencePenalty >= -2 && p.PresencePenalty <= 2):
+		return fmt.Errorf("sample: presence_penalty must be in [-2, 2], got %v", p.PresencePenalty)
+	case !(p.FrequencyPenalty >= -2 && p.FrequencyPenalty <= 2):
+		return fmt.Errorf("sample: frequency_penalty must be in [-2, 2], got %v", p.FrequencyPenalty)
+	case p.TopLogprobs < 0 || p.TopLogprobs > MaxTopLogprobs:
+		return fmt.Errorf("sample: top_logprobs must be in [0, %d], got %d", MaxTopLogprobs, p.TopLogprobs)
+	}
+	for id, b := range p.LogitBias {
+		if id < 0 || int(id) >= vocabSize {
+			return fmt.Errorf("sample: logit_bias token id %d outside the vocabulary [0, %d)", id, vocabSize)
+		}
+		if !(b >= -100 && b <= 100) && !math.IsInf(float64(b), -1) {
+			return fmt.Errorf("sample: logit_bias for token %d must be in [-100, 100] or -Inf, got %v", id, b)
+		}
+	}
+	return nil
+}
