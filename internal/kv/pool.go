@@ -1,0 +1,424 @@
+// Package kv manages the engine's KV memory as a pool of fixed-size blocks
+// (PagedAttention): block tables per sequence, prefix sharing by chained
+// block hashes, copy-on-write, eviction of cached blocks, and the events
+// that tell routers which blocks a worker holds.
+//
+// Memory layout. The pool is one slab of NumBlocks blocks. A block holds
+// BlockSize consecutive token positions for every layer:
+//
+//	block = [layer][K|V][token][kv head][head dim] in the pool's element type
+//
+// so one layer's keys of one block are contiguous (what attention streams
+// through) and a block is copied or zeroed with one memmove.
+//
+// Block states. Every block is in exactly one state:
+//
+//	free    refs == 0, no hash         on the free list
+//	active  refs >= 1                  in one or more block tables
+//	cached  refs == 0, hash registered in the evictor: still findable by hash,
+//	                                   reclaimed when space is needed
+//
+// Only full blocks get a hash. A hash is registered in the prefix index at
+// most once: committing a block whose hash is already known hands back the
+// existing block instead (de-duplication), so equal content is stored once.
+//
+// Concurrency: a Pool is safe for concurrent use; one mutex guards its
+// metadata. Block contents are written only by the sequence that owns the
+// block exclusively (refs == 1) during a forward pass, and shared blocks are
+// read-only, so contents need no lock.
+package kv
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/kvserve/kvserve/internal/tensor"
+)
+
+// BlockID indexes a block of the pool.
+type BlockID int32
+
+// ElemType is the element type of stored keys and values.
+type ElemType uint8
+
+// The KV element types. F16 is the default: half the memory of F32 at the
+// precision llama.cpp uses by default; Q8_0 halves it again.
+const (
+	F16 ElemType = iota
+	F32
+	Q8_0
+)
+
+// DType is the tensor type of the elements.
+func (t ElemType) DType() tensor.DType {
+	switch t {
+	case F32:
+		return tensor.F32
+	case Q8_0:
+		return tensor.Q8_0
+	}
+	return tensor.F16
+}
+
+func (t ElemType) String() string { return t.DType().String() }
+
+// ParseElemType maps "f16", "f32" or "q8_0" to an ElemType.
+func ParseElemType(s string) (ElemType, error) {
+	switch s {
+	case "f16", "F16", "":
+		return F16, nil
+	case "f32", "F32":
+		return F32, nil
+	case "q8_0", "Q8_0":
+		return Q8_0, nil
+	}
+	return 0, fmt.Errorf("kv: unknown KV cache type %q (f16, f32, q8_0)", s)
+}
+
+// ErrNoSpace means no block is free or evictable.
+var ErrNoSpace = errors.New("kv: no free block")
+
+// Config describes a pool. The zero value of a field means its default.
+type Config struct {
+	// NumBlocks is the pool size in blocks (required unless MemoryBytes is set).
+	NumBlocks int
+	// MemoryBytes, when NumBlocks is 0, sizes the pool to this many bytes.
+	MemoryBytes int64
+	// BlockSize is the number of token positions per block (default 16).
+	BlockSize int
+	// Layers and KVDim (kv heads × head dim) give the shape of one token's
+	// keys (values have the same width) in one layer.
+	Layers, KVDim int
+	// Type is the element type of stored K and V (default F16).
+	Type ElemType
+	// Evictor chooses which cached block to reclaim (default: LRU).
+	Evictor Evictor
+	// Events receives stored/removed/cleared events (optional).
+	Events *EventLog
+}
+
+// BlockBytes is the size of one block under this configuration.
+func (c *Config) BlockBytes() int64 {
+	return int64(c.Layers) * 2 * int64(c.Type.DType().RowBytes(c.BlockSize*c.KVDim))
+}
+
+func (c *Config) withDefaults() (Config, error) {
+	out := *c
+	if out.BlockSize == 0 {
+		out.BlockSize = 16
+	}
+	if out.Layers <= 0 || out.KVDim <= 0 || out.BlockSize <= 0 {
+		return out, fmt.Errorf("kv: invalid pool shape: %d layers, KV width %d, block size %d", out.Layers, out.KVDim, out.BlockSize)
+	}
+	switch out.Type {
+	case F16, F32:
+	case Q8_0:
+		if out.KVDim%32 != 0 {
+			return out, fmt.Errorf("kv: q8_0 KV needs a KV width that is a multiple of 32, not %d", out.KVDim)
+		}
+	default:
+		return out, fmt.Errorf("kv: unknown KV element type %d (f16, f32, q8_0)", out.Type)
+	}
+	if out.NumBlocks == 0 && out.MemoryBytes > 0 {
+		out.NumBlocks = int(out.MemoryBytes / out.BlockBytes())
+	}
+	if out.NumBlocks <= 0 {
+		return out, fmt.Errorf("kv: pool has no blocks (memory %d bytes, %d bytes per block)", out.MemoryBytes, out.BlockBytes())
+	}
+	if out.NumBlocks > 1<<30 {
+		return out, fmt.Errorf("kv: %d blocks is too many", out.NumBlocks)
+	}
+	if out.Evictor == nil {
+		out.Evictor = NewLRU(out.NumBlocks)
+	}
+	return out, nil
+}
+
+// blockMeta is the pool's bookkeeping for one block.
+type blockMeta struct {
+	refs   int32
+	hashed bool
+	hash   Hash
+}
+
+// Pool is a fixed set of KV blocks.
+type Pool struct {
+	cfg        Config
+	blockBytes int
+	layerBytes int // one layer's K (or V) within a block
+	slab       []byte
+
+	mu      sync.Mutex
+	meta    []blockMeta
+	free    []BlockID // LIFO: recently freed blocks are warm in cache
+	index   map[Hash]BlockID
+	evictor Evictor
+	stats   Stats
+}
+
+// Stats counts blocks by state and prefix-cache traffic.
+type Stats struct {
+	Total, Free, Active, Cached int
+	// Queries and Hits count tokens looked up and found by MatchPrefix.
+	QueryTokens, HitTokens int64
+	Evictions              int64
+}
+
+// NewPool allocates a pool.
+func NewPool(cfg Config) (*Pool, error) {
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	p := &Pool{
+		cfg:        c,
+		blockBytes: int(c.BlockBytes()),
+		layerBytes: c.Type.DType().RowBytes(c.BlockSize * c.KVDim),
+		meta:       make([]blockMeta, c.NumBlocks),
+		free:       make([]BlockID, c.NumBlocks),
+		index:      make(map[Hash]BlockID),
+		evictor:    c.Evictor,
+	}
+	total := int64(p.blockBytes) * int64(c.NumBlocks)
+	if total > 1<<40 {
+		return nil, fmt.Errorf("kv: pool of %d bytes is too large", total)
+	}
+	p.slab = make([]byte, total)
+	// Hand out low ids first.
+	for i := range p.free {
+		p.free[i] = BlockID(c.NumBlocks - 1 - i)
+	}
+	return p, nil
+}
+
+// Config returns the pool's configuration with defaults applied.
+func (p *Pool) Config() Config { return p.cfg }
+
+// BlockSize is the number of positions per block.
+func (p *Pool) BlockSize() int { return p.cfg.BlockSize }
+
+// NumBlocks is the pool's size in blocks.
+func (p *Pool) NumBlocks() int { return p.cfg.NumBlocks }
+
+// Layer returns the key and value storage of layer l in block id.
+func (p *Pool) Layer(id BlockID, l int) (k, v []byte) {
+	base := int(id)*p.blockBytes + 2*l*p.layerBytes
+	return p.slab[base : base+p.layerBytes : base+p.layerBytes],
+		p.slab[base+p.layerBytes : base+2*p.layerBytes : base+2*p.layerBytes]
+}
+
+func (p *Pool) blockData(id BlockID) []byte {
+	base := int(id) * p.blockBytes
+	return p.slab[base : base+p.blockBytes]
+}
+
+// Stats returns a snapshot of the pool's counters.
+func (p *Pool) Stats() Stats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := p.stats
+	s.Total = p.cfg.NumBlocks
+	s.Free = len(p.free)
+	s.Cached = p.evictor.Len()
+	s.Active = s.Total - s.Free - s.Cached
+	return s
+}
+
+// Available is the number of blocks that can be allocated now: free plus
+// evictable.
+func (p *Pool) Available() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.free) + p.evictor.Len()
+}
+
+// allocLocked takes a free block, or reclaims the least valuable cached one.
+func (p *Pool) allocLocked() (BlockID, error) {
+	if n := len(p.free); n > 0 {
+		id := p.free[n-1]
+		p.free = p.free[:n-1]
+		p.meta[id].refs = 1
+		return id, nil
+	}
+	id, ok := p.evictor.Victim()
+	if !ok {
+		return -1, ErrNoSpace
+	}
+	m := &p.meta[id]
+	if m.refs != 0 || !m.hashed {
+		panic(fmt.Sprintf("kv: evictor returned block %d with refs %d hashed %v", id, m.refs, m.hashed))
+	}
+	p.unindexLocked(id)
+	p.stats.Evictions++
+	m.refs = 1
+	return id, nil
+}
+
+// unindexLocked removes a block's hash from the prefix index.
+func (p *Pool) unindexLocked(id BlockID) {
+	m := &p.meta[id]
+	if !m.hashed {
+		return
+	}
+	delete(p.index, m.hash)
+	if p.cfg.Events != nil {
+		p.cfg.Events.Publish(Event{Kind: BlockRemoved, Tier: TierPool, Hashes: []Hash{m.hash}, BlockSize: p.cfg.BlockSize})
+	}
+	m.hashed = false
+	m.hash = Hash{}
+}
+
+// acquireLocked adds a reference to a block that is active or cached.
+func (p *Pool) acquireLocked(id BlockID) {
+	m := &p.meta[id]
+	if m.refs == 0 {
+		p.evictor.Remove(id)
+	}
+	m.refs++
+}
+
+// releaseLocked drops a reference. An unreferenced block with a hash stays
+// findable (cached) until evicted; one without goes back to the free list.
+func (p *Pool) releaseLocked(id BlockID) {
+	m := &p.meta[id]
+	if m.refs <= 0 {
+		panic(fmt.Sprintf("kv: release of block %d with refs %d", id, m.refs))
+	}
+	m.refs--
+	if m.refs > 0 {
+		return
+	}
+	if m.hashed {
+		p.evictor.Add(id)
+		return
+	}
+	p.free = append(p.free, id)
+}
+
+// commitLocked registers a full block's hash. If a block with that hash is
+// already known, the caller's block is released and the known one returned
+// with a reference taken, so equal content is kept once.
+func (p *Pool) commitLocked(id BlockID, h Hash, parent Hash, tokens []int32) BlockID {
+	if other, ok := p.index[h]; ok {
+		if other == id {
+			return id
+		}
+		p.acquireLocked(other)
+		p.releaseLocked(id)
+		return other
+	}
+	m := &p.meta[id]
+	if m.hashed {
+		panic(fmt.Sprintf("kv: block %d committed twice", id))
+	}
+	m.hashed, m.hash = true, h
+	p.index[h] = id
+	if p.cfg.Events != nil {
+		p.cfg.Events.Publish(Event{Kind: BlockStored, Tier: TierPool, Hashes: []Hash{h}, Parent: parent,
+			Tokens: append([]int32(nil), tokens...), BlockSize: p.cfg.BlockSize})
+	}
+	return id
+}
+
+// Clear drops every cached block from the index (active blocks keep their
+// contents but lose their hashes, so they are freed when released).
+func (p *Pool) Clear() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for {
+		id, ok := p.evictor.Victim()
+		if !ok {
+			break
+		}
+		m := &p.meta[id]
+		delete(p.index, m.hash)
+		m.hashed, m.hash = false, Hash{}
+		p.free = append(p.free, id)
+	}
+	for id := range p.meta {
+		m := &p.meta[id]
+		if m.hashed {
+			delete(p.index, m.hash)
+			m.hashed, m.hash = false, Hash{}
+		}
+	}
+	if p.cfg.Events != nil {
+		p.cfg.Events.Publish(Event{Kind: AllCleared, Tier: TierPool, BlockSize: p.cfg.BlockSize})
+	}
+}
+
+// Lookup reports whether a block with hash h is in the pool, without taking
+// a reference (for routers and tests).
+func (p *Pool) Lookup(h Hash) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, ok := p.index[h]
+	return ok
+}
+
+// CheckInvariants verifies the pool's bookkeeping: every block in exactly one
+// state, reference counts non-negative, the index and the hashed blocks in
+// agreement. Tests call it after every operation; it is O(blocks).
+func (p *Pool) CheckInvariants() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	onFree := make([]bool, len(p.meta))
+	for _, id := range p.free {
+		if onFree[id] {
+			return fmt.Errorf("kv: block %d twice on the free list", id)
+		}
+		onFree[id] = true
+	}
+	free, active, cached := 0, 0, 0
+	for i := range p.meta {
+		id, m := BlockID(i), &p.meta[i]
+		switch {
+		case m.refs < 0:
+			return fmt.Errorf("kv: block %d has %d references", id, m.refs)
+		case onFree[id]:
+			if m.refs != 0 || m.hashed {
+				return fmt.Errorf("kv: free block %d has refs %d, hashed %v", id, m.refs, m.hashed)
+			}
+			free++
+		case m.refs > 0:
+			active++
+		case m.hashed:
+			cached++
+		default:
+			return fmt.Errorf("kv: block %d is unreferenced, unhashed and not free (leaked)", id)
+		}
+		if m.hashed {
+			if got, ok := p.index[m.hash]; !ok || got != id {
+				return fmt.Errorf("kv: block %d's hash %s is not indexed to it", id, m.hash)
+			}
+		}
+	}
+	if cached != p.evictor.Len() {
+		return fmt.Errorf("kv: %d cached blocks but the evictor holds %d", cached, p.evictor.Len())
+	}
+	if len(p.index) != cached+countHashedActive(p.meta) {
+		return fmt.Errorf("kv: index has %d entries for %d hashed blocks", len(p.index), cached+countHashedActive(p.meta))
+	}
+	if free+active+cached != len(p.meta) {
+		return fmt.Errorf("kv: free %d + active %d + cached %d != total %d", free, active, cached, len(p.meta))
+	}
+	return nil
+}
+
+func countHashedActive(meta []blockMeta) int {
+	n := 0
+	for i := range meta {
+		if meta[i].refs > 0 && meta[i].hashed {
+			n++
+		}
+	}
+	return n
+}
+
+// Refs returns a block's reference count (tests and metrics).
+func (p *Pool) Refs(id BlockID) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return int(p.meta[id].refs)
+}

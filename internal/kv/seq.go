@@ -1,0 +1,201 @@
+package kv
+
+import "fmt"
+
+// Sequence is one sequence's block table: the blocks holding the KV of its
+// positions, in order. It is used by one goroutine at a time (the engine's
+// step loop); the pool it draws from is shared.
+//
+// Positions [0, Len()) hold computed KV. Reserve makes room for more, the
+// forward pass writes them, Commit records them (hashing the blocks that
+// became full), Release gives everything back.
+type Sequence struct {
+	pool   *Pool
+	hasher *Hasher
+	scope  Hash
+	blocks []BlockID
+	hashes []Hash  // hashes of blocks[0:len(hashes)], all full and committed
+	tokens []int32 // the tokens at positions [0, Len())
+}
+
+// NewSequence starts an empty sequence whose block hashes are salted with
+// scope and bound to extra (model identity).
+func (p *Pool) NewSequence(scope Hash, extra []byte) *Sequence {
+	return &Sequence{pool: p, hasher: NewHasher(extra), scope: scope}
+}
+
+// Len is the number of positions with computed KV.
+func (s *Sequence) Len() int { return len(s.tokens) }
+
+// Tokens returns the tokens at positions [0, Len()); the caller must not
+// modify them.
+func (s *Sequence) Tokens() []int32 { return s.tokens }
+
+// NumBlocks is the number of blocks in the table.
+func (s *Sequence) NumBlocks() int { return len(s.blocks) }
+
+// BlockSize implements model.Cache.
+func (s *Sequence) BlockSize() int { return s.pool.cfg.BlockSize }
+
+// Block implements model.Cache: layer l of logical block b.
+func (s *Sequence) Block(l, b int) (k, v []byte) { return s.pool.Layer(s.blocks[b], l) }
+
+// BlockHashes returns the hashes of the committed full blocks.
+func (s *Sequence) BlockHashes() []Hash { return s.hashes }
+
+// MatchPrefix reuses the cached blocks that hold a prefix of prompt, for a
+// sequence that is still empty, and returns how many tokens they cover. It
+// always leaves at least the last prompt token to compute, because its
+// logits are needed.
+func (s *Sequence) MatchPrefix(prompt []int32) int {
+	if len(s.tokens) != 0 || len(s.blocks) != 0 {
+		panic("kv: MatchPrefix on a non-empty sequence")
+	}
+	bs := s.pool.cfg.BlockSize
+	limit := (len(prompt) - 1) / bs // full blocks that leave ≥ 1 token
+	p := s.pool
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.stats.QueryTokens += int64(len(prompt))
+	parent := s.scope
+	for i := 0; i < limit; i++ {
+		h := s.hasher.Block(parent, prompt[i*bs:(i+1)*bs])
+		id, ok := p.index[h]
+		if !ok {
+			break
+		}
+		p.acquireLocked(id)
+		s.blocks = append(s.blocks, id)
+		s.hashes = append(s.hashes, h)
+		parent = h
+	}
+	n := len(s.blocks) * bs
+	s.tokens = append(s.tokens, prompt[:n]...)
+	p.stats.HitTokens += int64(n)
+	return n
+}
+
+// blocksNeeded is how many new blocks Reserve(n) must take: blocks to cover
+// n positions plus a private copy of the block to be written next if it is
+// shared.
+func (s *Sequence) blocksNeededLocked(n int) (grow int, cow bool) {
+	bs := s.pool.cfg.BlockSize
+	grow = max(0, (n+bs-1)/bs-len(s.blocks))
+	if b := len(s.tokens) / bs; b < len(s.blocks) && len(s.tokens) < n && s.pool.meta[s.blocks[b]].refs > 1 {
+		cow = true
+	}
+	return grow, cow
+}
+
+// Reserve makes sure blocks cover positions [0, n) and that the block the
+// next position is written into is owned by this sequence alone (copying a
+// shared, partly filled block first). It takes all the blocks it needs or
+// none, returning ErrNoSpace.
+func (s *Sequence) Reserve(n int) error {
+	p := s.pool
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	grow, cow := s.blocksNeededLocked(n)
+	need := grow
+	if cow {
+		need++
+	}
+	if need == 0 {
+		return nil
+	}
+	if need > len(p.free)+p.evictor.Len() {
+		return ErrNoSpace
+	}
+	if cow {
+		b := len(s.tokens) / p.cfg.BlockSize
+		old := s.blocks[b]
+		id, err := p.allocLocked()
+		if err != nil {
+			return err
+		}
+		copy(p.blockData(id), p.blockData(old))
+		p.releaseLocked(old)
+		s.blocks[b] = id
+	}
+	for i := 0; i < grow; i++ {
+		id, err := p.allocLocked()
+		if err != nil {
+			return err // cannot happen: counted above
+		}
+		s.blocks = append(s.blocks, id)
+	}
+	return nil
+}
+
+// BlocksFor is the number of blocks Reserve(n) would take now.
+func (s *Sequence) BlocksFor(n int) int {
+	s.pool.mu.Lock()
+	defer s.pool.mu.Unlock()
+	grow, cow := s.blocksNeededLocked(n)
+	if cow {
+		grow++
+	}
+	return grow
+}
+
+// Commit records that the KV of tokens has been written at positions
+// [Len(), Len()+len(tokens)) and registers every block that became full in
+// the prefix index (taking an identical block already there instead, if
+// any).
+func (s *Sequence) Commit(tokens []int32) {
+	bs := s.pool.cfg.BlockSize
+	if len(s.tokens)+len(tokens) > len(s.blocks)*bs {
+		panic(fmt.Sprintf("kv: commit of %d tokens past the %d reserved positions", len(s.tokens)+len(tokens), len(s.blocks)*bs))
+	}
+	s.tokens = append(s.tokens, tokens...)
+	full := len(s.tokens) / bs
+	if full == len(s.hashes) {
+		return
+	}
+	p := s.pool
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i := len(s.hashes); i < full; i++ {
+		parent := s.scope
+		if i > 0 {
+			parent = s.hashes[i-1]
+		}
+		blockTokens := s.tokens[i*bs : (i+1)*bs]
+		h := s.hasher.Block(parent, blockTokens)
+		s.blocks[i] = p.commitLocked(s.blocks[i], h, parent, blockTokens)
+		s.hashes = append(s.hashes, h)
+	}
+}
+
+// Fork returns a new sequence sharing all of this one's blocks (O(blocks)
+// reference increments, no copying). The first write into a shared partly
+// filled block copies it.
+func (s *Sequence) Fork() *Sequence {
+	p := s.pool
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, id := range s.blocks {
+		p.acquireLocked(id)
+	}
+	return &Sequence{
+		pool:   p,
+		hasher: NewHasher(s.hasher.extra),
+		scope:  s.scope,
+		blocks: append([]BlockID(nil), s.blocks...),
+		hashes: append([]Hash(nil), s.hashes...),
+		tokens: append([]int32(nil), s.tokens...),
+	}
+}
+
+// Release returns every block to the pool, tail first, so the tail of the
+// sequence is evicted before its prefix. Full blocks stay findable until
+// their space is needed. The sequence is empty afterwards.
+func (s *Sequence) Release() {
+	p := s.pool
+	p.mu.Lock()
+	for i := len(s.blocks) - 1; i >= 0; i-- {
+		p.releaseLocked(s.blocks[i])
+	}
+	p.mu.Unlock()
+	s.blocks, s.hashes, s.tokens = s.blocks[:0], s.hashes[:0], s.tokens[:0]
+}
