@@ -22,6 +22,10 @@ func sharedDir(t testing.TB) string {
 	return dir
 }
 
+func sharedPath(t testing.TB, elem ...string) string {
+	return filepath.Join(append([]string{sharedDir(t)}, elem...)...)
+}
+
 func loadTokenizer(t testing.TB, path string) *Tokenizer {
 	t.Helper()
 	f, err := gguf.Open(path)
@@ -103,6 +107,15 @@ func TestVocabGolden(t *testing.T) {
 				got := tok.Encode(c.input, false, false)
 				if !slices.Equal(got, c.want) {
 					t.Errorf("case %d %q:\n got %v\nwant %v", i, c.input, got, c.want)
+				}
+				// Round trip: llama.cpp's detokenize inverts tokenisation
+				// except where clean_up_tokenization_spaces rewrites the
+				// text (" ?" → "?"), for the vocabularies that use it.
+				if tok.cleanSpaces && string(cleanSpaces([]byte(c.input))) != c.input {
+					continue
+				}
+				if got := tok.DecodeWith(c.want, DecodeOptions{Detokenize: true}); got != c.input {
+					t.Errorf("case %d %q: detokenized to %q", i, c.input, got)
 				}
 			}
 		})
