@@ -141,7 +141,7 @@ func load(md Metadata) (*Tokenizer, error) {
 	if !ok {
 		return nil, fmt.Errorf("missing metadata %q", keyModel)
 	}
-	t := &Tokenizer{model: model, bos: -1, eos: -1, eot: -1, eom: -1, unk: -1, pad: -1}
+	t := &Tokenizer{model: model, bos: -1, eos: -1, eot: -1, eom: -1, unk: -1, pad: -1, fim: [6]int32{-1, -1, -1, -1, -1, -1}}
 	if t.pre, _, err = mdString(md, keyPre); err != nil {
 		return nil, err
 	}
@@ -300,6 +300,16 @@ func (t *Tokenizer) loadSpecialIDs(md Metadata) error {
 		{"tokenizer.ggml.eom_token_id", &t.eom, true},
 		{"tokenizer.ggml.unknown_token_id", &t.unk, true},
 		{"tokenizer.ggml.padding_token_id", &t.pad, false},
+		{"tokenizer.ggml.fim_pre_token_id", &t.fim[fimPre], false},
+		{"tokenizer.ggml.fim_suf_token_id", &t.fim[fimSuf], false},
+		{"tokenizer.ggml.fim_mid_token_id", &t.fim[fimMid], false},
+		{"tokenizer.ggml.fim_pad_token_id", &t.fim[fimPad], false},
+		{"tokenizer.ggml.fim_rep_token_id", &t.fim[fimRep], false},
+		{"tokenizer.ggml.fim_sep_token_id", &t.fim[fimSep], false},
+		// Deprecated names, read after the current ones as llama.cpp does.
+		{"tokenizer.ggml.prefix_token_id", &t.fim[fimPre], false},
+		{"tokenizer.ggml.suffix_token_id", &t.fim[fimSuf], false},
+		{"tokenizer.ggml.middle_token_id", &t.fim[fimMid], false},
 	} {
 		v, ok, err := mdInt(md, k.key)
 		if err != nil {
@@ -366,17 +376,16 @@ func (t *Tokenizer) finish(name string) {
 			}
 		}
 	}
-	fimPre, fimSuf, fimMid, fimPad, fimRep, fimSep := int32(-1), int32(-1), int32(-1), int32(-1), int32(-1), int32(-1)
 	detect(&t.eot, eotTexts)
 	detect(&t.eom, eomTexts)
-	detect(&fimPre, fimPreTexts)
-	detect(&fimSuf, fimSufTexts)
-	detect(&fimMid, fimMidTexts)
-	detect(&fimPad, fimPadTexts)
-	detect(&fimRep, fimRepTexts)
-	detect(&fimSep, fimSepTexts)
+	detect(&t.fim[fimPre], fimPreTexts)
+	detect(&t.fim[fimSuf], fimSufTexts)
+	detect(&t.fim[fimMid], fimMidTexts)
+	detect(&t.fim[fimPad], fimPadTexts)
+	detect(&t.fim[fimRep], fimRepTexts)
+	detect(&t.fim[fimSep], fimSepTexts)
 
-	for _, id := range []int32{fimPad, fimRep, fimSep} {
+	for _, id := range []int32{t.fim[fimPad], t.fim[fimRep], t.fim[fimSep]} {
 		if id >= 0 {
 			t.eog[id] = true
 		}

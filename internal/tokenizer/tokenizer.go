@@ -106,6 +106,7 @@ type Tokenizer struct {
 	byteToken [256]int32
 
 	bos, eos, eot, eom, unk, pad int32
+	fim                          [6]int32 // fill-in-the-middle tokens, indexed by fimPre..fimSep
 	addBOS, addEOS               bool
 	addSpacePrefix               bool
 	cleanSpaces                  bool
@@ -180,6 +181,22 @@ func (t *Tokenizer) UNK() int32 { return t.unk }
 
 // PAD returns the padding token id, or -1.
 func (t *Tokenizer) PAD() int32 { return t.pad }
+
+// Indexes of Tokenizer.fim.
+const (
+	fimPre = iota
+	fimSuf
+	fimMid
+	fimPad
+	fimRep
+	fimSep
+)
+
+// FIM returns the fill-in-the-middle tokens (prefix, suffix, middle), -1
+// where the vocabulary has none.
+func (t *Tokenizer) FIM() (prefix, suffix, middle int32) {
+	return t.fim[fimPre], t.fim[fimSuf], t.fim[fimMid]
+}
 
 // AddBOS reports whether Encode with addSpecial prepends BOS.
 func (t *Tokenizer) AddBOS() bool { return t.addBOS }

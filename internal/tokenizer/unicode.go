@@ -56,6 +56,15 @@ var cpClassTable = sync.OnceValue(func() []uint8 {
 	fill(unicode.Cf, classControl)
 	fill(unicode.Co, classControl)
 	fill(unicode.Cs, classControl)
+	// Go's tables are Unicode 15.0; llama.cpp's are 15.1, which added
+	// these code points (CJK Extension I and ideographic description
+	// characters). Patch them so both classify every code point alike.
+	for x := 0x2EBF0; x <= 0x2EE5D; x++ {
+		t[x] = classLetter
+	}
+	for _, x := range []int{0x2FFC, 0x2FFD, 0x2FFE, 0x2FFF, 0x31EF} {
+		t[x] = classSymbol
+	}
 	for _, r := range unicode.White_Space.R16 {
 		for x := uint32(r.Lo); x <= uint32(r.Hi); x += uint32(r.Stride) {
 			t[x] |= whiteSpace
