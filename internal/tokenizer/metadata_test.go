@@ -410,3 +410,36 @@ func FuzzFromMetadata(f *testing.F) {
 		}
 	})
 }
+
+// TestEveryPreTokenizer loads a small vocabulary with every pre-tokenizer
+// name llama.cpp knows and checks the flags that come with some of them.
+func TestEveryPreTokenizer(t *testing.T) {
+	text := "Hello, y'all! 12345 héllo 中文 <sentinel:1> IMGIMGABZ\n\n  x"
+	for _, pre := range PreTokenizers() {
+		tok, err := FromMetadata(bpeMetadata(pre, []string{"H e", "l l"}, []string{"<|eot_id|>"}))
+		if err != nil {
+			t.Errorf("%s: %v", pre, err)
+			continue
+		}
+		ids := tok.Encode(text, false, false)
+		if got := tok.Decode(ids); got != text {
+			t.Errorf("%s: round trip %q", pre, got)
+		}
+		switch pre {
+		case "llama3", "llama-bpe", "tekken", "chameleon":
+			if !tok.AddBOS() {
+				t.Errorf("%s: add_bos should default to true", pre)
+			}
+		case "chatglm-bpe":
+			if tok.BOS() != -1 {
+				t.Errorf("%s: BOS %d, want none", pre, tok.BOS())
+			}
+		}
+		if want := !preConfigs[pre].keepSpaces; tok.cleanSpaces != want {
+			t.Errorf("%s: clean spaces %v", pre, tok.cleanSpaces)
+		}
+	}
+	if len(PreTokenizers()) < 40 {
+		t.Errorf("only %d pre-tokenizers", len(PreTokenizers()))
+	}
+}

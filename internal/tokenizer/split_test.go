@@ -66,6 +66,10 @@ func TestSplitters(t *testing.T) {
 		{"default", preDefault.exprs, "a, 12345", []string{"a", ",", " ", "123", "45"}},
 		{"deepseek-coder", preConfigs["deepseek-coder"].exprs, "int x=1;\n", []string{"int", " x", "=", "1", ";", "\n"}},
 		{"regex $", []string{`\s+$`}, "a \n", []string{"a", " \n"}},
+		{"deepseek-v3", preConfigs["deepseek-v3"].exprs, "Hello, World 12345", []string{"Hello", ",", " World", " ", "123", "45"}},
+		{"tekken camel case", preConfigs["tekken"].exprs, "HelloWorld ABCdef", []string{"Hello", "World", " ABCdef"}},
+		{"poro", preConfigs["poro-chat"].exprs, "Hello, world…", []string{"Hello", ",", " world", "…"}},
+		{"llama.cpp's \\p{S} lacks ~", []string{`\p{S}+`}, "a~+b", []string{"a~", "+", "b"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var sps []splitter
