@@ -7,25 +7,27 @@
 // Sampling runs once per generated token per sequence, on a vector as long
 // as the vocabulary (151,936 entries for Qwen2.5). A textbook implementation
 // sorts that vector and takes a softmax of all of it; on this project's CPUs
-// that alone costs more than a millisecond. A Sampler instead makes a few
-// linear passes over the logits and only ever sorts a handful of entries:
+// that alone costs several milliseconds. A Sampler instead makes one or two
+// linear passes and sorts a few hundred entries at most:
 //
-//   - one pass finds the maximum (and the TopLogprobs best tokens);
-//   - one pass computes the probability mass at the sampling temperature and
-//     a 1024-bucket histogram of how far each token lies below the maximum
-//     (count and mass per bucket), and, when logprobs are asked for, the
-//     log-normalizer of the untempered distribution;
-//   - top-k, top-p and min-p each need to know where their cut falls: the
-//     histogram names the one bucket that holds the cut, and only that
-//     bucket's entries are gathered and sorted (radix selection, the
-//     nth_element of this package);
-//   - the random draw walks the bucket masses and then the entries of one
-//     bucket.
+//   - one pass keeps the best few hundred tokens in a small heap (a token
+//     costs one comparison unless it gets in). That gives greedy decoding,
+//     top logprobs and top-k (k ≤ 256) directly, and holds the min-p set and
+//     the top-p nucleus of nearly every real next-token distribution;
+//   - top-p and plain temperature sampling need the total probability mass,
+//     so they make a second pass that evaluates one exponential per token
+//     (exp32, a table-driven float32 exp), keeping partial sums per block of
+//     1024 ids for the draw; logprobs need the same kind of pass for the
+//     untempered normalizer, shared with it at temperature 1;
+//   - when a cut falls outside the heap (top-k above 256, or a top-p or
+//     min-p set of more than 512 tokens in a flat distribution) a 1024-bucket
+//     histogram of each token's distance below the best one (count and mass
+//     per bucket) names the bucket holding the cut, and only that bucket's
+//     tokens are gathered and sorted — radix selection, this package's
+//     nth_element.
 //
-// With top-k set to a few hundred or less (the common case) the histogram
-// only counts, and the candidates are gathered and sorted directly. A
-// Sampler owns all of its scratch space, so Sample allocates nothing once it
-// has seen a vocabulary of a given size.
+// A Sampler owns all of its scratch space, so Sample allocates nothing once
+// it has seen a vocabulary of a given size.
 //
 // # Order of operations
 //
@@ -53,12 +55,14 @@
 //
 // Logprobs are the log-softmax of the logits after logit bias and penalties,
 // before temperature and truncation: the model's own distribution as the
-// request shaped it. That is what OpenAI reports (top_logprobs do not depend
-// on temperature or top_p there) and vLLM's default; it keeps logprobs
-// comparable across sampling settings, gives every alternative a finite
-// value even when truncation removed it, and with no bias or penalties it is
-// exactly the model's log-softmax, which is what the llama.cpp reference
-// files in shared/testdata hold. Bias and penalties are included because the
-// caller asked for them to change the model's scores: a banned token shows
-// as impossible rather than likely.
+// request shaped it. Without bias and penalties that is exactly the model's
+// log-softmax — what OpenAI documents, what vLLM reports by default (its
+// "raw" mode) and what the llama.cpp reference files in shared/testdata
+// hold. Leaving temperature and truncation out keeps logprobs comparable
+// across sampling settings (the same logits give bit-identical logprobs
+// whatever the request's temperature, top-k or top-p) and gives every
+// alternative a finite value even when truncation removed it. Bias and
+// penalties are included because the caller asked for them to change the
+// model's scores: a banned token shows as impossible rather than likely, and
+// the greedy choice is always the top alternative.
 package sample

@@ -7,19 +7,18 @@ import (
 	"slices"
 )
 
-// Histogram geometry: the distance of a token below the best one, in nats at
-// the sampling temperature, d = (max − logit)/T ∈ [0, expCut), falls in
-// bucket ⌊d·bucketsPerNat⌋. Multiplying by a power of two is exact, so
-// "bucket(d) ≤ b" is exactly "d < (b+1)/bucketsPerNat" and gathering a bucket
-// needs no integer conversion.
-const (
-	bucketsPerNat = 32
-	nBuckets      = expCut * bucketsPerNat
-)
-
-// smallK is the largest top-k handled by gathering every candidate and sorting
-// them; larger values go through the bucket selection like top-p.
+// smallK is the largest top-k served from the candidate heap; larger values
+// go through the bucket selection.
 const smallK = 256
+
+// poolSize is how many of the best tokens the first pass keeps when sampling
+// without a small top-k: enough to hold the top-p nucleus and the min-p set of
+// most real next-token distributions, so that they need no further pass.
+const poolSize = 512
+
+// blockSize is the number of token ids per partial sum of a full-vocabulary
+// draw.
+const blockSize = 1024
 
 // TokenLogprob is one entry of Logprobs.Top.
 type TokenLogprob struct {
@@ -88,12 +87,14 @@ type Sampler struct {
 	wantLogprob  bool
 	freqPresence bool
 	penaltiesOn  bool
+	pool         int // candidates kept by the first pass
 	bias         []biasEntry
 	vocabSize    int
 	work         []float32
 	counts       []int32
+	heap         []item
 	top          []TokenLogprob
-	topZ         []float32
+	blocks       []float64
 	hcnt         [nBuckets]int32
 	hmass        [nBuckets]float64
 	cand, cand2  []item
@@ -142,10 +143,16 @@ func New(p Params, vocabSize int) (*Sampler, error) {
 		s.bias = append(s.bias, biasEntry{id, v})
 	}
 	slices.SortFunc(s.bias, func(a, b biasEntry) int { return cmp.Compare(a.id, b.id) })
+	s.pool = max(1, p.TopLogprobs)
+	if p.Temperature > 0 {
+		if s.topK > 0 && s.topK <= smallK {
+			s.pool = max(s.pool, s.topK)
+		} else {
+			s.pool = max(s.pool, poolSize)
+		}
+	}
+	s.heap = make([]item, 0, s.pool)
 	s.top = make([]TokenLogprob, 0, p.TopLogprobs)
-	s.topZ = make([]float32, 0, p.TopLogprobs)
-	s.cand = make([]item, 0, 1024)
-	s.cand2 = make([]item, 0, 1024)
 	return s, nil
 }
 
@@ -168,30 +175,33 @@ func (s *Sampler) Params() Params { return s.p }
 func (s *Sampler) Sample(logits []float32, history []int32) (int32, Logprobs) {
 	nan := float32(math.NaN())
 	z := s.adjust(logits, history)
-	mx, arg := s.scanMax(z)
-	if arg >= 0 && math.IsInf(float64(mx), 1) {
+	top := s.selectTop(z)
+	if len(top) > 0 && math.IsInf(float64(top[0].z), 1) {
 		z = s.sanitize(z)
-		mx, arg = s.scanMax(z)
+		top = s.selectTop(z)
 	}
-	if arg < 0 {
+	if len(top) == 0 {
 		return -1, Logprobs{Token: -1, Logprob: nan}
 	}
+	mx := top[0].z
 	// Logprobs are (z − mx) − log Σ exp(z_i − mx): subtracting mx first
 	// keeps them exact even for huge logits.
-	tok := arg
+	tok := top[0].id
 	logSum := math.NaN()
 	if s.p.Temperature == 0 {
 		if s.wantLogprob {
-			logSum = logSumExpRel(z, mx)
+			l, _ := s.massPass(z, mx, true, false, nil)
+			logSum = math.Log(l)
 		}
 	} else {
-		tok, logSum = s.sampleTemp(z, mx)
+		tok, logSum = s.sampleTemp(z, top)
 	}
 	lp := Logprobs{Token: tok, Logprob: nan}
 	if s.wantLogprob {
 		lp.Logprob = float32(float64(z[tok]-mx) - logSum)
-		for i := range s.top {
-			s.top[i].Logprob = float32(float64(s.topZ[i]-mx) - logSum)
+		s.top = s.top[:0]
+		for _, it := range top[:min(len(top), s.p.TopLogprobs)] {
+			s.top = append(s.top, TokenLogprob{Token: it.id, Logprob: float32(float64(it.z-mx) - logSum)})
 		}
 		lp.Top = s.top
 	}
@@ -296,375 +306,4 @@ func (s *Sampler) sanitize(z []float32) []float32 {
 		}
 	}
 	return w
-}
-
-// scanMax returns the largest entry of z and its lowest index (-1 and -Inf
-// when there is no entry above -Inf; NaN never wins), and collects the
-// TopLogprobs best entries into s.top/s.topZ.
-func (s *Sampler) scanMax(z []float32) (float32, int32) {
-	mx := float32(math.Inf(-1))
-	arg := int32(-1)
-	if cap(s.top) == 0 {
-		for i, v := range z {
-			if v > mx {
-				mx, arg = v, int32(i)
-			}
-		}
-		return mx, arg
-	}
-	// Keep the best entries in s.topZ/s.top, best first; thr is the value a
-	// new entry must beat once the list is full (ties keep the lower id).
-	s.top, s.topZ = s.top[:0], s.topZ[:0]
-	capN := cap(s.top)
-	thr := float32(math.Inf(-1))
-	for i, v := range z {
-		if !(v > thr) { // thr is -Inf until the list is full
-			continue
-		}
-		if v > mx {
-			mx, arg = v, int32(i)
-		}
-		// Insert after every entry ≥ v.
-		j := len(s.topZ)
-		if j == capN {
-			j--
-		} else {
-			s.top = append(s.top, TokenLogprob{})
-			s.topZ = append(s.topZ, 0)
-		}
-		for j > 0 && s.topZ[j-1] < v {
-			s.topZ[j], s.top[j] = s.topZ[j-1], s.top[j-1]
-			j--
-		}
-		s.topZ[j], s.top[j] = v, TokenLogprob{Token: int32(i)}
-		if len(s.topZ) == capN {
-			thr = s.topZ[capN-1]
-		}
-	}
-	return mx, arg
-}
-
-// logSumExpRel returns log Σ exp(z_i − mx) given mx = max z_i (finite).
-// sampleTemp computes the same sum in the same order, so greedy and sampled
-// steps report bit-identical logprobs.
-func logSumExpRel(z []float32, mx float32) float64 {
-	var sum float64
-	for _, v := range z {
-		if x := v - mx; x >= -expCut {
-			sum += float64(exp32(x))
-		}
-	}
-	return math.Log(sum)
-}
-
-// dist returns d = (mx − v)/T, the distance below the best token in nats at
-// the sampling temperature. Every pass computes it with this one expression
-// so that a token lands in the same bucket each time.
-func dist(mx, v, invT float32) float32 { return (mx - v) * invT }
-
-// uniform returns a random float64 in [0, 1) with 53 random bits.
-func (s *Sampler) uniform() float64 {
-	if s.draw != nil {
-		return s.draw()
-	}
-	return float64(s.rng.Uint64()>>11) * 0x1p-53
-}
-
-// sampleTemp draws a token at temperature 1/s.invT with top-k, top-p and
-// min-p applied, and returns it with log Σ exp(z_i − mx) of the untempered
-// distribution (NaN unless logprobs are wanted).
-func (s *Sampler) sampleTemp(z []float32, mx float32) (int32, float64) {
-	invT := s.invT
-	smallTopK := s.topK > 0 && s.topK <= smallK && s.topK < len(z)
-	needMass := !smallTopK
-	sameExp := invT == 1
-	want := s.wantLogprob
-	clear(s.hcnt[:])
-	if needMass {
-		clear(s.hmass[:])
-	}
-	var lsum float64
-	for _, v := range z {
-		x := v - mx
-		var e1 float32
-		if want && x >= -expCut {
-			e1 = exp32(x)
-			lsum += float64(e1)
-		}
-		d := dist(mx, v, invT)
-		if !(d < expCut) { // far below, -Inf or NaN
-			continue
-		}
-		b := int(d * bucketsPerNat)
-		s.hcnt[b]++
-		if needMass {
-			if !(sameExp && want) {
-				e1 = exp32(-d)
-			}
-			s.hmass[b] += float64(e1)
-		}
-	}
-	logSum := math.NaN()
-	if want {
-		logSum = math.Log(lsum)
-	}
-	if smallTopK {
-		return s.drawSmallK(z, mx), logSum
-	}
-	return s.drawBuckets(z, mx), logSum
-}
-
-// gather appends to dst every token whose bucket lies in [lo, hi), in id order.
-func gather(dst []item, z []float32, mx, invT float32, lo, hi int) []item {
-	dLo := float32(lo) / bucketsPerNat
-	dHi := float32(hi) / bucketsPerNat
-	for i, v := range z {
-		if d := dist(mx, v, invT); d >= dLo && d < dHi {
-			dst = append(dst, item{z: v, id: int32(i)})
-		}
-	}
-	return dst
-}
-
-// weight is a candidate's unnormalized probability at the sampling temperature.
-func weight(mx, v, invT float32) float32 { return exp32(-dist(mx, v, invT)) }
-
-// drawSmallK handles top-k ≤ smallK: gather the buckets that hold the k best
-// tokens, sort them, cut, draw.
-func (s *Sampler) drawSmallK(z []float32, mx float32) int32 {
-	k := s.topK
-	bk, have := 0, 0
-	for ; bk < nBuckets; bk++ {
-		have += int(s.hcnt[bk])
-		if have >= k {
-			break
-		}
-	}
-	c := gather(s.cand[:0], z, mx, s.invT, 0, min(bk+1, nBuckets))
-	s.cand = c
-	slices.SortFunc(c, byRank)
-	if len(c) > k {
-		c = c[:k]
-	}
-	return s.drawSorted(c, mx)
-}
-
-// drawSorted applies top-p (relative to the mass of c) and min-p to the
-// ranked candidates c and draws one.
-func (s *Sampler) drawSorted(c []item, mx float32) int32 {
-	invT := s.invT
-	n := len(c)
-	for i, it := range c { // min-p: d ascending along c
-		if dist(mx, it.z, invT) > s.dMin {
-			n = i
-			break
-		}
-	}
-	if s.topP < 1 {
-		var total float64
-		for _, it := range c {
-			total += float64(weight(mx, it.z, invT))
-		}
-		target := s.topP * total
-		var cum float64
-		for i, it := range c[:n] {
-			cum += float64(weight(mx, it.z, invT))
-			if cum >= target {
-				n = i + 1
-				break
-			}
-		}
-	}
-	c = c[:max(n, 1)]
-	var total float64
-	for _, it := range c {
-		total += float64(weight(mx, it.z, invT))
-	}
-	u := s.uniform() * total
-	return pickIn(c, mx, invT, u)
-}
-
-// pickIn returns the first candidate at which the running weight exceeds u,
-// or the last candidate with positive weight when rounding leaves u beyond
-// the sum.
-func pickIn(c []item, mx, invT float32, u float64) int32 {
-	var cum float64
-	last := c[0].id
-	for _, it := range c {
-		w := float64(weight(mx, it.z, invT))
-		if w > 0 {
-			last = it.id
-		}
-		cum += w
-		if cum > u {
-			return it.id
-		}
-	}
-	return last
-}
-
-// drawBuckets handles every case but small top-k, from the histogram of
-// counts and masses filled by sampleTemp.
-func (s *Sampler) drawBuckets(z []float32, mx float32) int32 {
-	invT := s.invT
-	last := nBuckets - 1
-	for last > 0 && s.hcnt[last] == 0 {
-		last--
-	}
-	var total float64
-	for _, m := range s.hmass[:last+1] {
-		total += m
-	}
-
-	// A cut is (bucket, rank): the candidates are every token in buckets
-	// before the bucket plus the first rank tokens of that bucket, ranked.
-	// none means "no cut": everything up to and including the last bucket.
-	none := last + 1
-	kB, kR := none, 0
-	pB, pR := none, 0
-	var listK, listP []item
-
-	// top-k.
-	massK := total
-	if s.topK > 0 {
-		have := 0
-		for b := 0; b <= last; b++ {
-			if have+int(s.hcnt[b]) >= s.topK {
-				listK = gather(s.cand[:0], z, mx, invT, b, b+1)
-				s.cand = listK
-				slices.SortFunc(listK, byRank)
-				kB, kR = b, s.topK-have
-				massK = 0
-				for _, m := range s.hmass[:b] {
-					massK += m
-				}
-				for _, it := range listK[:kR] {
-					massK += float64(weight(mx, it.z, invT))
-				}
-				break
-			}
-			have += int(s.hcnt[b])
-		}
-	}
-
-	// top-p, relative to the top-k mass.
-	if s.topP < 1 {
-		target := s.topP * massK
-		var cum float64
-		b := 0
-		for ; b < kB && b <= last; b++ {
-			if cum+s.hmass[b] >= target {
-				break
-			}
-			cum += s.hmass[b]
-		}
-		switch {
-		case b == kB && kB != none: // inside the top-k cut bucket
-			for i, it := range listK[:kR] {
-				cum += float64(weight(mx, it.z, invT))
-				if cum >= target {
-					pB, pR, listP = kB, i+1, listK
-					break
-				}
-			}
-		case b <= last:
-			listP = gather(s.cand2[:0], z, mx, invT, b, b+1)
-			s.cand2 = listP
-			slices.SortFunc(listP, byRank)
-			pB, pR = b, len(listP)
-			for i, it := range listP {
-				cum += float64(weight(mx, it.z, invT))
-				if cum >= target {
-					pR = i + 1
-					break
-				}
-			}
-		}
-	}
-
-	// min-p: a distance threshold, so its cut bucket holds a prefix too.
-	mB := none
-	if s.dMin < expCut {
-		mB = min(int(s.dMin*bucketsPerNat), none)
-	}
-
-	// The final set is the shortest of the three prefixes.
-	fB := min(kB, pB, mB)
-	var list []item
-	r := 0
-	if fB != none {
-		switch fB {
-		case kB:
-			list = listK
-		case pB:
-			list = listP
-		default:
-			list = gather(s.cand2[:0], z, mx, invT, fB, fB+1)
-			s.cand2 = list
-			slices.SortFunc(list, byRank)
-		}
-		r = len(list)
-		if fB == kB {
-			r = min(r, kR)
-		}
-		if fB == pB {
-			r = min(r, pR)
-		}
-		if fB == mB {
-			for i, it := range list[:r] {
-				if dist(mx, it.z, invT) > s.dMin {
-					r = i
-					break
-				}
-			}
-		}
-		list = list[:r]
-	} else {
-		fB = last + 1
-	}
-	var full float64
-	for _, m := range s.hmass[:fB] {
-		full += m
-	}
-	var part float64
-	for _, it := range list {
-		part += float64(weight(mx, it.z, invT))
-	}
-	if full+part <= 0 { // cannot happen (the best token has weight 1); be safe
-		if len(list) > 0 {
-			return list[0].id
-		}
-		return argmax(z)
-	}
-	u := s.uniform() * (full + part)
-	if u >= full && len(list) > 0 {
-		return pickIn(list, mx, invT, u-full)
-	}
-	// Find the bucket before fB where the running mass passes u.
-	var cum float64
-	b := 0
-	for ; b < fB-1; b++ {
-		if cum+s.hmass[b] > u {
-			break
-		}
-		cum += s.hmass[b]
-	}
-	c := gather(s.cand2[:0], z, mx, invT, b, b+1)
-	s.cand2 = c
-	if len(c) == 0 { // only if rounding pointed at an empty bucket
-		return argmax(z)
-	}
-	return pickIn(c, mx, invT, u-cum)
-}
-
-// argmax returns the lowest index of the largest entry of z (-1 if none is
-// above -Inf).
-func argmax(z []float32) int32 {
-	mx, arg := float32(math.Inf(-1)), int32(-1)
-	for i, v := range z {
-		if v > mx {
-			mx, arg = v, int32(i)
-		}
-	}
-	return arg
 }

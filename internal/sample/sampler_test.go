@@ -560,6 +560,8 @@ func TestLogprobs(t *testing.T) {
 		{TopLogprobs: 20, RepeatPenalty: 1.2, LogitBias: map[int32]float32{5: 2}},
 		{Temperature: 0.3, TopK: 3, TopLogprobs: 20, RepeatPenalty: 1.2, LogitBias: map[int32]float32{5: 2}},
 		{Temperature: 1, TopP: 0.5, TopLogprobs: 20, RepeatPenalty: 1.2, LogitBias: map[int32]float32{5: 2}},
+		{Temperature: 0.6, TopP: 0.8, TopLogprobs: 20, RepeatPenalty: 1.2, LogitBias: map[int32]float32{5: 2}},
+		{Temperature: 1.4, TopLogprobs: 20, RepeatPenalty: 1.2, LogitBias: map[int32]float32{5: 2}},
 		{Temperature: 1.7, MinP: 0.3, TopLogprobs: 20, RepeatPenalty: 1.2, LogitBias: map[int32]float32{5: 2}},
 	} {
 		adj := refPenalize(z, hist, p)
@@ -668,6 +670,38 @@ func TestNoAllocations(t *testing.T) {
 		s.Sample(z, hist) // grow scratch
 		if n := testing.AllocsPerRun(20, func() { s.Sample(z, hist) }); n != 0 {
 			t.Errorf("%+v: %v allocations per Sample", p, n)
+		}
+	}
+}
+
+// Every sampling path computes the logprob normalizer with its own loop;
+// they must agree bit for bit, on a vocabulary large enough to take each.
+func TestLogprobsIdenticalAcrossPaths(t *testing.T) {
+	r := rand.New(rand.NewPCG(13, 13))
+	for _, z := range [][]float32{realistic(r, 5000), flat(r, 5000)} {
+		var want []TokenLogprob
+		for _, p := range []Params{
+			{},
+			{Temperature: 1},
+			{Temperature: 1.4},
+			{Temperature: 0.6, TopP: 0.8},
+			{Temperature: 1, TopP: 0.8},
+			{Temperature: 0.8, TopK: 40},
+			{Temperature: 0.8, TopK: 3000},
+			{Temperature: 0.9, MinP: 0.05},
+			{Temperature: 0.9, MinP: 0.001},
+			{Temperature: 1.2, TopP: 0.999},
+		} {
+			p.TopLogprobs = 20
+			s := mustNew(t, p, len(z))
+			_, lp := s.Sample(z, nil)
+			if want == nil {
+				want = slices.Clone(lp.Top)
+				continue
+			}
+			if !slices.Equal(lp.Top, want) {
+				t.Fatalf("%+v: top logprobs %v differ from greedy's %v", p, lp.Top[:3], want[:3])
+			}
 		}
 	}
 }
