@@ -1,0 +1,482 @@
+package tensor
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+)
+
+// Matrix multiplication.
+//
+// MatMul follows ggml's CPU arithmetic so that results track llama.cpp: the
+// activations are first converted to the weight type's "vec_dot type"
+// (Q8_0 for Q8_0/Q4_0 weights, Q8_K for Q4_K/Q6_K, F16 for F16, BF16 for
+// BF16, none for F32), then each output is a dot product computed with
+// integer block sums scaled by the blocks' scales. The summation order of the
+// fast kernels differs from ggml's only in how float partial sums are added
+// up.
+//
+// The converted activations live in the Pool's actBuf in a structure-of-
+// arrays layout (all quantized values of a token back to back, scales and
+// block sums in separate arrays), which is friendlier to SIMD than GGML's
+// interleaved blocks and carries the same numbers.
+
+// actBuf holds n tokens of activations converted for one weight type.
+type actBuf struct {
+	cols int
+	q    []int8    // Q8_0 / Q8_K values, cols per token
+	d    []float32 // per-block scale: Q8_0 rounded through f16, Q8_K f32
+	s    []int32   // Q8_0: sum of each block's values
+	bs   []int16   // Q8_K: sums of each 16 values (16 per block)
+	f    []float32 // F16/BF16-rounded activations widened to f32
+	x    []float32 // F32 weights: the caller's activations, unconverted
+	h    []uint16  // F16/BF16 activations
+}
+
+func growI8(s []int8, n int) []int8 {
+	if cap(s) < n {
+		return make([]int8, n)
+	}
+	return s[:n]
+}
+
+func growF32(s []float32, n int) []float32 {
+	if cap(s) < n {
+		return make([]float32, n)
+	}
+	return s[:n]
+}
+
+func growI32(s []int32, n int) []int32 {
+	if cap(s) < n {
+		return make([]int32, n)
+	}
+	return s[:n]
+}
+
+func growI16(s []int16, n int) []int16 {
+	if cap(s) < n {
+		return make([]int16, n)
+	}
+	return s[:n]
+}
+
+func growU16(s []uint16, n int) []uint16 {
+	if cap(s) < n {
+		return make([]uint16, n)
+	}
+	return s[:n]
+}
+
+// prepare sizes the buffer for n tokens of cols activations for weight type t.
+func (a *actBuf) prepare(t DType, cols, n int) {
+	a.cols = cols
+	switch t {
+	case Q8_0, Q4_0:
+		a.q = growI8(a.q, n*cols)
+		a.d = growF32(a.d, n*cols/qk80)
+		a.s = growI32(a.s, n*cols/qk80)
+	case Q4_K, Q6_K:
+		a.q = growI8(a.q, n*cols)
+		a.d = growF32(a.d, n*cols/qkK)
+		a.bs = growI16(a.bs, n*cols/16)
+	case F16, BF16:
+		a.f = growF32(a.f, n*cols)
+		a.h = growU16(a.h, n*cols)
+	}
+}
+
+// convertTokens converts tokens [t0,t1) of x for weight type t.
+func (a *actBuf) convertTokens(t DType, x []float32, t0, t1 int) {
+	c := a.cols
+	for tok := t0; tok < t1; tok++ {
+		xs := x[tok*c : (tok+1)*c]
+		switch t {
+		case Q8_0, Q4_0:
+			nb := c / qk80
+			quantizeActQ80(a.q[tok*c:(tok+1)*c], a.d[tok*nb:(tok+1)*nb], a.s[tok*nb:(tok+1)*nb], xs)
+		case Q4_K, Q6_K:
+			nb := c / qkK
+			quantizeActQ8K(a.q[tok*c:(tok+1)*c], a.d[tok*nb:(tok+1)*nb], a.bs[tok*c/16:(tok+1)*c/16], xs)
+		case F16:
+			h := a.h[tok*c : (tok+1)*c]
+			f := a.f[tok*c : (tok+1)*c]
+			convertF16Act(h, f, xs)
+		case BF16:
+			h := a.h[tok*c : (tok+1)*c]
+			f := a.f[tok*c : (tok+1)*c]
+			for i, v := range xs {
+				h[i] = F32ToBF16(v)
+				f[i] = BF16ToF32(h[i])
+			}
+		}
+	}
+}
+
+// convertF16ActGeneric rounds x to f16 into h and widens it back into f.
+func convertF16ActGeneric(h []uint16, f, x []float32) {
+	for i, v := range x {
+		h[i] = F32ToF16(v)
+		f[i] = F16ToF32(h[i])
+	}
+}
+
+// quantizeActQ80Generic quantizes one token to Q8_0 as ggml's quantize_row_q8_0
+// does on x86 (AVX2 path): d = amax/127 stored as f16, values x*(127/amax)
+// rounded to nearest even. s receives each block's sum of values.
+func quantizeActQ80Generic(q []int8, d []float32, s []int32, x []float32) {
+	for b := range d {
+		xs := x[b*qk80 : (b+1)*qk80]
+		var amax float32
+		for _, v := range xs {
+			amax = max(amax, abs32(v))
+		}
+		dd := amax / 127
+		var id float32
+		if amax != 0 {
+			id = 127 / amax
+		}
+		d[b] = F16ToF32(F32ToF16(dd))
+		qs := q[b*qk80 : (b+1)*qk80]
+		var sum int32
+		for j, v := range xs {
+			r := int8(math.RoundToEven(float64(v * id)))
+			qs[j] = r
+			sum += int32(r)
+		}
+		s[b] = sum
+	}
+}
+
+// quantizeActQ8KGeneric quantizes one token to Q8_K as ggml's quantize_row_q8_K_ref.
+func quantizeActQ8KGeneric(q []int8, d []float32, bs []int16, x []float32) {
+	for b := range d {
+		xs := x[b*qkK : (b+1)*qkK]
+		qs := q[b*qkK : (b+1)*qkK]
+		sums := bs[b*16 : (b+1)*16]
+		var mx, amax float32
+		for _, v := range xs {
+			if ax := abs32(v); ax > amax {
+				amax = ax
+				mx = v
+			}
+		}
+		if amax == 0 {
+			d[b] = 0
+			clear(qs)
+			clear(sums)
+			continue
+		}
+		iscale := -127 / mx
+		for j, v := range xs {
+			qs[j] = int8(min(127, nearestInt(iscale*v)))
+		}
+		for j := range sums {
+			var sum int16
+			for _, v := range qs[16*j : 16*j+16] {
+				sum += int16(v)
+			}
+			sums[j] = sum
+		}
+		d[b] = 1 / iscale
+	}
+}
+
+// vecDotType returns the type activations are converted to for weights of
+// type t.
+func vecDotType(t DType) DType {
+	switch t {
+	case Q8_0, Q4_0:
+		return Q8_0
+	case Q4_K, Q6_K:
+		return Q8_K
+	}
+	return t
+}
+
+// A kernel computes dst[t*ld+r] for rows [r0,r1) of w and tokens [t0,t1) of
+// the converted activations a (or x for F32 weights).
+type kernel func(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int)
+
+// portableKernels are the reference kernels, by weight type (read-only).
+var portableKernels = map[DType]kernel{
+	F32:  genericTile(dotF32Row),
+	F16:  genericTile(dotHalfRow(F16)),
+	BF16: genericTile(dotHalfRow(BF16)),
+	Q8_0: genericTile(dotQ80Row),
+	Q4_0: genericTile(dotQ40Row),
+	Q4_K: genericTile(dotQ4KRow),
+	Q6_K: genericTile(dotQ6KRow),
+}
+
+// portableKernel is the reference kernel of type t (nil if unsupported).
+func portableKernel(t DType) kernel { return portableKernels[t] }
+
+// rowDot is one dot product between row bytes and token tok of a.
+type rowDot func(row []byte, a *actBuf, tok int) float32
+
+func genericTile(dot rowDot) kernel {
+	return func(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int) {
+		for r := r0; r < r1; r++ {
+			row := w.Row(r)
+			for t := t0; t < t1; t++ {
+				dst[t*ld+r] = dot(row, a, t)
+			}
+		}
+	}
+}
+
+func dotF32Row(row []byte, a *actBuf, tok int) float32 {
+	c := a.cols
+	y := a.x[tok*c : (tok+1)*c]
+	var sum float32
+	for i, v := range y {
+		sum += float32(math.Float32frombits(binary.LittleEndian.Uint32(row[4*i:])) * v)
+	}
+	return sum
+}
+
+func dotHalfRow(t DType) rowDot {
+	conv := F16ToF32
+	if t == BF16 {
+		conv = BF16ToF32
+	}
+	return func(row []byte, a *actBuf, tok int) float32 {
+		c := a.cols
+		y := a.f[tok*c : (tok+1)*c]
+		var sum float32
+		for i, v := range y {
+			sum += float32(conv(binary.LittleEndian.Uint16(row[2*i:])) * v)
+		}
+		return sum
+	}
+}
+
+// dotQ80Row is ggml_vec_dot_q8_0_q8_0: per block, the integer dot product
+// times the product of the two scales.
+func dotQ80Row(row []byte, a *actBuf, tok int) float32 {
+	c := a.cols
+	nb := c / qk80
+	q := a.q[tok*c : (tok+1)*c]
+	d := a.d[tok*nb : (tok+1)*nb]
+	var sum float32
+	for b := 0; b < nb; b++ {
+		blk := row[b*q80Size : (b+1)*q80Size]
+		ys := q[b*qk80 : (b+1)*qk80]
+		var si int32
+		for j, y := range ys {
+			si += int32(int8(blk[2+j])) * int32(y)
+		}
+		sum += float32(si) * float32(f16At(blk, 0)*d[b])
+	}
+	return sum
+}
+
+// dotQ40Row is ggml_vec_dot_q4_0_q8_0.
+func dotQ40Row(row []byte, a *actBuf, tok int) float32 {
+	c := a.cols
+	nb := c / qk40
+	q := a.q[tok*c : (tok+1)*c]
+	d := a.d[tok*nb : (tok+1)*nb]
+	var sum float32
+	for b := 0; b < nb; b++ {
+		blk := row[b*q40Size : (b+1)*q40Size]
+		ys := q[b*qk40 : (b+1)*qk40]
+		var si int32
+		for j := 0; j < 16; j++ {
+			v := blk[2+j]
+			si += (int32(v&0xf) - 8) * int32(ys[j])
+			si += (int32(v>>4) - 8) * int32(ys[j+16])
+		}
+		sum += float32(si) * float32(f16At(blk, 0)*d[b])
+	}
+	return sum
+}
+
+// dotQ4KRow is ggml_vec_dot_q4_K_q8_K: per 256-value block,
+// d*dy*Σ sc_j·(q·y)_j − dmin*dy*Σ m_j·(sum of y over sub-block j).
+func dotQ4KRow(row []byte, a *actBuf, tok int) float32 {
+	c := a.cols
+	nb := c / qkK
+	q := a.q[tok*c : (tok+1)*c]
+	dy := a.d[tok*nb : (tok+1)*nb]
+	bs := a.bs[tok*c/16 : (tok+1)*c/16]
+	var sum float32
+	for b := 0; b < nb; b++ {
+		blk := row[b*q4KSize : (b+1)*q4KSize]
+		d := f16At(blk, 0) * dy[b]
+		dmin := f16At(blk, 2) * dy[b]
+		scales := blk[4:16]
+		qs := blk[16:144]
+		ys := q[b*qkK : (b+1)*qkK]
+		var sumi, summ int32
+		for j := 0; j < 8; j++ {
+			sc, m := scaleMinK4(j, scales)
+			summ += int32(m) * (int32(bs[16*b+2*j]) + int32(bs[16*b+2*j+1]))
+			chunk := qs[32*(j/2) : 32*(j/2)+32]
+			shift := uint(4 * (j & 1))
+			yj := ys[32*j : 32*j+32]
+			var si int32
+			for l, y := range yj {
+				si += int32(chunk[l]>>shift&0xf) * int32(y)
+			}
+			sumi += int32(sc) * si
+		}
+		sum += float32(d*float32(sumi)) - float32(dmin*float32(summ))
+	}
+	return sum
+}
+
+// dotQ6KRow is ggml_vec_dot_q6_K_q8_K: d*dy*Σ sc_k·((q-32)·y)_k over the 16
+// sub-blocks of each block.
+func dotQ6KRow(row []byte, a *actBuf, tok int) float32 {
+	c := a.cols
+	nb := c / qkK
+	q := a.q[tok*c : (tok+1)*c]
+	dy := a.d[tok*nb : (tok+1)*nb]
+	var sum float32
+	for b := 0; b < nb; b++ {
+		blk := row[b*q6KSize : (b+1)*q6KSize]
+		ys := q[b*qkK : (b+1)*qkK]
+		sc := blk[192:208]
+		var sumi int32
+		for h := 0; h < 2; h++ {
+			ql := blk[64*h : 64*h+64]
+			qh := blk[128+32*h : 128+32*h+32]
+			yh := ys[128*h : 128*h+128]
+			var s [8]int32
+			for l := 0; l < 32; l++ {
+				is := l / 16
+				q1 := int32(ql[l]&0xf|(qh[l]>>0&3)<<4) - 32
+				q2 := int32(ql[l+32]&0xf|(qh[l]>>2&3)<<4) - 32
+				q3 := int32(ql[l]>>4|(qh[l]>>4&3)<<4) - 32
+				q4 := int32(ql[l+32]>>4|(qh[l]>>6&3)<<4) - 32
+				s[is+0] += q1 * int32(yh[l])
+				s[is+2] += q2 * int32(yh[l+32])
+				s[is+4] += q3 * int32(yh[l+64])
+				s[is+6] += q4 * int32(yh[l+96])
+			}
+			for k := 0; k < 8; k++ {
+				sumi += int32(int8(sc[8*h+k])) * s[k]
+			}
+		}
+		sum += f16At(blk, 208) * dy[b] * float32(sumi)
+	}
+	return sum
+}
+
+// matmulJob is the state of one MatMul shared by the pool's threads.
+type matmulJob struct {
+	dst        []float32
+	w          Matrix
+	x          []float32
+	n          int
+	kern       kernel
+	rowChunk   int
+	tokChunk   int
+	nRowChunks int
+	items      int
+}
+
+// run takes work items (tiles of rows × tokens) until none are left.
+func (j *matmulJob) run(p *Pool) {
+	for {
+		it := int(p.next.Add(1) - 1)
+		if it >= j.items {
+			return
+		}
+		rc, tc := it%j.nRowChunks, it/j.nRowChunks
+		r0 := rc * j.rowChunk
+		r1 := min(r0+j.rowChunk, j.w.Rows)
+		t0 := tc * j.tokChunk
+		t1 := min(t0+j.tokChunk, j.n)
+		j.kern(j.dst, j.w.Rows, &j.w, r0, r1, &p.act, t0, t1)
+	}
+}
+
+// convert is thread id's share of the activation conversion.
+func (j *matmulJob) convert(p *Pool, id int) {
+	t0, t1 := j.n*id/p.threads, j.n*(id+1)/p.threads
+	p.act.convertTokens(j.w.Type, j.x, t0, t1)
+}
+
+// kernelFor returns the fastest available kernel for weights of type t.
+func kernelFor(t DType) kernel {
+	if k := fastKernel(t); k != nil {
+		return k
+	}
+	return portableKernel(t)
+}
+
+// MatMul computes dst[t*w.Rows + r] = Σ_c W[r][c]·x[t*w.Cols + c] for all
+// rows r and tokens t in [0,n), spreading the work over the pool's threads.
+// x is first converted to the weight type's vec_dot type as ggml does (see
+// the package comment in matmul.go). dst must hold n*w.Rows values and x
+// n*w.Cols; MatMul panics otherwise, as for an out-of-range index.
+func (p *Pool) MatMul(dst []float32, w Matrix, x []float32, n int) {
+	p.matMul(dst, w, x, n, nil)
+}
+
+// matMul is MatMul with an optional kernel override (for tests).
+func (p *Pool) matMul(dst []float32, w Matrix, x []float32, n int, kern kernel) {
+	if n <= 0 {
+		return
+	}
+	if len(dst) < n*w.Rows || len(x) < n*w.Cols {
+		panic(fmt.Sprintf("tensor: MatMul %v %dx%d, n=%d: dst has %d values (need %d), x %d (need %d)",
+			w.Type, w.Rows, w.Cols, n, len(dst), n*w.Rows, len(x), n*w.Cols))
+	}
+	if kern == nil {
+		kern = kernelFor(w.Type)
+	}
+	if kern == nil {
+		panic(fmt.Sprintf("tensor: MatMul: type %v not supported", w.Type))
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	j := &p.mm
+	*j = matmulJob{dst: dst, w: w, x: x, n: n, kern: kern}
+
+	// Convert the activations, in parallel when there are many tokens.
+	if w.Type == F32 {
+		p.act.cols = w.Cols
+		p.act.x = x[:n*w.Cols]
+	} else {
+		p.act.prepare(w.Type, w.Cols, n)
+		if n >= 4*p.threads && p.threads > 1 {
+			p.kind = jobConvert
+			p.dispatch()
+		} else {
+			p.act.convertTokens(w.Type, x, 0, n)
+		}
+	}
+
+	// Tile the output. With few tokens every thread streams its own range of
+	// rows (memory-bound); with many, tiles of rows × tokens keep a weight
+	// block in cache while it is used for a group of tokens.
+	j.tokChunk = n
+	if n > maxTokChunk {
+		j.tokChunk = maxTokChunk
+	}
+	nTok := (n + j.tokChunk - 1) / j.tokChunk
+	target := 4 * p.threads // work items wanted, for balance
+	rc := (w.Rows*nTok + target - 1) / target
+	if n > maxTokChunk {
+		rc = min(rc, maxRowChunk)
+	}
+	rc = max(16, (rc+15)/16*16)
+	j.rowChunk = rc
+	j.nRowChunks = (w.Rows + rc - 1) / rc
+	j.items = j.nRowChunks * nTok
+	p.kind = jobMatMul
+	p.dispatch()
+	j.dst, j.x, j.w.Data = nil, nil, nil
+	p.act.x = nil
+}
+
+// Tile limits for many-token products: a work item covers at most
+// maxRowChunk rows and maxTokChunk tokens.
+const (
+	maxTokChunk = 64
+	maxRowChunk = 64
+)

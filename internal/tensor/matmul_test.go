@@ -1,0 +1,280 @@
+package tensor
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+var allTypes = []DType{F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K}
+
+func randVec(rng *rand.Rand, n int, std float64) []float32 {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32(rng.NormFloat64() * std)
+	}
+	return v
+}
+
+func randMatrix(t testing.TB, rng *rand.Rand, typ DType, rows, cols int) (Matrix, []float32) {
+	t.Helper()
+	w := randVec(rng, rows*cols, 0.15)
+	q, err := Quantize(typ, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := NewMatrix(typ, rows, cols, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wd := make([]float32, rows*cols)
+	Dequantize(typ, wd, q)
+	return m, wd
+}
+
+// convertedActivations returns the activations as the kernels see them
+// after conversion to the vec_dot type, widened to float64.
+func convertedActivations(typ DType, x []float32, cols, n int) []float64 {
+	var a actBuf
+	out := make([]float64, len(x))
+	if typ == F32 {
+		for i, v := range x {
+			out[i] = float64(v)
+		}
+		return out
+	}
+	a.prepare(typ, cols, n)
+	a.convertTokens(typ, x, 0, n)
+	for i := range x {
+		switch typ {
+		case Q8_0, Q4_0:
+			out[i] = float64(a.q[i]) * float64(a.d[i/qk80])
+		case Q4_K, Q6_K:
+			out[i] = float64(a.q[i]) * float64(a.d[i/qkK])
+		default:
+			out[i] = float64(a.f[i])
+		}
+	}
+	return out
+}
+
+// checkMatMul compares dst with float64 references: against the converted
+// activations the only difference is float32 summation (tight), against the
+// original activations the conversion error is bounded by the vec_dot type's
+// step size.
+func checkMatMul(t *testing.T, label string, typ DType, dst, wd, x []float32, rows, cols, n int) {
+	t.Helper()
+	xa := convertedActivations(typ, x, cols, n)
+	for tok := 0; tok < n; tok++ {
+		xs := x[tok*cols : (tok+1)*cols]
+		// Per-element bound on the activation conversion error.
+		convErr := make([]float64, cols)
+		for c := range convErr {
+			switch typ {
+			case Q8_0, Q4_0, Q4_K, Q6_K:
+				bs := qk80
+				if typ == Q4_K || typ == Q6_K {
+					bs = qkK
+				}
+				b := c / bs
+				var amax float64
+				for _, v := range xs[b*bs : (b+1)*bs] {
+					amax = max(amax, math.Abs(float64(v)))
+				}
+				convErr[c] = amax/254*1.002 + 1e-30
+			case F16:
+				convErr[c] = math.Abs(float64(xs[c])) * 0x1p-11
+			case BF16:
+				convErr[c] = math.Abs(float64(xs[c])) * 0x1p-8
+			}
+		}
+		for r := 0; r < rows; r++ {
+			w := wd[r*cols : (r+1)*cols]
+			var exact, orig, abs, bound float64
+			for c, wv := range w {
+				exact += float64(wv) * xa[tok*cols+c]
+				orig += float64(wv) * float64(xs[c])
+				abs += math.Abs(float64(wv) * xa[tok*cols+c])
+				bound += math.Abs(float64(wv)) * convErr[c]
+			}
+			got := float64(dst[tok*rows+r])
+			if d := math.Abs(got - exact); d > 2e-6*abs+1e-30 {
+				t.Fatalf("%s: row %d token %d: got %v, exact %v (diff %.3g, allowed %.3g)", label, r, tok, got, exact, d, 2e-6*abs)
+			}
+			if d := math.Abs(got - orig); d > bound+2e-6*abs+1e-30 {
+				t.Fatalf("%s: row %d token %d: got %v, unconverted reference %v (diff %.3g, bound %.3g)", label, r, tok, got, orig, d, bound)
+			}
+		}
+	}
+}
+
+func TestMatMul(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	pools := []*Pool{NewPool(1), NewPool(2), NewPool(3)}
+	defer func() {
+		for _, p := range pools {
+			p.Close()
+		}
+	}()
+	for _, typ := range allTypes {
+		colsList := []int{32, 64, 96, 512}
+		if typ.BlockSize() == 256 {
+			colsList = []int{256, 512, 768}
+		}
+		for _, cols := range colsList {
+			for _, rows := range []int{1, 5, 17, 100} {
+				m, wd := randMatrix(t, rng, typ, rows, cols)
+				for _, n := range []int{1, 2, 3, 4, 5, 7, 9, 70} {
+					x := randVec(rng, n*cols, 1)
+					for _, p := range pools {
+						dst := make([]float32, n*rows)
+						p.MatMul(dst, m, x, n)
+						checkMatMul(t, fmt.Sprintf("%v %dx%d n=%d threads=%d", typ, rows, cols, n, p.Threads()), typ, dst, wd, x, rows, cols, n)
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestMatMulKernelsAgree checks that the selected kernel of each type gives
+// the portable kernel's result (exactly where the arithmetic is integer up to
+// the final scaling, else within float32 summation-order tolerance).
+func TestMatMulKernelsAgree(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	p := NewPool(2)
+	defer p.Close()
+	for _, typ := range allTypes {
+		cols := 1024
+		if typ.BlockSize() == 32 {
+			cols = 32 * 37
+		}
+		for _, rows := range []int{1, 3, 4, 13, 64, 67} {
+			m, _ := randMatrix(t, rng, typ, rows, cols)
+			for _, n := range []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 65} {
+				x := randVec(rng, n*cols, 1)
+				got := make([]float32, n*rows)
+				want := make([]float32, n*rows)
+				p.MatMul(got, m, x, n)
+				p.matMul(want, m, x, n, portableKernel(typ))
+				for i := range got {
+					if d := math.Abs(float64(got[i] - want[i])); d > 1e-5*(1+math.Abs(float64(want[i]))) {
+						t.Fatalf("%v %dx%d n=%d: output %d = %v, portable %v", typ, rows, cols, n, i, got[i], want[i])
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestMatMulNoAllocs(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	p := NewPool(2)
+	defer p.Close()
+	for _, typ := range allTypes {
+		m, _ := randMatrix(t, rng, typ, 64, 512)
+		for _, n := range []int{1, 16} {
+			x := randVec(rng, n*512, 1)
+			dst := make([]float32, n*64)
+			p.MatMul(dst, m, x, n)
+			if a := testing.AllocsPerRun(20, func() { p.MatMul(dst, m, x, n) }); a != 0 {
+				t.Errorf("%v n=%d: %v allocations per MatMul", typ, n, a)
+			}
+		}
+	}
+}
+
+func TestMatMulPanicsOnShortSlices(t *testing.T) {
+	p := NewPool(1)
+	defer p.Close()
+	m, _ := randMatrix(t, rand.New(rand.NewPCG(1, 1)), Q8_0, 4, 32)
+	defer func() {
+		if recover() == nil {
+			t.Fatal("no panic for a short dst")
+		}
+	}()
+	p.MatMul(make([]float32, 3), m, make([]float32, 32), 1)
+}
+
+func TestPoolParallel(t *testing.T) {
+	for _, threads := range []int{1, 2, 3, 8} {
+		p := NewPool(threads)
+		if p.Threads() != threads {
+			t.Fatalf("Threads() = %d, want %d", p.Threads(), threads)
+		}
+		for _, n := range []int{1, 2, 7, 100, 1001} {
+			for rep := 0; rep < 50; rep++ {
+				hits := make([]int32, n)
+				var calls atomic.Int32
+				p.Parallel(n, func(lo, hi int) {
+					calls.Add(1)
+					if lo >= hi {
+						t.Errorf("empty chunk [%d,%d)", lo, hi)
+					}
+					for i := lo; i < hi; i++ {
+						atomic.AddInt32(&hits[i], 1)
+					}
+				})
+				for i, h := range hits {
+					if h != 1 {
+						t.Fatalf("threads=%d n=%d: index %d covered %d times", threads, n, i, h)
+					}
+				}
+				if c := int(calls.Load()); c > threads {
+					t.Fatalf("threads=%d n=%d: %d chunks", threads, n, c)
+				}
+			}
+		}
+		p.Close()
+		p.Close() // idempotent
+		// After Close, work still runs (serially).
+		var sum atomic.Int64
+		p.Parallel(10, func(lo, hi int) { sum.Add(int64(hi - lo)) })
+		if sum.Load() != 10 {
+			t.Fatalf("after Close: covered %d of 10", sum.Load())
+		}
+	}
+	if p := NewPool(0); p.Threads() < 1 {
+		t.Fatal("NewPool(0) has no threads")
+	} else {
+		p.Close()
+	}
+}
+
+// TestPoolWakeAfterPark lets the workers park and checks they still wake.
+func TestPoolWakeAfterPark(t *testing.T) {
+	if testing.Short() {
+		t.Skip("sleeps")
+	}
+	p := NewPool(3)
+	defer p.Close()
+	for rep := 0; rep < 3; rep++ {
+		var n atomic.Int32
+		p.Parallel(3, func(lo, hi int) { n.Add(int32(hi - lo)) })
+		if n.Load() != 3 {
+			t.Fatalf("covered %d of 3", n.Load())
+		}
+		parkAll(p)
+	}
+}
+
+// parkAll waits until every worker of p is parked.
+func parkAll(p *Pool) {
+	for {
+		all := true
+		for i := range p.workers {
+			if p.workers[i].sleeping.Load() == 0 {
+				all = false
+			}
+		}
+		if all {
+			return
+		}
+		sleepBriefly()
+	}
+}
+
+func sleepBriefly() { time.Sleep(time.Millisecond) }

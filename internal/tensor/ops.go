@@ -1,0 +1,143 @@
+package tensor
+
+import "math"
+
+// Element-wise kernels on one row. They follow ggml's order of operations
+// (and its choice of float64 accumulators) so results track llama.cpp.
+
+// RMSNorm sets dst = x / sqrt(mean(x²) + eps) * weight, like ggml's rms_norm
+// followed by mul: the squares are summed in float64, the scale is computed
+// in float32 and applied before the weight. weight may be nil (no multiply).
+// dst may alias x.
+func RMSNorm(dst, x, weight []float32, eps float32) {
+	n := len(x)
+	if n == 0 {
+		return
+	}
+	dst = dst[:n]
+	var sum float64
+	for _, v := range x {
+		sum += float64(v * v)
+	}
+	mean := float32(sum / float64(n))
+	scale := 1 / float32(math.Sqrt(float64(mean+eps)))
+	if weight == nil {
+		for i, v := range x {
+			dst[i] = v * scale
+		}
+		return
+	}
+	weight = weight[:n]
+	for i, v := range x {
+		dst[i] = float32(v*scale) * weight[i]
+	}
+}
+
+// Softmax replaces x by its softmax, subtracting the maximum first and
+// summing the exponentials in float64, as ggml's soft_max does. Entries equal
+// to -Inf (masked) become 0.
+func Softmax(x []float32) {
+	if len(x) == 0 {
+		return
+	}
+	mx := float32(math.Inf(-1))
+	for _, v := range x {
+		mx = max(mx, v)
+	}
+	var sum float64
+	for i, v := range x {
+		e := expf(v - mx)
+		x[i] = e
+		sum += float64(e)
+	}
+	Scale(x, float32(1/sum))
+}
+
+// expf is float32 exp, correctly rounded for all practical inputs.
+func expf(x float32) float32 { return float32(math.Exp(float64(x))) }
+
+// silu is x·sigmoid(x) = x/(1+e^-x), as ggml_silu_f32.
+func silu(x float32) float32 { return x / (1 + expf(-x)) }
+
+// SwiGLU sets dst[i] = silu(gate[i])·up[i]. dst may alias gate or up.
+func SwiGLU(dst, gate, up []float32) {
+	n := len(gate)
+	dst, up = dst[:n], up[:n]
+	for i, g := range gate {
+		dst[i] = silu(g) * up[i]
+	}
+}
+
+// Add sets dst[i] += a[i] for i < len(dst).
+func Add(dst, a []float32) {
+	a = a[:len(dst)]
+	for i := range dst {
+		dst[i] += a[i]
+	}
+}
+
+// Scale multiplies every element of x by s.
+func Scale(x []float32, s float32) {
+	for i := range x {
+		x[i] *= s
+	}
+}
+
+// Dot returns Σ a[i]·b[i] over len(a), accumulated in float32.
+func Dot(a, b []float32) float32 {
+	b = b[:len(a)]
+	var s0, s1, s2, s3 float32
+	i := 0
+	for ; i+4 <= len(a); i += 4 {
+		s0 += a[i] * b[i]
+		s1 += a[i+1] * b[i+1]
+		s2 += a[i+2] * b[i+2]
+		s3 += a[i+3] * b[i+3]
+	}
+	for ; i < len(a); i++ {
+		s0 += a[i] * b[i]
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
+// Axpy sets dst[i] += a·x[i] for i < len(dst).
+func Axpy(dst []float32, a float32, x []float32) {
+	x = x[:len(dst)]
+	for i, v := range x {
+		dst[i] += a * v
+	}
+}
+
+// DotF16 returns Σ a[i]·b[i] of two binary16 vectors (len(a) elements), with
+// the products and the sum in float32 — the attention score q·k with q
+// rounded to f16, as ggml_vec_dot_f16.
+func DotF16(a, b []uint16) float32 {
+	return dotF16(a, b[:len(a)])
+}
+
+func dotF16Generic(a, b []uint16) float32 {
+	var s0, s1, s2, s3 float32
+	i := 0
+	for ; i+4 <= len(a); i += 4 {
+		s0 += F16ToF32(a[i]) * F16ToF32(b[i])
+		s1 += F16ToF32(a[i+1]) * F16ToF32(b[i+1])
+		s2 += F16ToF32(a[i+2]) * F16ToF32(b[i+2])
+		s3 += F16ToF32(a[i+3]) * F16ToF32(b[i+3])
+	}
+	for ; i < len(a); i++ {
+		s0 += F16ToF32(a[i]) * F16ToF32(b[i])
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
+// AxpyF16 sets dst[i] += a·x[i] for a binary16 vector x (len(dst) elements):
+// the weighted sum of V rows in attention.
+func AxpyF16(dst []float32, a float32, x []uint16) {
+	axpyF16(dst, a, x[:len(dst)])
+}
+
+func axpyF16Generic(dst []float32, a float32, x []uint16) {
+	for i, v := range x {
+		dst[i] += a * F16ToF32(v)
+	}
+}

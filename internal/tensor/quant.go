@@ -1,0 +1,528 @@
+package tensor
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+)
+
+// Block layouts (GGML's, byte for byte; all multi-byte fields little-endian):
+//
+//	Q8_0 (32 values, 34 bytes):  d f16 | qs [32]int8              x = d*q
+//	Q4_0 (32 values, 18 bytes):  d f16 | qs [16]uint8             x = d*(nibble-8);
+//	                             byte j holds value j (low nibble) and j+16 (high)
+//	Q4_K (256 values, 144 bytes): d f16 | dmin f16 | scales [12] | qs [128]
+//	                             8 sub-blocks of 32 with 6-bit scale sc and min m:
+//	                             x = d*sc*nibble - dmin*m; qs chunk c (32 bytes)
+//	                             holds values 64c+l (low nibble) and 64c+32+l (high)
+//	Q6_K (256 values, 210 bytes): ql [128] | qh [64] | scales [16]int8 | d f16
+//	                             16 sub-blocks of 16: x = d*sc*(q-32), q 6 bits
+//	Q8_K (256 values, activations only): d f32 | qs [256]int8 | bsums [16]int16
+
+const (
+	qk80    = 32
+	q80Size = 34
+	qk40    = 32
+	q40Size = 18
+	qkK     = 256
+	q4KSize = 144
+	q6KSize = 210
+)
+
+// groupMaxEps is GGML's threshold below which a group counts as all zero.
+const groupMaxEps = 1e-15
+
+func f16At(b []byte, off int) float32 {
+	return F16ToF32(binary.LittleEndian.Uint16(b[off:]))
+}
+
+// checkBlocks validates that n elements of t fit in a buffer of size bytes.
+func checkBlocks(t DType, n, size int) error {
+	if !t.Supported() {
+		return fmt.Errorf("tensor: type %v not supported", t)
+	}
+	if n < 0 || n%t.BlockSize() != 0 {
+		return fmt.Errorf("tensor: %d elements is not a multiple of the %v block size %d", n, t, t.BlockSize())
+	}
+	if need := t.RowBytes(n); size < need {
+		return fmt.Errorf("tensor: %d elements of %v need %d bytes, have %d", n, t, need, size)
+	}
+	return nil
+}
+
+// Dequantize converts len(dst) elements of type t from src to float32. The
+// results are bit-identical to ggml's dequantize_row_* functions.
+func Dequantize(t DType, dst []float32, src []byte) error {
+	if err := checkBlocks(t, len(dst), len(src)); err != nil {
+		return fmt.Errorf("tensor: dequantize: %w", err)
+	}
+	dequantize(t, dst, src)
+	return nil
+}
+
+// dequantize is Dequantize without validation.
+func dequantize(t DType, dst []float32, src []byte) {
+	switch t {
+	case F32:
+		for i := range dst {
+			dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(src[4*i:]))
+		}
+	case F16:
+		for i := range dst {
+			dst[i] = F16ToF32(binary.LittleEndian.Uint16(src[2*i:]))
+		}
+	case BF16:
+		for i := range dst {
+			dst[i] = BF16ToF32(binary.LittleEndian.Uint16(src[2*i:]))
+		}
+	case Q8_0:
+		for b := 0; b < len(dst)/qk80; b++ {
+			blk := src[b*q80Size : (b+1)*q80Size]
+			d := f16At(blk, 0)
+			y := dst[b*qk80 : (b+1)*qk80]
+			for j := range y {
+				y[j] = float32(int8(blk[2+j])) * d
+			}
+		}
+	case Q4_0:
+		for b := 0; b < len(dst)/qk40; b++ {
+			blk := src[b*q40Size : (b+1)*q40Size]
+			d := f16At(blk, 0)
+			y := dst[b*qk40 : (b+1)*qk40]
+			for j := 0; j < 16; j++ {
+				q := blk[2+j]
+				y[j] = float32(int(q&0xf)-8) * d
+				y[j+16] = float32(int(q>>4)-8) * d
+			}
+		}
+	case Q4_K:
+		for b := 0; b < len(dst)/qkK; b++ {
+			dequantQ4KBlock(dst[b*qkK:(b+1)*qkK], src[b*q4KSize:(b+1)*q4KSize])
+		}
+	case Q6_K:
+		for b := 0; b < len(dst)/qkK; b++ {
+			dequantQ6KBlock(dst[b*qkK:(b+1)*qkK], src[b*q6KSize:(b+1)*q6KSize])
+		}
+	}
+}
+
+// scaleMinK4 unpacks the 6-bit scale and min of sub-block j of a Q4_K block.
+func scaleMinK4(j int, q []byte) (sc, m uint8) {
+	if j < 4 {
+		return q[j] & 63, q[j+4] & 63
+	}
+	return q[j+4]&0xf | (q[j-4]>>6)<<4, q[j+4]>>4 | (q[j]>>6)<<4
+}
+
+func dequantQ4KBlock(y []float32, blk []byte) {
+	d := f16At(blk, 0)
+	dmin := f16At(blk, 2)
+	scales := blk[4:16]
+	qs := blk[16:144]
+	for c := 0; c < 4; c++ {
+		sc, m := scaleMinK4(2*c, scales)
+		d1, m1 := d*float32(sc), dmin*float32(m)
+		sc, m = scaleMinK4(2*c+1, scales)
+		d2, m2 := d*float32(sc), dmin*float32(m)
+		q := qs[32*c : 32*c+32]
+		out := y[64*c : 64*c+64]
+		for l := 0; l < 32; l++ {
+			out[l] = float32(d1*float32(q[l]&0xf)) - m1
+			out[l+32] = float32(d2*float32(q[l]>>4)) - m2
+		}
+	}
+}
+
+func dequantQ6KBlock(y []float32, blk []byte) {
+	ql := blk[0:128]
+	qh := blk[128:192]
+	sc := blk[192:208]
+	d := f16At(blk, 208)
+	for h := 0; h < 2; h++ {
+		l8 := ql[64*h : 64*h+64]
+		h8 := qh[32*h : 32*h+32]
+		s := sc[8*h : 8*h+8]
+		out := y[128*h : 128*h+128]
+		for l := 0; l < 32; l++ {
+			is := l / 16
+			q1 := int(l8[l]&0xf|(h8[l]>>0&3)<<4) - 32
+			q2 := int(l8[l+32]&0xf|(h8[l]>>2&3)<<4) - 32
+			q3 := int(l8[l]>>4|(h8[l]>>4&3)<<4) - 32
+			q4 := int(l8[l+32]>>4|(h8[l]>>6&3)<<4) - 32
+			out[l] = float32(d*float32(int8(s[is]))) * float32(q1)
+			out[l+32] = float32(d*float32(int8(s[is+2]))) * float32(q2)
+			out[l+64] = float32(d*float32(int8(s[is+4]))) * float32(q3)
+			out[l+96] = float32(d*float32(int8(s[is+6]))) * float32(q4)
+		}
+	}
+}
+
+// Quantize converts src to type t (F32, F16, BF16, Q8_0, Q4_0, Q4_K or
+// Q6_K) the way llama-quantize does without an importance matrix: GGML's
+// reference quantizers, reproduced operation for operation so the bytes are
+// the same. len(src) must be a multiple of the type's block size.
+func Quantize(t DType, src []float32) ([]byte, error) {
+	if !t.Supported() {
+		return nil, fmt.Errorf("tensor: quantize: type %v not supported", t)
+	}
+	if len(src)%t.BlockSize() != 0 {
+		return nil, fmt.Errorf("tensor: quantize: %d elements is not a multiple of the %v block size %d", len(src), t, t.BlockSize())
+	}
+	dst := make([]byte, t.RowBytes(len(src)))
+	switch t {
+	case F32:
+		for i, v := range src {
+			binary.LittleEndian.PutUint32(dst[4*i:], math.Float32bits(v))
+		}
+	case F16:
+		for i, v := range src {
+			binary.LittleEndian.PutUint16(dst[2*i:], F32ToF16(v))
+		}
+	case BF16:
+		for i, v := range src {
+			binary.LittleEndian.PutUint16(dst[2*i:], F32ToBF16(v))
+		}
+	case Q8_0:
+		for b := 0; b < len(src)/qk80; b++ {
+			quantQ80RefBlock(dst[b*q80Size:(b+1)*q80Size], src[b*qk80:(b+1)*qk80])
+		}
+	case Q4_0:
+		for b := 0; b < len(src)/qk40; b++ {
+			quantQ40RefBlock(dst[b*q40Size:(b+1)*q40Size], src[b*qk40:(b+1)*qk40])
+		}
+	case Q4_K:
+		var s q4KScratch
+		for b := 0; b < len(src)/qkK; b++ {
+			quantQ4KBlock(dst[b*q4KSize:(b+1)*q4KSize], src[b*qkK:(b+1)*qkK], &s)
+		}
+	case Q6_K:
+		for b := 0; b < len(src)/qkK; b++ {
+			quantQ6KBlock(dst[b*q6KSize:(b+1)*q6KSize], src[b*qkK:(b+1)*qkK])
+		}
+	}
+	return dst, nil
+}
+
+func abs32(x float32) float32 { return math.Float32frombits(math.Float32bits(x) &^ (1 << 31)) }
+
+// roundHalfAway is C's roundf: round to nearest, ties away from zero.
+func roundHalfAway(x float32) float32 { return float32(math.Round(float64(x))) }
+
+// nearestInt is GGML's nearest_int: round to nearest, ties to even, via the
+// 1.5*2^23 magic number (valid for |x| <= 2^22, deterministic otherwise).
+func nearestInt(x float32) int {
+	v := x + 12582912
+	return int(int32(math.Float32bits(v)&0x7fffff) - 0x400000)
+}
+
+// quantQ80RefBlock is quantize_row_q8_0_ref for one block.
+func quantQ80RefBlock(dst []byte, x []float32) {
+	var amax float32
+	for _, v := range x[:qk80] {
+		amax = max(amax, abs32(v))
+	}
+	d := amax / 127
+	var id float32
+	if d != 0 {
+		id = 1 / d
+	}
+	binary.LittleEndian.PutUint16(dst, F32ToF16(d))
+	for j, v := range x[:qk80] {
+		dst[2+j] = byte(int8(roundHalfAway(v * id)))
+	}
+}
+
+// quantQ40RefBlock is quantize_row_q4_0_ref for one block.
+func quantQ40RefBlock(dst []byte, x []float32) {
+	var amax, mx float32
+	for _, v := range x[:qk40] {
+		if amax < abs32(v) {
+			amax = abs32(v)
+			mx = v
+		}
+	}
+	d := mx / -8
+	var id float32
+	if d != 0 {
+		id = 1 / d
+	}
+	binary.LittleEndian.PutUint16(dst, F32ToF16(d))
+	for j := 0; j < 16; j++ {
+		x0 := x[j] * id
+		x1 := x[16+j] * id
+		xi0 := min(15, uint8(int8(x0+8.5)))
+		xi1 := min(15, uint8(int8(x1+8.5)))
+		dst[2+j] = xi0 | xi1<<4
+	}
+}
+
+// q4KScratch holds the per-block work arrays of the Q4_K quantizer.
+type q4KScratch struct {
+	l       [qkK]uint8
+	laux    [32]uint8
+	weights [32]float32
+	mins    [8]float32
+	scales  [8]float32
+}
+
+// makeQKX2Quants is GGML's make_qkx2_quants: fit x ≈ scale*L - min with L in
+// [0, nmax], searching over a range of candidate scales for the least weighted
+// error. It returns the scale and the (positive) min.
+func makeQKX2Quants(nmax int, x, weights []float32, L, laux []uint8, rmin, rdelta float32, nstep int) (scale, theMin float32) {
+	n := len(x)
+	mn, mx := x[0], x[0]
+	sumW := weights[0]
+	sumX := float32(sumW * x[0])
+	for i := 1; i < n; i++ {
+		if x[i] < mn {
+			mn = x[i]
+		}
+		if x[i] > mx {
+			mx = x[i]
+		}
+		w := weights[i]
+		sumW += w
+		sumX += float32(w * x[i])
+	}
+	if mn > 0 {
+		mn = 0
+	}
+	if mx == mn {
+		for i := range L[:n] {
+			L[i] = 0
+		}
+		return 0, -mn
+	}
+	fnmax := float32(nmax)
+	iscale := fnmax / (mx - mn)
+	scale = 1 / iscale
+	var bestMad float32
+	for i := 0; i < n; i++ {
+		l := nearestInt(iscale * (x[i] - mn))
+		L[i] = uint8(max(0, min(nmax, l)))
+		diff := float32(scale*float32(L[i])) + mn - x[i]
+		diff = diff * diff
+		bestMad += float32(weights[i] * diff)
+	}
+	if nstep < 1 {
+		return scale, -mn
+	}
+	for is := 0; is <= nstep; is++ {
+		iscale = (rmin + float32(rdelta*float32(is)) + fnmax) / (mx - mn)
+		var sumL, sumL2, sumXL float32
+		for i := 0; i < n; i++ {
+			l := nearestInt(iscale * (x[i] - mn))
+			l = max(0, min(nmax, l))
+			laux[i] = uint8(l)
+			w := weights[i]
+			fl := float32(l)
+			sumL += float32(w * fl)
+			sumL2 += float32(float32(w*fl) * fl)
+			sumXL += float32(float32(w*fl) * x[i])
+		}
+		D := float32(sumW*sumL2) - float32(sumL*sumL)
+		if D > 0 {
+			thisScale := (float32(sumW*sumXL) - float32(sumX*sumL)) / D
+			thisMin := (float32(sumL2*sumX) - float32(sumL*sumXL)) / D
+			if thisMin > 0 {
+				thisMin = 0
+				thisScale = sumXL / sumL2
+			}
+			var mad float32
+			for i := 0; i < n; i++ {
+				diff := float32(thisScale*float32(laux[i])) + thisMin - x[i]
+				diff = diff * diff
+				mad += float32(weights[i] * diff)
+			}
+			if mad < bestMad {
+				copy(L[:n], laux[:n])
+				bestMad = mad
+				scale = thisScale
+				mn = thisMin
+			}
+		}
+	}
+	return scale, -mn
+}
+
+// quantQ4KBlock is quantize_row_q4_K_ref for one block of 256 values.
+func quantQ4KBlock(dst []byte, x []float32, s *q4KScratch) {
+	var maxScale, maxMin float32
+	for j := 0; j < 8; j++ {
+		xs := x[32*j : 32*j+32]
+		var sumX2 float32
+		for _, v := range xs {
+			sumX2 += float32(v * v)
+		}
+		avX := float32(math.Sqrt(float64(sumX2 / 32)))
+		for l, v := range xs {
+			s.weights[l] = avX + abs32(v)
+		}
+		s.scales[j], s.mins[j] = makeQKX2Quants(15, xs, s.weights[:], s.l[32*j:32*j+32], s.laux[:], -1, 0.1, 20)
+		if s.scales[j] > maxScale {
+			maxScale = s.scales[j]
+		}
+		if s.mins[j] > maxMin {
+			maxMin = s.mins[j]
+		}
+	}
+	var invScale, invMin float32
+	if maxScale > 0 {
+		invScale = 63 / maxScale
+	}
+	if maxMin > 0 {
+		invMin = 63 / maxMin
+	}
+	scales := dst[4:16]
+	clear(scales)
+	for j := 0; j < 8; j++ {
+		ls := min(63, uint8(nearestInt(invScale*s.scales[j])))
+		lm := min(63, uint8(nearestInt(invMin*s.mins[j])))
+		if j < 4 {
+			scales[j] = ls
+			scales[j+4] = lm
+		} else {
+			scales[j+4] = ls&0xf | (lm&0xf)<<4
+			scales[j-4] |= (ls >> 4) << 6
+			scales[j] |= (lm >> 4) << 6
+		}
+	}
+	dh := F32ToF16(maxScale / 63)
+	dminh := F32ToF16(maxMin / 63)
+	binary.LittleEndian.PutUint16(dst[0:], dh)
+	binary.LittleEndian.PutUint16(dst[2:], dminh)
+	df, dminf := F16ToF32(dh), F16ToF32(dminh)
+	for j := 0; j < 8; j++ {
+		sc, m := scaleMinK4(j, scales)
+		d := df * float32(sc)
+		if d == 0 {
+			continue
+		}
+		dm := dminf * float32(m)
+		for ii := 0; ii < 32; ii++ {
+			l := nearestInt((x[32*j+ii] + dm) / d)
+			s.l[32*j+ii] = uint8(max(0, min(15, l)))
+		}
+	}
+	qs := dst[16:144]
+	for c := 0; c < 4; c++ {
+		for l := 0; l < 32; l++ {
+			qs[32*c+l] = s.l[64*c+l] | s.l[64*c+32+l]<<4
+		}
+	}
+}
+
+// makeQXQuants is GGML's make_qx_quants with rmse_type 1 and no importance
+// weights: symmetric quantization of x to L in [0, 2*nmax) (stored offset by
+// nmax), refining the scale over 18 candidates for the least x²-weighted error.
+func makeQXQuants(nmax int, x []float32, L []int8) float32 {
+	n := len(x)
+	var mx, amax float32
+	for _, v := range x {
+		if ax := abs32(v); ax > amax {
+			amax = ax
+			mx = v
+		}
+	}
+	if amax < groupMaxEps {
+		for i := range L[:n] {
+			L[i] = 0
+		}
+		return 0
+	}
+	fnmax := float32(nmax)
+	iscale := -fnmax / mx
+	var sumLX, sumL2 float32
+	for i, v := range x {
+		l := nearestInt(iscale * v)
+		l = max(-nmax, min(nmax-1, l))
+		L[i] = int8(l + nmax)
+		w := v * v
+		fl := float32(l)
+		sumLX += float32(float32(w*v) * fl)
+		sumL2 += float32(float32(w*fl) * fl)
+	}
+	var scale float32
+	if sumL2 != 0 {
+		scale = sumLX / sumL2
+	}
+	best := scale * sumLX
+	for is := -9; is <= 9; is++ {
+		if is == 0 {
+			continue
+		}
+		iscale = -(fnmax + float32(0.1*float32(is))) / mx
+		sumLX, sumL2 = 0, 0
+		for _, v := range x {
+			l := nearestInt(iscale * v)
+			l = max(-nmax, min(nmax-1, l))
+			w := v * v
+			fl := float32(l)
+			sumLX += float32(float32(w*v) * fl)
+			sumL2 += float32(float32(w*fl) * fl)
+		}
+		if sumL2 > 0 && float32(sumLX*sumLX) > float32(best*sumL2) {
+			for i, v := range x {
+				l := nearestInt(iscale * v)
+				L[i] = int8(nmax + max(-nmax, min(nmax-1, l)))
+			}
+			scale = sumLX / sumL2
+			best = scale * sumLX
+		}
+	}
+	return scale
+}
+
+// quantQ6KBlock is quantize_row_q6_K_ref for one block of 256 values.
+func quantQ6KBlock(dst []byte, x []float32) {
+	var L [qkK]int8
+	var scales [16]float32
+	var maxScale, maxAbsScale float32
+	for ib := 0; ib < 16; ib++ {
+		scale := makeQXQuants(32, x[16*ib:16*ib+16], L[16*ib:16*ib+16])
+		scales[ib] = scale
+		if as := abs32(scale); as > maxAbsScale {
+			maxAbsScale = as
+			maxScale = scale
+		}
+	}
+	clear(dst[:q6KSize])
+	if maxAbsScale < groupMaxEps {
+		return
+	}
+	iscale := -128 / maxScale
+	dh := F32ToF16(1 / iscale)
+	binary.LittleEndian.PutUint16(dst[208:], dh)
+	sc := dst[192:208]
+	for ib := 0; ib < 16; ib++ {
+		sc[ib] = byte(int8(min(127, nearestInt(iscale*scales[ib]))))
+	}
+	df := F16ToF32(dh)
+	for j := 0; j < 16; j++ {
+		d := df * float32(int8(sc[j]))
+		if d == 0 {
+			continue
+		}
+		for ii := 0; ii < 16; ii++ {
+			l := nearestInt(x[16*j+ii] / d)
+			l = max(-32, min(31, l))
+			L[16*j+ii] = int8(l + 32)
+		}
+	}
+	ql := dst[0:128]
+	qh := dst[128:192]
+	for h := 0; h < 2; h++ {
+		Lh := L[128*h : 128*h+128]
+		qlh := ql[64*h : 64*h+64]
+		qhh := qh[32*h : 32*h+32]
+		for l := 0; l < 32; l++ {
+			q1 := uint8(Lh[l]) & 0xf
+			q2 := uint8(Lh[l+32]) & 0xf
+			q3 := uint8(Lh[l+64]) & 0xf
+			q4 := uint8(Lh[l+96]) & 0xf
+			qlh[l] = q1 | q3<<4
+			qlh[l+32] = q2 | q4<<4
+			qhh[l] = uint8(Lh[l])>>4 | (uint8(Lh[l+32])>>4)<<2 | (uint8(Lh[l+64])>>4)<<4 | (uint8(Lh[l+96])>>4)<<6
+		}
+	}
+}

@@ -1,0 +1,285 @@
+package tensor
+
+import (
+	"encoding/binary"
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+func putF16(b []byte, v float32) { binary.LittleEndian.PutUint16(b, F32ToF16(v)) }
+
+// TestDequantizeHandBuilt checks each block layout against values worked out
+// by hand from the format description.
+func TestDequantizeHandBuilt(t *testing.T) {
+	// Q8_0: d = 0.5, q = j-16.
+	q80 := make([]byte, q80Size)
+	putF16(q80, 0.5)
+	for j := 0; j < 32; j++ {
+		q80[2+j] = byte(int8(j - 16))
+	}
+	// Q4_0: d = 2; byte j = low nibble j&15, high nibble 15-j.
+	q40 := make([]byte, q40Size)
+	putF16(q40, 2)
+	for j := 0; j < 16; j++ {
+		q40[2+j] = byte(j) | byte(15-j)<<4
+	}
+	// Q4_K: d = 1, dmin = 0.25; sub-block j has scale j+1 and min 2j (sub-blocks
+	// 4..7 exercise the packed high bits: scale 40+j, min 50+j).
+	q4k := make([]byte, q4KSize)
+	putF16(q4k[0:], 1)
+	putF16(q4k[2:], 0.25)
+	sc := []uint8{1, 2, 3, 4, 44, 45, 46, 47}
+	mn := []uint8{0, 2, 4, 6, 54, 55, 56, 57}
+	s := q4k[4:16]
+	for j := 0; j < 8; j++ {
+		if j < 4 {
+			s[j] = sc[j]
+			s[j+4] = mn[j]
+		} else {
+			s[j+4] = sc[j]&0xf | (mn[j]&0xf)<<4
+			s[j-4] |= (sc[j] >> 4) << 6
+			s[j] |= (mn[j] >> 4) << 6
+		}
+	}
+	for i := 0; i < 128; i++ {
+		q4k[16+i] = byte(i%16) | byte((i/2)%16)<<4
+	}
+	// Q6_K: d = 0.125, sub-block k scale k-8 (negative ones too);
+	// value v at position p = (p*7)%64.
+	q6k := make([]byte, q6KSize)
+	putF16(q6k[208:], 0.125)
+	for k := 0; k < 16; k++ {
+		q6k[192+k] = byte(int8(k - 8))
+	}
+	val6 := func(p int) int { return (p * 7) % 64 }
+	for h := 0; h < 2; h++ {
+		for l := 0; l < 32; l++ {
+			v1, v2, v3, v4 := val6(128*h+l), val6(128*h+l+32), val6(128*h+l+64), val6(128*h+l+96)
+			q6k[64*h+l] = byte(v1&0xf | (v3&0xf)<<4)
+			q6k[64*h+l+32] = byte(v2&0xf | (v4&0xf)<<4)
+			q6k[128+32*h+l] = byte(v1>>4 | (v2>>4)<<2 | (v3>>4)<<4 | (v4>>4)<<6)
+		}
+	}
+
+	tests := []struct {
+		name string
+		t    DType
+		src  []byte
+		want func(i int) float32
+		n    int
+	}{
+		{"Q8_0", Q8_0, q80, func(i int) float32 { return float32(i-16) * 0.5 }, 32},
+		{"Q4_0", Q4_0, q40, func(i int) float32 {
+			if i < 16 {
+				return float32(i-8) * 2
+			}
+			return float32(15-(i-16)-8) * 2
+		}, 32},
+		{"Q4_K", Q4_K, q4k, func(i int) float32 {
+			j := i / 32                // sub-block
+			byteIdx := 32*(j/2) + i%32 // byte in qs
+			nib := byteIdx % 16        // low nibble
+			if j%2 == 1 {
+				nib = (byteIdx / 2) % 16 // high nibble
+			}
+			return float32(sc[j])*float32(nib) - 0.25*float32(mn[j])
+		}, 256},
+		{"Q6_K", Q6_K, q6k, func(i int) float32 {
+			return 0.125 * float32(i/16-8) * float32(val6(i)-32)
+		}, 256},
+		{"F16", F16, func() []byte {
+			b := make([]byte, 8)
+			for i, v := range []float32{1, -2, 0.5, 65504} {
+				putF16(b[2*i:], v)
+			}
+			return b
+		}(), func(i int) float32 { return []float32{1, -2, 0.5, 65504}[i] }, 4},
+		{"BF16", BF16, []byte{0x80, 0x3f, 0x00, 0xc0}, func(i int) float32 { return []float32{1, -2}[i] }, 2},
+		{"F32", F32, []byte{0, 0, 0x80, 0x3f, 0, 0, 0, 0xc0}, func(i int) float32 { return []float32{1, -2}[i] }, 2},
+	}
+	for _, tc := range tests {
+		dst := make([]float32, tc.n)
+		if err := Dequantize(tc.t, dst, tc.src); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		for i, got := range dst {
+			if want := tc.want(i); got != want {
+				t.Fatalf("%s: element %d = %v, want %v", tc.name, i, got, want)
+			}
+		}
+	}
+}
+
+func TestScaleMinK4(t *testing.T) {
+	// Pack all 64×64 (scale, min) combinations through the Q4_K packing
+	// used by the quantizer and read them back.
+	rng := rand.New(rand.NewPCG(5, 6))
+	for range 1000 {
+		var s [12]byte
+		var sc, mn [8]uint8
+		for j := range sc {
+			sc[j], mn[j] = uint8(rng.IntN(64)), uint8(rng.IntN(64))
+			if j < 4 {
+				s[j] = sc[j]
+				s[j+4] = mn[j]
+			} else {
+				s[j+4] = sc[j]&0xf | (mn[j]&0xf)<<4
+				s[j-4] |= (sc[j] >> 4) << 6
+				s[j] |= (mn[j] >> 4) << 6
+			}
+		}
+		for j := range sc {
+			if a, b := scaleMinK4(j, s[:]); a != sc[j] || b != mn[j] {
+				t.Fatalf("sub-block %d: got (%d,%d), want (%d,%d)", j, a, b, sc[j], mn[j])
+			}
+		}
+	}
+}
+
+func TestDequantizeErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		t    DType
+		n    int
+		size int
+	}{
+		{"unsupported", Q5_K, 256, 1000},
+		{"unknown", DType(99), 32, 100},
+		{"partial block", Q8_0, 33, 100},
+		{"short source", Q4_K, 512, q4KSize*2 - 1},
+		{"short f32", F32, 4, 15},
+	}
+	for _, tc := range tests {
+		if err := Dequantize(tc.t, make([]float32, tc.n), make([]byte, tc.size)); err == nil {
+			t.Errorf("%s: no error", tc.name)
+		}
+	}
+	if _, err := Quantize(Q8_0, make([]float32, 31)); err == nil {
+		t.Error("Quantize of a partial block: no error")
+	}
+	if _, err := Quantize(IQ4_XS, make([]float32, 256)); err == nil {
+		t.Error("Quantize to an unsupported type: no error")
+	}
+}
+
+// TestQuantizeRoundTrip checks the reconstruction error of each type on
+// Gaussian data against a bound that follows from its step size.
+func TestQuantizeRoundTrip(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	x := make([]float32, 256*64)
+	for i := range x {
+		x[i] = float32(rng.NormFloat64())
+	}
+	// Outliers and an all-zero block.
+	x[5] = 9
+	x[300] = -12
+	for i := 512; i < 768; i++ {
+		x[i] = 0
+	}
+	tests := []struct {
+		t       DType
+		maxRMS  float64 // RMS error relative to the data's RMS (1)
+		maxElem float64 // worst error in units of the block's absmax
+	}{
+		{F32, 0, 0},
+		{F16, 3e-4, 1e-3},
+		{BF16, 3e-3, 4e-3},
+		{Q8_0, 0.01, 1.0/254 + 127.0/127*0.0005}, // half a step plus the f16 rounding of the scale
+		{Q4_0, 0.15, 1.0/8 + 1e-3},
+		{Q6_K, 0.04, 0.05},
+		{Q4_K, 0.15, 0.2},
+	}
+	y := make([]float32, len(x))
+	for _, tc := range tests {
+		q, err := Quantize(tc.t, x)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(q) != tc.t.RowBytes(len(x)) {
+			t.Fatalf("%v: %d bytes, want %d", tc.t, len(q), tc.t.RowBytes(len(x)))
+		}
+		if err := Dequantize(tc.t, y, q); err != nil {
+			t.Fatal(err)
+		}
+		bs := max(32, tc.t.BlockSize())
+		var se float64
+		worst := 0.0
+		for b := 0; b < len(x)/bs; b++ {
+			var amax float64
+			for _, v := range x[b*bs : (b+1)*bs] {
+				amax = max(amax, math.Abs(float64(v)))
+			}
+			for i := b * bs; i < (b+1)*bs; i++ {
+				e := math.Abs(float64(y[i] - x[i]))
+				se += e * e
+				if amax > 0 {
+					worst = max(worst, e/amax)
+				} else if e != 0 {
+					t.Fatalf("%v: zero block reconstructed as %v", tc.t, y[i])
+				}
+			}
+		}
+		rms := math.Sqrt(se / float64(len(x)))
+		if rms > tc.maxRMS || worst > tc.maxElem {
+			t.Errorf("%v: rms error %.4g (max %.4g), worst element %.4g of absmax (max %.4g)", tc.t, rms, tc.maxRMS, worst, tc.maxElem)
+		}
+		t.Logf("%v: rms error %.4g, worst %.4g of absmax", tc.t, rms, worst)
+	}
+}
+
+func TestNearestInt(t *testing.T) {
+	for _, tc := range []struct {
+		x    float32
+		want int
+	}{{0, 0}, {0.5, 0}, {1.5, 2}, {2.5, 2}, {-0.5, 0}, {-1.5, -2}, {-2.6, -3}, {4194303, 4194303}, {-4194303, -4194303}, {0.49999997, 0}} {
+		if got := nearestInt(tc.x); got != tc.want {
+			t.Errorf("nearestInt(%v) = %d, want %d", tc.x, got, tc.want)
+		}
+	}
+}
+
+func TestMatrix(t *testing.T) {
+	data := make([]byte, 3*q80Size*2)
+	if _, err := NewMatrix(Q8_0, 3, 64, data); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name       string
+		t          DType
+		rows, cols int
+		n          int
+	}{
+		{"short", Q8_0, 3, 64, len(data) - 1},
+		{"long", Q8_0, 3, 64, len(data) + 1},
+		{"cols not block multiple", Q8_0, 3, 48, len(data)},
+		{"unsupported", Q5_0, 3, 64, len(data)},
+		{"zero rows", Q8_0, 0, 64, 0},
+		{"huge", Q8_0, 1 << 62, 64, len(data)},
+	} {
+		if _, err := NewMatrix(tc.t, tc.rows, tc.cols, make([]byte, tc.n)); err == nil {
+			t.Errorf("%s: no error", tc.name)
+		}
+	}
+	// DequantizeRow reads the right row.
+	x := make([]float32, 3*64)
+	for i := range x {
+		x[i] = float32(i)
+	}
+	q, _ := Quantize(Q8_0, x)
+	m, err := NewMatrix(Q8_0, 3, 64, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := make([]float32, 64)
+	all := make([]float32, len(x))
+	Dequantize(Q8_0, all, q)
+	for r := 0; r < 3; r++ {
+		m.DequantizeRow(row, r)
+		for c, v := range row {
+			if v != all[r*64+c] {
+				t.Fatalf("row %d col %d: %v, want %v", r, c, v, all[r*64+c])
+			}
+		}
+	}
+}
