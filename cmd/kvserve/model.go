@@ -110,6 +110,9 @@ func runSynth(stderr io.Writer, s synth.Shape, ft synth.FileType, out string, op
 	if err == nil {
 		err = tmp.Sync()
 	}
+	if err == nil {
+		err = tmp.Chmod(0o644) // CreateTemp makes files private
+	}
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
 	}

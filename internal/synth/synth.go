@@ -18,8 +18,8 @@
 //
 // Values: weight matrices N(0, σ²) with σ = 1/√fan_in, which keeps each
 // layer's output at the scale of its input; the classifier (token_embd when
-// tied) gets σ = logitStd(vocab)/√n_embd so that the top-1 probability is
-// typically ~0.15 rather than ~1 or uniform; norm weights 1 + 0.1·N(0,1) and
+// tied) gets σ = logitStd(vocab)/√n_embd so that the median top-1 probability
+// is about 0.15 rather than ~1 or uniform; norm weights 1 + 0.1·N(0,1) and
 // biases N(0, 0.5²) as in the shared tiny models (whose shapes use their flat
 // σ = 0.15).
 package synth
