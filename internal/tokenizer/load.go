@@ -524,14 +524,6 @@ func (t *Tokenizer) loadMerges(md Metadata) error {
 	return nil
 }
 
-// sidText returns the text of a BPE symbol id.
-func (t *Tokenizer) sidText(sid int32) string {
-	if int(sid) < t.n {
-		return string(t.text(sid))
-	}
-	return t.sidTexts[int(sid)-t.n]
-}
-
 // Metadata accessors: (value, present, error). A present key of the wrong
 // type is an error.
 

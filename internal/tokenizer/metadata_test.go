@@ -1,7 +1,6 @@
 package tokenizer
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -352,7 +351,6 @@ func TestHostileMetadata(t *testing.T) {
 	if tok.PAD() != -1 || tok.BOS() != 1 {
 		t.Errorf("pad %d bos %d, want -1 and the default 1", tok.PAD(), tok.BOS())
 	}
-	_ = errors.New
 }
 
 // FuzzFromMetadata loads vocabularies built from fuzzed parts, including

@@ -24,6 +24,21 @@
 // <|im_start|>) are cut out of the text, longest first, so that their text
 // maps to their id rather than being tokenised as characters.
 //
+// Decoding comes in two flavours. Decode concatenates token pieces, which is
+// what llama-server returns for generated tokens and what a StreamDecoder
+// produces one id at a time (holding back incomplete UTF-8). DecodeWith with
+// Detokenize inverts Encode the way llama.cpp's llama_detokenize does,
+// dropping SPM's prefix space and applying clean_up_tokenization_spaces.
+//
+// Where llama.cpp throws or aborts, this package does something defined
+// instead: an SPM byte with no byte token becomes UNK, a code point beyond
+// U+10FFFF from a malformed 4-byte sequence becomes U+FFFD, and hostile
+// metadata is an error. Where llama.cpp's result depends on hash-map
+// iteration order (which of several end-of-turn texts becomes EOT; the order
+// of special tokens of equal length), the choice here is fixed and
+// documented. Code point classes come from Go's Unicode 15.0 tables, patched
+// with the 15.1 additions so that they equal llama.cpp's.
+//
 // A Tokenizer is immutable after loading and safe for concurrent use. Encode
 // keeps its working memory in a per-Tokenizer pool, so steady-state encoding
 // allocates only the returned slice; AppendEncode avoids even that.
@@ -83,8 +98,8 @@ func (k Kind) String() string {
 // concurrent use.
 //
 // Layout: token texts live in one byte slice (texts, offsets in textOff) and
-// so do the decoded pieces (pieces, pieceOff), so a 150k-token vocabulary is
-// four large allocations rather than 300k strings. tokenID maps a text to
+// so do the decoded pieces (pieces, pieceOff), so a 150k-token vocabulary
+// costs a few large allocations rather than 300k small ones. tokenID maps a text to
 // its id; for BPE, the merge table is keyed by pairs of symbol ids (sids),
 // where sids below the vocabulary size are token ids and the rest name
 // merge operands that are not themselves tokens. The hot loops therefore
@@ -102,8 +117,8 @@ type Tokenizer struct {
 	eog       []bool
 	tokenID   map[string]int32
 	pieces    []byte
-	pieceOff  []uint32 // len n+1
-	byteToken [256]int32
+	pieceOff  []uint32   // len n+1
+	byteToken [256]int32 // SPM byte fallback: <0xXX>, else the raw byte's token, else UNK, else -1
 
 	bos, eos, eot, eom, unk, pad int32
 	fim                          [6]int32 // fill-in-the-middle tokens, indexed by fimPre..fimSep
