@@ -26,11 +26,9 @@ package synth
 
 import (
 	"embed"
-	"encoding/binary"
 	"fmt"
 	"hash/fnv"
 	"io"
-	"math"
 	"math/rand/v2"
 	"runtime"
 
@@ -69,6 +67,12 @@ func New(s Shape, ft FileType) (*Model, error) {
 	ts, err := Plan(&s, ft)
 	if err != nil {
 		return nil, err
+	}
+	for i := range ts {
+		if !ts[i].Type.Supported() {
+			return nil, fmt.Errorf("synth: %s %s needs %s for %s (llama-quantize's choice for rows of %d), which internal/tensor cannot quantize",
+				s.Name, ft, ts[i].Type, ts[i].Name, ts[i].Dims[0])
+		}
 	}
 	v, err := BuildVocabulary(&s)
 	if err != nil {
@@ -319,14 +323,8 @@ func streamID(name string, c int) uint64 {
 	return h.Sum64() ^ (uint64(c)+1)*0x9e3779b97f4a7c15
 }
 
-// encode stores values in type t.
+// encode stores values in type t with internal/tensor's quantizers, which
+// reproduce llama-quantize's output byte for byte.
 func encode(t tensor.DType, src []float32) ([]byte, error) {
-	if t == tensor.F32 {
-		out := make([]byte, 4*len(src))
-		for i, v := range src {
-			binary.LittleEndian.PutUint32(out[4*i:], math.Float32bits(v))
-		}
-		return out, nil
-	}
-	return nil, fmt.Errorf("cannot encode %s yet (internal/tensor has no quantizer)", t)
+	return tensor.Quantize(t, src)
 }

@@ -540,3 +540,70 @@ func TestWriteLargeStreams(t *testing.T) {
 		t.Errorf("peak heap %d MB for a %d MB file", p>>20, n>>20)
 	}
 }
+
+// TestQuantizedMatchF32 writes tiny in every type with the same seed and
+// checks that each quantized tensor dequantizes to its F32 values within the
+// type's error, and that 1-D tensors are byte-identical: the types differ
+// only in how the same weights are stored.
+func TestQuantizedMatchF32(t *testing.T) {
+	m32, err := New(mustShape(t, "tiny", ""), FileF32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f32, _ := writeModel(t, m32, Options{Seed: 5})
+	// Relative RMS error bounds: Q8_0 ~0.4%, Q6_K ~1.5%, Q4_K ~6% on
+	// Gaussian data; F16 ~0.02%.
+	bound := map[tensor.DType]float64{tensor.F32: 0, tensor.F16: 0.001, tensor.Q8_0: 0.01, tensor.Q6_K: 0.03, tensor.Q4_K: 0.1}
+	for _, ft := range []FileType{FileF16, FileQ8_0, FileQ4_KM} {
+		t.Run(ft.String(), func(t *testing.T) {
+			m, err := New(mustShape(t, "tiny", ""), ft)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f, _ := writeModel(t, m, Options{Seed: 5})
+			for i := range f.Tensors {
+				q := &f.Tensors[i]
+				ref, _ := f32.Tensor(q.Name)
+				want := make([]float32, ref.Elements())
+				got := make([]float32, q.Elements())
+				if err := tensor.Dequantize(tensor.F32, want, ref.Data); err != nil {
+					t.Fatal(err)
+				}
+				if err := tensor.Dequantize(q.Type, got, q.Data); err != nil {
+					t.Fatal(err)
+				}
+				var num, den float64
+				for j := range want {
+					d := float64(got[j] - want[j])
+					num += d * d
+					den += float64(want[j]) * float64(want[j])
+				}
+				rel := math.Sqrt(num / den)
+				b, ok := bound[q.Type]
+				if !ok || rel > b {
+					t.Errorf("%s (%s): relative RMS error %.4f (bound %v)", q.Name, q.Type, rel, b)
+				}
+				if q.Type == tensor.F32 && !bytes.Equal(q.Data, ref.Data) {
+					t.Errorf("%s: F32 bytes differ", q.Name)
+				}
+			}
+		})
+	}
+}
+
+// TestUnsupportedMixIsAnError: llama-quantize's Q4_K_M gives SmolLM2's
+// 576-wide rows Q5_0, which internal/tensor cannot write; New must say so
+// before anything is written.
+func TestUnsupportedMixIsAnError(t *testing.T) {
+	for _, shape := range []string{"smollm2-135m", "qwen2.5-0.5b"} {
+		_, err := New(mustShape(t, shape, ""), FileQ4_KM)
+		if err == nil || !strings.Contains(err.Error(), "needs Q5_0") {
+			t.Errorf("%s q4_k: error %v", shape, err)
+		}
+	}
+	for _, shape := range []string{"llama-3.2-1b", "qwen3-0.6b"} {
+		if _, err := New(mustShape(t, shape, ""), FileQ4_KM); err != nil {
+			t.Errorf("%s q4_k: %v", shape, err)
+		}
+	}
+}
