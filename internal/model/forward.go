@@ -1,0 +1,355 @@
+package model
+
+import (
+	"context"
+	"fmt"
+	"math"
+
+	"github.com/kvserve/kvserve/internal/tensor"
+)
+
+// Seq is one sequence's part of a batch.
+type Seq struct {
+	// Cache holds the sequence's keys and values; positions [0, Pos) are
+	// already filled, and it must have room for Pos+len(Tokens) positions.
+	Cache Cache
+	// Pos is the position of Tokens[0].
+	Pos int
+	// Tokens are the new tokens, at positions Pos, Pos+1, ….
+	Tokens []int32
+	// Logits, when not nil, receives the next-token logits after the last of
+	// Tokens (Vocab values).
+	Logits []float32
+}
+
+// Runner runs forward passes of one model. It owns scratch memory sized for
+// MaxTokens tokens per pass and is not safe for concurrent use: one pass at
+// a time.
+type Runner struct {
+	m         *Model
+	pool      *tensor.Pool
+	maxTokens int
+	kvType    tensor.DType
+
+	// Activations, token-major, sized for maxTokens.
+	x, h     []float32 // [T][Embed]: residual stream, normalised input
+	q        []float32 // [T][Heads*HeadDim]
+	k, v     []float32 // [T][KVDim]
+	attnOut  []float32 // [T][Heads*HeadDimV]
+	proj     []float32 // [T][Embed]: attention or FFN output projection
+	gate, up []float32 // [T][FFN]
+	outRows  []float32 // [outputs][Embed]
+	logits   []float32 // [outputs][Vocab]
+	workers  []attnScratch
+	taskSeq  []int // token index → sequence index in the batch
+	taskPos  []int // token index → position
+}
+
+// attnScratch is one worker's attention scratch.
+type attnScratch struct {
+	scores []float32
+	q16    []uint16  // the query rounded to f16 (F16 KV)
+	vrow   []float32 // one value row widened to f32 (F16 KV)
+}
+
+// NewRunner returns a Runner for m that computes on pool, accepting up to
+// maxTokens tokens per forward pass (summed over the batch) and reading and
+// writing caches whose K and V are stored as kvType (F16 or F32).
+func NewRunner(m *Model, pool *tensor.Pool, maxTokens int, kvType tensor.DType) (*Runner, error) {
+	if maxTokens <= 0 {
+		maxTokens = 512
+	}
+	switch kvType {
+	case tensor.F16, tensor.F32:
+	default:
+		return nil, fmt.Errorf("model: unsupported KV cache type %s (f16, f32)", kvType)
+	}
+	c := &m.Config
+	qDim := c.Heads * c.HeadDim
+	r := &Runner{
+		m: m, pool: pool, maxTokens: maxTokens, kvType: kvType,
+		x:       make([]float32, maxTokens*c.Embed),
+		h:       make([]float32, maxTokens*c.Embed),
+		q:       make([]float32, maxTokens*qDim),
+		k:       make([]float32, maxTokens*c.KVDim()),
+		v:       make([]float32, maxTokens*c.KVHeads*c.HeadDimV),
+		attnOut: make([]float32, maxTokens*c.Heads*c.HeadDimV),
+		proj:    make([]float32, maxTokens*c.Embed),
+		gate:    make([]float32, maxTokens*c.FFN),
+		up:      make([]float32, maxTokens*c.FFN),
+		taskSeq: make([]int, maxTokens),
+		taskPos: make([]int, maxTokens),
+		workers: make([]attnScratch, pool.Threads()),
+	}
+	for i := range r.workers {
+		r.workers[i].q16 = make([]uint16, c.HeadDim)
+		r.workers[i].vrow = make([]float32, c.HeadDimV)
+	}
+	return r, nil
+}
+
+// KVType is the element type of the caches the runner reads and writes.
+func (r *Runner) KVType() tensor.DType { return r.kvType }
+
+// MaxTokens is the most tokens one forward pass accepts.
+func (r *Runner) MaxTokens() int { return r.maxTokens }
+
+// Model returns the runner's model.
+func (r *Runner) Model() *Model { return r.m }
+
+// Forward runs one pass over the batch: it appends every sequence's new
+// tokens to its cache and fills the requested logits.
+func (r *Runner) Forward(ctx context.Context, batch []Seq) error {
+	c := &r.m.Config
+	T, nOut := 0, 0
+	for i := range batch {
+		s := &batch[i]
+		if len(s.Tokens) == 0 {
+			return fmt.Errorf("model: sequence %d of the batch has no tokens", i)
+		}
+		if s.Pos < 0 {
+			return fmt.Errorf("model: sequence %d has negative position %d", i, s.Pos)
+		}
+		if s.Logits != nil {
+			if len(s.Logits) != c.Vocab {
+				return fmt.Errorf("model: sequence %d logits buffer has %d entries, want %d", i, len(s.Logits), c.Vocab)
+			}
+			nOut++
+		}
+		T += len(s.Tokens)
+	}
+	if T > r.maxTokens {
+		return fmt.Errorf("model: batch of %d tokens exceeds the runner's %d", T, r.maxTokens)
+	}
+	t := 0
+	for i := range batch {
+		s := &batch[i]
+		for j, tok := range s.Tokens {
+			if tok < 0 || int(tok) >= c.Vocab {
+				return fmt.Errorf("model: token id %d out of range [0, %d)", tok, c.Vocab)
+			}
+			r.taskSeq[t], r.taskPos[t] = i, s.Pos+j
+			r.m.TokenEmbed.DequantizeRow(r.x[t*c.Embed:(t+1)*c.Embed], int(tok))
+			t++
+		}
+	}
+	r.growScores(batch)
+
+	for l := range r.m.Layers {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		r.layer(l, batch, T)
+	}
+
+	if nOut == 0 {
+		return nil
+	}
+	if need := nOut * c.Embed; len(r.outRows) < need {
+		r.outRows = make([]float32, need)
+		r.logits = make([]float32, nOut*c.Vocab)
+	}
+	o, t := 0, 0
+	for i := range batch {
+		t += len(batch[i].Tokens)
+		if batch[i].Logits != nil {
+			last := t - 1
+			tensor.RMSNorm(r.outRows[o*c.Embed:(o+1)*c.Embed], r.x[last*c.Embed:(last+1)*c.Embed], r.m.OutputNorm, c.NormEps)
+			o++
+		}
+	}
+	r.pool.MatMul(r.logits[:nOut*c.Vocab], r.m.Output, r.outRows[:nOut*c.Embed], nOut)
+	o = 0
+	for i := range batch {
+		if batch[i].Logits != nil {
+			copy(batch[i].Logits, r.logits[o*c.Vocab:(o+1)*c.Vocab])
+			o++
+		}
+	}
+	return nil
+}
+
+// growScores makes each worker's score buffer long enough for the longest
+// context in the batch; it grows rarely, so passes do not allocate.
+func (r *Runner) growScores(batch []Seq) {
+	longest := 0
+	for i := range batch {
+		longest = max(longest, batch[i].Pos+len(batch[i].Tokens))
+	}
+	for i := range r.workers {
+		if len(r.workers[i].scores) < longest {
+			r.workers[i].scores = make([]float32, max(longest, 2*len(r.workers[i].scores)))
+		}
+	}
+}
+
+// forTokens runs fn for every token of the pass, split over the pool when
+// there are enough tokens to be worth it.
+func (r *Runner) forTokens(T int, fn func(t int)) {
+	if T < 8 {
+		for t := 0; t < T; t++ {
+			fn(t)
+		}
+		return
+	}
+	r.pool.Parallel(T, func(lo, hi int) {
+		for t := lo; t < hi; t++ {
+			fn(t)
+		}
+	})
+}
+
+func (r *Runner) layer(l int, batch []Seq, T int) {
+	c := &r.m.Config
+	ly := &r.m.Layers[l]
+	E, qDim, kvDim, vDim := c.Embed, c.Heads*c.HeadDim, c.KVDim(), c.KVHeads*c.HeadDimV
+
+	// Attention block.
+	r.forTokens(T, func(t int) {
+		tensor.RMSNorm(r.h[t*E:(t+1)*E], r.x[t*E:(t+1)*E], ly.AttnNorm, c.NormEps)
+	})
+	h := r.h[:T*E]
+	r.pool.MatMul(r.q[:T*qDim], ly.Q, h, T)
+	r.pool.MatMul(r.k[:T*kvDim], ly.K, h, T)
+	r.pool.MatMul(r.v[:T*vDim], ly.V, h, T)
+	r.forTokens(T, func(t int) {
+		q, k, v := r.q[t*qDim:(t+1)*qDim], r.k[t*kvDim:(t+1)*kvDim], r.v[t*vDim:(t+1)*vDim]
+		if ly.QBias != nil {
+			tensor.Add(q, ly.QBias)
+		}
+		if ly.KBias != nil {
+			tensor.Add(k, ly.KBias)
+		}
+		if ly.VBias != nil {
+			tensor.Add(v, ly.VBias)
+		}
+		if ly.QNorm != nil {
+			for hd := 0; hd < c.Heads; hd++ {
+				x := q[hd*c.HeadDim : (hd+1)*c.HeadDim]
+				tensor.RMSNorm(x, x, ly.QNorm, c.NormEps)
+			}
+			for hd := 0; hd < c.KVHeads; hd++ {
+				x := k[hd*c.HeadDim : (hd+1)*c.HeadDim]
+				tensor.RMSNorm(x, x, ly.KNorm, c.NormEps)
+			}
+		}
+		pos := r.taskPos[t]
+		c.Rope.Apply(q, c.Heads, c.HeadDim, pos)
+		c.Rope.Apply(k, c.KVHeads, c.HeadDim, pos)
+		// Store this token's keys and values as f16 at its position.
+		cache := batch[r.taskSeq[t]].Cache
+		bs := cache.BlockSize()
+		kb, vb := cache.Block(l, pos/bs)
+		off := pos % bs
+		r.storeKV(kb, off*kvDim, k)
+		r.storeKV(vb, off*vDim, v)
+	})
+	r.attention(l, batch, T)
+	r.pool.MatMul(r.proj[:T*E], ly.O, r.attnOut[:T*c.Heads*c.HeadDimV], T)
+	r.forTokens(T, func(t int) {
+		p := r.proj[t*E : (t+1)*E]
+		if ly.OBias != nil {
+			tensor.Add(p, ly.OBias)
+		}
+		tensor.Add(r.x[t*E:(t+1)*E], p)
+		tensor.RMSNorm(r.h[t*E:(t+1)*E], r.x[t*E:(t+1)*E], ly.FFNNorm, c.NormEps)
+	})
+
+	// Feed-forward block (SwiGLU).
+	F := c.FFN
+	r.pool.MatMul(r.gate[:T*F], ly.Gate, h, T)
+	r.pool.MatMul(r.up[:T*F], ly.Up, h, T)
+	r.forTokens(T, func(t int) {
+		tensor.SwiGLU(r.gate[t*F:(t+1)*F], r.gate[t*F:(t+1)*F], r.up[t*F:(t+1)*F])
+	})
+	r.pool.MatMul(r.proj[:T*E], ly.Down, r.gate[:T*F], T)
+	r.forTokens(T, func(t int) {
+		tensor.Add(r.x[t*E:(t+1)*E], r.proj[t*E:(t+1)*E])
+	})
+}
+
+// attention computes causal self-attention for every (token, head) of the
+// pass over each token's sequence cache, splitting the work over the pool.
+// Per llama.cpp's non-flash CPU path: the query is rounded to f16 and dotted
+// with the f16 keys in f32, scores are scaled and soft-maxed in f32, and the
+// softmax weights are rounded to f16 before weighting the f16 values.
+func (r *Runner) attention(l int, batch []Seq, T int) {
+	c := &r.m.Config
+	tasks := T * c.Heads
+	nw := len(r.workers)
+	r.pool.Parallel(nw, func(lo, hi int) {
+		for w := lo; w < hi; w++ {
+			for task := tasks * w / nw; task < tasks*(w+1)/nw; task++ {
+				r.attendHead(l, batch, task/c.Heads, task%c.Heads, &r.workers[w])
+			}
+		}
+	})
+}
+
+func (r *Runner) attendHead(l int, batch []Seq, t, head int, ws *attnScratch) {
+	c := &r.m.Config
+	hd, hdv, kvDim, vDim := c.HeadDim, c.HeadDimV, c.KVDim(), c.KVHeads*c.HeadDimV
+	kvh := head / (c.Heads / c.KVHeads)
+	cache := batch[r.taskSeq[t]].Cache
+	bs := cache.BlockSize()
+	n := r.taskPos[t] + 1                        // attend to positions [0, pos]
+	scale := 1 / float32(math.Sqrt(float64(hd))) // as llama.cpp: 1.0f/sqrtf(head_dim)
+	f16 := r.kvType == tensor.F16
+
+	q := r.q[t*c.Heads*hd+head*hd : t*c.Heads*hd+(head+1)*hd]
+	if f16 {
+		tensor.F32ToF16Slice(ws.q16, q)
+	}
+	scores := ws.scores[:n]
+	for b := 0; b*bs < n; b++ {
+		kb, _ := cache.Block(l, b)
+		end := min(bs, n-b*bs)
+		if f16 {
+			k := f16View(kb)
+			for j := 0; j < end; j++ {
+				off := j*kvDim + kvh*hd
+				scores[b*bs+j] = tensor.DotF16(ws.q16, k[off:off+hd]) * scale
+			}
+		} else {
+			k := f32View(kb)
+			for j := 0; j < end; j++ {
+				off := j*kvDim + kvh*hd
+				scores[b*bs+j] = tensor.Dot(q, k[off:off+hd]) * scale
+			}
+		}
+	}
+	tensor.Softmax(scores)
+
+	out := r.attnOut[t*c.Heads*hdv+head*hdv : t*c.Heads*hdv+(head+1)*hdv]
+	clear(out)
+	for b := 0; b*bs < n; b++ {
+		_, vb := cache.Block(l, b)
+		end := min(bs, n-b*bs)
+		if f16 {
+			v := f16View(vb)
+			for j := 0; j < end; j++ {
+				// llama.cpp rounds the softmax weights to f16 for the f16 V product.
+				p := tensor.F16ToF32(tensor.F32ToF16(scores[b*bs+j]))
+				off := j*vDim + kvh*hdv
+				tensor.AxpyF16(out, p, v[off:off+hdv])
+			}
+		} else {
+			v := f32View(vb)
+			for j := 0; j < end; j++ {
+				off := j*vDim + kvh*hdv
+				tensor.Axpy(out, scores[b*bs+j], v[off:off+hdv])
+			}
+		}
+	}
+}
+
+// storeKV writes one token's keys or values at element offset off of a
+// cache block, converting to the KV type.
+func (r *Runner) storeKV(block []byte, off int, x []float32) {
+	switch r.kvType {
+	case tensor.F16:
+		tensor.F32ToF16Slice(f16View(block)[off:off+len(x)], x)
+	default:
+		copy(f32View(block)[off:off+len(x)], x)
+	}
+}

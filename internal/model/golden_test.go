@@ -1,0 +1,224 @@
+package model_test
+
+import (
+	"context"
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+
+	"github.com/kvserve/kvserve/internal/gguf"
+	"github.com/kvserve/kvserve/internal/model"
+	"github.com/kvserve/kvserve/internal/tensor"
+)
+
+// sharedDir is ../shared relative to the repository root, where the test
+// models and llama.cpp's reference outputs live.
+func sharedDir(t testing.TB) string {
+	_, file, _, _ := runtime.Caller(0)
+	dir := filepath.Join(filepath.Dir(file), "..", "..", "..", "shared")
+	if _, err := os.Stat(dir); err != nil {
+		t.Fatalf("shared test data not found at %s: %v", dir, err)
+	}
+	return dir
+}
+
+type refFile struct {
+	Model string    `json:"model"`
+	NCtx  int       `json:"n_ctx"`
+	Cases []refCase `json:"cases"`
+}
+
+type refCase struct {
+	PromptTokens    []int32     `json:"prompt_tokens"`
+	GeneratedTokens []int32     `json:"generated_tokens"`
+	TopProbs        [][]refProb `json:"top_probs"`
+	Stop            string      `json:"stop"`
+}
+
+type refProb struct {
+	ID int32   `json:"id"`
+	P  float64 `json:"p"`
+}
+
+// Tolerances on top-5 probabilities, per weight type, absolute.
+//
+// Why these numbers: llama.cpp and this engine do the same arithmetic on the
+// same rounded operands (f16 K/V, f16 queries and softmax weights,
+// activations quantised to Q8_0/Q8_K or rounded to f16/bf16 before the dot
+// products), so they differ only in float summation order and in libm
+// details, i.e. by an ulp or so per operation. A model amplifies such ulps
+// wherever a value sits near a rounding boundary of one of those roundings:
+// one activation landing on the other side of a Q8_0 step changes it by 1/127
+// of its block's range. TestNoiseFloor (run with KVSERVE_NOISE=1) measures
+// that amplification directly: it perturbs the input embeddings by ±1 ulp
+// (±2^-22 relative) and compares the engine with itself. The measured
+// self-noise per file (worst top-5 |Δp|):
+//
+//	file              self-noise  vs llama.cpp
+//	aidreams260K-f32   1.6e-4      2.1e-4
+//	tiny-f32           1.1e-3      2.9e-4
+//	tiny-f16           1.5e-3      9.4e-4
+//	tiny-bf16          8.0e-3      5.6e-3
+//	tiny-q8_0          1.8e-2      8.3e-3
+//	tiny-q4_0          2.0e-2      1.2e-2
+//	tiny-q4_k_m        2.6e-2      2.5e-2
+//	tiny-q6_k          3.9e-2      1.3e-2
+//	tiny-qwen2-f32     6.8e-4      2.2e-4
+//	tiny-qwen2-q8_0    1.3e-2      1.2e-2
+//
+// The difference to llama.cpp is at or below the floor a single ulp of input
+// noise produces, in every file. Each tolerance is that floor for its type,
+// rounded up; a real defect (a wrong scale, a missing bias, a mis-rotated
+// head, a wrong block layout) moves probabilities by 1e-1 and flips greedy
+// tokens far from ties, which the greedy check below catches on its own.
+var probTolerance = map[tensor.DType]float64{
+	tensor.F32:  1.5e-3,
+	tensor.F16:  2e-3,
+	tensor.BF16: 1e-2,
+	tensor.Q8_0: 2e-2,
+	tensor.Q4_0: 2.5e-2,
+	tensor.Q4_K: 4e-2,
+	tensor.Q6_K: 4e-2,
+}
+
+// nearTie is the reference's top-1/top-2 probability gap below which a
+// different greedy choice is accepted (issue 2's rule).
+const nearTie = 0.02
+
+var goldenModels = []string{
+	"aidreams260K-f32",
+	"tiny-f32", "tiny-f16", "tiny-bf16", "tiny-q8_0", "tiny-q4_0", "tiny-q4_k_m", "tiny-q6_k",
+	"tiny-qwen2-f32", "tiny-qwen2-q8_0",
+}
+
+func loadModel(t testing.TB, path string) (*model.Model, func()) {
+	t.Helper()
+	f, err := gguf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := model.Load(f)
+	if err != nil {
+		f.Close()
+		t.Fatal(err)
+	}
+	return m, func() { f.Close() }
+}
+
+// weightType is the type of the bulk of a model's matrices (its FFN), which
+// decides the tolerance.
+func weightType(m *model.Model) tensor.DType { return m.Layers[0].Gate.Type }
+
+func TestGolden(t *testing.T) {
+	shared := sharedDir(t)
+	pool := tensor.NewPool(2)
+	defer pool.Close()
+	for _, name := range goldenModels {
+		t.Run(name, func(t *testing.T) {
+			raw, err := os.ReadFile(filepath.Join(shared, "testdata", "reference", name+".json"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ref refFile
+			if err := json.Unmarshal(raw, &ref); err != nil {
+				t.Fatal(err)
+			}
+			m, closeFn := loadModel(t, filepath.Join(shared, "models", ref.Model))
+			defer closeFn()
+			tol := probTolerance[weightType(m)]
+			r, err := model.NewRunner(m, pool, 128, tensor.F16)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var worst float64
+			for ci, c := range ref.Cases {
+				worst = max(worst, checkCase(t, r, ci, c, tol))
+			}
+			t.Logf("%s: worst top-5 probability difference %.2e (tolerance %.1e)", name, worst, tol)
+		})
+	}
+}
+
+// checkCase runs one reference case twice: free-running greedy generation,
+// which must reproduce the reference tokens up to the first near-tie, and
+// teacher-forced on the reference tokens, where every position's top-5
+// probabilities must match. It returns the largest probability difference.
+func checkCase(t *testing.T, r *model.Runner, ci int, c refCase, tol float64) float64 {
+	ctx := context.Background()
+	cfg := &r.Model().Config
+	logits := make([]float32, cfg.Vocab)
+	probs := make([]float64, cfg.Vocab)
+
+	// Free-running greedy.
+	cache := model.NewSeqCache(cfg, tensor.F16, 16)
+	cache.Reserve(len(c.PromptTokens) + len(c.GeneratedTokens))
+	seq := model.Seq{Cache: cache, Tokens: c.PromptTokens, Logits: logits}
+	for i, want := range c.GeneratedTokens {
+		if err := r.Forward(ctx, []model.Seq{seq}); err != nil {
+			t.Fatal(err)
+		}
+		got := argmax(logits)
+		if got != want {
+			top := c.TopProbs[i]
+			if top[0].P-top[1].P >= nearTie {
+				t.Errorf("case %d: greedy token %d is %d, reference %d (reference top-2 %.4f vs %.4f is not a near-tie)",
+					ci, i, got, want, top[0].P, top[1].P)
+			} else {
+				t.Logf("case %d: greedy diverges at token %d at a near-tie (%.4f vs %.4f)", ci, i, top[0].P, top[1].P)
+			}
+			break
+		}
+		seq.Pos += len(seq.Tokens)
+		seq.Tokens = []int32{got}
+	}
+
+	// Teacher-forced probabilities.
+	cache = model.NewSeqCache(cfg, tensor.F16, 16)
+	cache.Reserve(len(c.PromptTokens) + len(c.GeneratedTokens))
+	seq = model.Seq{Cache: cache, Tokens: c.PromptTokens, Logits: logits}
+	var worst float64
+	for i, top := range c.TopProbs {
+		if err := r.Forward(ctx, []model.Seq{seq}); err != nil {
+			t.Fatal(err)
+		}
+		softmax64(probs, logits)
+		for _, p := range top {
+			d := math.Abs(probs[p.ID] - p.P)
+			worst = max(worst, d)
+			if d > tol {
+				t.Errorf("case %d position %d: p(%d) = %.6f, reference %.6f (diff %.2e > %.0e)", ci, i, p.ID, probs[p.ID], p.P, d, tol)
+			}
+		}
+		seq.Pos += len(seq.Tokens)
+		seq.Tokens = []int32{c.GeneratedTokens[i]}
+	}
+	return worst
+}
+
+func argmax(x []float32) int32 {
+	best := 0
+	for i, v := range x {
+		if v > x[best] {
+			best = i
+		}
+	}
+	return int32(best)
+}
+
+func softmax64(dst []float64, logits []float32) {
+	mx := math.Inf(-1)
+	for _, v := range logits {
+		mx = max(mx, float64(v))
+	}
+	var sum float64
+	for i, v := range logits {
+		dst[i] = math.Exp(float64(v) - mx)
+		sum += dst[i]
+	}
+	for i := range dst {
+		dst[i] /= sum
+	}
+}

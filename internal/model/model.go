@@ -1,0 +1,180 @@
+// Package model runs decoder-only transformer models (llama, qwen2, qwen3
+// families) loaded from GGUF files.
+//
+// A Model is the immutable part: its configuration and weights, which are
+// views of the memory-mapped file (nothing is copied, so resident memory
+// grows only with the weight pages a forward pass touches). A Runner holds
+// the mutable part of computing: the thread pool and scratch buffers, sized
+// once for the largest batch. One Runner runs one forward pass at a time; the
+// scheduler batches many sequences into each pass.
+//
+// A forward pass takes a batch of sequences, each with one or more new tokens
+// (a prefill chunk or a single decode token) at consecutive positions, writes
+// their keys and values into each sequence's Cache and returns logits where
+// asked. Numerics follow llama.cpp's CPU backend: activations are converted to
+// each weight type's dot-product type, K and V are stored as f16, and queries
+// and softmax weights are rounded to f16 in attention.
+package model
+
+import (
+	"fmt"
+	"unsafe"
+
+	"github.com/kvserve/kvserve/internal/gguf"
+	"github.com/kvserve/kvserve/internal/tensor"
+)
+
+// Layer holds one transformer block's weights.
+type Layer struct {
+	AttnNorm       []float32
+	Q, K, V, O     tensor.Matrix
+	QBias, KBias   []float32 // qwen2 (optional elsewhere)
+	VBias, OBias   []float32
+	QNorm, KNorm   []float32 // qwen3: per-head RMSNorm weights, HeadDim long
+	FFNNorm        []float32
+	Gate, Up, Down tensor.Matrix
+}
+
+// Model is a loaded model: configuration and weights viewed in place.
+type Model struct {
+	Config     Config
+	TokenEmbed tensor.Matrix // Vocab rows of Embed
+	OutputNorm []float32
+	Output     tensor.Matrix // Vocab rows of Embed; TokenEmbed when tied
+	Layers     []Layer
+	// WeightBytes is the total size of the weights as stored.
+	WeightBytes int64
+}
+
+// Load builds a Model from a parsed GGUF file. The file must stay open while
+// the model is used: the weights are views of it.
+func Load(f *gguf.File) (*Model, error) {
+	cfg, err := ReadConfig(f)
+	if err != nil {
+		return nil, err
+	}
+	m := &Model{Config: cfg}
+	l := loader{f: f}
+	c := &cfg
+	m.TokenEmbed = l.matrix("token_embd.weight", c.Vocab, c.Embed)
+	m.OutputNorm = l.vector("output_norm.weight", c.Embed)
+	if c.TiedEmbed {
+		m.Output = m.TokenEmbed
+	} else {
+		m.Output = l.matrix("output.weight", c.Vocab, c.Embed)
+	}
+	if _, ok := f.Tensor("rope_freqs.weight"); ok {
+		m.Config.Rope.FreqFactors = l.vector("rope_freqs.weight", c.Rope.Dims/2)
+	}
+	qDim, kvDim := c.Heads*c.HeadDim, c.KVHeads*c.HeadDim
+	m.Layers = make([]Layer, c.Layers)
+	for i := range m.Layers {
+		b := fmt.Sprintf("blk.%d.", i)
+		ly := &m.Layers[i]
+		ly.AttnNorm = l.vector(b+"attn_norm.weight", c.Embed)
+		ly.Q = l.matrix(b+"attn_q.weight", qDim, c.Embed)
+		ly.K = l.matrix(b+"attn_k.weight", kvDim, c.Embed)
+		ly.V = l.matrix(b+"attn_v.weight", c.KVHeads*c.HeadDimV, c.Embed)
+		ly.O = l.matrix(b+"attn_output.weight", c.Embed, c.Heads*c.HeadDimV)
+		ly.QBias = l.optionalVector(b+"attn_q.bias", qDim, c.Arch == ArchQwen2)
+		ly.KBias = l.optionalVector(b+"attn_k.bias", kvDim, c.Arch == ArchQwen2)
+		ly.VBias = l.optionalVector(b+"attn_v.bias", c.KVHeads*c.HeadDimV, c.Arch == ArchQwen2)
+		ly.OBias = l.optionalVector(b+"attn_output.bias", c.Embed, false)
+		if c.Arch == ArchQwen3 {
+			ly.QNorm = l.vector(b+"attn_q_norm.weight", c.HeadDim)
+			ly.KNorm = l.vector(b+"attn_k_norm.weight", c.HeadDim)
+		}
+		ly.FFNNorm = l.vector(b+"ffn_norm.weight", c.Embed)
+		ly.Gate = l.matrix(b+"ffn_gate.weight", c.FFN, c.Embed)
+		ly.Up = l.matrix(b+"ffn_up.weight", c.FFN, c.Embed)
+		ly.Down = l.matrix(b+"ffn_down.weight", c.Embed, c.FFN)
+	}
+	if l.err != nil {
+		return nil, l.err
+	}
+	for _, t := range f.Tensors {
+		m.WeightBytes += int64(len(t.Data))
+	}
+	return m, nil
+}
+
+// loader fetches and checks tensors, keeping the first error.
+type loader struct {
+	f   *gguf.File
+	err error
+}
+
+func (l *loader) tensor(name string, dims ...int) *gguf.Tensor {
+	if l.err != nil {
+		return nil
+	}
+	t, ok := l.f.Tensor(name)
+	if !ok {
+		l.err = fmt.Errorf("model: missing tensor %s", name)
+		return nil
+	}
+	if len(t.Dims) != len(dims) {
+		l.err = fmt.Errorf("model: tensor %s has shape %v, want %v", name, t.Dims, dims)
+		return nil
+	}
+	for i, d := range dims {
+		if int(t.Dims[i]) != d {
+			l.err = fmt.Errorf("model: tensor %s has shape %v, want %v", name, t.Dims, dims)
+			return nil
+		}
+	}
+	return t
+}
+
+func (l *loader) matrix(name string, rows, cols int) tensor.Matrix {
+	t := l.tensor(name, cols, rows)
+	if t == nil {
+		return tensor.Matrix{}
+	}
+	if !t.Type.Supported() {
+		l.err = fmt.Errorf("model: tensor %s has type %s, which is not supported (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K)", name, t.Type)
+		return tensor.Matrix{}
+	}
+	m, err := tensor.NewMatrix(t.Type, rows, cols, t.Data)
+	if err != nil {
+		l.err = fmt.Errorf("model: tensor %s: %w", name, err)
+	}
+	return m
+}
+
+func (l *loader) vector(name string, n int) []float32 {
+	t := l.tensor(name, n)
+	if t == nil {
+		return nil
+	}
+	if t.Type != tensor.F32 {
+		l.err = fmt.Errorf("model: tensor %s has type %s, want F32", name, t.Type)
+		return nil
+	}
+	return f32View(t.Data)
+}
+
+func (l *loader) optionalVector(name string, n int, required bool) []float32 {
+	if _, ok := l.f.Tensor(name); !ok && !required {
+		return nil
+	}
+	return l.vector(name, n)
+}
+
+// f16View reinterprets little-endian f16 bytes in place.
+func f16View(b []byte) []uint16 {
+	if len(b) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*uint16)(unsafe.Pointer(&b[0])), len(b)/2)
+}
+
+// f32View reinterprets little-endian float32 bytes in place. GGUF data is
+// aligned to at least 32 bytes, so the view is aligned; all supported
+// targets are little-endian.
+func f32View(b []byte) []float32 {
+	if len(b) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), len(b)/4)
+}

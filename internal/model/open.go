@@ -1,0 +1,64 @@
+package model
+
+import (
+	"fmt"
+
+	"github.com/kvserve/kvserve/internal/gguf"
+)
+
+// File is a model opened from a GGUF file: the parsed file (metadata, the
+// tokenizer's source) and the model whose weights view it. Close unmaps the
+// file; the model must not be used afterwards.
+type File struct {
+	GGUF  *gguf.File
+	Model *Model
+
+	pageSum byte // result of prefaulting, kept so the reads are not elided
+}
+
+// Progress is told how many of the weight bytes have been paged in.
+type Progress func(done, total int64)
+
+// Open maps and loads the model at path. When progress is not nil, Open
+// also pages the weights in before returning, reporting as it goes, so that
+// the first request does not pay for reading the file from disk; the pages
+// belong to the file mapping (page cache), so resident memory is the mapped
+// weights plus the runtime's own small footprint.
+func Open(path string, progress Progress) (*File, error) {
+	f, err := gguf.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	m, err := Load(f)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("load %s: %w", path, err)
+	}
+	mf := &File{GGUF: f, Model: m}
+	if progress != nil {
+		mf.pageSum = prefault(f, m.WeightBytes, progress)
+	}
+	return mf, nil
+}
+
+// Close releases the file mapping.
+func (f *File) Close() error { return f.GGUF.Close() }
+
+// prefault reads one byte of every page of the tensor data.
+func prefault(f *gguf.File, total int64, progress Progress) byte {
+	const page = 4096
+	const reportEvery = 64 << 20
+	var done, lastReport int64
+	var sink byte
+	for _, t := range f.Tensors {
+		for i := 0; i < len(t.Data); i += page {
+			sink ^= t.Data[i]
+		}
+		done += int64(len(t.Data))
+		if done-lastReport >= reportEvery || done == total {
+			progress(done, total)
+			lastReport = done
+		}
+	}
+	return sink
+}
