@@ -18,7 +18,8 @@ const DefaultRepeatLastN = 64
 type Params struct {
 	// Temperature divides the logits before truncation and sampling. 0 means
 	// greedy: the highest logit after bias and penalties, ties going to the
-	// lowest token id. Must be finite and ≥ 0.
+	// lowest token id; so does any value below 1e-5 (as in vLLM). Must be
+	// finite and ≥ 0.
 	Temperature float32
 
 	// TopK keeps only the K most likely tokens. 0 or -1 (vLLM's spelling)

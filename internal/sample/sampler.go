@@ -20,6 +20,10 @@ const poolSize = 512
 // draw.
 const blockSize = 1024
 
+// minTemperature is the smallest temperature that samples; below it decoding
+// is greedy (vLLM's threshold), which also keeps 1/T finite.
+const minTemperature = 1e-5
+
 // TokenLogprob is one entry of Logprobs.Top.
 type TokenLogprob struct {
 	Token   int32
@@ -78,6 +82,7 @@ type Sampler struct {
 	seed uint64
 	rng  rand.PCG
 
+	greedy       bool
 	invT         float32 // 1/Temperature (sampling only)
 	dMin         float32 // min-p: keep d ≤ dMin; +Inf when off
 	topP         float64 // 1 when off
@@ -114,7 +119,8 @@ func New(p Params, vocabSize int) (*Sampler, error) {
 		s.seed = rand.Uint64()
 	}
 	s.rng.Seed(s.seed, s.seed^0x9e3779b97f4a7c15)
-	if p.Temperature > 0 {
+	s.greedy = p.Temperature < minTemperature
+	if !s.greedy {
 		s.invT = 1 / p.Temperature
 	}
 	s.dMin = float32(math.Inf(1))
@@ -144,7 +150,7 @@ func New(p Params, vocabSize int) (*Sampler, error) {
 	}
 	slices.SortFunc(s.bias, func(a, b biasEntry) int { return cmp.Compare(a.id, b.id) })
 	s.pool = max(1, p.TopLogprobs)
-	if p.Temperature > 0 {
+	if !s.greedy {
 		if s.topK > 0 && s.topK <= smallK {
 			s.pool = max(s.pool, s.topK)
 		} else {
@@ -188,7 +194,7 @@ func (s *Sampler) Sample(logits []float32, history []int32) (int32, Logprobs) {
 	// keeps them exact even for huge logits.
 	tok := top[0].id
 	logSum := math.NaN()
-	if s.p.Temperature == 0 {
+	if s.greedy {
 		if s.wantLogprob {
 			l, _ := s.massPass(z, mx, true, false, nil)
 			logSum = math.Log(l)

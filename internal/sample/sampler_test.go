@@ -138,7 +138,8 @@ func TestGreedy(t *testing.T) {
 		{"history out of range ignored", Params{RepeatPenalty: 2}, []float32{1, 2}, []int32{-1, 7, 1000}, 1},
 		{"top-k 1 at temperature", Params{Temperature: 1, TopK: 1}, []float32{1, 5, 5, 2}, nil, 1},
 		{"min-p 1 keeps only the max", Params{Temperature: 5, MinP: 1}, []float32{1, 2, 7, 3}, nil, 2},
-		{"tiny temperature", Params{Temperature: 1e-6}, []float32{1, 2, 7, 6.9999}, nil, 2},
+		{"temperature below 1e-5 is greedy", Params{Temperature: 1e-6, Seed: 3}, []float32{1, 7, 7, 6.9999}, nil, 1},
+		{"temperature 1e-45 is greedy", Params{Temperature: 1e-45}, []float32{1, 7, 7}, nil, 1},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
