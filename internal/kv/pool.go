@@ -96,6 +96,9 @@ type Config struct {
 	Evictor Evictor
 	// Events receives stored/removed/cleared events (optional).
 	Events *EventLog
+	// DisableIndex turns prefix caching off: full blocks are never
+	// registered, so nothing is shared and released blocks are freed at once.
+	DisableIndex bool
 }
 
 // BlockBytes is the size of one block under this configuration.
@@ -300,6 +303,9 @@ func (p *Pool) releaseLocked(id BlockID) {
 // already known, the caller's block is released and the known one returned
 // with a reference taken, so equal content is kept once.
 func (p *Pool) commitLocked(id BlockID, h Hash, parent Hash, tokens []int32) BlockID {
+	if p.cfg.DisableIndex {
+		return id
+	}
 	if other, ok := p.index[h]; ok {
 		if other == id {
 			return id

@@ -1,0 +1,473 @@
+// Package engine runs generation requests on one model: a scheduler that
+// batches many sequences into every forward pass (continuous batching),
+// splits long prompts into chunks mixed with decode steps, reuses cached KV
+// prefixes, and preempts by recomputation when the KV pool runs dry.
+//
+// One goroutine, the step loop, owns all scheduling state: it drains new
+// submissions, picks the tokens of the next forward pass under a token
+// budget, runs the pass, samples, and delivers outputs to each request's
+// Stream. Callers interact only through Submit and Stream, which never block
+// the loop.
+//
+// Scheduling order in every step:
+//  1. running sequences that decode (one token each), highest priority and
+//     oldest first; if the pool cannot give one of them a block, the lowest
+//     priority, newest running sequence is preempted (its blocks released,
+//     its full blocks staying cached) and re-queued;
+//  2. running sequences still prefilling, a chunk each, while budget lasts;
+//  3. waiting requests, admitted in priority order (FCFS within a priority)
+//     while the pool has blocks for their whole remaining prompt.
+//
+// Because the model's forward pass is batch-invariant (a sequence's logits
+// do not depend on its batch-mates or on chunking), outputs are identical
+// whether prefixes come from cache, prompts are chunked, or sequences are
+// preempted and recomputed.
+package engine
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvserve/kvserve/internal/kv"
+	"github.com/kvserve/kvserve/internal/model"
+	"github.com/kvserve/kvserve/internal/sample"
+	"github.com/kvserve/kvserve/internal/tensor"
+)
+
+// Config configures an Engine. The zero value of each field means its
+// default.
+type Config struct {
+	// MaxBatchTokens is the token budget of one forward pass (default 512).
+	MaxBatchTokens int
+	// MaxRunning bounds the sequences in flight (default 256).
+	MaxRunning int
+	// MaxWaiting bounds queued requests; more are refused with ErrQueueFull
+	// (default 4096).
+	MaxWaiting int
+	// MaxContext caps a sequence's length (default: the model's training
+	// context).
+	MaxContext int
+	// BlockSize is the KV block size in tokens (default 16).
+	BlockSize int
+	// KVMemoryBytes sizes the KV pool (default 1 GiB).
+	KVMemoryBytes int64
+	// KVType is the KV element type (default F16).
+	KVType kv.ElemType
+	// DisablePrefixCache turns off prefix sharing.
+	DisablePrefixCache bool
+	// Contiguous is the baseline allocation mode: every request reserves
+	// room for its maximum length when admitted, and nothing is shared.
+	Contiguous bool
+	// Threads for the compute pool (default: all cores).
+	Threads int
+	// Secret keys the per-scope hash salts (default: a fixed development
+	// key; servers must set a random one).
+	Secret []byte
+	// ModelID is bound into every block hash, so two models never share.
+	ModelID string
+	// EndOfGeneration lists the tokens that end a sample (the tokenizer's
+	// end-of-generation set).
+	EndOfGeneration []int32
+	// Registerer receives the engine's Prometheus metrics (optional).
+	Registerer prometheus.Registerer
+	// Events receives the KV pool's block events (optional).
+	Events *kv.EventLog
+}
+
+func (c Config) withDefaults(m *model.Model) Config {
+	if c.MaxBatchTokens <= 0 {
+		c.MaxBatchTokens = 512
+	}
+	if c.MaxRunning <= 0 {
+		c.MaxRunning = 256
+	}
+	if c.MaxWaiting <= 0 {
+		c.MaxWaiting = 4096
+	}
+	if c.MaxContext <= 0 || c.MaxContext > m.Config.Context {
+		c.MaxContext = m.Config.Context
+	}
+	if c.BlockSize <= 0 {
+		c.BlockSize = 16
+	}
+	if c.KVMemoryBytes <= 0 {
+		c.KVMemoryBytes = 1 << 30
+	}
+	if c.Secret == nil {
+		c.Secret = []byte("kvserve-development-secret")
+	}
+	return c
+}
+
+// Engine serves requests on one model.
+type Engine struct {
+	cfg     Config
+	model   *model.Model
+	runner  *model.Runner
+	compute *tensor.Pool
+	kv      *kv.Pool
+	eog     map[int32]bool
+	salts   sync.Map // scope → kv.Hash
+	m       *metrics
+
+	submit  chan *request
+	waiting atomic.Int64 // requests submitted and not yet finished admission
+	stop    context.CancelFunc
+	done    chan struct{}
+
+	// Step-loop state.
+	order   uint64
+	queue   []*seqState // waiting, sorted by (priority desc, order asc)
+	running []*seqState
+	logits  []float32 // arena: one Vocab-sized slice per sequence needing logits
+	batch   []model.Seq
+	entries []entry
+}
+
+// request is a submitted Request with its stream.
+type request struct {
+	Request
+	stream   *Stream
+	order    uint64
+	forked   bool
+	admitted bool
+}
+
+// seqState is one sample of a request: its KV sequence and tokens.
+type seqState struct {
+	req       *request
+	index     int
+	kv        *kv.Sequence
+	tokens    []int32 // prompt + generated; the KV of tokens[:kv.Len()] is computed
+	generated int
+	sampler   *sample.Sampler
+	order     uint64 // arrival order, for FCFS and victim choice
+	reserved  int    // contiguous mode: positions reserved at admission
+}
+
+// entry is one sequence's part of the current forward pass.
+type entry struct {
+	s      *seqState
+	n      int  // tokens computed this pass
+	logits bool // the pass reaches the end of the sequence's tokens
+}
+
+// New builds an engine for m and starts its step loop; Close stops it.
+func New(m *model.Model, cfg Config) (*Engine, error) {
+	cfg = cfg.withDefaults(m)
+	c := &m.Config
+	pool, err := kv.NewPool(kv.Config{
+		MemoryBytes:  cfg.KVMemoryBytes,
+		BlockSize:    cfg.BlockSize,
+		Layers:       c.Layers,
+		KVDim:        c.KVDim(),
+		Type:         cfg.KVType,
+		Events:       cfg.Events,
+		DisableIndex: cfg.DisablePrefixCache || cfg.Contiguous,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
+	compute := tensor.NewPool(cfg.Threads)
+	runner, err := model.NewRunner(m, compute, cfg.MaxBatchTokens, cfg.KVType.DType())
+	if err != nil {
+		compute.Close()
+		return nil, fmt.Errorf("engine: %w", err)
+	}
+	e := &Engine{
+		cfg: cfg, model: m, runner: runner, compute: compute, kv: pool,
+		eog:    map[int32]bool{},
+		submit: make(chan *request, 64),
+		done:   make(chan struct{}),
+	}
+	for _, t := range cfg.EndOfGeneration {
+		e.eog[t] = true
+	}
+	if e.m, err = newMetrics(cfg.Registerer); err != nil {
+		compute.Close()
+		return nil, err
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	e.stop = stop
+	go e.loop(ctx)
+	return e, nil
+}
+
+// Close stops the step loop, failing requests still in flight, and releases
+// the compute threads.
+func (e *Engine) Close() {
+	e.stop()
+	<-e.done
+	e.compute.Close()
+}
+
+// KV returns the engine's block pool (for metrics and tests).
+func (e *Engine) KV() *kv.Pool { return e.kv }
+
+// Model returns the engine's model.
+func (e *Engine) Model() *model.Model { return e.model }
+
+// Config returns the engine's configuration with defaults applied.
+func (e *Engine) Config() Config { return e.cfg }
+
+// Submit queues a request. The stream ends when every sample has finished or
+// ctx is cancelled.
+func (e *Engine) Submit(ctx context.Context, r Request) (*Stream, error) {
+	if err := e.validate(&r); err != nil {
+		return nil, err
+	}
+	if e.waiting.Add(1) > int64(e.cfg.MaxWaiting) {
+		e.waiting.Add(-1)
+		return nil, ErrQueueFull
+	}
+	req := &request{Request: r, stream: newStream(ctx, r.N)}
+	req.stream.usage.PromptTokens = len(r.Prompt)
+	select {
+	case e.submit <- req:
+		return req.stream, nil
+	case <-e.done:
+		e.waiting.Add(-1)
+		return nil, ErrClosed
+	case <-ctx.Done():
+		e.waiting.Add(-1)
+		return nil, ctx.Err()
+	}
+}
+
+func (e *Engine) validate(r *Request) error {
+	if r.N == 0 {
+		r.N = 1
+	}
+	switch {
+	case len(r.Prompt) == 0:
+		return fmt.Errorf("%w: empty prompt", ErrInvalid)
+	case r.MaxTokens < 1:
+		return fmt.Errorf("%w: max tokens must be at least 1", ErrInvalid)
+	case r.N < 1 || r.N > 128:
+		return fmt.Errorf("%w: n must be in [1, 128], got %d", ErrInvalid, r.N)
+	}
+	vocab := e.model.Config.Vocab
+	for _, t := range r.Prompt {
+		if t < 0 || int(t) >= vocab {
+			return fmt.Errorf("%w: token id %d outside the vocabulary [0, %d)", ErrInvalid, t, vocab)
+		}
+	}
+	if total := len(r.Prompt) + r.MaxTokens; total > e.cfg.MaxContext {
+		return fmt.Errorf("%w: %d prompt tokens + %d output tokens exceed the maximum context of %d", ErrTooLong, len(r.Prompt), r.MaxTokens, e.cfg.MaxContext)
+	}
+	bs := e.cfg.BlockSize
+	need := (len(r.Prompt) + r.MaxTokens + bs - 1) / bs
+	if e.cfg.Contiguous {
+		need *= r.N
+	}
+	if need > e.kv.NumBlocks() {
+		return fmt.Errorf("%w: %d tokens need %d KV blocks, the pool has %d", ErrTooLong, len(r.Prompt)+r.MaxTokens, need, e.kv.NumBlocks())
+	}
+	if _, err := sample.New(r.Sampling, vocab); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	return nil
+}
+
+func (e *Engine) salt(scope string) kv.Hash {
+	if v, ok := e.salts.Load(scope); ok {
+		return v.(kv.Hash)
+	}
+	h := kv.ScopeSalt(e.cfg.Secret, scope)
+	e.salts.Store(scope, h)
+	return h
+}
+
+// loop is the step loop.
+func (e *Engine) loop(ctx context.Context) {
+	defer close(e.done)
+	defer e.failAll(ErrClosed)
+	for {
+		if len(e.running) == 0 && len(e.queue) == 0 {
+			e.m.running.Set(0)
+			e.m.waitingGauge.Set(0)
+			select {
+			case r := <-e.submit:
+				e.enqueue(r)
+			case <-ctx.Done():
+				return
+			}
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		e.drainSubmissions()
+		e.reapCancelled()
+		if !e.schedule() {
+			// Nothing runnable although requests wait: cannot happen while
+			// Submit refuses requests larger than the pool; back off briefly
+			// rather than spin if it ever does.
+			if len(e.queue) > 0 {
+				time.Sleep(time.Millisecond)
+			}
+			continue
+		}
+		if err := e.forward(ctx); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			e.failBatch(err)
+			continue
+		}
+		e.afterForward()
+		e.updateGauges()
+	}
+}
+
+func (e *Engine) drainSubmissions() {
+	for {
+		select {
+		case r := <-e.submit:
+			e.enqueue(r)
+		default:
+			return
+		}
+	}
+}
+
+// enqueue turns a new request into its first sequence and queues it.
+func (e *Engine) enqueue(r *request) {
+	e.order++
+	r.order = e.order
+	sampling := r.Sampling
+	sampler, err := sample.New(sampling, e.model.Config.Vocab)
+	if err != nil { // validated at Submit; cannot happen
+		e.waiting.Add(-1)
+		r.stream.push(Output{Token: -1, Finish: FinishError, Err: err})
+		return
+	}
+	s := &seqState{req: r, tokens: slices.Clone(r.Prompt), sampler: sampler, order: r.order}
+	e.insertWaiting(s)
+}
+
+// insertWaiting puts s into the queue in (priority desc, order asc) order.
+func (e *Engine) insertWaiting(s *seqState) {
+	i, _ := slices.BinarySearchFunc(e.queue, s, compareSeq)
+	e.queue = slices.Insert(e.queue, i, s)
+}
+
+// compareSeq orders by priority (higher first), then arrival (older first).
+func compareSeq(a, b *seqState) int {
+	if a.req.Priority != b.req.Priority {
+		return b.req.Priority - a.req.Priority
+	}
+	if a.order != b.order {
+		if a.order < b.order {
+			return -1
+		}
+		return 1
+	}
+	return a.index - b.index
+}
+
+// reapCancelled ends the sequences whose request was cancelled, freeing
+// their blocks.
+func (e *Engine) reapCancelled() {
+	keep := e.running[:0]
+	for _, s := range e.running {
+		if s.req.stream.ctx.Err() != nil {
+			e.finish(s, FinishCancel, nil)
+			continue
+		}
+		keep = append(keep, s)
+	}
+	clear(e.running[len(keep):])
+	e.running = keep
+	q := e.queue[:0]
+	for _, s := range e.queue {
+		if s.req.stream.ctx.Err() != nil {
+			e.finish(s, FinishCancel, nil)
+			continue
+		}
+		q = append(q, s)
+	}
+	clear(e.queue[len(q):])
+	e.queue = q
+}
+
+// finish ends sample s: releases its blocks and tells the stream.
+func (e *Engine) finish(s *seqState, reason FinishReason, err error) {
+	if s.kv != nil {
+		s.kv.Release()
+		s.kv = nil
+	}
+	r := s.req
+	if !r.admitted {
+		r.admitted = true
+		e.waiting.Add(-1)
+	}
+	if !r.forked && reason != FinishNone {
+		// Samples that were never forked end with their parent.
+		r.forked = true
+		for i := 1; i < r.N; i++ {
+			r.stream.push(Output{Index: i, Token: -1, Finish: reason, Err: err})
+		}
+	}
+	r.stream.push(Output{Index: s.index, Token: -1, Finish: reason, Err: err})
+	e.m.observeFinish(r.stream, reason)
+	if r.stream.finishedAll() {
+		r.stream.cancel()
+	}
+}
+
+func (e *Engine) failAll(err error) {
+	for _, s := range e.running {
+		e.finish(s, FinishError, err)
+	}
+	for _, s := range e.queue {
+		e.finish(s, FinishError, err)
+	}
+	e.running, e.queue = nil, nil
+	for {
+		select {
+		case r := <-e.submit:
+			e.enqueue(r)
+			for _, s := range e.queue {
+				e.finish(s, FinishError, err)
+			}
+			e.queue = nil
+		default:
+			return
+		}
+	}
+}
+
+func (e *Engine) failBatch(err error) {
+	for _, en := range e.entries {
+		e.finish(en.s, FinishError, err)
+		e.removeRunning(en.s)
+	}
+}
+
+func (e *Engine) removeRunning(s *seqState) {
+	if i := slices.Index(e.running, s); i >= 0 {
+		e.running = slices.Delete(e.running, i, i+1)
+	}
+}
+
+// Stats describes the engine's load.
+type Stats struct {
+	Running, Waiting int
+	KV               kv.Stats
+}
+
+// Now returns a load snapshot. It is approximate (read without stopping the
+// loop) and meant for routing and display.
+func (e *Engine) Now() Stats {
+	return Stats{
+		Running: int(e.m.runningCount.Load()),
+		Waiting: int(e.waiting.Load()),
+		KV:      e.kv.Stats(),
+	}
+}

@@ -1,0 +1,100 @@
+package engine
+
+import (
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the engine's Prometheus metrics, named after vLLM's under the
+// kvserve_ prefix.
+type metrics struct {
+	ttft, itl, queueTime, e2e      prometheus.Histogram
+	stepTime                       prometheus.Histogram
+	batchSeqs, batchTokens         prometheus.Histogram
+	prefixQueries, prefixHits      prometheus.Counter
+	preemptions                    prometheus.Counter
+	promptTokens, generatedTokens  prometheus.Counter
+	finished                       *prometheus.CounterVec
+	running, waitingGauge, kvUsage prometheus.Gauge
+	blocks                         *prometheus.GaugeVec
+	runningCount                   atomic.Int64
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	latency := []float64{.001, .005, .01, .02, .04, .06, .08, .1, .25, .5, .75, 1, 2.5, 5, 7.5, 10, 20, 40, 80}
+	m := &metrics{
+		ttft: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kvserve_time_to_first_token_seconds",
+			Help: "Time from arrival to the first generated token.", Buckets: latency}),
+		itl: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kvserve_inter_token_latency_seconds",
+			Help: "Time between consecutive generated tokens of a request.", Buckets: latency}),
+		queueTime: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kvserve_request_queue_time_seconds",
+			Help: "Time from arrival to first admission.", Buckets: latency}),
+		e2e: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kvserve_e2e_request_latency_seconds",
+			Help: "Time from arrival to the end of the last sample.", Buckets: latency}),
+		stepTime: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kvserve_step_seconds",
+			Help: "Duration of one forward pass.", Buckets: latency}),
+		batchSeqs: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kvserve_batch_sequences",
+			Help: "Sequences per forward pass.", Buckets: prometheus.ExponentialBuckets(1, 2, 10)}),
+		batchTokens: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kvserve_batch_tokens",
+			Help: "Tokens per forward pass.", Buckets: prometheus.ExponentialBuckets(1, 2, 13)}),
+		prefixQueries: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvserve_prefix_cache_queries_total",
+			Help: "Prompt tokens looked up in the prefix cache."}),
+		prefixHits: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvserve_prefix_cache_hits_total",
+			Help: "Prompt tokens found in the prefix cache."}),
+		preemptions: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvserve_num_preemptions_total",
+			Help: "Sequences preempted (blocks released, recomputed later)."}),
+		promptTokens: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvserve_prompt_tokens_total",
+			Help: "Prompt tokens computed (prefix-cache hits excluded)."}),
+		generatedTokens: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvserve_generation_tokens_total",
+			Help: "Tokens generated."}),
+		finished: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvserve_request_success_total",
+			Help: "Finished samples by finish reason."}, []string{"finished_reason"}),
+		running: prometheus.NewGauge(prometheus.GaugeOpts{Name: "kvserve_num_requests_running",
+			Help: "Sequences in the running set."}),
+		waitingGauge: prometheus.NewGauge(prometheus.GaugeOpts{Name: "kvserve_num_requests_waiting",
+			Help: "Sequences waiting for admission."}),
+		kvUsage: prometheus.NewGauge(prometheus.GaugeOpts{Name: "kvserve_kv_cache_usage_perc",
+			Help: "Fraction of KV blocks referenced by running sequences (0-1)."}),
+		blocks: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "kvserve_kv_blocks",
+			Help: "KV blocks by state: free, active (referenced), cached (unreferenced, findable)."}, []string{"state"}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	for _, c := range []prometheus.Collector{m.ttft, m.itl, m.queueTime, m.e2e, m.stepTime, m.batchSeqs, m.batchTokens,
+		m.prefixQueries, m.prefixHits, m.preemptions, m.promptTokens, m.generatedTokens, m.finished,
+		m.running, m.waitingGauge, m.kvUsage, m.blocks} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("engine: register metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+func (m *metrics) observeStep(seqs, tokens int, d time.Duration) {
+	m.stepTime.Observe(d.Seconds())
+	m.batchSeqs.Observe(float64(seqs))
+	m.batchTokens.Observe(float64(tokens))
+}
+
+func (m *metrics) observeFinish(st *Stream, reason FinishReason) {
+	m.finished.WithLabelValues(reason.String()).Inc()
+	if st.finishedAll() {
+		m.e2e.Observe(time.Since(st.arrival).Seconds())
+	}
+}
+
+// updateGauges refreshes the state gauges after a step.
+func (e *Engine) updateGauges() {
+	st := e.kv.Stats()
+	e.m.running.Set(float64(len(e.running)))
+	e.m.runningCount.Store(int64(len(e.running)))
+	e.m.waitingGauge.Set(float64(len(e.queue)))
+	e.m.kvUsage.Set(float64(st.Active) / float64(st.Total))
+	e.m.blocks.WithLabelValues("free").Set(float64(st.Free))
+	e.m.blocks.WithLabelValues("active").Set(float64(st.Active))
+	e.m.blocks.WithLabelValues("cached").Set(float64(st.Cached))
+}

@@ -1,0 +1,202 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/kvserve/kvserve/internal/sample"
+)
+
+// Errors a submission can fail with. The API maps them to status codes.
+var (
+	// ErrTooLong: the request can never fit (prompt plus output exceeds the
+	// model's context or the whole KV pool).
+	ErrTooLong = errors.New("engine: request too long")
+	// ErrQueueFull: too many requests are waiting; retry later.
+	ErrQueueFull = errors.New("engine: queue full")
+	// ErrClosed: the engine is shutting down.
+	ErrClosed = errors.New("engine: closed")
+	// ErrInvalid: the request itself is malformed.
+	ErrInvalid = errors.New("engine: invalid request")
+)
+
+// Retention is the value class of a span of prompt tokens (DESIGN.md): it
+// decides what eviction keeps longest.
+type Retention uint8
+
+// The retention classes, lowest value first.
+const (
+	RetentionDefault    Retention = iota // unclassified: treated as session
+	RetentionEphemeral                   // reasoning, one-shot scratch
+	RetentionSession                     // conversation history
+	RetentionPersistent                  // system prompt, tool definitions
+	RetentionPinned                      // context-cache resources
+)
+
+var retentionNames = [...]string{"default", "ephemeral", "session", "persistent", "pinned"}
+
+func (r Retention) String() string {
+	if int(r) < len(retentionNames) {
+		return retentionNames[r]
+	}
+	return "unknown"
+}
+
+// Segment tags prompt tokens [Start, End) with a retention class.
+type Segment struct {
+	Start, End int
+	Retention  Retention
+}
+
+// Hints are optional per-request signals from the client.
+type Hints struct {
+	SessionID            string
+	Retention            Retention
+	TTL                  time.Duration
+	ExpectedOutputTokens int
+}
+
+// Request is one generation request in token space: every API dialect maps
+// into it.
+type Request struct {
+	// Prompt is the full prompt, special tokens included.
+	Prompt []int32
+	// Segments classify spans of Prompt (optional; recorded for the tiering
+	// work).
+	Segments []Segment
+	// MaxTokens bounds the generated tokens of each sample (required, ≥ 1).
+	MaxTokens int
+	// Sampling configures the samplers; sample i of N uses Seed+i.
+	Sampling sample.Params
+	// StopTokens end a sample in addition to the model's end-of-generation
+	// tokens (which IgnoreEOS disables).
+	StopTokens []int32
+	IgnoreEOS  bool
+	// N is the number of samples sharing the prompt (default 1).
+	N int
+	// Priority orders scheduling: higher first; FCFS within a priority.
+	Priority int
+	// Scope is the isolation scope (tenant) whose salt prefixes every block
+	// hash: requests of different scopes never share KV.
+	Scope string
+	Hints Hints
+}
+
+// FinishReason says why a sample ended.
+type FinishReason uint8
+
+// The finish reasons.
+const (
+	FinishNone   FinishReason = iota
+	FinishStop                // an end-of-generation or stop token
+	FinishLength              // MaxTokens or the context limit
+	FinishCancel              // the request was cancelled
+	FinishError               // the engine failed
+)
+
+func (f FinishReason) String() string {
+	return [...]string{"", "stop", "length", "cancelled", "error"}[f]
+}
+
+// Output is one event of a request's stream: a generated token of sample
+// Index, and/or the end of that sample.
+type Output struct {
+	Index    int
+	Token    int32 // -1 when the event carries no token
+	Logprobs *sample.Logprobs
+	Finish   FinishReason
+	Err      error
+}
+
+// Usage counts a request's tokens.
+type Usage struct {
+	PromptTokens int
+	// CachedTokens of the prompt were found in the prefix cache (first
+	// admission; a preempted request's re-hits are not counted).
+	CachedTokens     int
+	CompletionTokens int
+}
+
+// Stream delivers a request's outputs. The engine never blocks on it: outputs
+// queue until read.
+type Stream struct {
+	mu       sync.Mutex
+	queue    []Output
+	notify   chan struct{}
+	finished int // samples finished
+	n        int
+	usage    Usage
+	cancel   context.CancelFunc
+	ctx      context.Context
+
+	// Timing, for metrics.
+	arrival, admitted, firstToken, lastToken time.Time
+}
+
+func newStream(ctx context.Context, n int) *Stream {
+	ctx, cancel := context.WithCancel(ctx)
+	return &Stream{notify: make(chan struct{}, 1), n: n, ctx: ctx, cancel: cancel, arrival: time.Now()}
+}
+
+func (s *Stream) push(o Output) {
+	s.mu.Lock()
+	s.queue = append(s.queue, o)
+	if o.Finish != FinishNone {
+		s.finished++
+	}
+	if o.Token >= 0 {
+		s.usage.CompletionTokens++
+	}
+	s.mu.Unlock()
+	select {
+	case s.notify <- struct{}{}:
+	default:
+	}
+}
+
+// Recv returns the next outputs (at least one), waiting until there are
+// some or ctx ends. After every sample has finished and its outputs were
+// read, it returns io.EOF-like ErrDone.
+func (s *Stream) Recv(ctx context.Context, dst []Output) ([]Output, error) {
+	for {
+		s.mu.Lock()
+		if len(s.queue) > 0 {
+			dst = append(dst, s.queue...)
+			s.queue = s.queue[:0]
+			s.mu.Unlock()
+			return dst, nil
+		}
+		done := s.finished >= s.n
+		s.mu.Unlock()
+		if done {
+			return dst, ErrDone
+		}
+		select {
+		case <-s.notify:
+		case <-ctx.Done():
+			return dst, ctx.Err()
+		}
+	}
+}
+
+func (s *Stream) finishedAll() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.finished >= s.n
+}
+
+// ErrDone is returned by Recv once the stream is exhausted.
+var ErrDone = errors.New("engine: stream done")
+
+// Usage returns the token counts so far.
+func (s *Stream) Usage() Usage {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.usage
+}
+
+// Cancel stops the request; its blocks are freed at the next step (full
+// blocks stay cached).
+func (s *Stream) Cancel() { s.cancel() }

@@ -1,0 +1,275 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/kvserve/kvserve/internal/kv"
+	"github.com/kvserve/kvserve/internal/model"
+	"github.com/kvserve/kvserve/internal/sample"
+)
+
+// schedule picks the next forward pass into e.entries and reports whether
+// there is anything to run. If sequences are running but none can get a
+// block, the lowest-priority newest one is preempted and scheduling retried,
+// so the engine always makes progress (a sequence alone always fits: Submit
+// refuses any that could not).
+func (e *Engine) schedule() bool {
+	for {
+		if e.scheduleOnce() || len(e.running) == 0 {
+			return len(e.entries) > 0
+		}
+		e.preempt(e.running[len(e.running)-1])
+	}
+}
+
+func (e *Engine) scheduleOnce() bool {
+	e.entries = e.entries[:0]
+	budget := e.cfg.MaxBatchTokens
+	slices.SortFunc(e.running, compareSeq)
+
+	// 1. Decodes: one token each, preempting from the back when dry.
+	for i := 0; i < len(e.running) && budget > 0; i++ {
+		s := e.running[i]
+		if len(s.tokens)-s.kv.Len() != 1 {
+			continue
+		}
+		for !e.reserve(s, s.kv.Len()+1) {
+			victim := e.running[len(e.running)-1]
+			e.preempt(victim)
+			if victim == s {
+				break
+			}
+		}
+		if s.kv == nil { // preempted itself
+			break
+		}
+		e.entries = append(e.entries, entry{s: s, n: 1, logits: true})
+		budget--
+	}
+
+	// 2. Prefills in progress: a chunk each.
+	for _, s := range e.running {
+		if budget == 0 {
+			break
+		}
+		need := len(s.tokens) - s.kv.Len()
+		if need <= 1 {
+			continue
+		}
+		n := min(need, budget)
+		if !e.reserve(s, s.kv.Len()+n) {
+			continue
+		}
+		e.entries = append(e.entries, entry{s: s, n: n, logits: n == need})
+		budget -= n
+	}
+
+	// 3. Admissions, in queue order, while the pool can hold each whole.
+	for budget > 0 && len(e.queue) > 0 && len(e.running) < e.cfg.MaxRunning {
+		s := e.queue[0]
+		if !e.admit(s) {
+			break
+		}
+		e.queue = e.queue[1:]
+		e.running = append(e.running, s)
+		need := len(s.tokens) - s.kv.Len()
+		n := min(need, budget)
+		if !e.reserve(s, s.kv.Len()+n) {
+			continue // admission checked room; only a concurrent change could fail
+		}
+		e.entries = append(e.entries, entry{s: s, n: n, logits: n == need})
+		budget -= n
+	}
+	return len(e.entries) > 0
+}
+
+// reserve makes room for positions [0, n) of s. In contiguous mode the room
+// was reserved at admission.
+func (e *Engine) reserve(s *seqState, n int) bool {
+	if e.cfg.Contiguous && n <= s.reserved {
+		return true
+	}
+	err := s.kv.Reserve(n)
+	if err != nil && !errors.Is(err, kv.ErrNoSpace) {
+		panic(err)
+	}
+	return err == nil
+}
+
+// admit gives a queued sequence a KV sequence, reusing its cached prefix,
+// if the pool has room for all of its remaining tokens plus one generated
+// token (contiguous mode: for its maximum length). It leaves s queued and
+// reports false otherwise.
+func (e *Engine) admit(s *seqState) bool {
+	r := s.req
+	seq := e.kv.NewSequence(e.salt(r.Scope), []byte(e.cfg.ModelID))
+	hit := 0
+	if !e.cfg.DisablePrefixCache && !e.cfg.Contiguous {
+		hit = seq.MatchPrefix(s.tokens)
+	}
+	target := len(s.tokens) + 1
+	if e.cfg.Contiguous {
+		target = len(s.tokens) + (r.MaxTokens - s.generated)
+	}
+	if seq.BlocksFor(target) > e.kv.Available() {
+		seq.Release()
+		return false
+	}
+	if e.cfg.Contiguous {
+		if err := seq.Reserve(target); err != nil {
+			seq.Release()
+			return false
+		}
+		s.reserved = target
+	}
+	s.kv = seq
+	if !r.admitted {
+		r.admitted = true
+		e.waiting.Add(-1)
+		now := time.Now()
+		r.stream.admitted = now
+		r.stream.mu.Lock()
+		r.stream.usage.CachedTokens = hit
+		r.stream.mu.Unlock()
+		e.m.queueTime.Observe(now.Sub(r.stream.arrival).Seconds())
+	}
+	e.m.prefixQueries.Add(float64(len(s.tokens)))
+	e.m.prefixHits.Add(float64(hit))
+	return true
+}
+
+// preempt releases a running sequence's blocks (full ones stay cached) and
+// queues it again; it will recompute what is not cached when resumed.
+func (e *Engine) preempt(s *seqState) {
+	s.kv.Release()
+	s.kv = nil
+	s.reserved = 0
+	e.removeRunning(s)
+	e.insertWaiting(s)
+	e.m.preemptions.Inc()
+}
+
+// forward runs the scheduled pass.
+func (e *Engine) forward(ctx context.Context) error {
+	vocab := e.model.Config.Vocab
+	nLogits := 0
+	for _, en := range e.entries {
+		if en.logits {
+			nLogits++
+		}
+	}
+	if need := nLogits * vocab; len(e.logits) < need {
+		e.logits = make([]float32, need)
+	}
+	e.batch = e.batch[:0]
+	tokens, li := 0, 0
+	for _, en := range e.entries {
+		s := en.s
+		seq := model.Seq{Cache: s.kv, Pos: s.kv.Len(), Tokens: s.tokens[s.kv.Len() : s.kv.Len()+en.n]}
+		if en.logits {
+			seq.Logits = e.logits[li*vocab : (li+1)*vocab]
+			li++
+		}
+		e.batch = append(e.batch, seq)
+		tokens += en.n
+		if s.generated == 0 {
+			e.m.promptTokens.Add(float64(en.n))
+		}
+	}
+	start := time.Now()
+	err := e.runner.Forward(ctx, e.batch)
+	e.m.observeStep(len(e.entries), tokens, time.Since(start))
+	return err
+}
+
+// afterForward commits the computed tokens and samples where logits came
+// back.
+func (e *Engine) afterForward() {
+	vocab := e.model.Config.Vocab
+	li := 0
+	for _, en := range e.entries {
+		s := en.s
+		s.kv.Commit(s.tokens[s.kv.Len() : s.kv.Len()+en.n])
+		if !en.logits {
+			continue
+		}
+		logits := e.logits[li*vocab : (li+1)*vocab]
+		li++
+		samples := []*seqState{s}
+		if r := s.req; !r.forked {
+			r.forked = true
+			for i := 1; i < r.N; i++ {
+				samples = append(samples, e.fork(s, i))
+			}
+		}
+		for _, t := range samples {
+			e.sampleNext(t, logits)
+		}
+	}
+	// Drop finished sequences from the running set.
+	keep := e.running[:0]
+	for _, s := range e.running {
+		if s.kv != nil {
+			keep = append(keep, s)
+		}
+	}
+	clear(e.running[len(keep):])
+	e.running = keep
+}
+
+// fork creates sample i of s's request, sharing s's blocks.
+func (e *Engine) fork(s *seqState, i int) *seqState {
+	p := s.req.Sampling
+	if p.Seed != 0 {
+		p.Seed += uint64(i)
+	}
+	sampler, _ := sample.New(p, e.model.Config.Vocab) // validated at Submit
+	t := &seqState{req: s.req, index: i, kv: s.kv.Fork(), tokens: slices.Clone(s.tokens), sampler: sampler, order: s.order}
+	e.running = append(e.running, t)
+	return t
+}
+
+// sampleNext samples one token for s from logits, delivers it, and ends the
+// sample when it stops.
+func (e *Engine) sampleNext(s *seqState, logits []float32) {
+	r := s.req
+	promptLen := len(r.Prompt)
+	tok, lp := s.sampler.Sample(logits, s.tokens[promptLen:])
+	out := Output{Index: s.index, Token: tok}
+	if r.Sampling.Logprobs || r.Sampling.TopLogprobs > 0 {
+		c := lp
+		c.Top = slices.Clone(lp.Top)
+		out.Logprobs = &c
+	}
+	s.tokens = append(s.tokens, tok)
+	s.generated++
+	now := time.Now()
+	st := r.stream
+	if st.firstToken.IsZero() {
+		st.firstToken = now
+		e.m.ttft.Observe(now.Sub(st.arrival).Seconds())
+	} else {
+		e.m.itl.Observe(now.Sub(st.lastToken).Seconds())
+	}
+	st.lastToken = now
+	e.m.generatedTokens.Inc()
+
+	switch {
+	case (e.eog[tok] && !r.IgnoreEOS) || slices.Contains(r.StopTokens, tok):
+		out.Finish = FinishStop
+	case s.generated >= r.MaxTokens || len(s.tokens) >= e.cfg.MaxContext:
+		out.Finish = FinishLength
+	}
+	if out.Finish == FinishNone {
+		st.push(out)
+		return
+	}
+	// Deliver the token and the finish together.
+	reason := out.Finish
+	out.Finish = FinishNone
+	st.push(out)
+	e.finish(s, reason, nil)
+}
