@@ -30,6 +30,6 @@ func newRootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newModelCmd())
+	root.AddCommand(newModelCmd(), newGenerateCmd(), newTokenizeCmd())
 	return root
 }
