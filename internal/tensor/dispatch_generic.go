@@ -4,7 +4,13 @@ package tensor
 
 // Portable build: every kernel is the reference Go implementation.
 
-func fastKernel(t DType) kernel { return nil }
+func (i isa) String() string { return "portable" }
+
+// cpuISA is the only level of the portable build.
+const cpuISA = isaPortable
+
+// kernelAt returns the portable kernel of type t.
+func kernelAt(t DType, _ isa) kernel { return portableKernel(t) }
 
 func quantizeActQ80(q []int8, d []float32, s []int32, x []float32) {
 	quantizeActQ80Generic(q, d, s, x)

@@ -26,7 +26,7 @@ type actBuf struct {
 	cols int
 	q    []int8    // Q8_0 / Q8_K values, cols per token
 	d    []float32 // per-block scale: Q8_0 rounded through f16, Q8_K f32
-	s    []int32   // Q8_0: sum of each block's values
+	s    []int32   // Q8_0: each block's negated sum of values, −Σq
 	bs   []int16   // Q8_K: sums of each 16 values (16 per block)
 	f    []float32 // F16/BF16-rounded activations widened to f32
 	x    []float32 // F32 weights: the caller's activations, unconverted
@@ -123,7 +123,8 @@ func convertF16ActGeneric(h []uint16, f, x []float32) {
 
 // quantizeActQ80Generic quantizes one token to Q8_0 as ggml's quantize_row_q8_0
 // does on x86 (AVX2 path): d = amax/127 stored as f16, values x*(127/amax)
-// rounded to nearest even. s receives each block's sum of values.
+// rounded to nearest even. s receives each block's negated sum −Σq (the
+// assembly kernels' offset correction).
 func quantizeActQ80Generic(q []int8, d []float32, s []int32, x []float32) {
 	for b := range d {
 		xs := x[b*qk80 : (b+1)*qk80]
@@ -144,7 +145,7 @@ func quantizeActQ80Generic(q []int8, d []float32, s []int32, x []float32) {
 			qs[j] = r
 			sum += int32(r)
 		}
-		s[b] = sum
+		s[b] = -sum
 	}
 }
 
@@ -398,14 +399,6 @@ func (j *matmulJob) run(p *Pool) {
 func (j *matmulJob) convert(p *Pool, id int) {
 	t0, t1 := j.n*id/p.threads, j.n*(id+1)/p.threads
 	p.act.convertTokens(j.w.Type, j.x, t0, t1)
-}
-
-// kernelFor returns the fastest available kernel for weights of type t.
-func kernelFor(t DType) kernel {
-	if k := fastKernel(t); k != nil {
-		return k
-	}
-	return portableKernel(t)
 }
 
 // MatMul computes dst[t*w.Rows + r] = Σ_c W[r][c]·x[t*w.Cols + c] for all

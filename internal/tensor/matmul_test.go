@@ -140,29 +140,97 @@ func TestMatMul(t *testing.T) {
 	}
 }
 
-// TestMatMulKernelsAgree checks that the selected kernel of each type gives
-// the portable kernel's result (exactly where the arithmetic is integer up to
-// the final scaling, else within float32 summation-order tolerance).
+// TestMatMulKernelsAgree runs the kernel of each type at every instruction
+// set level this CPU has (the portable one included) against the float64
+// references, on odd shapes: one block, many blocks, rows not a multiple of the
+// tile, 1..9 tokens and a multi-tile batch.
 func TestMatMulKernelsAgree(t *testing.T) {
 	rng := rand.New(rand.NewPCG(11, 12))
 	p := NewPool(2)
 	defer p.Close()
 	for _, typ := range allTypes {
-		cols := 1024
-		if typ.BlockSize() == 32 {
-			cols = 32 * 37
+		colsList := []int{32, 32 * 37, 8, 12, 100}
+		switch typ.BlockSize() {
+		case 256:
+			colsList = []int{256, 1024}
+		case 32:
+			colsList = []int{32, 32 * 37}
 		}
-		for _, rows := range []int{1, 3, 4, 13, 64, 67} {
-			m, _ := randMatrix(t, rng, typ, rows, cols)
-			for _, n := range []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 65} {
-				x := randVec(rng, n*cols, 1)
-				got := make([]float32, n*rows)
+		for _, cols := range colsList {
+			for _, rows := range []int{1, 3, 4, 13, 64, 67} {
+				m, wd := randMatrix(t, rng, typ, rows, cols)
+				for _, n := range []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 65} {
+					x := randVec(rng, n*cols, 1)
+					for _, level := range availableISAs() {
+						got := make([]float32, n*rows)
+						p.matMul(got, m, x, n, kernelAt(typ, level))
+						label := fmt.Sprintf("%v %v %dx%d n=%d", level, typ, rows, cols, n)
+						checkMatMul(t, label, typ, got, wd, x, rows, cols, n)
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestMatMulIntegerExact uses data on which every kernel's arithmetic is
+// exact (unit scales, integer values, sums below 2^24): all levels must then
+// produce identical results.
+func TestMatMulIntegerExact(t *testing.T) {
+	rng := rand.New(rand.NewPCG(15, 16))
+	p := NewPool(2)
+	defer p.Close()
+	const cols = 512
+	for _, typ := range []DType{Q8_0, Q4_0} {
+		lo, hi := -127, 127
+		if typ == Q4_0 {
+			lo, hi = -8, 7
+		}
+		// Integer weights whose blocks reach the extreme value, so the
+		// quantizer picks a unit scale and keeps them exactly.
+		intVec := func(n, lo, hi int) []float32 {
+			v := make([]float32, n)
+			for i := range v {
+				if i%32 == 5 {
+					v[i] = float32(lo) // Q4_0's scale comes from the most negative value
+					if typ == Q8_0 {
+						v[i] = float32(hi)
+					}
+					continue
+				}
+				v[i] = float32(lo + rng.IntN(hi-lo+1))
+			}
+			return v
+		}
+		for _, rows := range []int{1, 4, 7, 33} {
+			w := intVec(rows*cols, lo, hi)
+			q, _ := Quantize(typ, w)
+			m, _ := NewMatrix(typ, rows, cols, q)
+			for _, n := range []int{1, 3, 4, 9} {
+				x := make([]float32, n*cols)
+				for i := range x {
+					x[i] = float32(rng.IntN(255) - 127)
+					if i%32 == 0 {
+						x[i] = 127
+					}
+				}
 				want := make([]float32, n*rows)
-				p.MatMul(got, m, x, n)
-				p.matMul(want, m, x, n, portableKernel(typ))
-				for i := range got {
-					if d := math.Abs(float64(got[i] - want[i])); d > 1e-5*(1+math.Abs(float64(want[i]))) {
-						t.Fatalf("%v %dx%d n=%d: output %d = %v, portable %v", typ, rows, cols, n, i, got[i], want[i])
+				for tok := 0; tok < n; tok++ {
+					for r := 0; r < rows; r++ {
+						var s int64
+						for c := 0; c < cols; c++ {
+							s += int64(w[r*cols+c]) * int64(x[tok*cols+c])
+						}
+						want[tok*rows+r] = float32(s)
+					}
+				}
+				for _, level := range availableISAs() {
+					got := make([]float32, n*rows)
+					p.matMul(got, m, x, n, kernelAt(typ, level))
+					for i := range got {
+						if got[i] != want[i] {
+							t.Fatalf("%v %v rows=%d n=%d: output %d = %v, want exactly %v", level, typ, rows, n, i, got[i], want[i])
+						}
 					}
 				}
 			}

@@ -1,0 +1,126 @@
+package tensor
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+)
+
+// Benchmark shapes: SmolLM2-135M's projections (cols x rows, i.e. GGUF
+// ne0 x ne1) and one Llama-3.2-1B FFN matrix.
+var benchShapes = []struct{ cols, rows int }{
+	{576, 576}, {576, 1536}, {1536, 576}, {576, 49152}, {2048, 8192},
+}
+
+func benchMatrix(b *testing.B, typ DType, rows, cols int) Matrix {
+	rng := rand.New(rand.NewPCG(1, 2))
+	w := make([]float32, rows*cols)
+	for i := range w {
+		w[i] = float32(rng.NormFloat64() * 0.02)
+	}
+	q, err := Quantize(typ, w)
+	if err != nil {
+		b.Fatal(err)
+	}
+	m, err := NewMatrix(typ, rows, cols, q)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return m
+}
+
+func benchThreads() []int { return []int{1, 2} }
+
+// BenchmarkMatVec measures decode-shaped products (one token): the metric is
+// weight bytes streamed per second.
+func BenchmarkMatVec(b *testing.B) {
+	for _, typ := range allTypes {
+		for _, s := range benchShapes {
+			m := benchMatrix(b, typ, s.rows, s.cols)
+			x := randVec(rand.New(rand.NewPCG(3, 4)), s.cols, 1)
+			dst := make([]float32, s.rows)
+			for _, th := range benchThreads() {
+				b.Run(fmt.Sprintf("%v/%dx%d/t%d", typ, s.cols, s.rows, th), func(b *testing.B) {
+					p := NewPool(th)
+					defer p.Close()
+					for b.Loop() {
+						p.MatMul(dst, m, x, 1)
+					}
+					b.ReportMetric(float64(len(m.Data))*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
+				})
+			}
+		}
+	}
+}
+
+// BenchmarkMatMul measures prefill-shaped products (64 tokens): the metric is
+// GFLOP/s (2 flops per multiply-add).
+func BenchmarkMatMul(b *testing.B) {
+	const n = 64
+	for _, typ := range allTypes {
+		for _, s := range benchShapes {
+			m := benchMatrix(b, typ, s.rows, s.cols)
+			x := randVec(rand.New(rand.NewPCG(3, 4)), n*s.cols, 1)
+			dst := make([]float32, n*s.rows)
+			for _, th := range benchThreads() {
+				b.Run(fmt.Sprintf("%v/%dx%d/n%d/t%d", typ, s.cols, s.rows, n, th), func(b *testing.B) {
+					p := NewPool(th)
+					defer p.Close()
+					for b.Loop() {
+						p.MatMul(dst, m, x, n)
+					}
+					b.ReportMetric(2*float64(s.rows)*float64(s.cols)*n*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+				})
+			}
+		}
+	}
+}
+
+// smolLayer lists the projections of one SmolLM2-135M layer (cols x rows).
+var smolLayer = []struct{ cols, rows int }{
+	{576, 576}, {576, 192}, {576, 192}, {576, 576}, {576, 1536}, {576, 1536}, {1536, 576},
+}
+
+// BenchmarkSmolLM2Projections runs all weight products of one SmolLM2-135M
+// token (30 layers plus the 49152-row output) with 2 threads: an upper
+// bound on the model's decode (n=1) and prefill (n=512, no output layer)
+// token rates from the matrix products alone.
+func BenchmarkSmolLM2Projections(b *testing.B) {
+	for _, typ := range []DType{Q8_0, F32} {
+		var layer []Matrix
+		for _, s := range smolLayer {
+			layer = append(layer, benchMatrix(b, typ, s.rows, s.cols))
+		}
+		// Distinct weights per layer so decode streams from memory as the
+		// model does (30 layers of ~5 MB in Q8_0 exceed the caches).
+		layers := make([][]Matrix, 30)
+		for l := range layers {
+			layers[l] = make([]Matrix, len(layer))
+			for i, m := range layer {
+				c := m
+				c.Data = append([]byte(nil), m.Data...)
+				layers[l][i] = c
+			}
+		}
+		out := benchMatrix(b, typ, 49152, 576)
+		for _, n := range []int{1, 512} {
+			x := randVec(rand.New(rand.NewPCG(5, 6)), n*1536, 1)
+			dst := make([]float32, n*49152)
+			b.Run(fmt.Sprintf("%v/n%d/t2", typ, n), func(b *testing.B) {
+				p := NewPool(2)
+				defer p.Close()
+				for b.Loop() {
+					for _, l := range layers {
+						for _, m := range l {
+							p.MatMul(dst, m, x, n)
+						}
+					}
+					if n == 1 {
+						p.MatMul(dst, out, x, 1)
+					}
+				}
+				b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "tok/s")
+			})
+		}
+	}
+}

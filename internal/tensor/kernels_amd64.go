@@ -1,0 +1,186 @@
+//go:build amd64 && !purego
+
+package tensor
+
+//go:generate go run ./asmgen
+
+import (
+	"encoding/binary"
+	"math"
+
+	"golang.org/x/sys/cpu"
+)
+
+// Instruction-set levels of the amd64 kernels.
+const (
+	isaAVX2 isa = isaPortable + 1 + iota // AVX2 + FMA + F16C
+	isaVNNI                              // isaAVX2 + AVX512F/BW/VL + AVX512-VNNI
+)
+
+func (i isa) String() string { return [...]string{"portable", "avx2", "avx512vnni"}[i] }
+
+// cpuISA is the best level this CPU supports (read-only after init).
+var cpuISA = func() isa {
+	x := cpu.X86
+	if !(x.HasAVX2 && x.HasFMA && x.HasF16C && x.HasOSXSAVE) {
+		return isaPortable
+	}
+	if x.HasAVX512F && x.HasAVX512BW && x.HasAVX512VL && x.HasAVX512VNNI {
+		return isaVNNI
+	}
+	return isaAVX2
+}()
+
+type q8Fn func(w *byte, rowBytes, groups int, y *int8, yStride int, d *float32, s *int32, dStride, nb int, dst *float32, ldBytes int)
+
+// q8Tiles drives the Q8_0 / Q4_0 tile kernels: r4[T] computes groups of 4
+// rows × T tokens (nil when the level has none), r1[T] single rows.
+type q8Tiles struct {
+	r4, r1 [5]q8Fn
+}
+
+func (k *q8Tiles) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int) {
+	cols := w.Cols
+	nb := cols / qk80
+	rb := w.RowBytes()
+	for t := t0; t < t1; {
+		T := min(4, t1-t)
+		y, d, s := &a.q[t*cols], &a.d[t*nb], &a.s[t*nb]
+		r := r0
+		if k.r4[T] != nil && r1-r >= 4 {
+			g := (r1 - r) / 4
+			k.r4[T](&w.Data[r*rb], rb, g, y, cols, d, s, nb*4, nb, &dst[t*ld+r], ld*4)
+			r += 4 * g
+		}
+		if r < r1 {
+			k.r1[T](&w.Data[r*rb], rb, r1-r, y, cols, d, s, nb*4, nb, &dst[t*ld+r], ld*4)
+		}
+		t += T
+	}
+}
+
+type floatFn func(w *byte, rowBytes, groups int, y *float32, yStride int, steps int, dst *float32, ldBytes int)
+
+// floatTiles drives the F32 / F16 / BF16 tile kernels: r4[T] (T <= 3) for
+// groups of 4 rows, r1[T] (T <= 4) for single rows. Columns beyond the last
+// multiple of 8 are added in Go.
+type floatTiles struct {
+	typ    DType
+	r4, r1 [5]floatFn
+}
+
+func (k *floatTiles) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int) {
+	cols := w.Cols
+	ys := a.f
+	if k.typ == F32 {
+		ys = a.x
+	}
+	steps := cols / 8
+	rb := w.RowBytes()
+	if steps > 0 {
+		r := r0
+		if g := (r1 - r) / 4; g > 0 {
+			for t := t0; t < t1; {
+				T := min(3, t1-t)
+				k.r4[T](&w.Data[r*rb], rb, g, &ys[t*cols], cols*4, steps, &dst[t*ld+r], ld*4)
+				t += T
+			}
+			r += 4 * g
+		}
+		if r < r1 {
+			for t := t0; t < t1; {
+				T := min(4, t1-t)
+				k.r1[T](&w.Data[r*rb], rb, r1-r, &ys[t*cols], cols*4, steps, &dst[t*ld+r], ld*4)
+				t += T
+			}
+		}
+	}
+	if tail := steps * 8; tail < cols {
+		esz := int(k.typ.TypeSize())
+		for r := r0; r < r1; r++ {
+			row := w.Row(r)
+			for t := t0; t < t1; t++ {
+				y := ys[t*cols : (t+1)*cols]
+				var sum float32
+				if steps == 0 {
+					dst[t*ld+r] = 0
+				}
+				for c := tail; c < cols; c++ {
+					var wv float32
+					switch k.typ {
+					case F32:
+						wv = math.Float32frombits(binary.LittleEndian.Uint32(row[c*esz:]))
+					case F16:
+						wv = F16ToF32(binary.LittleEndian.Uint16(row[c*esz:]))
+					case BF16:
+						wv = BF16ToF32(binary.LittleEndian.Uint16(row[c*esz:]))
+					}
+					sum += wv * y[c]
+				}
+				dst[t*ld+r] += sum
+			}
+		}
+	}
+}
+
+var (
+	q80VNNI = &q8Tiles{
+		r4: [5]q8Fn{nil, q80VNNI_4x1, q80VNNI_4x2, q80VNNI_4x3, q80VNNI_4x4},
+		r1: [5]q8Fn{nil, q80VNNI_1x1, q80VNNI_1x2, q80VNNI_1x3, q80VNNI_1x4},
+	}
+	q40VNNI = &q8Tiles{
+		r4: [5]q8Fn{nil, q40VNNI_4x1, q40VNNI_4x2, q40VNNI_4x3, q40VNNI_4x4},
+		r1: [5]q8Fn{nil, q40VNNI_1x1, q40VNNI_1x2, q40VNNI_1x3, q40VNNI_1x4},
+	}
+	q80AVX2 = &q8Tiles{r1: [5]q8Fn{nil, q80AVX2_1x1, q80AVX2_1x2, q80AVX2_1x3, q80AVX2_1x4}}
+	q40AVX2 = &q8Tiles{r1: [5]q8Fn{nil, q40AVX2_1x1, q40AVX2_1x2, q40AVX2_1x3, q40AVX2_1x4}}
+	f32FMA  = &floatTiles{typ: F32,
+		r4: [5]floatFn{nil, f32FMA_4x1, f32FMA_4x2, f32FMA_4x3},
+		r1: [5]floatFn{nil, f32FMA_1x1, f32FMA_1x2, f32FMA_1x3, f32FMA_1x4},
+	}
+	f16FMA = &floatTiles{typ: F16,
+		r4: [5]floatFn{nil, f16FMA_4x1, f16FMA_4x2, f16FMA_4x3},
+		r1: [5]floatFn{nil, f16FMA_1x1, f16FMA_1x2, f16FMA_1x3, f16FMA_1x4},
+	}
+	bf16FMA = &floatTiles{typ: BF16,
+		r4: [5]floatFn{nil, bf16FMA_4x1, bf16FMA_4x2, bf16FMA_4x3},
+		r1: [5]floatFn{nil, bf16FMA_1x1, bf16FMA_1x2, bf16FMA_1x3, bf16FMA_1x4},
+	}
+)
+
+// isaKernels holds the kernel of each weight type at each level (read-only).
+var isaKernels = map[isa]map[DType]kernel{
+	isaAVX2: {
+		F32: f32FMA.run, F16: f16FMA.run, BF16: bf16FMA.run,
+		Q8_0: q80AVX2.run, Q4_0: q40AVX2.run,
+	},
+	isaVNNI: {
+		F32: f32FMA.run, F16: f16FMA.run, BF16: bf16FMA.run,
+		Q8_0: q80VNNI.run, Q4_0: q40VNNI.run,
+	},
+}
+
+// kernelAt returns the kernel of type t at level i, falling back to lower
+// levels and finally the portable kernel.
+func kernelAt(t DType, i isa) kernel {
+	for ; i > isaPortable; i-- {
+		if k := isaKernels[i][t]; k != nil {
+			return k
+		}
+	}
+	return portableKernel(t)
+}
+
+func quantizeActQ80(q []int8, d []float32, s []int32, x []float32) {
+	quantizeActQ80Generic(q, d, s, x)
+}
+
+func quantizeActQ8K(q []int8, d []float32, bs []int16, x []float32) {
+	quantizeActQ8KGeneric(q, d, bs, x)
+}
+
+func convertF16Act(h []uint16, f, x []float32) { convertF16ActGeneric(h, f, x) }
+
+func dotF16(a, b []uint16) float32 { return dotF16Generic(a, b) }
+
+func axpyF16(dst []float32, a float32, x []uint16) { axpyF16Generic(dst, a, x) }
