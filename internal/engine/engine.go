@@ -128,6 +128,18 @@ type Engine struct {
 	logits  []float32 // arena: one Vocab-sized slice per sequence needing logits
 	batch   []model.Seq
 	entries []entry
+	// inflight counts, per block hash, the running sequences whose prefill
+	// will produce that block. A waiting request whose next uncached block
+	// is in flight waits for it instead of computing it a second time.
+	inflight  map[kv.Hash]int
+	occupancy occupancy
+}
+
+// occupancy accumulates, over steps, how many KV slots running sequences
+// use and how many are allocated to them (the waste measure).
+type occupancy struct {
+	used, allocated atomic.Int64
+	peakRunning     atomic.Int64
 }
 
 // request is a submitted Request with its stream.
@@ -147,8 +159,9 @@ type seqState struct {
 	tokens    []int32 // prompt + generated; the KV of tokens[:kv.Len()] is computed
 	generated int
 	sampler   *sample.Sampler
-	order     uint64 // arrival order, for FCFS and victim choice
-	reserved  int    // contiguous mode: positions reserved at admission
+	order     uint64    // arrival order, for FCFS and victim choice
+	reserved  int       // contiguous mode: positions reserved at admission
+	pending   []kv.Hash // prompt blocks this sequence is computing, announced in Engine.inflight
 }
 
 // entry is one sequence's part of the current forward pass.
@@ -182,9 +195,10 @@ func New(m *model.Model, cfg Config) (*Engine, error) {
 	}
 	e := &Engine{
 		cfg: cfg, model: m, runner: runner, compute: compute, kv: pool,
-		eog:    map[int32]bool{},
-		submit: make(chan *request, 64),
-		done:   make(chan struct{}),
+		eog:      map[int32]bool{},
+		inflight: map[kv.Hash]int{},
+		submit:   make(chan *request, 64),
+		done:     make(chan struct{}),
 	}
 	for _, t := range cfg.EndOfGeneration {
 		e.eog[t] = true
@@ -398,6 +412,7 @@ func (e *Engine) reapCancelled() {
 
 // finish ends sample s: releases its blocks and tells the stream.
 func (e *Engine) finish(s *seqState, reason FinishReason, err error) {
+	e.unannounce(s)
 	if s.kv != nil {
 		s.kv.Release()
 		s.kv = nil
@@ -460,6 +475,13 @@ func (e *Engine) removeRunning(s *seqState) {
 type Stats struct {
 	Running, Waiting int
 	KV               kv.Stats
+	// PeakRunning is the most sequences ever running at once.
+	PeakRunning int
+	// UsedSlots and AllocatedSlots sum, over all steps so far, the KV
+	// positions running sequences hold and the positions their blocks (or,
+	// in contiguous mode, reservations) cover: 1 - used/allocated is the
+	// memory wasted by allocation.
+	UsedSlots, AllocatedSlots int64
 }
 
 // Now returns a load snapshot. It is approximate (read without stopping the
@@ -469,5 +491,9 @@ func (e *Engine) Now() Stats {
 		Running: int(e.m.runningCount.Load()),
 		Waiting: int(e.waiting.Load()),
 		KV:      e.kv.Stats(),
+
+		PeakRunning:    int(e.occupancy.peakRunning.Load()),
+		UsedSlots:      e.occupancy.used.Load(),
+		AllocatedSlots: e.occupancy.allocated.Load(),
 	}
 }

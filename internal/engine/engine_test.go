@@ -350,3 +350,33 @@ func TestPriorityOrder(t *testing.T) {
 		t.Fatalf("admission order %v, want priority then FCFS: [1 3 2 0]", order)
 	}
 }
+
+// TestConcurrentSharedPrefixComputedOnce submits requests sharing a long
+// prefix all at once: the first computes the prefix, the others wait for its
+// blocks instead of computing them again.
+func TestConcurrentSharedPrefixComputedOnce(t *testing.T) {
+	m := sharedModel(t, "tiny-f32.gguf")
+	e, err := New(m, Config{Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	shared := randomPrompts(8, 1, 64, 64, m.Config.Vocab, nil)[0]
+	prompts := randomPrompts(9, 8, 70, 80, m.Config.Vocab, shared)
+	var streams []*Stream
+	for _, p := range prompts {
+		st, err := e.Submit(context.Background(), Request{Prompt: p, MaxTokens: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		streams = append(streams, st)
+	}
+	cached := 0
+	for _, st := range streams {
+		collect(t, st, 1)
+		cached += st.Usage().CachedTokens
+	}
+	if want := 7 * 64; cached != want {
+		t.Fatalf("%d prompt tokens served from cache, want %d (the shared prefix computed once)", cached, want)
+	}
+}

@@ -97,4 +97,15 @@ func (e *Engine) updateGauges() {
 	e.m.blocks.WithLabelValues("free").Set(float64(st.Free))
 	e.m.blocks.WithLabelValues("active").Set(float64(st.Active))
 	e.m.blocks.WithLabelValues("cached").Set(float64(st.Cached))
+
+	var used, allocated int64
+	for _, s := range e.running {
+		used += int64(s.kv.Len())
+		allocated += int64(max(s.kv.NumBlocks()*e.cfg.BlockSize, s.reserved))
+	}
+	e.occupancy.used.Add(used)
+	e.occupancy.allocated.Add(allocated)
+	if n := int64(len(e.running)); n > e.occupancy.peakRunning.Load() {
+		e.occupancy.peakRunning.Store(n)
+	}
 }

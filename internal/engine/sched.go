@@ -68,12 +68,19 @@ func (e *Engine) scheduleOnce() bool {
 	}
 
 	// 3. Admissions, in queue order, while the pool can hold each whole.
-	for budget > 0 && len(e.queue) > 0 && len(e.running) < e.cfg.MaxRunning {
-		s := e.queue[0]
-		if !e.admit(s) {
+	// A request whose next uncached block another sequence is computing
+	// right now is passed over until that block is cached.
+	for qi := 0; budget > 0 && qi < len(e.queue) && len(e.running) < e.cfg.MaxRunning; {
+		s := e.queue[qi]
+		ok, deferred := e.admit(s)
+		if deferred {
+			qi++
+			continue
+		}
+		if !ok {
 			break
 		}
-		e.queue = e.queue[1:]
+		e.queue = slices.Delete(e.queue, qi, qi+1)
 		e.running = append(e.running, s)
 		need := len(s.tokens) - s.kv.Len()
 		n := min(need, budget)
@@ -101,14 +108,24 @@ func (e *Engine) reserve(s *seqState, n int) bool {
 
 // admit gives a queued sequence a KV sequence, reusing its cached prefix,
 // if the pool has room for all of its remaining tokens plus one generated
-// token (contiguous mode: for its maximum length). It leaves s queued and
-// reports false otherwise.
-func (e *Engine) admit(s *seqState) bool {
+// token (contiguous mode: for its maximum length). Otherwise s stays queued
+// and admit reports false, with deferred set when s should wait for a block
+// another sequence is computing.
+func (e *Engine) admit(s *seqState) (ok, deferred bool) {
 	r := s.req
 	seq := e.kv.NewSequence(e.salt(r.Scope), []byte(e.cfg.ModelID))
 	hit := 0
-	if !e.cfg.DisablePrefixCache && !e.cfg.Contiguous {
-		hit = seq.MatchPrefix(s.tokens)
+	var hashes []kv.Hash
+	caching := !e.cfg.DisablePrefixCache && !e.cfg.Contiguous
+	bs := e.cfg.BlockSize
+	limit := (len(s.tokens) - 1) / bs // blocks that can ever hit
+	if caching {
+		hashes = seq.PromptHashes(s.tokens)
+		hit = seq.MatchPrefixHashes(s.tokens, hashes)
+		if next := hit / bs; next < limit && e.inflight[hashes[next]] > 0 {
+			seq.Release()
+			return false, true
+		}
 	}
 	target := len(s.tokens) + 1
 	if e.cfg.Contiguous {
@@ -116,16 +133,22 @@ func (e *Engine) admit(s *seqState) bool {
 	}
 	if seq.BlocksFor(target) > e.kv.Available() {
 		seq.Release()
-		return false
+		return false, false
 	}
 	if e.cfg.Contiguous {
 		if err := seq.Reserve(target); err != nil {
 			seq.Release()
-			return false
+			return false, false
 		}
 		s.reserved = target
 	}
 	s.kv = seq
+	if caching && hit/bs < limit {
+		s.pending = hashes[hit/bs : limit]
+		for _, h := range s.pending {
+			e.inflight[h]++
+		}
+	}
 	if !r.admitted {
 		r.admitted = true
 		e.waiting.Add(-1)
@@ -138,12 +161,24 @@ func (e *Engine) admit(s *seqState) bool {
 	}
 	e.m.prefixQueries.Add(float64(len(s.tokens)))
 	e.m.prefixHits.Add(float64(hit))
-	return true
+	return true, false
+}
+
+// unannounce withdraws s's in-flight blocks (its prefill ended, or it
+// stopped).
+func (e *Engine) unannounce(s *seqState) {
+	for _, h := range s.pending {
+		if e.inflight[h]--; e.inflight[h] <= 0 {
+			delete(e.inflight, h)
+		}
+	}
+	s.pending = nil
 }
 
 // preempt releases a running sequence's blocks (full ones stay cached) and
 // queues it again; it will recompute what is not cached when resumed.
 func (e *Engine) preempt(s *seqState) {
+	e.unannounce(s)
 	s.kv.Release()
 	s.kv = nil
 	s.reserved = 0
@@ -196,6 +231,7 @@ func (e *Engine) afterForward() {
 		if !en.logits {
 			continue
 		}
+		e.unannounce(s) // the prompt is computed: its blocks are cached now
 		logits := e.logits[li*vocab : (li+1)*vocab]
 		li++
 		samples := []*seqState{s}

@@ -16,6 +16,7 @@ type Sequence struct {
 	blocks []BlockID
 	hashes []Hash  // hashes of blocks[0:len(hashes)], all full and committed
 	tokens []int32 // the tokens at positions [0, Len())
+	known  []Hash  // precomputed hashes of the prompt's full blocks (MatchPrefixHashes)
 }
 
 // NewSequence starts an empty sequence whose block hashes are salted with
@@ -48,29 +49,40 @@ func (s *Sequence) BlockHashes() []Hash { return s.hashes }
 // always leaves at least the last prompt token to compute, because its
 // logits are needed.
 func (s *Sequence) MatchPrefix(prompt []int32) int {
+	return s.MatchPrefixHashes(prompt, s.PromptHashes(prompt))
+}
+
+// PromptHashes returns the chained hashes of prompt's full blocks in this
+// sequence's scope (what MatchPrefix looks up), so callers that need them
+// too hash once.
+func (s *Sequence) PromptHashes(prompt []int32) []Hash {
+	return s.hasher.Chain(nil, s.scope, prompt, s.pool.cfg.BlockSize)
+}
+
+// MatchPrefixHashes is MatchPrefix with the prompt's block hashes (from
+// PromptHashes) already computed.
+func (s *Sequence) MatchPrefixHashes(prompt []int32, hashes []Hash) int {
 	if len(s.tokens) != 0 || len(s.blocks) != 0 {
 		panic("kv: MatchPrefix on a non-empty sequence")
 	}
 	bs := s.pool.cfg.BlockSize
-	limit := (len(prompt) - 1) / bs // full blocks that leave ≥ 1 token
+	limit := min((len(prompt)-1)/bs, len(hashes)) // full blocks that leave ≥ 1 token
 	p := s.pool
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.stats.QueryTokens += int64(len(prompt))
-	parent := s.scope
 	for i := 0; i < limit; i++ {
-		h := s.hasher.Block(parent, prompt[i*bs:(i+1)*bs])
-		id, ok := p.index[h]
+		id, ok := p.index[hashes[i]]
 		if !ok {
 			break
 		}
 		p.acquireLocked(id)
 		s.blocks = append(s.blocks, id)
-		s.hashes = append(s.hashes, h)
-		parent = h
+		s.hashes = append(s.hashes, hashes[i])
 	}
 	n := len(s.blocks) * bs
 	s.tokens = append(s.tokens, prompt[:n]...)
+	s.known = hashes
 	p.stats.HitTokens += int64(n)
 	return n
 }
@@ -161,7 +173,12 @@ func (s *Sequence) Commit(tokens []int32) {
 			parent = s.hashes[i-1]
 		}
 		blockTokens := s.tokens[i*bs : (i+1)*bs]
-		h := s.hasher.Block(parent, blockTokens)
+		var h Hash
+		if i < len(s.known) {
+			h = s.known[i] // the prompt's own block, hashed at admission
+		} else {
+			h = s.hasher.Block(parent, blockTokens)
+		}
 		s.blocks[i] = p.commitLocked(s.blocks[i], h, parent, blockTokens)
 		s.hashes = append(s.hashes, h)
 	}
@@ -184,6 +201,7 @@ func (s *Sequence) Fork() *Sequence {
 		blocks: append([]BlockID(nil), s.blocks...),
 		hashes: append([]Hash(nil), s.hashes...),
 		tokens: append([]int32(nil), s.tokens...),
+		known:  s.known,
 	}
 }
 
@@ -197,5 +215,5 @@ func (s *Sequence) Release() {
 		p.releaseLocked(s.blocks[i])
 	}
 	p.mu.Unlock()
-	s.blocks, s.hashes, s.tokens = s.blocks[:0], s.hashes[:0], s.tokens[:0]
+	s.blocks, s.hashes, s.tokens, s.known = s.blocks[:0], s.hashes[:0], s.tokens[:0], nil
 }
