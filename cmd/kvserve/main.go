@@ -30,6 +30,6 @@ func newRootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newModelCmd(), newGenerateCmd(), newTokenizeCmd())
+	root.AddCommand(newModelCmd(), newGenerateCmd(), newTokenizeCmd(), newBenchCmd())
 	return root
 }

@@ -1,0 +1,90 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kvserve/kvserve/internal/enginebench"
+)
+
+func newBenchCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Benchmarks: in-process engine scenarios",
+	}
+	cmd.AddCommand(newBenchEngineCmd())
+	return cmd
+}
+
+func newBenchEngineCmd() *cobra.Command {
+	var modelPath, scenario string
+	var asJSON bool
+	var o enginebench.Options
+	var names []string
+	for _, s := range enginebench.Scenarios() {
+		names = append(names, s.Name)
+	}
+	cmd := &cobra.Command{
+		Use:   "engine --model FILE [--scenario NAME] [--json]",
+		Short: "Run engine scenarios in process and print one result object per scenario",
+		Long: "Scenarios: " + strings.Join(names, ", ") + ".\n" +
+			"With no --scenario, all of them run in that order.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			scenarios := enginebench.Scenarios()
+			if scenario != "" {
+				s, err := enginebench.Lookup(scenario)
+				if err != nil {
+					return err
+				}
+				scenarios = []enginebench.Scenario{s}
+			}
+			mf, err := openModelWithProgress(modelPath, cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			defer mf.Close()
+			o.Log = func(format string, args ...any) { fmt.Fprintf(cmd.ErrOrStderr(), format+"\n", args...) }
+			out := cmd.OutOrStdout()
+			for _, s := range scenarios {
+				res, err := s.Run(cmd.Context(), mf.Model, o)
+				if err != nil {
+					return fmt.Errorf("scenario %s: %w", s.Name, err)
+				}
+				res["scenario"] = s.Name
+				if asJSON {
+					line, err := json.Marshal(res)
+					if err != nil {
+						return err
+					}
+					fmt.Fprintln(out, string(line))
+					continue
+				}
+				fmt.Fprintf(out, "%s — %s\n", s.Name, s.Description)
+				keys := make([]string, 0, len(res))
+				for k := range res {
+					if k != "scenario" {
+						keys = append(keys, k)
+					}
+				}
+				sort.Strings(keys)
+				for _, k := range keys {
+					fmt.Fprintf(out, "  %-22s %v\n", k, res[k])
+				}
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&modelPath, "model", "m", "", "GGUF model file (required)")
+	f.StringVar(&scenario, "scenario", "", "run only this scenario")
+	f.BoolVar(&asJSON, "json", false, "print one JSON object per scenario")
+	f.IntVarP(&o.Threads, "threads", "t", 0, "compute threads (default: all cores)")
+	f.Float64Var(&o.Scale, "scale", 1, "scale the heavier scenarios' request counts")
+	_ = cmd.MarkFlagRequired("model")
+	return cmd
+}

@@ -1,0 +1,65 @@
+package enginebench
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/kvserve/kvserve/internal/gguf"
+	"github.com/kvserve/kvserve/internal/model"
+)
+
+func tinyModel(t *testing.T) *model.Model {
+	_, file, _, _ := runtime.Caller(0)
+	path := filepath.Join(filepath.Dir(file), "..", "..", "..", "shared", "models", "tiny-q8_0.gguf")
+	if _, err := os.Stat(path); err != nil {
+		t.Fatal(err)
+	}
+	f, err := gguf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	m, err := model.Load(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// TestBatchDecodeRuns runs the one scenario that fits the tiny model's
+// 256-token context end to end and checks its figures are sane.
+func TestBatchDecodeRuns(t *testing.T) {
+	m := tinyModel(t)
+	res, err := batchDecode(context.Background(), m, Options{Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"batch1_tok_s", "batch16_tok_s", "ratio"} {
+		v, ok := res[k].(float64)
+		if !ok || v <= 0 {
+			t.Fatalf("%s = %v", k, res[k])
+		}
+	}
+}
+
+// TestScenariosRefuseShortContext checks scenarios that need a longer
+// context than the model has say so instead of failing obscurely.
+func TestScenariosRefuseShortContext(t *testing.T) {
+	m := tinyModel(t)
+	for _, name := range []string{"prefix-ttft", "interleaved", "waste", "concurrency", "shared-prefix"} {
+		s, err := Lookup(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Run(context.Background(), m, Options{Threads: 1}); err == nil || !strings.Contains(err.Error(), "context") {
+			t.Errorf("%s on a 256-token model: %v", name, err)
+		}
+	}
+	if _, err := Lookup("nope"); err == nil {
+		t.Error("unknown scenario accepted")
+	}
+}

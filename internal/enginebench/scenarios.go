@@ -1,0 +1,268 @@
+package enginebench
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/kvserve/kvserve/internal/engine"
+	"github.com/kvserve/kvserve/internal/model"
+)
+
+func needContext(m *model.Model, n int) error {
+	if m.Config.Context < n {
+		return fmt.Errorf("enginebench: scenario needs a context of %d tokens, the model has %d", n, m.Config.Context)
+	}
+	return nil
+}
+
+func concat(a, b []int32) []int32 { return append(slices.Clone(a), b...) }
+
+// prefixTTFT: a 2,000-token prefix plus 64 new tokens, cold vs with the
+// prefix cached.
+func prefixTTFT(ctx context.Context, m *model.Model, o Options) (Result, error) {
+	if err := needContext(m, 2100); err != nil {
+		return nil, err
+	}
+	e, err := newEngine(m, o, engine.Config{})
+	if err != nil {
+		return nil, err
+	}
+	defer e.Close()
+	rng := rand.New(rand.NewPCG(1, 1))
+	prefix := tokens(rng, m, 2000)
+	o.logf("prefix-ttft: cold")
+	cold, err := run(ctx, e, engine.Request{Prompt: concat(prefix, tokens(rng, m, 64)), MaxTokens: 1, Scope: "cold"}, 0)
+	if err != nil {
+		return nil, err
+	}
+	o.logf("prefix-ttft: caching the prefix")
+	if _, err := run(ctx, e, engine.Request{Prompt: prefix, MaxTokens: 1, Scope: "warm"}, 0); err != nil {
+		return nil, err
+	}
+	o.logf("prefix-ttft: warm")
+	warm, err := run(ctx, e, engine.Request{Prompt: concat(prefix, tokens(rng, m, 64)), MaxTokens: 1, Scope: "warm"}, 0)
+	if err != nil {
+		return nil, err
+	}
+	return Result{
+		"cold_ttft_ms":  round(ms(cold.ttft), 1),
+		"warm_ttft_ms":  round(ms(warm.ttft), 1),
+		"ratio":         round(ms(warm.ttft)/ms(cold.ttft), 4),
+		"cached_tokens": warm.usage.CachedTokens,
+	}, nil
+}
+
+// interleaved: prompt A, then a different prompt B of the same length, then
+// A + 64 new tokens. A per-slot cache (llama.cpp's server with one slot)
+// has lost A by then; a shared block pool still holds it.
+func interleaved(ctx context.Context, m *model.Model, o Options) (Result, error) {
+	if err := needContext(m, 2100); err != nil {
+		return nil, err
+	}
+	e, err := newEngine(m, o, engine.Config{})
+	if err != nil {
+		return nil, err
+	}
+	defer e.Close()
+	rng := rand.New(rand.NewPCG(2, 2))
+	a, b := tokens(rng, m, 2000), tokens(rng, m, 2000)
+	o.logf("interleaved: A")
+	first, err := run(ctx, e, engine.Request{Prompt: a, MaxTokens: 1}, 0)
+	if err != nil {
+		return nil, err
+	}
+	o.logf("interleaved: B")
+	if _, err := run(ctx, e, engine.Request{Prompt: b, MaxTokens: 1}, 0); err != nil {
+		return nil, err
+	}
+	o.logf("interleaved: A + 64")
+	again, err := run(ctx, e, engine.Request{Prompt: concat(a, tokens(rng, m, 64)), MaxTokens: 1}, 0)
+	if err != nil {
+		return nil, err
+	}
+	return Result{
+		"cold_ttft_ms":    round(ms(first.ttft), 1),
+		"a_again_ttft_ms": round(ms(again.ttft), 1),
+		"ratio":           round(ms(again.ttft)/ms(first.ttft), 4),
+		"cached_tokens":   again.usage.CachedTokens,
+	}, nil
+}
+
+// mixedWorkload is requests with mixed prompt and output lengths. Every
+// request declares maxDeclared output tokens (as clients do: an upper
+// bound) but stops after its actual length, as if the model ended there.
+func mixedWorkload(m *model.Model, n, promptMin, promptMax, outMin, outMax, maxDeclared int, seed uint64) ([]engine.Request, []int) {
+	rng := rand.New(rand.NewPCG(seed, 3))
+	reqs := make([]engine.Request, n)
+	stops := make([]int, n)
+	for i := range reqs {
+		reqs[i] = engine.Request{
+			Prompt:    tokens(rng, m, promptMin+rng.IntN(promptMax-promptMin+1)),
+			MaxTokens: maxDeclared,
+			IgnoreEOS: true,
+		}
+		stops[i] = outMin + rng.IntN(outMax-outMin+1)
+	}
+	return reqs, stops
+}
+
+// waste: fraction of allocated KV slots not holding a token, averaged over
+// the steps of a mixed-length workload, paged vs contiguous.
+func waste(ctx context.Context, m *model.Model, o Options) (Result, error) {
+	if err := needContext(m, 1100); err != nil {
+		return nil, err
+	}
+	reqs, stops := mixedWorkload(m, o.scaled(48), 32, 512, 16, 256, 512, 4)
+	res := Result{}
+	for _, mode := range []struct {
+		name       string
+		contiguous bool
+	}{{"paged", false}, {"contiguous", true}} {
+		e, err := newEngine(m, o, engine.Config{Contiguous: mode.contiguous})
+		if err != nil {
+			return nil, err
+		}
+		o.logf("waste: %s", mode.name)
+		_, err = runAll(ctx, e, reqs, stops, 16)
+		st := e.Now()
+		e.Close()
+		if err != nil {
+			return nil, err
+		}
+		res[mode.name+"_waste"] = round(1-float64(st.UsedSlots)/float64(st.AllocatedSlots), 4)
+	}
+	return res, nil
+}
+
+// concurrency: with the same KV budget, how many sequences run at once and
+// how many tokens per second come out, paged vs contiguous.
+func concurrency(ctx context.Context, m *model.Model, o Options) (Result, error) {
+	if err := needContext(m, 800); err != nil {
+		return nil, err
+	}
+	const budgetTokens = 4096
+	kvBytes := int64(budgetTokens * m.Config.KVBytesPerToken(2))
+	reqs, stops := mixedWorkload(m, o.scaled(64), 64, 256, 32, 192, 512, 5)
+	res := Result{"kv_budget_tokens": budgetTokens}
+	for _, mode := range []struct {
+		name       string
+		contiguous bool
+	}{{"paged", false}, {"contiguous", true}} {
+		e, err := newEngine(m, o, engine.Config{Contiguous: mode.contiguous, KVMemoryBytes: kvBytes})
+		if err != nil {
+			return nil, err
+		}
+		o.logf("concurrency: %s", mode.name)
+		start := time.Now()
+		outs, err := runAll(ctx, e, reqs, stops, len(reqs))
+		elapsed := time.Since(start)
+		st := e.Now()
+		e.Close()
+		if err != nil {
+			return nil, err
+		}
+		total := 0
+		for _, out := range outs {
+			total += out.generated
+		}
+		res[mode.name+"_max_seqs"] = st.PeakRunning
+		res[mode.name+"_tok_s"] = round(float64(total)/elapsed.Seconds(), 1)
+	}
+	return res, nil
+}
+
+// batchDecode: decode throughput of 1 and of 16 concurrent sequences
+// (128-token prompts, 128 generated tokens each).
+func batchDecode(ctx context.Context, m *model.Model, o Options) (Result, error) {
+	if err := needContext(m, 256); err != nil {
+		return nil, err
+	}
+	rng := rand.New(rand.NewPCG(6, 6))
+	res := Result{}
+	for _, n := range []int{1, 16} {
+		e, err := newEngine(m, o, engine.Config{})
+		if err != nil {
+			return nil, err
+		}
+		reqs := make([]engine.Request, n)
+		for i := range reqs {
+			reqs[i] = engine.Request{Prompt: tokens(rng, m, 128), MaxTokens: 128, IgnoreEOS: true}
+		}
+		o.logf("batch-decode: %d", n)
+		outs, err := runAll(ctx, e, reqs, nil, n)
+		e.Close()
+		if err != nil {
+			return nil, err
+		}
+		// Decode window: from the first token of the earliest request to the
+		// end of the last; tokens: all but each request's first (which came
+		// from its prefill).
+		first, end := outs[0].first, outs[0].end
+		decoded := 0
+		for _, out := range outs {
+			if out.first.Before(first) {
+				first = out.first
+			}
+			if out.end.After(end) {
+				end = out.end
+			}
+			decoded += out.generated - 1
+		}
+		res[fmt.Sprintf("batch%d_tok_s", n)] = round(float64(decoded)/end.Sub(first).Seconds(), 1)
+	}
+	res["ratio"] = round(res["batch16_tok_s"].(float64)/res["batch1_tok_s"].(float64), 2)
+	return res, nil
+}
+
+// sharedPrefix: groups of prompts sharing a 2,048-token system prompt, each
+// with its own 128-token question, arriving interleaved across groups.
+// ideal_hit_rate counts every shared full block as a hit except in the
+// first prompt of each group.
+func sharedPrefix(ctx context.Context, m *model.Model, o Options) (Result, error) {
+	const system, question, perGroup = 2048, 128, 16
+	if err := needContext(m, system+question+8); err != nil {
+		return nil, err
+	}
+	groups := o.scaled(64)
+	// Room for every group's prefix and the questions in flight.
+	kvBytes := int64((groups*system + 64*(system+question)) * m.Config.KVBytesPerToken(2))
+	e, err := newEngine(m, o, engine.Config{KVMemoryBytes: kvBytes})
+	if err != nil {
+		return nil, err
+	}
+	defer e.Close()
+	rng := rand.New(rand.NewPCG(7, 7))
+	var reqs []engine.Request
+	for g := 0; g < groups; g++ {
+		sys := tokens(rng, m, system)
+		for q := 0; q < perGroup; q++ {
+			reqs = append(reqs, engine.Request{Prompt: concat(sys, tokens(rng, m, question)), MaxTokens: 1})
+		}
+	}
+	rng.Shuffle(len(reqs), func(i, j int) { reqs[i], reqs[j] = reqs[j], reqs[i] })
+	o.logf("shared-prefix: %d requests", len(reqs))
+	start := time.Now()
+	outs, err := runAll(ctx, e, reqs, nil, 32)
+	if err != nil {
+		return nil, err
+	}
+	var prompt, cached int
+	ttfts := make([]float64, len(outs))
+	for i, out := range outs {
+		prompt += out.usage.PromptTokens
+		cached += out.usage.CachedTokens
+		ttfts[i] = ms(out.ttft)
+	}
+	bs := e.Config().BlockSize
+	ideal := groups * (perGroup - 1) * (system / bs * bs)
+	return Result{
+		"requests":       len(reqs),
+		"hit_rate":       round(float64(cached)/float64(prompt), 4),
+		"ideal_hit_rate": round(float64(ideal)/float64(prompt), 4),
+		"ttft_p50_ms":    round(median(ttfts), 1),
+		"elapsed_s":      round(time.Since(start).Seconds(), 1),
+	}, nil
+}
