@@ -36,6 +36,9 @@ func benchThreads() []int { return []int{1, 2} }
 func BenchmarkMatVec(b *testing.B) {
 	for _, typ := range allTypes {
 		for _, s := range benchShapes {
+			if s.cols%typ.BlockSize() != 0 {
+				continue // e.g. k-quants need rows of 256
+			}
 			m := benchMatrix(b, typ, s.rows, s.cols)
 			x := randVec(rand.New(rand.NewPCG(3, 4)), s.cols, 1)
 			dst := make([]float32, s.rows)
@@ -59,6 +62,9 @@ func BenchmarkMatMul(b *testing.B) {
 	const n = 64
 	for _, typ := range allTypes {
 		for _, s := range benchShapes {
+			if s.cols%typ.BlockSize() != 0 {
+				continue // e.g. k-quants need rows of 256
+			}
 			m := benchMatrix(b, typ, s.rows, s.cols)
 			x := randVec(rand.New(rand.NewPCG(3, 4)), n*s.cols, 1)
 			dst := make([]float32, n*s.rows)

@@ -123,6 +123,30 @@ func (k *floatTiles) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf
 	}
 }
 
+type kFn func(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
+// kTiles drives the Q4_K / Q6_K kernels: t[T] computes all rows of a range
+// for T tokens.
+type kTiles struct{ t [5]kFn }
+
+func (k *kTiles) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int) {
+	cols := w.Cols
+	nb := cols / qkK
+	rb := w.RowBytes()
+	for t := t0; t < t1; {
+		T := min(4, t1-t)
+		k.t[T](&w.Data[r0*rb], r1-r0, &a.q[t*cols], cols, &a.d[t*nb], nb*4, &a.bs[t*cols/16], nb*32, nb, &dst[t*ld+r0], ld*4)
+		t += T
+	}
+}
+
+var (
+	q4KVNNI = &kTiles{[5]kFn{nil, q4KVNNI_1, q4KVNNI_2, q4KVNNI_3, q4KVNNI_4}}
+	q6KVNNI = &kTiles{[5]kFn{nil, q6KVNNI_1, q6KVNNI_2, q6KVNNI_3, q6KVNNI_4}}
+	q4KAVX2 = &kTiles{[5]kFn{nil, q4KAVX2_1, q4KAVX2_2, q4KAVX2_3, q4KAVX2_4}}
+	q6KAVX2 = &kTiles{[5]kFn{nil, q6KAVX2_1, q6KAVX2_2, q6KAVX2_3, q6KAVX2_4}}
+)
+
 var (
 	q80VNNI = &q8Tiles{
 		r4: [5]q8Fn{nil, q80VNNI_4x1, q80VNNI_4x2, q80VNNI_4x3, q80VNNI_4x4},
@@ -153,10 +177,12 @@ var isaKernels = map[isa]map[DType]kernel{
 	isaAVX2: {
 		F32: f32FMA.run, F16: f16FMA.run, BF16: bf16FMA.run,
 		Q8_0: q80AVX2.run, Q4_0: q40AVX2.run,
+		Q4_K: q4KAVX2.run, Q6_K: q6KAVX2.run,
 	},
 	isaVNNI: {
 		F32: f32FMA.run, F16: f16FMA.run, BF16: bf16FMA.run,
 		Q8_0: q80VNNI.run, Q4_0: q40VNNI.run,
+		Q4_K: q4KVNNI.run, Q6_K: q6KVNNI.run,
 	},
 }
 

@@ -124,6 +124,86 @@ func q40AVX2_1x3(w *byte, rowBytes, groups int, y *int8, yStride int, d *float32
 //go:noescape
 func q40AVX2_1x4(w *byte, rowBytes, groups int, y *int8, yStride int, d *float32, s *int32, dStride, nb int, dst *float32, ldBytes int)
 
+// q4KVNNI_1 computes rows × 1 tokens of Q4_K weights × Q8_K activations (VNNI).
+//
+//go:noescape
+func q4KVNNI_1(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
+// q4KVNNI_2 computes rows × 2 tokens of Q4_K weights × Q8_K activations (VNNI).
+//
+//go:noescape
+func q4KVNNI_2(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
+// q4KVNNI_3 computes rows × 3 tokens of Q4_K weights × Q8_K activations (VNNI).
+//
+//go:noescape
+func q4KVNNI_3(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
+// q4KVNNI_4 computes rows × 4 tokens of Q4_K weights × Q8_K activations (VNNI).
+//
+//go:noescape
+func q4KVNNI_4(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
+// q4KAVX2_1 computes rows × 1 tokens of Q4_K weights × Q8_K activations (AVX2).
+//
+//go:noescape
+func q4KAVX2_1(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
+// q4KAVX2_2 computes rows × 2 tokens of Q4_K weights × Q8_K activations (AVX2).
+//
+//go:noescape
+func q4KAVX2_2(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
+// q4KAVX2_3 computes rows × 3 tokens of Q4_K weights × Q8_K activations (AVX2).
+//
+//go:noescape
+func q4KAVX2_3(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
+// q4KAVX2_4 computes rows × 4 tokens of Q4_K weights × Q8_K activations (AVX2).
+//
+//go:noescape
+func q4KAVX2_4(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
+// q6KVNNI_1 computes rows × 1 tokens of Q6_K weights × Q8_K activations (VNNI).
+//
+//go:noescape
+func q6KVNNI_1(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
+// q6KVNNI_2 computes rows × 2 tokens of Q6_K weights × Q8_K activations (VNNI).
+//
+//go:noescape
+func q6KVNNI_2(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
+// q6KVNNI_3 computes rows × 3 tokens of Q6_K weights × Q8_K activations (VNNI).
+//
+//go:noescape
+func q6KVNNI_3(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
+// q6KVNNI_4 computes rows × 4 tokens of Q6_K weights × Q8_K activations (VNNI).
+//
+//go:noescape
+func q6KVNNI_4(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
+// q6KAVX2_1 computes rows × 1 tokens of Q6_K weights × Q8_K activations (AVX2).
+//
+//go:noescape
+func q6KAVX2_1(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
+// q6KAVX2_2 computes rows × 2 tokens of Q6_K weights × Q8_K activations (AVX2).
+//
+//go:noescape
+func q6KAVX2_2(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
+// q6KAVX2_3 computes rows × 3 tokens of Q6_K weights × Q8_K activations (AVX2).
+//
+//go:noescape
+func q6KAVX2_3(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
+// q6KAVX2_4 computes rows × 4 tokens of Q6_K weights × Q8_K activations (AVX2).
+//
+//go:noescape
+func q6KAVX2_4(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
 // f32FMA_4x1 computes a 4-row × 1-token tile of F32 weights × f32 activations over steps×8 columns.
 //
 //go:noescape

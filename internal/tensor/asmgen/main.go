@@ -59,7 +59,10 @@ func stride(off int, base, s1, s3 string, i int) string {
 // reduceStore sums the 8 lanes of each of the R accumulators of token t
 // (registers Y(t*R+r), all in Y0-Y15) and stores the R results at (CX).
 // It clobbers the accumulators.
-func reduceStore(a *asm, R, t int) {
+func reduceStore(a *asm, R, t int) { reduceStoreTmp(a, R, t, 15) }
+
+// reduceStoreTmp is reduceStore with scratch register X(tmp) for R < 4.
+func reduceStoreTmp(a *asm, R, t, tmp int) {
 	acc := func(r int) int { return t*R + r }
 	if R == 4 {
 		a.p("VHADDPS Y%d, Y%d, Y%d", acc(1), acc(0), acc(0))
@@ -72,8 +75,8 @@ func reduceStore(a *asm, R, t int) {
 	}
 	for r := 0; r < R; r++ {
 		x := acc(r)
-		a.p("VEXTRACTF128 $1, Y%d, X15", x)
-		a.p("VADDPS X15, X%d, X%d", x, x)
+		a.p("VEXTRACTF128 $1, Y%d, X%d", x, tmp)
+		a.p("VADDPS X%d, X%d, X%d", tmp, x, x)
 		a.p("VHADDPS X%d, X%d, X%d", x, x, x)
 		a.p("VHADDPS X%d, X%d, X%d", x, x, x)
 		a.p("VMOVSS X%d, %d(CX)", x, 4*r)
@@ -330,6 +333,367 @@ func floatKernel(a *asm, d *decl, typ string, R, T int) {
 	a.b.WriteString("\n")
 }
 
+// kKernel generates a Q4_K or Q6_K weight × Q8_K activation kernel for one
+// row at a time (rows are looped) and T tokens.
+//
+// Arguments: w *byte, rows int, y *int8, yStride int, d *float32,
+// dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int.
+//
+// Per 256-value block and token the integer sum Σ_j sc_j·(q·y)_j is built
+// with vpmaddubsw (unsigned 4/6-bit values × int8 activations, pairs in
+// int16 without saturation: 2·63·127 < 2^15) and vpmaddwd/vpdpwssd against
+// the sub-block scales, then scaled once by d·dy. The offsets (Q4_K's mins,
+// Q6_K's −32) come from the activations' 16-value sums bs.
+//
+// The weight unpacking is shared by the T tokens; with one row per pass a
+// tile needs only 2·T accumulators, so the same loop serves AVX2 (16
+// registers) and AVX-512 (VNNI's vpdpwssd, embedded broadcasts, ternlog).
+func kKernel(a *asm, d *decl, q6 bool, vnni bool, T int) {
+	typ, bsz := "q4K", 144
+	if q6 {
+		typ, bsz = "q6K", 210
+	}
+	isa := "AVX2"
+	if vnni {
+		isa = "VNNI"
+	}
+	name := fmt.Sprintf("%s%s_%d", typ, isa, T)
+	sig := "(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)"
+	d.fn(fmt.Sprintf("%s computes rows × %d tokens of %s weights × Q8_K activations (%s).", name, T, strings.ToUpper(typ[:2])+"_"+typ[2:], isa), name, sig)
+	fmt.Fprintf(&a.b, "// func %s%s\n", name, sig)
+	fmt.Fprintf(&a.b, "TEXT ·%s(SB), NOSPLIT, $64-88\n", name)
+	a.p("MOVQ w+0(FP), SI")
+	a.p("MOVQ yStride+24(FP), R10")
+	a.p("LEAQ (R10)(R10*2), R11")
+	a.p("MOVQ dStride+40(FP), R12")
+	a.p("LEAQ (R12)(R12*2), R13")
+	a.p("MOVQ bsStride+56(FP), R9")
+	a.p("LEAQ (R9)(R9*2), R15")
+	a.p("MOVQ dst+72(FP), AX")
+	// Register plan. Y0..: float accumulators facc_t; Y4..: int sums (t).
+	facc := func(t int) int { return t }
+	sumi := func(t int) int { return 4 + t }
+	yAddr := func(off, t int) string { return stride(off, "DI", "R10", "R11", t) }
+	dAddr := func(t int) string { return stride(0, "BX", "R12", "R13", t) }
+	bsAddr := func(t int) string { return stride(0, "DX", "R9", "R15", t) }
+	mov := "VMOVDQU"
+	and := "VPAND"
+	if vnni {
+		mov = "VMOVDQU32"
+		and = "VPANDD"
+	}
+	// Constants. VNNI: Y28 0x0f bytes, Y29 0x30 bytes, X30 3f, X31 03 masks,
+	// X27 shift counts. AVX2: Y15 0x0f bytes, Y14 int16 ones (Q6_K: 0x30).
+	if vnni {
+		a.p("MOVL $0x0f0f0f0f, CX")
+		a.p("VPBROADCASTD CX, Y28")
+		if q6 {
+			a.p("MOVL $0x30303030, CX")
+			a.p("VPBROADCASTD CX, Y29")
+		} else {
+			a.p("MOVL $0x3f3f3f3f, CX")
+			a.p("VPBROADCASTD CX, X30")
+			a.p("MOVL $0x03030303, CX")
+			a.p("VPBROADCASTD CX, X31")
+			a.p("MOVL $4, CX")
+			a.p("VMOVD CX, X27")
+			a.p("VPSLLDQ $4, X27, X27") // dwords [0, 4, 0, 0]
+		}
+	} else {
+		a.p("MOVL $0x0f0f0f0f, CX")
+		a.p("VMOVD CX, X15")
+		a.p("VPBROADCASTD X15, Y15")
+		if q6 {
+			a.p("MOVL $0x30303030, CX")
+		} else {
+			a.p("MOVL $0x00010001, CX")
+		}
+		a.p("VMOVD CX, X14")
+		a.p("VPBROADCASTD X14, Y14")
+	}
+	a.label(name + "_row")
+	a.p("MOVQ y+16(FP), DI")
+	a.p("MOVQ d+32(FP), BX")
+	a.p("MOVQ bs+48(FP), DX")
+	a.p("MOVQ nb+64(FP), CX")
+	for t := 0; t < T; t++ {
+		a.p("VXORPS Y%d, Y%d, Y%d", facc(t), facc(t), facc(t))
+	}
+	a.label(name + "_block")
+	for t := 0; t < T; t++ {
+		a.p("VPXOR Y%d, Y%d, Y%d", sumi(t), sumi(t), sumi(t))
+	}
+	// scaleAcc adds (pairs of int16 in Yp) × (int16 scales) to sumi(t):
+	// VNNI: vpdpwssd with the scale from mem (broadcast if bcst);
+	// AVX2: vpmaddwd + vpaddd, scale loaded into Y13 first by the caller.
+	if !q6 {
+		// --- Q4_K ---
+		// Unpack the 6-bit scales and mins: bytes 0-7 scales, 8-15 mins.
+		if vnni {
+			a.p("VMOVDQU32 4(SI), X16")
+			a.p("VPANDD X30, X16, X17")      // [sc_lo, m_lo, ..]
+			a.p("VPSHUFD $0x0a, X16, X18")   // [u2, u2, ..]
+			a.p("VPSRLVD X27, X18, X18")     // [u2, u2>>4]
+			a.p("VPANDD X28, X18, X18")      // & 0x0f
+			a.p("VPSRLD $6, X16, X19")       // [u0>>6, u1>>6]
+			a.p("VPANDD X31, X19, X19")      // & 0x03
+			a.p("VPSLLD $4, X19, X19")       // << 4
+			a.p("VPORD X19, X18, X18")       // [sc_hi, m_hi]
+			a.p("VPUNPCKLQDQ X18, X17, X17") // [sc_lo, m_lo, sc_hi, m_hi]
+			a.p("VPSHUFD $0xd8, X17, X17")   // [sc_lo, sc_hi, m_lo, m_hi]
+			a.p("VPMOVZXBD X17, Y18")        // scales as dwords
+			a.p("VPSLLD $16, Y18, Y16")
+			a.p("VPORD Y16, Y18, Y18") // sc | sc<<16
+			a.p("VMOVDQU32 Y18, 0(SP)")
+			a.p("VPUNPCKHBW X17, X17, X19") // m0 m0 m1 m1 ...
+			a.p("VPMOVZXBW X19, Y19")       // mins16
+			a.p("VPBROADCASTW 0(SI), X20")
+			a.p("VCVTPH2PS X20, Y20") // d
+			a.p("VPBROADCASTW 2(SI), X21")
+			a.p("VCVTPH2PS X21, Y21") // dmin
+		} else {
+			// Scalar unpacking (R8, R14 are free here) into 32(SP):
+			// [sc_lo, sc_hi, m_lo, m_hi], then 0(SP) scale dwords and
+			// 32(SP) mins16.
+			a.p("MOVL 4(SI), R8") // u0
+			a.p("MOVL R8, R14")
+			a.p("ANDL $0x3f3f3f3f, R14")
+			a.p("MOVL R14, 32(SP)") // sc_lo
+			a.p("SHRL $6, R8")
+			a.p("ANDL $0x03030303, R8")
+			a.p("SHLL $4, R8")
+			a.p("MOVL 12(SI), R14") // u2
+			a.p("ANDL $0x0f0f0f0f, R14")
+			a.p("ORL R14, R8")
+			a.p("MOVL R8, 36(SP)") // sc_hi
+			a.p("MOVL 8(SI), R8")  // u1
+			a.p("MOVL R8, R14")
+			a.p("ANDL $0x3f3f3f3f, R14")
+			a.p("MOVL R14, 40(SP)") // m_lo
+			a.p("SHRL $6, R8")
+			a.p("ANDL $0x03030303, R8")
+			a.p("SHLL $4, R8")
+			a.p("MOVL 12(SI), R14")
+			a.p("SHRL $4, R14")
+			a.p("ANDL $0x0f0f0f0f, R14")
+			a.p("ORL R14, R8")
+			a.p("MOVL R8, 44(SP)") // m_hi
+			a.p("VPMOVZXBD 32(SP), Y8")
+			a.p("VPSLLD $16, Y8, Y9")
+			a.p("VPOR Y9, Y8, Y8")
+			a.p("VMOVDQU Y8, 0(SP)")
+			a.p("VMOVDQU 40(SP), X8")
+			a.p("VPUNPCKLBW X8, X8, X8")
+			a.p("VPMOVZXBW X8, Y8")
+			a.p("VMOVDQU Y8, 32(SP)") // mins16
+		}
+		for c := 0; c < 4; c++ {
+			lo, hi := 8, 9
+			if vnni {
+				lo, hi = 22, 23
+			}
+			mask := 15
+			if vnni {
+				mask = 28
+			}
+			a.p("%s %d(SI), Y%d", mov, 16+32*c, lo)
+			a.p("VPSRLW $4, Y%d, Y%d", lo, hi)
+			a.p("%s Y%d, Y%d, Y%d", and, mask, lo, lo)
+			a.p("%s Y%d, Y%d, Y%d", and, mask, hi, hi)
+			for t := 0; t < T; t++ {
+				for k, q := range []int{lo, hi} {
+					sub := 2*c + k
+					tmp := 10 + k
+					if vnni {
+						tmp = 24 + k
+					}
+					a.p("VPMADDUBSW %s, Y%d, Y%d", yAddr(64*c+32*k, t), q, tmp)
+					if vnni {
+						a.p("VPDPWSSD.BCST %d(SP), Y%d, Y%d", 4*sub, tmp, sumi(t))
+					} else {
+						a.p("VPBROADCASTD %d(SP), Y12", 4*sub)
+						a.p("VPMADDWD Y12, Y%d, Y%d", tmp, tmp)
+						a.p("VPADDD Y%d, Y%d, Y%d", tmp, sumi(t), sumi(t))
+					}
+				}
+			}
+		}
+		for t := 0; t < T; t++ {
+			if vnni {
+				a.p("VPMADDWD %s, Y19, Y24", bsAddr(t))
+				a.p("VCVTDQ2PS Y24, Y24")
+				a.p("VBROADCASTSS %s, Y25", dAddr(t))
+				a.p("VMULPS Y25, Y21, Y26")
+				a.p("VFNMADD231PS Y26, Y24, Y%d", facc(t))
+				a.p("VCVTDQ2PS Y%d, Y%d", sumi(t), sumi(t))
+				a.p("VMULPS Y25, Y20, Y26")
+				a.p("VFMADD231PS Y26, Y%d, Y%d", sumi(t), facc(t))
+			} else {
+				a.p("VMOVDQU %s, Y10", bsAddr(t))
+				a.p("VPMADDWD 32(SP), Y10, Y10")
+				a.p("VCVTDQ2PS Y10, Y10")
+				a.p("VBROADCASTSS %s, Y11", dAddr(t))
+				a.p("VPBROADCASTW 2(SI), X12")
+				a.p("VCVTPH2PS X12, Y12")
+				a.p("VMULPS Y11, Y12, Y12")
+				a.p("VFNMADD231PS Y12, Y10, Y%d", facc(t))
+				a.p("VCVTDQ2PS Y%d, Y%d", sumi(t), sumi(t))
+				a.p("VPBROADCASTW 0(SI), X12")
+				a.p("VCVTPH2PS X12, Y12")
+				a.p("VMULPS Y11, Y12, Y12")
+				a.p("VFMADD231PS Y12, Y%d, Y%d", sumi(t), facc(t))
+			}
+		}
+	} else {
+		// --- Q6_K ---
+		// Scales: X18 the 16 int8 scales, Y19 the same as int16 (for the
+		// −32 offset), Y20 d.
+		if vnni {
+			a.p("VMOVDQU32 192(SI), X18")
+			a.p("VPMOVSXBW X18, Y19")
+			a.p("VPBROADCASTW 208(SI), X20")
+			a.p("VCVTPH2PS X20, Y20")
+		}
+		for h := 0; h < 2; h++ {
+			// v0..v3: the 4 vectors of 32 6-bit values of this half.
+			A, B, H := 21, 22, 23
+			v := []int{8, 9, 10, 11}
+			tmp := 24
+			mask0f, mask30 := 28, 29
+			if !vnni {
+				A, B, H = 12, 13, 11
+				v = []int{8, 9, 10, 11} // v3 reuses H's register last
+				tmp = 10
+				mask0f, mask30 = 15, 14
+			}
+			if vnni {
+				a.p("VMOVDQU32 %d(SI), Y%d", 64*h, A)
+				a.p("VMOVDQU32 %d(SI), Y%d", 64*h+32, B)
+				a.p("VMOVDQU32 %d(SI), Y%d", 128+32*h, H)
+				// v0 = A&0f | (H<<4)&30
+				a.p("VPANDD Y%d, Y%d, Y%d", mask0f, A, v[0])
+				a.p("VPSLLW $4, Y%d, Y%d", H, tmp)
+				a.p("VPTERNLOGD $0xf8, Y%d, Y%d, Y%d", mask30, tmp, v[0])
+				// v1 = B&0f | (H<<2)&30
+				a.p("VPANDD Y%d, Y%d, Y%d", mask0f, B, v[1])
+				a.p("VPSLLW $2, Y%d, Y%d", H, tmp)
+				a.p("VPTERNLOGD $0xf8, Y%d, Y%d, Y%d", mask30, tmp, v[1])
+				// v2 = (A>>4)&0f | H&30
+				a.p("VPSRLW $4, Y%d, Y%d", A, v[2])
+				a.p("VPANDD Y%d, Y%d, Y%d", mask0f, v[2], v[2])
+				a.p("VPTERNLOGD $0xf8, Y%d, Y%d, Y%d", mask30, H, v[2])
+				// v3 = (B>>4)&0f | (H>>2)&30
+				a.p("VPSRLW $4, Y%d, Y%d", B, v[3])
+				a.p("VPANDD Y%d, Y%d, Y%d", mask0f, v[3], v[3])
+				a.p("VPSRLW $2, Y%d, Y%d", H, tmp)
+				a.p("VPTERNLOGD $0xf8, Y%d, Y%d, Y%d", mask30, tmp, v[3])
+			} else {
+				// 16 registers: build the four vectors one at a time
+				// into v[i] (Y8..Y11), using Y12/Y13 as scratch.
+				type part struct {
+					src, shiftQ, shiftH int // shiftH > 0: left, < 0: right
+				}
+				parts := []part{{64 * h, 0, 4}, {64*h + 32, 0, 2}, {64 * h, 4, 0}, {64*h + 32, 4, -2}}
+				for i, pt := range parts {
+					a.p("VMOVDQU %d(SI), Y12", pt.src)
+					if pt.shiftQ > 0 {
+						a.p("VPSRLW $%d, Y12, Y12", pt.shiftQ)
+					}
+					a.p("VPAND Y15, Y12, Y12")
+					a.p("VMOVDQU %d(SI), Y13", 128+32*h)
+					switch {
+					case pt.shiftH > 0:
+						a.p("VPSLLW $%d, Y13, Y13", pt.shiftH)
+					case pt.shiftH < 0:
+						a.p("VPSRLW $%d, Y13, Y13", -pt.shiftH)
+					}
+					a.p("VPAND Y14, Y13, Y13")
+					a.p("VPOR Y13, Y12, Y%d", v[i])
+				}
+			}
+			for i := 0; i < 4; i++ {
+				p := 4*h + i // pair of 16-value sub-blocks 2p, 2p+1
+				// Scale vector [sc_2p ×8 | sc_2p+1 ×8] as int16.
+				if vnni {
+					a.p("VPSHUFB q6kShuf<>+%d(SB), X18, X26", 16*p)
+					a.p("VPMOVSXBW X26, Y26")
+				} else {
+					a.p("VMOVDQU 192(SI), X12")
+					a.p("VPSHUFB q6kShuf<>+%d(SB), X12, X12", 16*p)
+					a.p("VPMOVSXBW X12, Y12")
+				}
+				for t := 0; t < T; t++ {
+					if vnni {
+						a.p("VPMADDUBSW %s, Y%d, Y%d", yAddr(128*h+32*i, t), v[i], 25)
+						a.p("VPDPWSSD Y26, Y25, Y%d", sumi(t))
+					} else {
+						a.p("VPMADDUBSW %s, Y%d, Y13", yAddr(128*h+32*i, t), v[i])
+						a.p("VPMADDWD Y12, Y13, Y13")
+						a.p("VPADDD Y13, Y%d, Y%d", sumi(t), sumi(t))
+					}
+				}
+			}
+		}
+		for t := 0; t < T; t++ {
+			if vnni {
+				a.p("VPMADDWD %s, Y19, Y24", bsAddr(t))
+				a.p("VPSLLD $5, Y24, Y24")
+				a.p("VPSUBD Y24, Y%d, Y%d", sumi(t), sumi(t))
+				a.p("VCVTDQ2PS Y%d, Y%d", sumi(t), sumi(t))
+				a.p("VBROADCASTSS %s, Y25", dAddr(t))
+				a.p("VMULPS Y25, Y20, Y26")
+				a.p("VFMADD231PS Y26, Y%d, Y%d", sumi(t), facc(t))
+			} else {
+				a.p("VPMOVSXBW 192(SI), Y12")
+				a.p("VPMADDWD %s, Y12, Y12", bsAddr(t))
+				a.p("VPSLLD $5, Y12, Y12")
+				a.p("VPSUBD Y12, Y%d, Y%d", sumi(t), sumi(t))
+				a.p("VCVTDQ2PS Y%d, Y%d", sumi(t), sumi(t))
+				a.p("VBROADCASTSS %s, Y13", dAddr(t))
+				a.p("VPBROADCASTW 208(SI), X12")
+				a.p("VCVTPH2PS X12, Y12")
+				a.p("VMULPS Y13, Y12, Y12")
+				a.p("VFMADD231PS Y12, Y%d, Y%d", sumi(t), facc(t))
+			}
+		}
+	}
+	a.p("ADDQ $%d, SI", bsz)
+	a.p("ADDQ $256, DI")
+	a.p("ADDQ $4, BX")
+	a.p("ADDQ $32, DX")
+	a.p("DECQ CX")
+	a.p("JNZ %s_block", name)
+	a.p("MOVQ ldBytes+80(FP), R14")
+	a.p("MOVQ AX, CX")
+	for t := 0; t < T; t++ {
+		reduceStoreTmp(a, 1, t, 12)
+		if t+1 < T {
+			a.p("ADDQ R14, CX")
+		}
+	}
+	a.p("ADDQ $4, AX")
+	a.p("DECQ rows+8(FP)")
+	a.p("JNZ %s_row", name)
+	a.p("VZEROUPPER")
+	a.p("RET")
+	a.b.WriteString("\n")
+}
+
+// q6kShufData is the VPSHUFB table that spreads Q6_K scale bytes 2p and
+// 2p+1 over the two halves of 16 bytes, for p = 0..7.
+func q6kShufData(a *asm) {
+	for p := 0; p < 8; p++ {
+		var lo, hi uint64
+		for i := 0; i < 8; i++ {
+			lo |= uint64(2*p) << (8 * i)
+			hi |= uint64(2*p+1) << (8 * i)
+		}
+		fmt.Fprintf(&a.b, "DATA q6kShuf<>+%d(SB)/8, $0x%016x\n", 16*p, lo)
+		fmt.Fprintf(&a.b, "DATA q6kShuf<>+%d(SB)/8, $0x%016x\n", 16*p+8, hi)
+	}
+	a.b.WriteString("GLOBL q6kShuf<>(SB), RODATA|NOPTR, $128\n\n")
+}
+
 const header = "// Code generated by asmgen; DO NOT EDIT.\n\n"
 
 func main() {
@@ -345,6 +709,14 @@ func main() {
 		}
 		for T := 1; T <= 4; T++ {
 			q8Kernel(&a, &d, q4, false, 1, T)
+		}
+	}
+	q6kShufData(&a)
+	for _, q6 := range []bool{false, true} {
+		for _, vnni := range []bool{true, false} {
+			for T := 1; T <= 4; T++ {
+				kKernel(&a, &d, q6, vnni, T)
+			}
 		}
 	}
 	for _, typ := range []string{"f32", "f16", "bf16"} {
