@@ -58,7 +58,8 @@ Types: f32, f16, q8_0 (every 2-D weight in that type), q4_k (llama-quantize's Q4
 			if err != nil {
 				return fmt.Errorf("model synth: %w", err)
 			}
-			return runSynth(cmd.ErrOrStderr(), s, ft, out, synth.Options{Seed: seed, Workers: workers}, quiet)
+			opts := synth.Options{Seed: seed, Workers: workers, Context: cmd.Context()}
+			return runSynth(cmd.ErrOrStderr(), s, ft, out, opts, quiet)
 		},
 	}
 	f := cmd.Flags()

@@ -25,6 +25,7 @@
 package synth
 
 import (
+	"context"
 	"embed"
 	"fmt"
 	"hash/fnv"
@@ -50,6 +51,9 @@ type Options struct {
 	// Progress, when set, is called after each chunk of tensor data is
 	// written with the bytes written so far and the total.
 	Progress func(done, total uint64)
+	// Context, when set, stops the writing early when it is done; WriteTo
+	// then returns its error.
+	Context context.Context
 }
 
 // Model is a synthetic model planned but not yet written: its tensors,
@@ -176,7 +180,10 @@ func (m *Model) Writer(opts Options) (*gguf.Writer, error) {
 	for _, kv := range m.KVs {
 		w.Set(kv.Key, kv.Value)
 	}
-	g := &generator{shape: &m.Shape, seed: opts.Seed, workers: opts.Workers, progress: opts.Progress}
+	g := &generator{shape: &m.Shape, seed: opts.Seed, workers: opts.Workers, progress: opts.Progress, ctx: opts.Context}
+	if g.ctx == nil {
+		g.ctx = context.Background()
+	}
 	if g.workers <= 0 {
 		g.workers = runtime.GOMAXPROCS(0)
 	}
@@ -209,6 +216,7 @@ type generator struct {
 	seed     uint64
 	workers  int
 	progress func(done, total uint64)
+	ctx      context.Context
 	done     uint64
 	total    uint64
 }
@@ -267,7 +275,15 @@ func (g *generator) fill(t *TensorSpec) func(io.Writer) error {
 			}
 		}()
 		for c := 0; c < nChunks; c++ {
-			r := <-results[c]
+			if err := g.ctx.Err(); err != nil {
+				return err
+			}
+			var r result
+			select {
+			case r = <-results[c]:
+			case <-g.ctx.Done():
+				return g.ctx.Err()
+			}
 			<-window
 			if r.err != nil {
 				return r.err

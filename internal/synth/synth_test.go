@@ -2,6 +2,8 @@ package synth
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -605,5 +607,23 @@ func TestUnsupportedMixIsAnError(t *testing.T) {
 		if _, err := New(mustShape(t, shape, ""), FileQ4_KM); err != nil {
 			t.Errorf("%s q4_k: %v", shape, err)
 		}
+	}
+}
+
+// TestCancel: a cancelled context stops the writing with its error.
+func TestCancel(t *testing.T) {
+	m, err := New(mustShape(t, "tiny", ""), FileF32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	calls := 0
+	_, err = m.WriteTo(io.Discard, Options{Context: ctx, Progress: func(done, total uint64) {
+		if calls++; calls == 3 {
+			cancel()
+		}
+	}})
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("error %v, want context.Canceled", err)
 	}
 }
