@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -32,6 +34,7 @@ type generateOptions struct {
 	batch        int
 	stops        []string
 	ignoreEOS    bool
+	cpuProfile   string
 	sampling     sample.Params
 }
 
@@ -56,6 +59,7 @@ func newGenerateCmd() *cobra.Command {
 	f.IntVar(&o.batch, "batch", 512, "prompt tokens per forward pass")
 	f.StringArrayVar(&o.stops, "stop", nil, "stop string (repeatable)")
 	f.BoolVar(&o.ignoreEOS, "ignore-eos", false, "keep generating past end-of-generation tokens")
+	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the generation to this file (for developers)")
 	s := &o.sampling
 	f.Float32Var(&s.Temperature, "temperature", 0.8, "sampling temperature; 0 = greedy")
 	f.IntVar(&s.TopK, "top-k", 40, "keep the k most likely tokens; 0 = all")
@@ -125,6 +129,18 @@ func runGenerate(cmd *cobra.Command, o *generateOptions) error {
 	cache := model.NewSeqCache(&m.Config, tensor.F16, 256)
 	cache.Reserve(len(prompt) + o.maxTokens)
 	logits := make([]float32, m.Config.Vocab)
+
+	if o.cpuProfile != "" {
+		pf, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer pf.Close()
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 
 	// Prefill in chunks of --batch tokens; the last chunk yields the logits.
 	start := time.Now()

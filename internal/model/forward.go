@@ -49,7 +49,7 @@ type Runner struct {
 type attnScratch struct {
 	scores []float32
 	q16    []uint16  // the query rounded to f16 (F16 KV)
-	vrow   []float32 // one value row widened to f32 (F16 KV)
+	qf     []float32 // ... and widened back
 }
 
 // NewRunner returns a Runner for m that computes on pool, accepting up to
@@ -83,7 +83,7 @@ func NewRunner(m *Model, pool *tensor.Pool, maxTokens int, kvType tensor.DType) 
 	}
 	for i := range r.workers {
 		r.workers[i].q16 = make([]uint16, c.HeadDim)
-		r.workers[i].vrow = make([]float32, c.HeadDimV)
+		r.workers[i].qf = make([]float32, c.HeadDim)
 	}
 	return r, nil
 }
@@ -298,47 +298,47 @@ func (r *Runner) attendHead(l int, batch []Seq, t, head int, ws *attnScratch) {
 
 	q := r.q[t*c.Heads*hd+head*hd : t*c.Heads*hd+(head+1)*hd]
 	if f16 {
+		// llama.cpp rounds the query to f16 for the product with f16 keys.
 		tensor.F32ToF16Slice(ws.q16, q)
+		tensor.F16ToF32Slice(ws.qf, ws.q16)
+		q = ws.qf
 	}
 	scores := ws.scores[:n]
 	for b := 0; b*bs < n; b++ {
 		kb, _ := cache.Block(l, b)
-		end := min(bs, n-b*bs)
+		dst := scores[b*bs : min(n, (b+1)*bs)]
 		if f16 {
-			k := f16View(kb)
-			for j := 0; j < end; j++ {
-				off := j*kvDim + kvh*hd
-				scores[b*bs+j] = tensor.DotF16(ws.q16, k[off:off+hd]) * scale
-			}
-		} else {
-			k := f32View(kb)
-			for j := 0; j < end; j++ {
-				off := j*kvDim + kvh*hd
-				scores[b*bs+j] = tensor.Dot(q, k[off:off+hd]) * scale
-			}
+			tensor.DotsF16(dst, q, f16View(kb)[kvh*hd:], kvDim)
+			continue
+		}
+		k := f32View(kb)
+		for j := range dst {
+			off := j*kvDim + kvh*hd
+			dst[j] = tensor.Dot(q, k[off:off+hd])
 		}
 	}
+	tensor.Scale(scores, scale)
 	tensor.Softmax(scores)
 
 	out := r.attnOut[t*c.Heads*hdv+head*hdv : t*c.Heads*hdv+(head+1)*hdv]
 	clear(out)
+	if f16 {
+		// ... and the softmax weights to f16 for the product with f16 values.
+		for j, p := range scores {
+			scores[j] = tensor.F16ToF32(tensor.F32ToF16(p))
+		}
+	}
 	for b := 0; b*bs < n; b++ {
 		_, vb := cache.Block(l, b)
-		end := min(bs, n-b*bs)
+		p := scores[b*bs : min(n, (b+1)*bs)]
 		if f16 {
-			v := f16View(vb)
-			for j := 0; j < end; j++ {
-				// llama.cpp rounds the softmax weights to f16 for the f16 V product.
-				p := tensor.F16ToF32(tensor.F32ToF16(scores[b*bs+j]))
-				off := j*vDim + kvh*hdv
-				tensor.AxpyF16(out, p, v[off:off+hdv])
-			}
-		} else {
-			v := f32View(vb)
-			for j := 0; j < end; j++ {
-				off := j*vDim + kvh*hdv
-				tensor.Axpy(out, scores[b*bs+j], v[off:off+hdv])
-			}
+			tensor.AxpysF16(out, p, f16View(vb)[kvh*hdv:], vDim)
+			continue
+		}
+		v := f32View(vb)
+		for j, w := range p {
+			off := j*vDim + kvh*hdv
+			tensor.Axpy(out, w, v[off:off+hdv])
 		}
 	}
 }
