@@ -126,6 +126,7 @@ type Engine struct {
 	queue   []*seqState // waiting, sorted by (priority desc, order asc)
 	running []*seqState
 	logits  []float32 // arena: one Vocab-sized slice per sequence needing logits
+	scratch []float32 // a processor's private copy of one sequence's logits
 	batch   []model.Seq
 	entries []entry
 	// inflight counts, per block hash, the running sequences whose prefill
@@ -159,6 +160,7 @@ type seqState struct {
 	tokens    []int32 // prompt + generated; the KV of tokens[:kv.Len()] is computed
 	generated int
 	sampler   *sample.Sampler
+	proc      LogitsProcessor
 	order     uint64    // arrival order, for FCFS and victim choice
 	reserved  int       // contiguous mode: positions reserved at admission
 	pending   []kv.Hash // prompt blocks this sequence is computing, announced in Engine.inflight
@@ -362,6 +364,9 @@ func (e *Engine) enqueue(r *request) {
 		return
 	}
 	s := &seqState{req: r, tokens: slices.Clone(r.Prompt), sampler: sampler, order: r.order}
+	if r.NewProcessor != nil {
+		s.proc = r.NewProcessor(0)
+	}
 	e.insertWaiting(s)
 }
 

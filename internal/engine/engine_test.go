@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -378,5 +379,44 @@ func TestConcurrentSharedPrefixComputedOnce(t *testing.T) {
 	}
 	if want := 7 * 64; cached != want {
 		t.Fatalf("%d prompt tokens served from cache, want %d (the shared prefix computed once)", cached, want)
+	}
+}
+
+// allowOnly is a LogitsProcessor that permits a fixed token sequence.
+type allowOnly struct {
+	seq []int32
+	pos int
+}
+
+func (a *allowOnly) Process(logits []float32) {
+	want := a.seq[min(a.pos, len(a.seq)-1)]
+	for i := range logits {
+		if int32(i) != want {
+			logits[i] = float32(math.Inf(-1))
+		}
+	}
+}
+
+func (a *allowOnly) Accept(tok int32) { a.pos++ }
+
+func TestLogitsProcessorConstrainsEachSample(t *testing.T) {
+	m := sharedModel(t, "tiny-f32.gguf")
+	e, err := New(m, Config{Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	forced := [][]int32{{10, 11, 12}, {20, 21, 22}}
+	st, err := e.Submit(context.Background(), Request{Prompt: []int32{5, 6, 7}, MaxTokens: 3, N: 2,
+		Sampling:     sample.Params{Temperature: 1, Seed: 3},
+		NewProcessor: func(i int) LogitsProcessor { return &allowOnly{seq: forced[i]} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	toks, _ := collect(t, st, 2)
+	for i := range forced {
+		if !slices.Equal(toks[i], forced[i]) {
+			t.Fatalf("sample %d: %v, want %v", i, toks[i], forced[i])
+		}
 	}
 }

@@ -58,6 +58,16 @@ type Hints struct {
 	ExpectedOutputTokens int
 }
 
+// LogitsProcessor constrains or reshapes one sample's next-token
+// distribution (grammar-constrained decoding, forced tool calls). The engine
+// calls Process on a private copy of the logits before sampling and Accept
+// with the token sampled; a processor serves one sample and is used by the
+// step loop only.
+type LogitsProcessor interface {
+	Process(logits []float32)
+	Accept(token int32)
+}
+
 // Request is one generation request in token space: every API dialect maps
 // into it.
 type Request struct {
@@ -76,6 +86,8 @@ type Request struct {
 	IgnoreEOS  bool
 	// N is the number of samples sharing the prompt (default 1).
 	N int
+	// NewProcessor, when set, makes the LogitsProcessor of sample i.
+	NewProcessor func(i int) LogitsProcessor
 	// Priority orders scheduling: higher first; FCFS within a priority.
 	Priority int
 	// Scope is the isolation scope (tenant) whose salt prefixes every block

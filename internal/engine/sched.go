@@ -264,6 +264,9 @@ func (e *Engine) fork(s *seqState, i int) *seqState {
 	}
 	sampler, _ := sample.New(p, e.model.Config.Vocab) // validated at Submit
 	t := &seqState{req: s.req, index: i, kv: s.kv.Fork(), tokens: slices.Clone(s.tokens), sampler: sampler, order: s.order}
+	if s.req.NewProcessor != nil {
+		t.proc = s.req.NewProcessor(i)
+	}
 	e.running = append(e.running, t)
 	return t
 }
@@ -273,7 +276,16 @@ func (e *Engine) fork(s *seqState, i int) *seqState {
 func (e *Engine) sampleNext(s *seqState, logits []float32) {
 	r := s.req
 	promptLen := len(r.Prompt)
+	if s.proc != nil {
+		// The logits may be shared with sibling samples: constrain a copy.
+		e.scratch = append(e.scratch[:0], logits...)
+		logits = e.scratch
+		s.proc.Process(logits)
+	}
 	tok, lp := s.sampler.Sample(logits, s.tokens[promptLen:])
+	if s.proc != nil {
+		s.proc.Accept(tok)
+	}
 	out := Output{Index: s.index, Token: tok}
 	if r.Sampling.Logprobs || r.Sampling.TopLogprobs > 0 {
 		c := lp
