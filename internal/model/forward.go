@@ -50,21 +50,26 @@ type attnScratch struct {
 	scores []float32
 	q16    []uint16  // the query rounded to f16 (F16 KV)
 	qf     []float32 // ... and widened back
+	q8     []byte    // the query quantized to Q8_0 (Q8_0 KV)
 }
 
 // NewRunner returns a Runner for m that computes on pool, accepting up to
 // maxTokens tokens per forward pass (summed over the batch) and reading and
-// writing caches whose K and V are stored as kvType (F16 or F32).
+// writing caches whose K and V are stored as kvType (F16, F32 or Q8_0).
 func NewRunner(m *Model, pool *tensor.Pool, maxTokens int, kvType tensor.DType) (*Runner, error) {
 	if maxTokens <= 0 {
 		maxTokens = 512
 	}
+	c := &m.Config
 	switch kvType {
 	case tensor.F16, tensor.F32:
+	case tensor.Q8_0:
+		if c.HeadDim%32 != 0 || c.HeadDimV%32 != 0 {
+			return nil, fmt.Errorf("model: a q8_0 KV cache needs head widths that are multiples of 32, not %d", c.HeadDim)
+		}
 	default:
-		return nil, fmt.Errorf("model: unsupported KV cache type %s (f16, f32)", kvType)
+		return nil, fmt.Errorf("model: unsupported KV cache type %s (f16, f32, q8_0)", kvType)
 	}
-	c := &m.Config
 	qDim := c.Heads * c.HeadDim
 	r := &Runner{
 		m: m, pool: pool, maxTokens: maxTokens, kvType: kvType,
@@ -84,6 +89,9 @@ func NewRunner(m *Model, pool *tensor.Pool, maxTokens int, kvType tensor.DType) 
 	for i := range r.workers {
 		r.workers[i].q16 = make([]uint16, c.HeadDim)
 		r.workers[i].qf = make([]float32, c.HeadDim)
+		if kvType == tensor.Q8_0 {
+			r.workers[i].q8 = make([]byte, kvType.RowBytes(c.HeadDim))
+		}
 	}
 	return r, nil
 }
@@ -294,27 +302,34 @@ func (r *Runner) attendHead(l int, batch []Seq, t, head int, ws *attnScratch) {
 	bs := cache.BlockSize()
 	n := r.taskPos[t] + 1                        // attend to positions [0, pos]
 	scale := 1 / float32(math.Sqrt(float64(hd))) // as llama.cpp: 1.0f/sqrtf(head_dim)
-	f16 := r.kvType == tensor.F16
 
 	q := r.q[t*c.Heads*hd+head*hd : t*c.Heads*hd+(head+1)*hd]
-	if f16 {
+	switch r.kvType {
+	case tensor.F16:
 		// llama.cpp rounds the query to f16 for the product with f16 keys.
 		tensor.F32ToF16Slice(ws.q16, q)
 		tensor.F16ToF32Slice(ws.qf, ws.q16)
 		q = ws.qf
+	case tensor.Q8_0:
+		// ... and quantizes it to Q8_0 for the product with Q8_0 keys.
+		tensor.QuantizeQ80(ws.q8, q)
 	}
+	kRow, vRow := r.kvType.RowBytes(kvDim), r.kvType.RowBytes(vDim)
 	scores := ws.scores[:n]
 	for b := 0; b*bs < n; b++ {
 		kb, _ := cache.Block(l, b)
 		dst := scores[b*bs : min(n, (b+1)*bs)]
-		if f16 {
+		switch r.kvType {
+		case tensor.F16:
 			tensor.DotsF16(dst, q, f16View(kb)[kvh*hd:], kvDim)
-			continue
-		}
-		k := f32View(kb)
-		for j := range dst {
-			off := j*kvDim + kvh*hd
-			dst[j] = tensor.Dot(q, k[off:off+hd])
+		case tensor.Q8_0:
+			tensor.DotsQ80(dst, ws.q8, kb[kvh*r.kvType.RowBytes(hd):], kRow)
+		default:
+			k := f32View(kb)
+			for j := range dst {
+				off := j*kvDim + kvh*hd
+				dst[j] = tensor.Dot(q, k[off:off+hd])
+			}
 		}
 	}
 	tensor.Scale(scores, scale)
@@ -322,7 +337,7 @@ func (r *Runner) attendHead(l int, batch []Seq, t, head int, ws *attnScratch) {
 
 	out := r.attnOut[t*c.Heads*hdv+head*hdv : t*c.Heads*hdv+(head+1)*hdv]
 	clear(out)
-	if f16 {
+	if r.kvType == tensor.F16 {
 		// ... and the softmax weights to f16 for the product with f16 values.
 		for j, p := range scores {
 			scores[j] = tensor.F16ToF32(tensor.F32ToF16(p))
@@ -331,14 +346,17 @@ func (r *Runner) attendHead(l int, batch []Seq, t, head int, ws *attnScratch) {
 	for b := 0; b*bs < n; b++ {
 		_, vb := cache.Block(l, b)
 		p := scores[b*bs : min(n, (b+1)*bs)]
-		if f16 {
+		switch r.kvType {
+		case tensor.F16:
 			tensor.AxpysF16(out, p, f16View(vb)[kvh*hdv:], vDim)
-			continue
-		}
-		v := f32View(vb)
-		for j, w := range p {
-			off := j*vDim + kvh*hdv
-			tensor.Axpy(out, w, v[off:off+hdv])
+		case tensor.Q8_0:
+			tensor.AxpysQ80(out, p, vb[kvh*r.kvType.RowBytes(hdv):], vRow)
+		default:
+			v := f32View(vb)
+			for j, w := range p {
+				off := j*vDim + kvh*hdv
+				tensor.Axpy(out, w, v[off:off+hdv])
+			}
 		}
 	}
 }
@@ -349,6 +367,9 @@ func (r *Runner) storeKV(block []byte, off int, x []float32) {
 	switch r.kvType {
 	case tensor.F16:
 		tensor.F32ToF16Slice(f16View(block)[off:off+len(x)], x)
+	case tensor.Q8_0:
+		start := r.kvType.RowBytes(off)
+		tensor.QuantizeQ80(block[start:start+r.kvType.RowBytes(len(x))], x)
 	default:
 		copy(f32View(block)[off:off+len(x)], x)
 	}
