@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The project's test command (README.md "Tests"): vet, the unit and golden
-# tests, and the race detector on the concurrent packages.
+# The project's test command (README.md "Tests"): vet, every package's tests,
+# and the concurrent packages again under the race detector (-short there to
+# keep the run quick; the full versions ran in the plain pass).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 go vet ./...
 go test -count=1 ./...
+go test -count=1 -race -short ./internal/kv/... ./internal/engine/... ./internal/tensor/...
