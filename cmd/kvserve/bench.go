@@ -16,7 +16,51 @@ func newBenchCmd() *cobra.Command {
 		Use:   "bench",
 		Short: "Benchmarks: in-process engine scenarios",
 	}
-	cmd.AddCommand(newBenchEngineCmd())
+	cmd.AddCommand(newBenchEngineCmd(), newBenchModelCmd())
+	return cmd
+}
+
+func newBenchModelCmd() *cobra.Command {
+	var modelPath string
+	var asJSON bool
+	var o enginebench.SpeedOptions
+	cmd := &cobra.Command{
+		Use:   "model --model FILE [-p 512] [-n 128] [-t THREADS]",
+		Short: "Forward-pass speed like llama-bench: prefill of -p tokens in one pass (pp), -n tokens decoded one by one (tg)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			mf, err := openModelWithProgress(modelPath, cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			defer mf.Close()
+			res, err := enginebench.Speed(cmd.Context(), mf.Model, o)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				line, err := json.Marshal(res)
+				if err != nil {
+					return err
+				}
+				_, err = fmt.Fprintln(out, string(line))
+				return err
+			}
+			fmt.Fprintf(out, "| model | threads | test | t/s |\n|---|---:|---|---:|\n")
+			fmt.Fprintf(out, "| %s | %d | pp%d | %.1f ± %.1f |\n", modelPath, res.Threads, res.PromptTokens, res.PrefillTokS, res.PrefillStd)
+			fmt.Fprintf(out, "| %s | %d | tg%d | %.1f ± %.1f |\n", modelPath, res.Threads, res.GenerateTokens, res.DecodeTokS, res.DecodeStd)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&modelPath, "model", "m", "", "GGUF model file (required)")
+	f.IntVarP(&o.Prompt, "prompt", "p", 512, "prefill tokens (pp)")
+	f.IntVarP(&o.Generate, "n", "n", 128, "decoded tokens (tg)")
+	f.IntVarP(&o.Threads, "threads", "t", 0, "compute threads (default: all cores)")
+	f.IntVarP(&o.Repetitions, "repetitions", "r", 3, "measured repetitions")
+	f.BoolVar(&asJSON, "json", false, "print one JSON object")
+	_ = cmd.MarkFlagRequired("model")
 	return cmd
 }
 

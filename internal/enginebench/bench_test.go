@@ -63,3 +63,14 @@ func TestScenariosRefuseShortContext(t *testing.T) {
 		t.Error("unknown scenario accepted")
 	}
 }
+
+func TestSpeedRuns(t *testing.T) {
+	m := tinyModel(t)
+	res, err := Speed(context.Background(), m, SpeedOptions{Prompt: 16, Generate: 4, Threads: 1, Repetitions: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.PrefillTokS <= 0 || res.DecodeTokS <= 0 || res.PromptTokens != 16 || res.GenerateTokens != 4 {
+		t.Fatalf("%+v", res)
+	}
+}

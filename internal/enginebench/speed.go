@@ -1,0 +1,116 @@
+package enginebench
+
+import (
+	"context"
+	"math"
+	"math/rand/v2"
+	"time"
+
+	"github.com/kvserve/kvserve/internal/model"
+	"github.com/kvserve/kvserve/internal/tensor"
+)
+
+// SpeedOptions configure a raw forward-pass speed run, the counterpart of
+// llama.cpp's llama-bench: pp = prefill of Prompt tokens in one pass, tg =
+// Generate tokens decoded one at a time.
+type SpeedOptions struct {
+	Prompt, Generate int // default 512 and 128
+	Threads          int
+	Repetitions      int // default 3
+}
+
+// SpeedResult is tokens per second, mean and standard deviation over the
+// repetitions.
+type SpeedResult struct {
+	PromptTokens   int     `json:"prompt_tokens"`
+	PrefillTokS    float64 `json:"prefill_tok_s"`
+	PrefillStd     float64 `json:"prefill_std"`
+	GenerateTokens int     `json:"generate_tokens"`
+	DecodeTokS     float64 `json:"decode_tok_s"`
+	DecodeStd      float64 `json:"decode_std"`
+	Threads        int     `json:"threads"`
+	WeightBytes    int64   `json:"weight_bytes"`
+	DecodeGBPerSec float64 `json:"decode_weight_gb_s"` // weight bytes read per second while decoding
+}
+
+// Speed measures prefill and decode speed of m.
+func Speed(ctx context.Context, m *model.Model, o SpeedOptions) (SpeedResult, error) {
+	if o.Prompt <= 0 {
+		o.Prompt = 512
+	}
+	if o.Generate <= 0 {
+		o.Generate = 128
+	}
+	if o.Repetitions <= 0 {
+		o.Repetitions = 3
+	}
+	pool := tensor.NewPool(o.Threads)
+	defer pool.Close()
+	r, err := model.NewRunner(m, pool, o.Prompt, tensor.F16)
+	if err != nil {
+		return SpeedResult{}, err
+	}
+	rng := rand.New(rand.NewPCG(1, 1))
+	prompt := tokens(rng, m, o.Prompt)
+	logits := make([]float32, m.Config.Vocab)
+	var pp, tg []float64
+	// One unmeasured warm-up run pages the weights in and sizes buffers.
+	for rep := -1; rep < o.Repetitions; rep++ {
+		cache := model.NewSeqCache(&m.Config, tensor.F16, 256)
+		cache.Reserve(max(o.Prompt, o.Generate+1))
+		start := time.Now()
+		if err := r.Forward(ctx, []model.Seq{{Cache: cache, Tokens: prompt, Logits: logits}}); err != nil {
+			return SpeedResult{}, err
+		}
+		ppTime := time.Since(start)
+		// Decode like llama-bench's tg: from an empty context, one token per pass.
+		cache = model.NewSeqCache(&m.Config, tensor.F16, 256)
+		cache.Reserve(o.Generate + 1)
+		start = time.Now()
+		tok := prompt[0]
+		for i := 0; i < o.Generate; i++ {
+			if err := r.Forward(ctx, []model.Seq{{Cache: cache, Pos: i, Tokens: []int32{tok}, Logits: logits}}); err != nil {
+				return SpeedResult{}, err
+			}
+			tok = prompt[(i+1)%len(prompt)]
+		}
+		tgTime := time.Since(start)
+		if rep >= 0 {
+			pp = append(pp, float64(o.Prompt)/ppTime.Seconds())
+			tg = append(tg, float64(o.Generate)/tgTime.Seconds())
+		}
+	}
+	res := SpeedResult{PromptTokens: o.Prompt, GenerateTokens: o.Generate, Threads: pool.Threads(), WeightBytes: m.WeightBytes}
+	res.PrefillTokS, res.PrefillStd = meanStd(pp)
+	res.DecodeTokS, res.DecodeStd = meanStd(tg)
+	res.PrefillTokS, res.PrefillStd = round(res.PrefillTokS, 1), round(res.PrefillStd, 1)
+	res.DecodeTokS, res.DecodeStd = round(res.DecodeTokS, 1), round(res.DecodeStd, 1)
+	res.DecodeGBPerSec = round(res.DecodeTokS*float64(decodeBytes(m))/1e9, 2)
+	return res, nil
+}
+
+// decodeBytes is the weight bytes one decode step reads: every matrix once,
+// but only one row of the token embedding.
+func decodeBytes(m *model.Model) int64 {
+	n := m.WeightBytes
+	if !m.Config.TiedEmbed {
+		n -= int64(len(m.TokenEmbed.Data))
+	}
+	return n
+}
+
+func meanStd(xs []float64) (float64, float64) {
+	var s float64
+	for _, x := range xs {
+		s += x
+	}
+	mean := s / float64(len(xs))
+	var v float64
+	for _, x := range xs {
+		v += (x - mean) * (x - mean)
+	}
+	if len(xs) > 1 {
+		v /= float64(len(xs) - 1)
+	}
+	return mean, math.Sqrt(v)
+}
