@@ -39,19 +39,21 @@ func BenchmarkMatVec(b *testing.B) {
 			if s.cols%typ.BlockSize() != 0 {
 				continue // e.g. k-quants need rows of 256
 			}
-			m := benchMatrix(b, typ, s.rows, s.cols)
-			x := randVec(rand.New(rand.NewPCG(3, 4)), s.cols, 1)
-			dst := make([]float32, s.rows)
-			for _, th := range benchThreads() {
-				b.Run(fmt.Sprintf("%v/%dx%d/t%d", typ, s.cols, s.rows, th), func(b *testing.B) {
-					p := NewPool(th)
-					defer p.Close()
-					for b.Loop() {
-						p.MatMul(dst, m, x, 1)
-					}
-					b.ReportMetric(float64(len(m.Data))*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
-				})
-			}
+			b.Run(fmt.Sprintf("%v/%dx%d", typ, s.cols, s.rows), func(b *testing.B) {
+				m := benchMatrix(b, typ, s.rows, s.cols)
+				x := randVec(rand.New(rand.NewPCG(3, 4)), s.cols, 1)
+				dst := make([]float32, s.rows)
+				for _, th := range benchThreads() {
+					b.Run(fmt.Sprintf("t%d", th), func(b *testing.B) {
+						p := NewPool(th)
+						defer p.Close()
+						for b.Loop() {
+							p.MatMul(dst, m, x, 1)
+						}
+						b.ReportMetric(float64(len(m.Data))*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
+					})
+				}
+			})
 		}
 	}
 }
@@ -63,21 +65,23 @@ func BenchmarkMatMul(b *testing.B) {
 	for _, typ := range allTypes {
 		for _, s := range benchShapes {
 			if s.cols%typ.BlockSize() != 0 {
-				continue // e.g. k-quants need rows of 256
+				continue
 			}
-			m := benchMatrix(b, typ, s.rows, s.cols)
-			x := randVec(rand.New(rand.NewPCG(3, 4)), n*s.cols, 1)
-			dst := make([]float32, n*s.rows)
-			for _, th := range benchThreads() {
-				b.Run(fmt.Sprintf("%v/%dx%d/n%d/t%d", typ, s.cols, s.rows, n, th), func(b *testing.B) {
-					p := NewPool(th)
-					defer p.Close()
-					for b.Loop() {
-						p.MatMul(dst, m, x, n)
-					}
-					b.ReportMetric(2*float64(s.rows)*float64(s.cols)*n*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
-				})
-			}
+			b.Run(fmt.Sprintf("%v/%dx%d/n%d", typ, s.cols, s.rows, n), func(b *testing.B) {
+				m := benchMatrix(b, typ, s.rows, s.cols)
+				x := randVec(rand.New(rand.NewPCG(3, 4)), n*s.cols, 1)
+				dst := make([]float32, n*s.rows)
+				for _, th := range benchThreads() {
+					b.Run(fmt.Sprintf("t%d", th), func(b *testing.B) {
+						p := NewPool(th)
+						defer p.Close()
+						for b.Loop() {
+							p.MatMul(dst, m, x, n)
+						}
+						b.ReportMetric(2*float64(s.rows)*float64(s.cols)*n*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+					})
+				}
+			})
 		}
 	}
 }
@@ -93,26 +97,26 @@ var smolLayer = []struct{ cols, rows int }{
 // token rates from the matrix products alone.
 func BenchmarkSmolLM2Projections(b *testing.B) {
 	for _, typ := range []DType{Q8_0, F32} {
-		var layer []Matrix
-		for _, s := range smolLayer {
-			layer = append(layer, benchMatrix(b, typ, s.rows, s.cols))
-		}
-		// Distinct weights per layer so decode streams from memory as the
-		// model does (30 layers of ~5 MB in Q8_0 exceed the caches).
-		layers := make([][]Matrix, 30)
-		for l := range layers {
-			layers[l] = make([]Matrix, len(layer))
-			for i, m := range layer {
-				c := m
-				c.Data = append([]byte(nil), m.Data...)
-				layers[l][i] = c
-			}
-		}
-		out := benchMatrix(b, typ, 49152, 576)
 		for _, n := range []int{1, 512} {
-			x := randVec(rand.New(rand.NewPCG(5, 6)), n*1536, 1)
-			dst := make([]float32, n*49152)
 			b.Run(fmt.Sprintf("%v/n%d/t2", typ, n), func(b *testing.B) {
+				var layer []Matrix
+				for _, s := range smolLayer {
+					layer = append(layer, benchMatrix(b, typ, s.rows, s.cols))
+				}
+				// Distinct weights per layer so decode streams from memory
+				// as the model does (30 layers exceed the caches).
+				layers := make([][]Matrix, 30)
+				for l := range layers {
+					layers[l] = make([]Matrix, len(layer))
+					for i, m := range layer {
+						c := m
+						c.Data = append([]byte(nil), m.Data...)
+						layers[l][i] = c
+					}
+				}
+				out := benchMatrix(b, typ, 49152, 576)
+				x := randVec(rand.New(rand.NewPCG(5, 6)), n*1536, 1)
+				dst := make([]float32, n*49152)
 				p := NewPool(2)
 				defer p.Close()
 				for b.Loop() {

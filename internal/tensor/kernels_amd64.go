@@ -43,11 +43,15 @@ func (k *q8Tiles) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t
 	cols := w.Cols
 	nb := cols / qk80
 	rb := w.RowBytes()
+	// Four-row tiles share each activation load among four rows, but
+	// streaming four rows at once from memory is slow: use them only when
+	// the weights are reused for at least four tokens (from cache).
+	wide := t1-t0 >= 4
 	for t := t0; t < t1; {
 		T := min(4, t1-t)
 		y, d, s := &a.q[t*cols], &a.d[t*nb], &a.s[t*nb]
 		r := r0
-		if k.r4[T] != nil && r1-r >= 4 {
+		if wide && k.r4[T] != nil && r1-r >= 4 {
 			g := (r1 - r) / 4
 			k.r4[T](&w.Data[r*rb], rb, g, y, cols, d, s, nb*4, nb, &dst[t*ld+r], ld*4)
 			r += 4 * g
@@ -79,7 +83,7 @@ func (k *floatTiles) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf
 	rb := w.RowBytes()
 	if steps > 0 {
 		r := r0
-		if g := (r1 - r) / 4; g > 0 {
+		if g := (r1 - r) / 4; g > 0 && t1-t0 >= 3 {
 			for t := t0; t < t1; {
 				T := min(3, t1-t)
 				k.r4[T](&w.Data[r*rb], rb, g, &ys[t*cols], cols*4, steps, &dst[t*ld+r], ld*4)
@@ -173,7 +177,7 @@ var (
 )
 
 // isaKernels holds the kernel of each weight type at each level (read-only).
-var isaKernels = map[isa]map[DType]kernel{
+var isaKernels = [isaVNNI + 1]kernelTable{
 	isaAVX2: {
 		F32: f32FMA.run, F16: f16FMA.run, BF16: bf16FMA.run,
 		Q8_0: q80AVX2.run, Q4_0: q40AVX2.run,
@@ -190,7 +194,7 @@ var isaKernels = map[isa]map[DType]kernel{
 // levels and finally the portable kernel.
 func kernelAt(t DType, i isa) kernel {
 	for ; i > isaPortable; i-- {
-		if k := isaKernels[i][t]; k != nil {
+		if k := isaKernels[i].get(t); k != nil {
 			return k
 		}
 	}

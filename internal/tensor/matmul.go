@@ -26,7 +26,7 @@ type actBuf struct {
 	cols int
 	q    []int8    // Q8_0 / Q8_K values, cols per token
 	d    []float32 // per-block scale: Q8_0 rounded through f16, Q8_K f32
-	s    []int32   // Q8_0: each block's negated sum of values, −Σq
+	s    []int32   // Q8_0: offset correction per block, −Σq (×16 for Q8_0 weights)
 	bs   []int16   // Q8_K: sums of each 16 values (16 per block)
 	f    []float32 // F16/BF16-rounded activations widened to f32
 	x    []float32 // F32 weights: the caller's activations, unconverted
@@ -94,7 +94,15 @@ func (a *actBuf) convertTokens(t DType, x []float32, t0, t1 int) {
 		switch t {
 		case Q8_0, Q4_0:
 			nb := c / qk80
-			quantizeActQ80(a.q[tok*c:(tok+1)*c], a.d[tok*nb:(tok+1)*nb], a.s[tok*nb:(tok+1)*nb], xs)
+			s := a.s[tok*nb : (tok+1)*nb]
+			quantizeActQ80(a.q[tok*c:(tok+1)*c], a.d[tok*nb:(tok+1)*nb], s, xs)
+			if t == Q8_0 {
+				// The assembly kernels offset Q8_0 weights by 128 and
+				// spread the correction over 8 lanes: 128/8 = 16.
+				for i := range s {
+					s[i] *= 16
+				}
+			}
 		case Q4_K, Q6_K:
 			nb := c / qkK
 			quantizeActQ8K(a.q[tok*c:(tok+1)*c], a.d[tok*nb:(tok+1)*nb], a.bs[tok*c/16:(tok+1)*c/16], xs)
@@ -199,8 +207,19 @@ func vecDotType(t DType) DType {
 // the converted activations a (or x for F32 weights).
 type kernel func(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int)
 
+// kernelTable maps a weight type to its kernel (nil: unsupported); arrays
+// rather than maps keep the per-call lookup trivial.
+type kernelTable [BF16 + 1]kernel
+
+func (k *kernelTable) get(t DType) kernel {
+	if int(t) < len(k) {
+		return k[t]
+	}
+	return nil
+}
+
 // portableKernels are the reference kernels, by weight type (read-only).
-var portableKernels = map[DType]kernel{
+var portableKernels = kernelTable{
 	F32:  genericTile(dotF32Row),
 	F16:  genericTile(dotHalfRow(F16)),
 	BF16: genericTile(dotHalfRow(BF16)),
@@ -211,7 +230,7 @@ var portableKernels = map[DType]kernel{
 }
 
 // portableKernel is the reference kernel of type t (nil if unsupported).
-func portableKernel(t DType) kernel { return portableKernels[t] }
+func portableKernel(t DType) kernel { return portableKernels.get(t) }
 
 // rowDot is one dot product between row bytes and token tok of a.
 type rowDot func(row []byte, a *actBuf, tok int) float32
@@ -377,27 +396,24 @@ type matmulJob struct {
 	tokChunk   int
 	nRowChunks int
 	items      int
+	// convertItems is the number of token ranges the conversion is cut in.
+	convertItems int
 }
 
-// run takes work items (tiles of rows × tokens) until none are left.
-func (j *matmulJob) run(p *Pool) {
-	for {
-		it := int(p.next.Add(1) - 1)
-		if it >= j.items {
-			return
-		}
-		rc, tc := it%j.nRowChunks, it/j.nRowChunks
-		r0 := rc * j.rowChunk
-		r1 := min(r0+j.rowChunk, j.w.Rows)
-		t0 := tc * j.tokChunk
-		t1 := min(t0+j.tokChunk, j.n)
-		j.kern(j.dst, j.w.Rows, &j.w, r0, r1, &p.act, t0, t1)
-	}
+// runItem computes work item it, a tile of rows × tokens.
+func (j *matmulJob) runItem(p *Pool, it int) {
+	rc, tc := it%j.nRowChunks, it/j.nRowChunks
+	r0 := rc * j.rowChunk
+	r1 := min(r0+j.rowChunk, j.w.Rows)
+	t0 := tc * j.tokChunk
+	t1 := min(t0+j.tokChunk, j.n)
+	j.kern(j.dst, j.w.Rows, &j.w, r0, r1, &p.act, t0, t1)
 }
 
-// convert is thread id's share of the activation conversion.
-func (j *matmulJob) convert(p *Pool, id int) {
-	t0, t1 := j.n*id/p.threads, j.n*(id+1)/p.threads
+// convert converts the activations of item it: one of convertItems
+// contiguous ranges of tokens.
+func (j *matmulJob) convert(p *Pool, it int) {
+	t0, t1 := j.n*it/j.convertItems, j.n*(it+1)/j.convertItems
 	p.act.convertTokens(j.w.Type, j.x, t0, t1)
 }
 
@@ -438,7 +454,8 @@ func (p *Pool) matMul(dst []float32, w Matrix, x []float32, n int, kern kernel) 
 		p.act.prepare(w.Type, w.Cols, n)
 		if n >= 4*p.threads && p.threads > 1 {
 			p.kind = jobConvert
-			p.dispatch()
+			j.convertItems = 2 * p.threads
+			p.dispatch(j.convertItems)
 		} else {
 			p.act.convertTokens(w.Type, x, 0, n)
 		}
@@ -462,7 +479,7 @@ func (p *Pool) matMul(dst []float32, w Matrix, x []float32, n int, kern kernel) 
 	j.nRowChunks = (w.Rows + rc - 1) / rc
 	j.items = j.nRowChunks * nTok
 	p.kind = jobMatMul
-	p.dispatch()
+	p.dispatch(j.items)
 	j.dst, j.x, j.w.Data = nil, nil, nil
 	p.act.x = nil
 }

@@ -10,13 +10,22 @@ import (
 // data-parallel parts of the kernels (MatMul, and Parallel for callers).
 //
 // Why persistent workers: a decode step of a small model runs a few hundred
-// matrix-vector products of ~100 µs or less each, so starting goroutines (or
-// even waking parked ones through the scheduler) for every call would cost a
-// noticeable share of the step. Workers therefore spin for a short while
-// after each job, watching a generation counter, and only park on a channel
-// when no work has come for spinLimit polls. The calling goroutine always
-// takes a share of the work itself, so a Pool of N threads starts N-1
-// goroutines.
+// matrix-vector products of ~10–100 µs each, so starting goroutines (or even
+// waking parked ones through the scheduler, tens of µs in a VM) for every
+// call would cost a large share of the step. Workers therefore spin for a
+// while after each job and only park on a channel when no work has come for
+// spinLimit polls. The calling goroutine always works too, so a Pool of N
+// threads starts N-1 goroutines.
+//
+// Why items are claimed rather than assigned: a job is cut into items that
+// any thread claims from one atomic word holding (generation, item count,
+// next item). The caller claims items like everyone else and then waits
+// only for items that were claimed and are still running, never for a
+// worker to show up: on a busy machine a worker's OS thread may be
+// descheduled for milliseconds, and a job must not wait for it. A worker
+// that wakes late finds the generation changed and claims nothing, so job
+// fields are only read by threads holding an unfinished item of that job,
+// while the caller cannot yet have replaced them.
 //
 // A Pool also owns the scratch memory that MatMul converts activations into;
 // it grows to the largest request and is reused, so steady-state calls
@@ -28,13 +37,13 @@ type Pool struct {
 	threads int
 	mu      sync.Mutex
 
-	_    cacheLinePad
-	gen  atomic.Uint32 // bumped once per dispatched job
-	_    cacheLinePad
-	done atomic.Int32 // workers that finished the current job
-	_    cacheLinePad
-	next atomic.Int64 // next work item of a dynamically scheduled job
-	_    cacheLinePad
+	_     cacheLinePad
+	gen   atomic.Uint32 // generation of the current job, bumped per dispatch
+	_     cacheLinePad
+	claim atomic.Uint64 // gen<<40 | items<<20 | next item
+	_     cacheLinePad
+	fin   atomic.Int64 // items of the current job finished
+	_     cacheLinePad
 
 	quit    atomic.Bool
 	closed  bool
@@ -42,10 +51,11 @@ type Pool struct {
 	wg      sync.WaitGroup
 
 	// The current job; written by the dispatcher before gen is bumped.
-	kind jobKind
-	fn   func(lo, hi int)
-	n    int
-	mm   matmulJob
+	kind   jobKind
+	fn     func(lo, hi int)
+	n      int
+	chunks int
+	mm     matmulJob
 
 	act actBuf
 }
@@ -60,6 +70,15 @@ const (
 	jobConvert
 )
 
+// Claim word layout: 24 bits of generation, 20 bits of item count, 20 bits
+// of next item.
+const (
+	claimBits = 20
+	maxItems  = 1<<claimBits - 1
+	claimMask = 1<<claimBits - 1
+	genMask   = 1<<24 - 1
+)
+
 type poolWorker struct {
 	sleeping atomic.Int32
 	wake     chan struct{}
@@ -67,12 +86,13 @@ type poolWorker struct {
 }
 
 // spinLimit is how many times an idle worker polls for new work before it
-// parks. Each poll is a few nanoseconds, plus a scheduler yield every
-// yieldEvery polls, so this is on the order of 100 µs.
-const (
-	spinLimit  = 1 << 15
-	yieldEvery = 1 << 8
-)
+// parks; each poll waits with the CPU's spin-wait hint (cpuRelax, tens of
+// nanoseconds), so this is a few hundred microseconds: longer than the gaps
+// between the matrix products of a decode step, short enough not to burn a
+// core when the engine is idle. Every 64 polls the spinner yields to the Go
+// scheduler: a goroutine made runnable on this P (for example the caller,
+// after waking a parked worker) must not wait for the spin to end.
+const spinLimit = 1 << 14
 
 // NewPool starts a pool of threads workers (the caller counts as one).
 // threads <= 0 means runtime.NumCPU().
@@ -121,7 +141,7 @@ func (p *Pool) work(id int) {
 	defer p.wg.Done()
 	w := &p.workers[id-1]
 	// gen is 0 when the pool is created; a worker that starts late must
-	// still run the jobs dispatched before it first looked.
+	// still look at the jobs dispatched before it first looked.
 	var seen uint32
 	for {
 		g := p.gen.Load()
@@ -136,8 +156,10 @@ func (p *Pool) work(id int) {
 				}
 				<-w.wake
 				spins = 0
-			} else if spins%yieldEvery == yieldEvery-1 {
-				runtime.Gosched()
+			} else if spins%64 == 63 {
+				runtime.Gosched() // let goroutines queued on this P run
+			} else {
+				cpuRelax()
 			}
 			g = p.gen.Load()
 		}
@@ -145,58 +167,82 @@ func (p *Pool) work(id int) {
 		if p.quit.Load() {
 			return
 		}
-		p.run(id)
-		p.done.Add(1)
+		p.runItems(g, id)
 	}
 }
 
-// dispatch runs the job set up in p on all threads and returns when every
-// thread has finished it. p.mu must be held.
-func (p *Pool) dispatch() {
-	p.next.Store(0)
-	if p.closed || p.threads == 1 {
-		for id := 0; id < p.threads; id++ {
-			p.run(id)
+// runItems claims and runs items of job generation g until none are left.
+func (p *Pool) runItems(g uint32, id int) {
+	for {
+		c := p.claim.Load()
+		if uint32(c>>(2*claimBits))&genMask != g&genMask {
+			return // a later job (or none)
 		}
+		items, next := c>>claimBits&claimMask, c&claimMask
+		if next >= items {
+			return
+		}
+		if !p.claim.CompareAndSwap(c, c+1) {
+			continue
+		}
+		p.runItem(int(next), id)
+		p.fin.Add(1)
+	}
+}
+
+// dispatch runs the job set up in p, cut into items, on all threads and
+// returns when every item has finished. p.mu must be held.
+func (p *Pool) dispatch(items int) {
+	if items > maxItems {
+		panic("tensor: too many work items")
+	}
+	g := p.gen.Load() + 1
+	p.fin.Store(0)
+	p.claim.Store(uint64(g&genMask)<<(2*claimBits) | uint64(items)<<claimBits)
+	if p.closed || p.threads == 1 || items == 1 {
+		p.runItems(g, 0)
 		return
 	}
-	p.done.Store(0)
-	p.gen.Add(1)
+	p.gen.Store(g)
 	p.wakeAll()
-	p.run(0)
-	want := int32(p.threads - 1)
-	for spins := 0; p.done.Load() != want; spins++ {
-		if spins%yieldEvery == yieldEvery-1 {
+	p.runItems(g, 0)
+	// Wait for items other threads claimed. A worker woken from its
+	// channel lands in this P's run queue, so after a short spin yield
+	// regularly to let it (or anything else this P owes time to) run.
+	for spins := 1; p.fin.Load() != int64(items); spins++ {
+		if spins%64 == 0 {
 			runtime.Gosched()
+		} else {
+			cpuRelax()
 		}
 	}
 }
 
-// run executes thread id's share of the current job.
-func (p *Pool) run(id int) {
+// runItem executes item i of the current job on thread id.
+func (p *Pool) runItem(i, id int) {
 	switch p.kind {
 	case jobParallel:
-		lo, hi := p.n*id/p.threads, p.n*(id+1)/p.threads
+		lo, hi := p.n*i/p.chunks, p.n*(i+1)/p.chunks
 		if lo < hi {
 			p.fn(lo, hi)
 		}
 	case jobMatMul:
-		p.mm.run(p)
+		p.mm.runItem(p, i)
 	case jobConvert:
-		p.mm.convert(p, id)
+		p.mm.convert(p, i)
 	}
 }
 
 // Parallel splits [0,n) into one contiguous chunk per thread, runs fn on
-// each non-empty chunk concurrently (the caller runs the first) and returns
-// when all are done.
+// each non-empty chunk concurrently (the caller takes part) and returns when
+// all are done.
 func (p *Pool) Parallel(n int, fn func(lo, hi int)) {
 	if n <= 0 {
 		return
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.kind, p.fn, p.n = jobParallel, fn, n
-	p.dispatch()
+	p.kind, p.fn, p.n, p.chunks = jobParallel, fn, n, min(n, p.threads)
+	p.dispatch(p.chunks)
 	p.fn = nil
 }

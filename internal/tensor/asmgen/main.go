@@ -89,16 +89,18 @@ func reduceStoreTmp(a *asm, R, t, tmp int) {
 // d *float32, s *int32, dStride, nb int, dst *float32, ldBytes int.
 //
 // y holds T tokens' int8 values (yStride bytes apart), d their per-block
-// scales and s the negated per-block sums −Σy. vpdpbusd and vpmaddubsw need
-// one unsigned operand, so the weights are made unsigned by an offset (Q8_0
+// scales and s per-block offset corrections. vpdpbusd and vpmaddubsw need one
+// unsigned operand, so the weights are made unsigned by an offset (Q8_0
 // bytes xor 0x80 = q+128 with VNNI; Q4_0 nibbles are q+8 already) and each
-// of the 8 int32 lanes of a block's dot product starts from a bias that
-// removes the offset: 16·(−Σy) for Q8_0 (the 8 lanes sum to −128·Σy) and
-// −Σy for Q4_0 (the lanes sum to −8·Σy). AVX2's Q8_0
-// kernel uses the sign trick instead (|w| × sign(w)·y) and needs no bias.
+// of the 8 int32 lanes of a block's dot product starts from s, which the
+// conversion sets to −16·Σy for Q8_0 weights (the lanes sum to −128·Σy) and
+// −Σy for Q4_0 (−8·Σy): the integer result is exact. AVX2's Q8_0 kernel uses
+// the sign trick instead (|w| × sign(w)·y) and ignores s.
 //
-// vnni selects AVX512-VNNI (vpdpbusd on ymm with EVEX registers) or AVX2
-// (vpmaddubsw + vpmaddwd; R must be 1).
+// vnni selects AVX512-VNNI (vpdpbusd on ymm with EVEX registers and
+// embedded broadcasts) or AVX2 (vpmaddubsw + vpmaddwd; R must be 1).
+// Single-row kernels unroll two blocks per iteration: they serve decode,
+// where the loop must stream weights at memory speed with few µops per byte.
 func q8Kernel(a *asm, d *decl, q4 bool, vnni bool, R, T int) {
 	typ, bsz := "q80", 34
 	if q4 {
@@ -146,94 +148,105 @@ func q8Kernel(a *asm, d *decl, q4 bool, vnni bool, R, T int) {
 	a.p("MOVQ d+40(FP), BX")
 	a.p("MOVQ s+48(FP), DX")
 	a.p("MOVQ nb+64(FP), CX")
-	// R14 runs R rows ahead of SI: the next group, prefetched.
-	if R == 4 {
-		a.p("LEAQ (SI)(R8*4), R14")
-	} else {
-		a.p("LEAQ (SI)(R8*1), R14")
-	}
 	for i := 0; i < R*T; i++ {
 		a.p("VPXOR Y%d, Y%d, Y%d", i, i, i)
 	}
-	a.label(name + "_block")
-	for r := 0; r < R; r++ {
-		a.p("PREFETCHT0 %s", stride(0, "R14", "R8", "R9", r))
-	}
 	rowAddr := func(off, r int) string { return stride(off, "SI", "R8", "R9", r) }
-	tokAddr := func(t int) string { return stride(0, "DI", "R10", "R11", t) }
-	dAddr := func(t int) string { return stride(0, "BX", "R12", "R13", t) }
-	sAddr := func(t int) string { return stride(0, "DX", "R12", "R13", t) }
+	tokAddr := func(off, t int) string { return stride(off, "DI", "R10", "R11", t) }
+	dAddr := func(off, t int) string { return stride(off, "BX", "R12", "R13", t) }
+	sAddr := func(off, t int) string { return stride(off, "DX", "R12", "R13", t) }
 	acc := func(r, t int) int { return t*R + r }
-	if vnni {
-		// Weights to unsigned bytes in Y16+r, scales in Y20+r.
-		for r := 0; r < R; r++ {
-			if q4 {
-				a.p("VMOVDQU32 %s, X%d", rowAddr(2, r), 16+r)
-				a.p("VPSRLW $4, X%d, X24", 16+r)
-				a.p("VINSERTI32X4 $1, X24, Y%d, Y%d", 16+r, 16+r)
-				a.p("VPANDD Y30, Y%d, Y%d", 16+r, 16+r)
-			} else {
-				a.p("VMOVDQU32 %s, Y%d", rowAddr(2, r), 16+r)
-				a.p("VPXORD Y31, Y%d, Y%d", 16+r, 16+r)
-			}
-			a.p("VPBROADCASTW %s, X%d", rowAddr(0, r), 20+r)
-			a.p("VCVTPH2PS X%d, Y%d", 20+r, 20+r)
-		}
-		for t := 0; t < T; t++ {
-			a.p("VPBROADCASTD %s, Y24", sAddr(t))
-			if !q4 {
-				a.p("VPSLLD $4, Y24, Y24")
-			}
-			a.p("VBROADCASTSS %s, Y25", dAddr(t))
+	// body emits block k (0 or 1) of an iteration, addressed by offsets.
+	body := func(k int) {
+		wo, yo, so := k*bsz, k*32, k*4
+		if vnni {
+			// Weights to unsigned bytes in Y16+r, scales in Y20+r.
 			for r := 0; r < R; r++ {
-				tmp, sc := 26+2*(r%2), 27+2*(r%2)
-				a.p("VMOVDQA32 Y24, Y%d", tmp)
-				a.p("VPDPBUSD %s, Y%d, Y%d", tokAddr(t), 16+r, tmp)
-				a.p("VCVTDQ2PS Y%d, Y%d", tmp, tmp)
-				a.p("VMULPS Y25, Y%d, Y%d", 20+r, sc)
-				a.p("VFMADD231PS Y%d, Y%d, Y%d", sc, tmp, acc(r, t))
+				if q4 {
+					a.p("VMOVDQU32 %s, X%d", rowAddr(wo+2, r), 16+r)
+					a.p("VPSRLW $4, X%d, X24", 16+r)
+					a.p("VINSERTI32X4 $1, X24, Y%d, Y%d", 16+r, 16+r)
+					a.p("VPANDD Y30, Y%d, Y%d", 16+r, 16+r)
+				} else {
+					a.p("VMOVDQU32 %s, Y%d", rowAddr(wo+2, r), 16+r)
+					a.p("VPXORD Y31, Y%d, Y%d", 16+r, 16+r)
+				}
+				a.p("VPBROADCASTW %s, X%d", rowAddr(wo, r), 20+r)
+				a.p("VCVTPH2PS X%d, Y%d", 20+r, 20+r)
 			}
+			for t := 0; t < T; t++ {
+				for r := 0; r < R; r++ {
+					tmp := 24 + (r+t*R)%6 // Y30, Y31 hold constants
+					a.p("VPBROADCASTD %s, Y%d", sAddr(so, t), tmp)
+					a.p("VPDPBUSD %s, Y%d, Y%d", tokAddr(yo, t), 16+r, tmp)
+					a.p("VCVTDQ2PS Y%d, Y%d", tmp, tmp)
+					a.p("VMULPS.BCST %s, Y%d, Y%d", dAddr(so, t), tmp, tmp)
+					a.p("VFMADD231PS Y%d, Y%d, Y%d", 20+r, tmp, acc(r, t))
+				}
+			}
+			return
 		}
-	} else {
 		if R != 1 {
 			log.Fatal("AVX2 q8 kernels have R = 1")
 		}
 		// Y4: |w| (Q8_0) or nibbles (Q4_0); Y5: w; Y6: dx; Y7 y; Y8 tmp; Y9 dy; Y10 bias.
 		if q4 {
-			a.p("VMOVDQU %s, X4", rowAddr(2, 0))
+			a.p("VMOVDQU %s, X4", rowAddr(wo+2, 0))
 			a.p("VPSRLW $4, X4, X5")
 			a.p("VINSERTI128 $1, X5, Y4, Y4")
 			a.p("VPAND Y14, Y4, Y4")
 		} else {
-			a.p("VMOVDQU %s, Y5", rowAddr(2, 0))
+			a.p("VMOVDQU %s, Y5", rowAddr(wo+2, 0))
 			a.p("VPABSB Y5, Y4")
 		}
-		a.p("VPBROADCASTW %s, X6", rowAddr(0, 0))
+		a.p("VPBROADCASTW %s, X6", rowAddr(wo, 0))
 		a.p("VCVTPH2PS X6, Y6")
 		for t := 0; t < T; t++ {
-			a.p("VMOVDQU %s, Y7", tokAddr(t))
+			a.p("VMOVDQU %s, Y7", tokAddr(yo, t))
 			if !q4 {
 				a.p("VPSIGNB Y5, Y7, Y7")
 			}
 			a.p("VPMADDUBSW Y7, Y4, Y8")
 			a.p("VPMADDWD Y13, Y8, Y8")
 			if q4 {
-				a.p("VPBROADCASTD %s, Y10", sAddr(t))
+				a.p("VPBROADCASTD %s, Y10", sAddr(so, t))
 				a.p("VPADDD Y10, Y8, Y8")
 			}
 			a.p("VCVTDQ2PS Y8, Y8")
-			a.p("VBROADCASTSS %s, Y9", dAddr(t))
-			a.p("VMULPS Y9, Y6, Y9")
-			a.p("VFMADD231PS Y9, Y8, Y%d", acc(0, t))
+			a.p("VBROADCASTSS %s, Y9", dAddr(so, t))
+			a.p("VMULPS Y9, Y8, Y8")
+			a.p("VFMADD231PS Y6, Y8, Y%d", acc(0, t))
 		}
 	}
-	a.p("ADDQ $%d, SI", bsz)
-	a.p("ADDQ $%d, R14", bsz)
-	a.p("ADDQ $32, DI")
-	a.p("ADDQ $4, BX")
-	a.p("ADDQ $4, DX")
-	a.p("DECQ CX")
-	a.p("JNZ %s_block", name)
+	advance := func(k int) {
+		a.p("ADDQ $%d, SI", k*bsz)
+		a.p("ADDQ $%d, DI", k*32)
+		a.p("ADDQ $%d, BX", k*4)
+		a.p("ADDQ $%d, DX", k*4)
+	}
+	if R == 1 {
+		// Two blocks per iteration, then the odd one.
+		a.p("SHRQ $1, CX")
+		a.p("JZ %s_tail", name)
+		a.label(name + "_pair")
+		body(0)
+		body(1)
+		advance(2)
+		a.p("DECQ CX")
+		a.p("JNZ %s_pair", name)
+		a.label(name + "_tail")
+		a.p("TESTQ $1, nb+64(FP)")
+		a.p("JZ %s_done", name)
+		body(0)
+		advance(1)
+		a.label(name + "_done")
+	} else {
+		a.label(name + "_block")
+		body(0)
+		advance(1)
+		a.p("DECQ CX")
+		a.p("JNZ %s_block", name)
+	}
 	// Store: token t's R results at dst + t*ld.
 	a.p("MOVQ ldBytes+80(FP), R14")
 	a.p("MOVQ AX, CX")

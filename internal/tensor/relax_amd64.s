@@ -1,0 +1,8 @@
+//go:build amd64 && !purego
+
+#include "textflag.h"
+
+// func cpuRelax()
+TEXT ·cpuRelax(SB), NOSPLIT, $0-0
+	PAUSE
+	RET
