@@ -1,0 +1,323 @@
+// Package apitest builds real servers for the tests of the API dialects: a
+// tiny real model (the shared tiny-q8_0.gguf) with a chat template and a
+// longer context written into a copy of it, an engine running it, an
+// api.Server with the dialects under test, and an httptest server.
+//
+// Why a copy of a shared model rather than a fake backend: dialect tests
+// must see real tokenization, real templates, real KV blocks (cached-token
+// counts, blocks freed on disconnect) and real sampling. The tiny model's
+// placeholder vocabulary tokenizes any ASCII text (mostly one byte token per
+// character), and it runs fast enough that a test generates hundreds of
+// tokens in well under a second. Its training context (256) is raised to
+// 4096 in the copy: its RoPE has no learned positions, so longer prompts are
+// numerically fine.
+package apitest
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvserve/kvserve/internal/api"
+	"github.com/kvserve/kvserve/internal/chat"
+	"github.com/kvserve/kvserve/internal/engine"
+	"github.com/kvserve/kvserve/internal/gguf"
+	"github.com/kvserve/kvserve/internal/model"
+	"github.com/kvserve/kvserve/internal/tokenizer"
+)
+
+// SharedDir returns the shared/ directory beside the repository.
+func SharedDir(t testing.TB) string {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	dir := filepath.Join(filepath.Dir(file), "..", "..", "..", "..", "shared")
+	if _, err := os.Stat(dir); err != nil {
+		t.Fatalf("shared directory not found: %v", err)
+	}
+	return dir
+}
+
+// TemplateFile is the chat template written into the test model: Qwen
+// 2.5's (the Hermes tool-call family), from shared/testdata.
+const TemplateFile = "Qwen-Qwen2.5-7B-Instruct.jinja"
+
+// ContextLength is the test model's context.
+const ContextLength = 4096
+
+// ModelName is the served id of the test model.
+const ModelName = "tiny-chat"
+
+var (
+	modelOnce sync.Once
+	modelPath string
+	modelErr  error
+)
+
+// ModelFile returns the path of the test model, writing it on first use
+// (into the temporary directory, named by a hash of its inputs, so later
+// runs reuse it).
+func ModelFile(t testing.TB) string {
+	t.Helper()
+	shared := SharedDir(t)
+	modelOnce.Do(func() { modelPath, modelErr = writeModel(shared) })
+	if modelErr != nil {
+		t.Fatalf("apitest: %v", modelErr)
+	}
+	return modelPath
+}
+
+func writeModel(shared string) (string, error) {
+	src := filepath.Join(shared, "models", "tiny-q8_0.gguf")
+	tmpl, err := os.ReadFile(filepath.Join(shared, "testdata", "chat-templates", TemplateFile))
+	if err != nil {
+		return "", err
+	}
+	raw, err := os.ReadFile(src)
+	if err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	h.Write(raw)
+	h.Write(tmpl)
+	fmt.Fprint(h, ContextLength, "v1")
+	out := filepath.Join(os.TempDir(), "kvserve-apitest-"+hex.EncodeToString(h.Sum(nil))[:16]+".gguf")
+	if _, err := os.Stat(out); err == nil {
+		return out, nil
+	}
+	f, err := gguf.Parse(raw)
+	if err != nil {
+		return "", err
+	}
+	var w gguf.Writer
+	for _, kv := range f.KVs {
+		switch kv.Key {
+		case "llama.context_length":
+			w.Set(kv.Key, gguf.Uint32(ContextLength))
+		case "general.alignment":
+			w.Set(kv.Key, kv.Value)
+			w.Alignment = f.Alignment
+		default:
+			w.Set(kv.Key, kv.Value)
+		}
+	}
+	w.Set("tokenizer.chat_template", gguf.String(string(tmpl)))
+	for _, t := range f.Tensors {
+		if err := w.AddTensor(t.Name, t.Type, slices.Clone(t.Dims), t.Data); err != nil {
+			return "", err
+		}
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(out), ".kvserve-apitest-*")
+	if err != nil {
+		return "", err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := w.WriteTo(tmp); err != nil {
+		tmp.Close()
+		return "", err
+	}
+	if err := tmp.Close(); err != nil {
+		return "", err
+	}
+	return out, os.Rename(tmp.Name(), out)
+}
+
+// Options configure an Env. The zero value serves the model with default
+// engine settings and no API keys.
+type Options struct {
+	// Dialects to register (the first gets unclaimed 404s).
+	Dialects []api.Dialect
+	// Config is the server configuration (its Registry is set by New).
+	Config api.Config
+	// Engine overrides engine settings (Threads defaults to 1).
+	Engine engine.Config
+	// NoModel leaves the server loading (503).
+	NoModel bool
+	// Wrap, when set, wraps the backend (e.g. with a fake that fails).
+	Wrap func(api.Backend) api.Backend
+}
+
+// Env is a running test server.
+type Env struct {
+	Engine    *engine.Engine
+	Server    *api.Server
+	HTTP      *httptest.Server
+	Model     *api.Model
+	Tokenizer *tokenizer.Tokenizer
+	Template  *chat.Template
+	Recorder  *Recorder
+	Registry  *prometheus.Registry
+}
+
+// New starts an Env; everything is stopped at the end of the test.
+func New(t testing.TB, o Options) *Env {
+	t.Helper()
+	mf, err := model.Open(ModelFile(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mf.Close() })
+	tok, err := tokenizer.FromGGUF(mf.GGUF)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl, err := chat.Parse(tok.ChatTemplate())
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	ec := o.Engine
+	if ec.Threads == 0 {
+		ec.Threads = 1
+	}
+	if ec.KVMemoryBytes == 0 {
+		ec.KVMemoryBytes = 32 << 20
+	}
+	ec.EndOfGeneration = tok.EOGs()
+	ec.Registerer = reg
+	ec.ModelID = ModelName
+	e, err := engine.New(mf.Model, ec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	cfg := o.Config
+	cfg.Registry = reg
+	srv, err := api.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range o.Dialects {
+		if err := srv.Register(d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec := &Recorder{Backend: e}
+	var backend api.Backend = rec
+	if o.Wrap != nil {
+		backend = o.Wrap(rec)
+	}
+	ecfg := e.Config()
+	m := &api.Model{
+		ID: ModelName, Description: "tiny random-weight test model",
+		ContextLength: min(ecfg.MaxContext, e.KV().NumBlocks()*ecfg.BlockSize),
+		Backend:       backend, Tokenizer: tok, Template: tmpl,
+	}
+	if !o.NoModel {
+		srv.SetModel(m)
+	}
+	hs := httptest.NewServer(srv)
+	t.Cleanup(hs.Close)
+	return &Env{Engine: e, Server: srv, HTTP: hs, Model: m, Tokenizer: tok, Template: tmpl, Recorder: rec, Registry: reg}
+}
+
+// URL returns the server URL of path.
+func (e *Env) URL(path string) string { return e.HTTP.URL + path }
+
+// WaitIdle waits until no KV block is held by a running sequence, failing
+// the test after a few seconds: every request has released its blocks.
+func (e *Env) WaitIdle(t testing.TB) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st := e.Engine.Now()
+		if st.KV.Active == 0 && st.Waiting == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("blocks still held: %+v", st)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// Recorder is a Backend that remembers the requests it passes on.
+type Recorder struct {
+	Backend api.Backend
+	mu      sync.Mutex
+	reqs    []engine.Request
+}
+
+// Submit records r and submits it.
+func (r *Recorder) Submit(ctx context.Context, req engine.Request) (*engine.Stream, error) {
+	r.mu.Lock()
+	r.reqs = append(r.reqs, req)
+	r.mu.Unlock()
+	return r.Backend.Submit(ctx, req)
+}
+
+// Requests returns the recorded requests.
+func (r *Recorder) Requests() []engine.Request {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.reqs)
+}
+
+// Last returns the last recorded request.
+func (r *Recorder) Last(t testing.TB) engine.Request {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.reqs) == 0 {
+		t.Fatal("no request reached the backend")
+	}
+	return r.reqs[len(r.reqs)-1]
+}
+
+// Greedy runs prompt on the engine directly, greedily, and returns the
+// generated tokens (the end-of-generation token excluded): the reference a
+// dialect's output must decode from.
+func (e *Env) Greedy(t testing.TB, prompt []int32, maxTokens int) []int32 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	st, err := e.Engine.Submit(ctx, engine.Request{Prompt: prompt, MaxTokens: maxTokens, Scope: "apitest-reference"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []int32
+	var buf []engine.Output
+	for {
+		buf, err = st.Recv(ctx, buf[:0])
+		for _, o := range buf {
+			if o.Err != nil {
+				t.Fatal(o.Err)
+			}
+			if o.Token >= 0 && !e.Tokenizer.IsEOG(o.Token) {
+				out = append(out, o.Token)
+			}
+		}
+		if err == engine.ErrDone {
+			return out
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// ChatPrompt renders and tokenizes msgs as the server does for a chat
+// request without tools.
+func (e *Env) ChatPrompt(t testing.TB, msgs []chat.Message, tools []chat.Tool) []int32 {
+	t.Helper()
+	text, err := e.Template.Render(msgs, chat.RenderOptions{Tools: tools, AddGenerationPrompt: true,
+		BOS: e.Tokenizer.TokenText(e.Tokenizer.BOS()), EOS: e.Tokenizer.TokenText(e.Tokenizer.EOS())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := e.Tokenizer.Encode(text, false, true)
+	if e.Tokenizer.AddBOS() && (len(ids) == 0 || ids[0] != e.Tokenizer.BOS()) {
+		ids = append([]int32{e.Tokenizer.BOS()}, ids...)
+	}
+	return ids
+}

@@ -1,0 +1,38 @@
+// Package api is the HTTP front of kvserve: it turns requests in the
+// OpenAI, Anthropic and Gemini dialects into one internal Request, runs it
+// on a Backend (the engine, later a router), and turns the generated tokens
+// back into each dialect's responses and server-sent events.
+//
+// # Why one core and thin dialects
+//
+// Everything that decides what the model sees and what the cache can reuse
+// happens here, once, for every dialect: the chat template renders the
+// conversation, the tokenizer parses the template's special tokens (the
+// template writes BOS), prompt spans are tagged with retention classes
+// (tools and system prompt persistent, history session, the latest
+// reasoning ephemeral), the client's kvserve hints are applied, the tenant
+// from the API key becomes the engine's isolation scope, and grammars
+// constrain sampling when a response format or a forced tool call asks. On
+// the way back a Run turns engine outputs into typed events per sample:
+// text that never splits a UTF-8 character, stop strings found across token
+// boundaries, reasoning and tool calls parsed from the model's own format.
+// A dialect package only maps its JSON onto Request and Events onto its
+// JSON; it registers its routes through the Dialect interface and writes
+// errors from the one table in errors.go in its own shape.
+//
+// # Overhead accounting
+//
+// Every request's wall time is split into the time spent blocked waiting for
+// the engine's outputs and everything else (decoding the body, templating,
+// tokenizing, detokenizing, encoding, writing). The second part is the
+// server's own overhead: it is exported as kvserve_api_overhead_seconds and
+// reported to the client in a "kvserve" object so a load generator can
+// measure it end to end.
+//
+// # Security
+//
+// API keys are held only as SHA-256 digests and compared in constant time;
+// each key maps to a tenant whose id becomes the engine scope, so tenants
+// never share KV blocks. Bodies are size-limited and JSON nesting is bounded
+// before decoding.
+package api

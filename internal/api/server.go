@@ -1,0 +1,441 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/kvserve/kvserve/internal/chat"
+	"github.com/kvserve/kvserve/internal/engine"
+	"github.com/kvserve/kvserve/internal/tokenizer"
+)
+
+// Backend runs token-space requests. *engine.Engine satisfies it; a router
+// over several engines will too.
+type Backend interface {
+	Submit(ctx context.Context, r engine.Request) (*engine.Stream, error)
+}
+
+var _ Backend = (*engine.Engine)(nil)
+
+// Model is a served model: the backend that runs it and what the API needs
+// to turn text into its tokens and back.
+type Model struct {
+	// ID is the name clients use in the model field.
+	ID string
+	// Description is shown in the model listing.
+	Description string
+	// OwnedBy is the listing's owned_by ("kvserve" by default).
+	OwnedBy string
+	// Synthetic marks a random-weight model whose output is not language;
+	// listings say so.
+	Synthetic bool
+	// Created is the listing's creation time (default: when set).
+	Created time.Time
+	// ContextLength is the longest sequence (prompt + output) in tokens.
+	ContextLength int
+	Backend       Backend
+	Tokenizer     *tokenizer.Tokenizer
+	// Template renders chat conversations (nil: chat requests are refused).
+	Template *chat.Template
+}
+
+// Config configures a Server. The zero value of every field means its
+// default.
+type Config struct {
+	// BodyLimit is the largest accepted request body in bytes (default
+	// 16 MiB).
+	BodyLimit int64
+	// APIKeys are the accepted keys; none means the server is open.
+	APIKeys []APIKey
+	// Registry receives the server's metrics and serves /metrics; the
+	// engine's metrics should be registered in the same one (default: a
+	// new registry with only the server's metrics).
+	Registry *prometheus.Registry
+	// Logger receives errors worth an operator's attention (default:
+	// discard).
+	Logger *slog.Logger
+}
+
+// DefaultBodyLimit is the default Config.BodyLimit.
+const DefaultBodyLimit = 16 << 20
+
+// Dialect is one API dialect (OpenAI, Anthropic, Gemini): its routes and
+// its error shape. Register it with Server.Register.
+type Dialect interface {
+	// Name labels the dialect's metrics ("openai").
+	Name() string
+	// Routes lists the dialect's endpoints.
+	Routes() []Route
+	// WriteError writes e in the dialect's error shape with e's status.
+	WriteError(w http.ResponseWriter, r *http.Request, e *Error)
+}
+
+// Claimer is an optional Dialect capability: a dialect that claims a
+// request for an unknown route writes its 404 (e.g. Gemini for /v1beta/…).
+// Unclaimed unknown routes get the first registered dialect's 404.
+type Claimer interface {
+	Claims(r *http.Request) bool
+}
+
+// Route is one endpoint of a dialect.
+type Route struct {
+	// Pattern is an http.ServeMux pattern with a method: "POST /v1/messages".
+	Pattern string
+	// Handler serves the route. An error it returns before writing
+	// anything is written in the dialect's error shape.
+	Handler HandlerFunc
+	// Public routes need no API key (model listings stay private by default).
+	Public bool
+}
+
+// HandlerFunc serves one API call.
+type HandlerFunc func(c *Call) error
+
+// Server is the HTTP API: an http.Handler serving the registered dialects
+// plus /health, /ready and /metrics.
+type Server struct {
+	cfg      Config
+	keys     *keyring
+	mux      *http.ServeMux
+	model    atomic.Pointer[Model]
+	dialects []Dialect
+	log      *slog.Logger
+	m        *httpMetrics
+	mu       sync.Mutex // guards registration
+}
+
+// New builds a server. Register dialects, then SetModel when the model is
+// loaded: until then the model routes answer 503 and /ready is false.
+func New(cfg Config) (*Server, error) {
+	if cfg.BodyLimit <= 0 {
+		cfg.BodyLimit = DefaultBodyLimit
+	}
+	if cfg.Registry == nil {
+		cfg.Registry = prometheus.NewRegistry()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	kr, err := newKeyring(cfg.APIKeys)
+	if err != nil {
+		return nil, err
+	}
+	m, err := newHTTPMetrics(cfg.Registry)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, keys: kr, mux: http.NewServeMux(), log: cfg.Logger, m: m}
+	s.mux.HandleFunc("GET /health", s.health)
+	s.mux.HandleFunc("GET /ready", s.ready)
+	s.mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{Registry: cfg.Registry}))
+	s.mux.HandleFunc("/", s.notFound)
+	return s, nil
+}
+
+// Register adds a dialect's routes. It must be called before serving.
+func (s *Server) Register(d Dialect) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, rt := range d.Routes() {
+		if err := s.handle(d, rt); err != nil {
+			return err
+		}
+	}
+	s.dialects = append(s.dialects, d)
+	return nil
+}
+
+func (s *Server) handle(d Dialect, rt Route) (err error) {
+	defer func() {
+		if r := recover(); r != nil { // ServeMux panics on conflicting patterns
+			err = fmt.Errorf("api: register %s route %q: %v", d.Name(), rt.Pattern, r)
+		}
+	}()
+	s.mux.Handle(rt.Pattern, s.wrap(d, rt))
+	return nil
+}
+
+// SetModel makes m the served model (nil: back to loading).
+func (s *Server) SetModel(m *Model) {
+	if m != nil {
+		c := *m
+		if c.OwnedBy == "" {
+			c.OwnedBy = "kvserve"
+		}
+		if c.Created.IsZero() {
+			c.Created = time.Now()
+		}
+		m = &c
+	}
+	s.model.Store(m)
+}
+
+// Ready reports whether a model is loaded.
+func (s *Server) Ready() bool { return s.model.Load() != nil }
+
+// Registry returns the metrics registry /metrics serves.
+func (s *Server) Registry() *prometheus.Registry { return s.cfg.Registry }
+
+// ServeHTTP serves the API.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+func (s *Server) health(w http.ResponseWriter, _ *http.Request) {
+	_ = WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (s *Server) ready(w http.ResponseWriter, _ *http.Request) {
+	m := s.model.Load()
+	if m == nil {
+		_ = WriteJSON(w, http.StatusServiceUnavailable, map[string]any{"ready": false, "status": "loading"})
+		return
+	}
+	_ = WriteJSON(w, http.StatusOK, map[string]any{"ready": true, "status": "ok", "model": m.ID})
+}
+
+// notFound answers unknown routes in the claiming dialect's shape.
+func (s *Server) notFound(w http.ResponseWriter, r *http.Request) {
+	e := Errorf(CodeNotFound, "unknown route %s %s", r.Method, r.URL.Path)
+	s.m.requests.WithLabelValues("none", "unknown", "404").Inc()
+	for _, d := range s.dialects {
+		if c, ok := d.(Claimer); ok && c.Claims(r) {
+			d.WriteError(w, r, e)
+			return
+		}
+	}
+	if len(s.dialects) > 0 {
+		s.dialects[0].WriteError(w, r, e)
+		return
+	}
+	SetErrorHeaders(w, e)
+	_ = WriteJSON(w, e.Status(), map[string]any{"error": map[string]string{"message": e.Message}})
+}
+
+// wrap turns a route handler into an http.Handler: body limit, auth,
+// timing, metrics, panic recovery and error writing.
+func (s *Server) wrap(d Dialect, rt Route) http.Handler {
+	route := rt.Pattern
+	if _, path, ok := strings.Cut(route, " "); ok {
+		route = path
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec := &recorder{ResponseWriter: w}
+		c := &Call{W: rec, R: r, Dialect: d, server: s, start: time.Now(), rec: rec}
+		r.Body = http.MaxBytesReader(rec, r.Body, s.cfg.BodyLimit)
+		s.m.inflight.Inc()
+		defer func() {
+			s.m.inflight.Dec()
+			if p := recover(); p != nil {
+				if p == http.ErrAbortHandler {
+					panic(p)
+				}
+				s.log.Error("api: handler panic", "route", rt.Pattern, "panic", p)
+				if !rec.wrote {
+					d.WriteError(rec, r, Errorf(CodeInternal, "internal server error"))
+				}
+			}
+			status := rec.status
+			if status == 0 {
+				status = http.StatusOK
+			}
+			s.m.requests.WithLabelValues(d.Name(), route, statusLabel(status)).Inc()
+			s.m.duration.WithLabelValues(d.Name(), route).Observe(time.Since(c.start).Seconds())
+			if c.run != nil {
+				s.m.overhead.WithLabelValues(d.Name()).Observe(c.Overhead().Seconds())
+			}
+		}()
+		if !rt.Public {
+			id, err := s.keys.authenticate(r)
+			if err != nil {
+				d.WriteError(rec, r, err)
+				return
+			}
+			c.Identity = id
+		}
+		if err := rt.Handler(c); err != nil {
+			c.fail(err)
+		}
+	})
+}
+
+func statusLabel(code int) string {
+	switch {
+	case code >= 100 && code < 1000:
+		return fmt.Sprint(code)
+	}
+	return "other"
+}
+
+// recorder notes the status a handler wrote.
+type recorder struct {
+	http.ResponseWriter
+	status int
+	wrote  bool
+}
+
+func (r *recorder) WriteHeader(code int) {
+	if !r.wrote {
+		r.status, r.wrote = code, true
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *recorder) Write(b []byte) (int, error) {
+	if !r.wrote {
+		r.status, r.wrote = http.StatusOK, true
+	}
+	return r.ResponseWriter.Write(b)
+}
+
+// Flush sends buffered data to the client.
+func (r *recorder) Flush() {
+	if f, ok := r.ResponseWriter.(http.Flusher); ok {
+		if !r.wrote {
+			r.status, r.wrote = http.StatusOK, true
+		}
+		f.Flush()
+	}
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+// Call is one API call in progress: the request, the caller's identity and
+// the timing of the server's own work.
+type Call struct {
+	// W and R are the response and request.
+	W http.ResponseWriter
+	R *http.Request
+	// Identity is the authenticated caller.
+	Identity Identity
+	// Dialect is the dialect serving the call.
+	Dialect Dialect
+
+	server  *Server
+	rec     *recorder
+	start   time.Time
+	blocked time.Duration // waiting for engine outputs
+	first   time.Time     // first generated token received
+	run     *Run
+}
+
+// Context is the request's context: it ends when the client goes away,
+// which cancels the engine request.
+func (c *Call) Context() context.Context { return c.R.Context() }
+
+// Written reports whether the response has started (status sent).
+func (c *Call) Written() bool { return c.rec.wrote }
+
+// Decode reads the JSON body into v (see DecodeJSON).
+func (c *Call) Decode(v any) error { return DecodeJSON(c.R, v) }
+
+// fail writes err in the dialect's shape if nothing was written yet, and
+// logs internal errors.
+func (c *Call) fail(err error) {
+	e := AsError(err)
+	if e.Code == CodeInternal {
+		c.server.log.Error("api: request failed", "path", c.R.URL.Path, "err", err)
+	}
+	if c.rec.wrote {
+		return
+	}
+	c.Dialect.WriteError(c.W, c.R, e)
+}
+
+// Model returns the served model called name: 503 while loading, 404 when
+// name is not a served model, 403 when the caller's key may not use it.
+// An empty name selects the served model.
+func (c *Call) Model(name string) (*Model, error) {
+	m := c.server.model.Load()
+	if m == nil {
+		return nil, &Error{Code: CodeUnavailable, Message: "the model is still loading; retry shortly", RetryAfter: 2 * time.Second}
+	}
+	if name != "" && name != m.ID {
+		return nil, &Error{Code: CodeNotFound, Param: "model", OpenAICode: "model_not_found",
+			Message: fmt.Sprintf("the model %q does not exist; this server serves %q", name, m.ID)}
+	}
+	if !c.Identity.Allows(m.ID) {
+		return nil, &Error{Code: CodeForbidden, Param: "model", Message: fmt.Sprintf("this API key may not use the model %q", m.ID)}
+	}
+	return m, nil
+}
+
+// Models returns the served models the caller may use (empty while
+// loading).
+func (c *Call) Models() []*Model {
+	m := c.server.model.Load()
+	if m == nil || !c.Identity.Allows(m.ID) {
+		return nil
+	}
+	return []*Model{m}
+}
+
+// Timings are the per-request times reported to clients in the "kvserve"
+// response object.
+type Timings struct {
+	// OverheadMS is the server's own time so far: wall time minus time
+	// spent waiting for the engine.
+	OverheadMS float64 `json:"overhead_ms"`
+	// TTFTMS is the time from the request's arrival to its first generated
+	// token (0 before then).
+	TTFTMS float64 `json:"ttft_ms"`
+	// EngineMS is the time spent waiting for the engine's outputs.
+	EngineMS float64 `json:"engine_ms"`
+}
+
+// Overhead is the call's own time so far: wall time minus time blocked on
+// the engine.
+func (c *Call) Overhead() time.Duration { return time.Since(c.start) - c.blocked }
+
+// Timings returns the call's timings so far.
+func (c *Call) Timings() Timings {
+	t := Timings{OverheadMS: ms(c.Overhead()), EngineMS: ms(c.blocked)}
+	if !c.first.IsZero() {
+		t.TTFTMS = ms(c.first.Sub(c.start))
+	}
+	return t
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// httpMetrics are the server's own metrics.
+type httpMetrics struct {
+	requests *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+	overhead *prometheus.HistogramVec
+	inflight prometheus.Gauge
+}
+
+func newHTTPMetrics(reg prometheus.Registerer) (*httpMetrics, error) {
+	m := &httpMetrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvserve_http_requests_total",
+			Help: "HTTP API requests by dialect, route and status code."}, []string{"dialect", "route", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "kvserve_http_request_duration_seconds",
+			Help:    "Wall time of HTTP API requests, streamed ones to their last byte.",
+			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300}}, []string{"dialect", "route"}),
+		overhead: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "kvserve_api_overhead_seconds",
+			Help: "Server time per generation request outside the engine: parsing, templating, tokenizing, " +
+				"detokenizing, encoding and writing (wall time minus time waiting for engine outputs).",
+			Buckets: []float64{.00005, .0001, .00025, .0005, .001, .002, .005, .01, .025, .05, .1, .25, 1}}, []string{"dialect"}),
+		inflight: prometheus.NewGauge(prometheus.GaugeOpts{Name: "kvserve_http_requests_in_flight",
+			Help: "HTTP API requests being served."}),
+	}
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.overhead, m.inflight} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("api: register metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// Ready reports whether the model is loaded.
+func (c *Call) Ready() bool { return c.server.Ready() }
