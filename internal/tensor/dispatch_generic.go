@@ -24,4 +24,8 @@ func convertF16Act(h []uint16, f, x []float32) { convertF16ActGeneric(h, f, x) }
 
 func dotF16(a, b []uint16) float32 { return dotF16Generic(a, b) }
 
+func dotF32(a, b []float32) float32 { return dotF32Generic(a, b) }
+
+func axpyF32(dst []float32, a float32, x []float32) { axpyF32Generic(dst, a, x) }
+
 func axpyF16(dst []float32, a float32, x []uint16) { axpyF16Generic(dst, a, x) }

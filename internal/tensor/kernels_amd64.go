@@ -37,6 +37,7 @@ type q8Fn func(w *byte, rowBytes, groups int, y *int8, yStride int, d *float32, 
 // rows × T tokens (nil when the level has none), r1[T] single rows.
 type q8Tiles struct {
 	r4, r1 [5]q8Fn
+	s16    bool // the kernels want the ×16 offset corrections (Q8_0)
 }
 
 func (k *q8Tiles) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int) {
@@ -50,6 +51,9 @@ func (k *q8Tiles) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t
 	for t := t0; t < t1; {
 		T := min(4, t1-t)
 		y, d, s := &a.q[t*cols], &a.d[t*nb], &a.s[t*nb]
+		if k.s16 {
+			s = &a.s16[t*nb]
+		}
 		r := r0
 		if wide && k.r4[T] != nil && r1-r >= 4 {
 			g := (r1 - r) / 4
@@ -154,7 +158,8 @@ var (
 var (
 	q80VNNI = &q8Tiles{
 		r4: [5]q8Fn{nil, q80VNNI_4x1, q80VNNI_4x2, q80VNNI_4x3, q80VNNI_4x4},
-		r1: [5]q8Fn{nil, q80VNNI_1x1, q80VNNI_1x2, q80VNNI_1x3, q80VNNI_1x4},
+		r1:  [5]q8Fn{nil, q80VNNI_1x1, q80VNNI_1x2, q80VNNI_1x3, q80VNNI_1x4},
+		s16: true,
 	}
 	q40VNNI = &q8Tiles{
 		r4: [5]q8Fn{nil, q40VNNI_4x1, q40VNNI_4x2, q40VNNI_4x3, q40VNNI_4x4},
@@ -200,17 +205,3 @@ func kernelAt(t DType, i isa) kernel {
 	}
 	return portableKernel(t)
 }
-
-func quantizeActQ80(q []int8, d []float32, s []int32, x []float32) {
-	quantizeActQ80Generic(q, d, s, x)
-}
-
-func quantizeActQ8K(q []int8, d []float32, bs []int16, x []float32) {
-	quantizeActQ8KGeneric(q, d, bs, x)
-}
-
-func convertF16Act(h []uint16, f, x []float32) { convertF16ActGeneric(h, f, x) }
-
-func dotF16(a, b []uint16) float32 { return dotF16Generic(a, b) }
-
-func axpyF16(dst []float32, a float32, x []uint16) { axpyF16Generic(dst, a, x) }

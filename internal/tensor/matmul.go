@@ -1,9 +1,11 @@
 package tensor
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"math"
+	"unsafe"
 )
 
 // Matrix multiplication.
@@ -21,16 +23,44 @@ import (
 // block sums in separate arrays), which is friendlier to SIMD than GGML's
 // interleaved blocks and carries the same numbers.
 
-// actBuf holds n tokens of activations converted for one weight type.
+// actBuf holds n tokens of activations converted to one vec_dot type.
+//
+// It remembers the last conversion (its key and a copy of the input) so that
+// products sharing an input — Q, K and V; gate and up — convert it once: the
+// copy is compared bit for bit, so reuse is safe whatever the caller did to
+// its buffer in between.
 type actBuf struct {
 	cols int
 	q    []int8    // Q8_0 / Q8_K values, cols per token
 	d    []float32 // per-block scale: Q8_0 rounded through f16, Q8_K f32
-	s    []int32   // Q8_0: offset correction per block, −Σq (×16 for Q8_0 weights)
+	s    []int32   // Q8_0: per-block offset correction −Σq (Q4_0 kernels)
+	s16  []int32   // Q8_0: −16·Σq (Q8_0 kernels; see q8Kernel in asmgen)
 	bs   []int16   // Q8_K: sums of each 16 values (16 per block)
 	f    []float32 // F16/BF16-rounded activations widened to f32
 	x    []float32 // F32 weights: the caller's activations, unconverted
 	h    []uint16  // F16/BF16 activations
+
+	key   convKey   // what the buffer holds, if valid
+	valid bool      //
+	src   []float32 // copy of the input of the held conversion
+}
+
+// convKey identifies a conversion: vec_dot type, row length and tokens.
+type convKey struct {
+	vt      DType
+	cols, n int
+}
+
+// sameBits reports whether a and b hold bit-identical values.
+func sameBits(a, b []float32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	if len(a) == 0 {
+		return true
+	}
+	return bytes.Equal(unsafe.Slice((*byte)(unsafe.Pointer(&a[0])), 4*len(a)),
+		unsafe.Slice((*byte)(unsafe.Pointer(&b[0])), 4*len(b)))
 }
 
 func growI8(s []int8, n int) []int8 {
@@ -68,15 +98,17 @@ func growU16(s []uint16, n int) []uint16 {
 	return s[:n]
 }
 
-// prepare sizes the buffer for n tokens of cols activations for weight type t.
-func (a *actBuf) prepare(t DType, cols, n int) {
+// prepare sizes the buffer for n tokens of cols activations of vec_dot
+// type vt.
+func (a *actBuf) prepare(vt DType, cols, n int) {
 	a.cols = cols
-	switch t {
-	case Q8_0, Q4_0:
+	switch vt {
+	case Q8_0:
 		a.q = growI8(a.q, n*cols)
 		a.d = growF32(a.d, n*cols/qk80)
 		a.s = growI32(a.s, n*cols/qk80)
-	case Q4_K, Q6_K:
+		a.s16 = growI32(a.s16, n*cols/qk80)
+	case Q8_K:
 		a.q = growI8(a.q, n*cols)
 		a.d = growF32(a.d, n*cols/qkK)
 		a.bs = growI16(a.bs, n*cols/16)
@@ -86,24 +118,23 @@ func (a *actBuf) prepare(t DType, cols, n int) {
 	}
 }
 
-// convertTokens converts tokens [t0,t1) of x for weight type t.
-func (a *actBuf) convertTokens(t DType, x []float32, t0, t1 int) {
+// convertTokens converts tokens [t0,t1) of x to vec_dot type vt.
+func (a *actBuf) convertTokens(vt DType, x []float32, t0, t1 int) {
 	c := a.cols
 	for tok := t0; tok < t1; tok++ {
 		xs := x[tok*c : (tok+1)*c]
-		switch t {
-		case Q8_0, Q4_0:
+		switch vt {
+		case Q8_0:
 			nb := c / qk80
 			s := a.s[tok*nb : (tok+1)*nb]
 			quantizeActQ80(a.q[tok*c:(tok+1)*c], a.d[tok*nb:(tok+1)*nb], s, xs)
-			if t == Q8_0 {
-				// The assembly kernels offset Q8_0 weights by 128 and
-				// spread the correction over 8 lanes: 128/8 = 16.
-				for i := range s {
-					s[i] *= 16
-				}
+			// The assembly kernels offset Q8_0 weights by 128 and spread
+			// the correction over 8 lanes: 128/8 = 16.
+			s16 := a.s16[tok*nb : (tok+1)*nb]
+			for i, v := range s {
+				s16[i] = 16 * v
 			}
-		case Q4_K, Q6_K:
+		case Q8_K:
 			nb := c / qkK
 			quantizeActQ8K(a.q[tok*c:(tok+1)*c], a.d[tok*nb:(tok+1)*nb], a.bs[tok*c/16:(tok+1)*c/16], xs)
 		case F16:
@@ -180,14 +211,21 @@ func quantizeActQ8KGeneric(q []int8, d []float32, bs []int16, x []float32) {
 		for j, v := range xs {
 			qs[j] = int8(min(127, nearestInt(iscale*v)))
 		}
-		for j := range sums {
-			var sum int16
-			for _, v := range qs[16*j : 16*j+16] {
-				sum += int16(v)
-			}
-			sums[j] = sum
-		}
+		blockSums16(sums, qs)
 		d[b] = 1 / iscale
+	}
+}
+
+// blockSums16 sets bs[j] to the sum of q[16j:16j+16].
+func blockSums16(bs []int16, q []int8) {
+	for j := range bs {
+		g := q[16*j : 16*j+16]
+		var s0, s1 int16
+		for i := 0; i < 16; i += 2 {
+			s0 += int16(g[i])
+			s1 += int16(g[i+1])
+		}
+		bs[j] = s0 + s1
 	}
 }
 
@@ -414,7 +452,7 @@ func (j *matmulJob) runItem(p *Pool, it int) {
 // contiguous ranges of tokens.
 func (j *matmulJob) convert(p *Pool, it int) {
 	t0, t1 := j.n*it/j.convertItems, j.n*(it+1)/j.convertItems
-	p.act.convertTokens(j.w.Type, j.x, t0, t1)
+	p.act.convertTokens(vecDotType(j.w.Type), j.x, t0, t1)
 }
 
 // MatMul computes dst[t*w.Rows + r] = Σ_c W[r][c]·x[t*w.Cols + c] for all
@@ -446,19 +484,24 @@ func (p *Pool) matMul(dst []float32, w Matrix, x []float32, n int, kern kernel) 
 	j := &p.mm
 	*j = matmulJob{dst: dst, w: w, x: x, n: n, kern: kern}
 
-	// Convert the activations, in parallel when there are many tokens.
+	// Convert the activations (unless the buffer holds this conversion
+	// already), in parallel when there are many tokens.
+	xs := x[:n*w.Cols]
 	if w.Type == F32 {
 		p.act.cols = w.Cols
-		p.act.x = x[:n*w.Cols]
-	} else {
-		p.act.prepare(w.Type, w.Cols, n)
+		p.act.x = xs
+	} else if key := (convKey{vecDotType(w.Type), w.Cols, n}); !p.act.valid || p.act.key != key || !sameBits(p.act.src, xs) {
+		p.act.valid = false
+		p.act.prepare(key.vt, w.Cols, n)
 		if n >= 4*p.threads && p.threads > 1 {
 			p.kind = jobConvert
 			j.convertItems = 2 * p.threads
 			p.dispatch(j.convertItems)
 		} else {
-			p.act.convertTokens(w.Type, x, 0, n)
+			p.act.convertTokens(key.vt, x, 0, n)
 		}
+		p.act.src = append(p.act.src[:0], xs...)
+		p.act.key, p.act.valid = key, true
 	}
 
 	// Tile the output. With few tokens every thread streams its own range of

@@ -46,8 +46,8 @@ func convertedActivations(typ DType, x []float32, cols, n int) []float64 {
 		}
 		return out
 	}
-	a.prepare(typ, cols, n)
-	a.convertTokens(typ, x, 0, n)
+	a.prepare(vecDotType(typ), cols, n)
+	a.convertTokens(vecDotType(typ), x, 0, n)
 	for i := range x {
 		switch typ {
 		case Q8_0, Q4_0:
@@ -236,6 +236,35 @@ func TestMatMulIntegerExact(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestMatMulReusesConversion checks the activation cache: products with the
+// same input reuse its conversion, and any change to the input (even in
+// place, even one bit) or to the vec_dot type is noticed.
+func TestMatMulReusesConversion(t *testing.T) {
+	rng := rand.New(rand.NewPCG(17, 18))
+	p := NewPool(2)
+	defer p.Close()
+	q8, wq8 := randMatrix(t, rng, Q8_0, 8, 256)
+	q4, wq4 := randMatrix(t, rng, Q4_0, 8, 256)
+	k4, wk4 := randMatrix(t, rng, Q4_K, 8, 256)
+	x := randVec(rng, 2*256, 1)
+	dst := make([]float32, 2*8)
+	check := func(label string, m Matrix, wd []float32) {
+		t.Helper()
+		p.MatMul(dst, m, x, 2)
+		checkMatMul(t, label, m.Type, dst, wd, x, 8, 256, 2)
+	}
+	check("first", q8, wq8)
+	check("same input again", q8, wq8)
+	check("Q4_0 shares the Q8_0 conversion", q4, wq4)
+	x[300] = math.Nextafter32(x[300], 10) // in place, one ulp
+	check("changed in place", q4, wq4)
+	check("other vec_dot type", k4, wk4)
+	check("back", q8, wq8)
+	// Fewer tokens of the same buffer.
+	p.MatMul(dst[:8], q8, x[:256], 1)
+	checkMatMul(t, "one token", Q8_0, dst[:8], wq8, x[:256], 8, 256, 1)
 }
 
 func TestMatMulNoAllocs(t *testing.T) {

@@ -84,8 +84,9 @@ func Scale(x []float32, s float32) {
 }
 
 // Dot returns Σ a[i]·b[i] over len(a), accumulated in float32.
-func Dot(a, b []float32) float32 {
-	b = b[:len(a)]
+func Dot(a, b []float32) float32 { return dotF32(a, b[:len(a)]) }
+
+func dotF32Generic(a, b []float32) float32 {
 	var s0, s1, s2, s3 float32
 	i := 0
 	for ; i+4 <= len(a); i += 4 {
@@ -101,8 +102,9 @@ func Dot(a, b []float32) float32 {
 }
 
 // Axpy sets dst[i] += a·x[i] for i < len(dst).
-func Axpy(dst []float32, a float32, x []float32) {
-	x = x[:len(dst)]
+func Axpy(dst []float32, a float32, x []float32) { axpyF32(dst, a, x[:len(dst)]) }
+
+func axpyF32Generic(dst []float32, a float32, x []float32) {
 	for i, v := range x {
 		dst[i] += a * v
 	}
