@@ -157,7 +157,7 @@ var (
 
 var (
 	q80VNNI = &q8Tiles{
-		r4: [5]q8Fn{nil, q80VNNI_4x1, q80VNNI_4x2, q80VNNI_4x3, q80VNNI_4x4},
+		r4:  [5]q8Fn{nil, q80VNNI_4x1, q80VNNI_4x2, q80VNNI_4x3, q80VNNI_4x4},
 		r1:  [5]q8Fn{nil, q80VNNI_1x1, q80VNNI_1x2, q80VNNI_1x3, q80VNNI_1x4},
 		s16: true,
 	}
