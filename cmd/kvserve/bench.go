@@ -17,6 +17,7 @@ func newBenchCmd() *cobra.Command {
 		Short: "Benchmarks: in-process engine scenarios",
 	}
 	cmd.AddCommand(newBenchEngineCmd(), newBenchModelCmd())
+	cmd.AddCommand(newBenchServeCmd())
 	return cmd
 }
 

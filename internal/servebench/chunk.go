@@ -71,13 +71,15 @@ func (u *Usage) CachedTokens() int {
 }
 
 // ServerTiming is kvserve's per-request timing extension, in milliseconds:
-// time spent queued before the engine admitted the request, server time to
-// the first token, and the server's own overhead (everything that is not
-// model compute: parsing, templating, tokenizing, routing, streaming).
+// the server's own overhead (wall time not spent waiting for the engine:
+// parsing, templating, tokenizing, routing, streaming), time queued before
+// the engine admitted the request, server time to the first token, and
+// time spent waiting for the engine. Each field is optional.
 type ServerTiming struct {
 	OverheadMS *float64 `json:"overhead_ms"`
 	QueueMS    *float64 `json:"queue_ms"`
 	TTFTMS     *float64 `json:"ttft_ms"`
+	EngineMS   *float64 `json:"engine_ms"`
 }
 
 // StreamError is an error object sent inside an event stream.

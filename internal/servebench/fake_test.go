@@ -261,7 +261,8 @@ func (f *fakeBackend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		len(toks), len(out), len(toks)+len(out), cached)
 	timing := ""
 	if f.Timing {
-		timing = fmt.Sprintf(`,"kvserve":{"overhead_ms":1.5,"queue_ms":0.25,"ttft_ms":%g}`, float64(ttft)/1e6)
+		timing = fmt.Sprintf(`,"kvserve":{"overhead_ms":1.5,"queue_ms":0.25,"ttft_ms":%g,"engine_ms":%g}`,
+			float64(ttft)/1e6, float64(time.Since(start))/1e6)
 	}
 	send(`{"id":"x","object":"chat.completion.chunk","choices":[],"usage":` + usage + timing + `}`)
 	send("[DONE]")

@@ -74,6 +74,7 @@ type ServerReport struct {
 	Overhead Dist `json:"overhead_ms"`
 	Queue    Dist `json:"queue_ms"`
 	TTFT     Dist `json:"ttft_ms"`
+	Engine   Dist `json:"engine_ms"`
 }
 
 // LabelReport is one label's share of a run.
@@ -115,7 +116,7 @@ func (r *runner) result() *Result {
 func (rep *Report) Fill(records []Record) {
 	var ttft, itl, e2e, tpot []float64
 	var srv ServerReport
-	var ovh, que, sttft []float64
+	var ovh, que, sttft, eng []float64
 	labels := map[string]*labelAcc{}
 	for i := range records {
 		rec := &records[i]
@@ -163,6 +164,9 @@ func (rep *Report) Fill(records []Record) {
 			if s.TTFTMS != nil {
 				sttft = append(sttft, *s.TTFTMS)
 			}
+			if s.EngineMS != nil {
+				eng = append(eng, *s.EngineMS)
+			}
 		}
 		la := labels[rec.Label]
 		if la == nil {
@@ -181,7 +185,7 @@ func (rep *Report) Fill(records []Record) {
 		rep.RequestsPerS = float64(rep.Succeeded) / rep.WallS
 	}
 	if srv.Count > 0 {
-		srv.Overhead, srv.Queue, srv.TTFT = Summarize(ovh), Summarize(que), Summarize(sttft)
+		srv.Overhead, srv.Queue, srv.TTFT, srv.Engine = Summarize(ovh), Summarize(que), Summarize(sttft), Summarize(eng)
 		rep.Server = &srv
 	}
 	names := make([]string, 0, len(labels))
@@ -281,9 +285,14 @@ func (rep *Report) WriteTable(w io.Writer) error {
 	row("end-to-end", rep.E2E)
 	row("per output token", rep.TPOT)
 	if s := rep.Server; s != nil {
-		row("server overhead", s.Overhead)
-		row("server queue", s.Queue)
-		row("server TTFT", s.TTFT)
+		for _, r := range []struct {
+			name string
+			d    Dist
+		}{{"server overhead", s.Overhead}, {"server queue", s.Queue}, {"server TTFT", s.TTFT}, {"server engine wait", s.Engine}} {
+			if r.d.Count > 0 {
+				row(r.name, r.d)
+			}
+		}
 	}
 	if err := tw.Flush(); err != nil {
 		return err

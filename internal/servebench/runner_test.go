@@ -80,7 +80,7 @@ func TestRunTimingsExact(t *testing.T) {
 			t.Fatalf("wall %v, output %d, %v tok/s", rep.WallS, rep.OutputTokens, rep.OutputTokensPerS)
 		}
 		if rep.Server == nil || rep.Server.Count != 4 || rep.Server.Overhead.P50 != 1.5 || rep.Server.Queue.P99 != 0.25 ||
-			rep.Server.TTFT.P50 != 100 {
+			rep.Server.TTFT.P50 != 100 || rep.Server.Engine.P99 != 140 {
 			t.Fatalf("server %+v", rep.Server)
 		}
 		if rep.PromptTokens != int64(f.prompt) || rep.CachedTokens != int64(f.cached) {
