@@ -195,21 +195,28 @@ func segments(m *Model, req *Request, p *Prompt) []engine.Segment {
 	slices.Sort(cuts)
 	cuts = slices.Compact(cuts)
 	toks := tokensWithin(m.Tokenizer, p.Tokens, p.Text, cuts)
-	toks[len(toks)-1] = n // the last cut is the end of the text
+	toks[0], toks[len(toks)-1] = 0, n // the first and last cuts are the ends of the text
 	at := func(b int) int { i, _ := slices.BinarySearch(cuts, b); return toks[i] }
 	var segs []engine.Segment
 	for i := 0; i+1 < len(cuts); i++ {
 		a, b := cuts[i], cuts[i+1]
-		ret := session
+		// The reasoning span wins; else the highest class of the spans
+		// covering [a, b); else the conversation's class.
+		ret, ephemeral := engine.RetentionDefault, false
 		for _, s := range spans {
 			if s.start <= a && b <= s.end {
-				switch {
-				case s.ret == engine.RetentionEphemeral:
-					ret = engine.RetentionEphemeral
-				case ret != engine.RetentionEphemeral && s.ret > ret:
+				if s.ret == engine.RetentionEphemeral {
+					ephemeral = true
+				} else if s.ret > ret {
 					ret = s.ret
 				}
 			}
+		}
+		switch {
+		case ephemeral:
+			ret = engine.RetentionEphemeral
+		case ret == engine.RetentionDefault:
+			ret = session
 		}
 		ta, tb := at(a), at(b)
 		if ta >= tb {
@@ -240,15 +247,23 @@ func commonPrefix(a, b string) int {
 
 // tokensWithin returns, for each byte offset in cuts (ascending), how many
 // leading tokens of ids have pieces lying wholly inside text[:cut]. The
-// pieces are aligned with the text allowing for what the tokenizer adds: a
-// leading BOS the text does not contain and SentencePiece's inserted
-// spaces. Where the alignment fails, later cuts get the tokens aligned so
-// far (a conservative boundary).
+// pieces are aligned with the text allowing for what the tokenizer adds or
+// loses: a leading BOS the text does not contain, SentencePiece's inserted
+// spaces, and unknown tokens (which stand for a few bytes of text, or for
+// an inserted "▁" the vocabulary cannot spell): the next piece is looked for
+// a little further on. Where the alignment fails, later cuts get the tokens
+// aligned so far (a conservative boundary).
 func tokensWithin(tok *tokenizer.Tokenizer, ids []int32, text string, cuts []int) []int {
+	const unkWindow = 16 // bytes an unknown token may stand for
 	out := make([]int, len(cuts))
 	var buf []byte
 	pos, ci := 0, 0
+	afterUnk := false
 	for i, id := range ids {
+		if (i == 0 && id == tok.BOS()) || id == tok.UNK() {
+			afterUnk = afterUnk || id == tok.UNK()
+			continue // zero width until the next piece says otherwise
+		}
 		buf = tok.AppendPiece(buf[:0], id, true)
 		rest := text[pos:]
 		switch {
@@ -256,14 +271,15 @@ func tokensWithin(tok *tokenizer.Tokenizer, ids []int32, text string, cuts []int
 			pos += len(buf)
 		case len(buf) > 0 && buf[0] == ' ' && strings.HasPrefix(rest, string(buf[1:])):
 			pos += len(buf) - 1
-		case i == 0 && id == tok.BOS():
-			// A BOS added by encode: zero width.
+		case afterUnk && len(buf) > 0 && strings.Contains(rest[:min(len(rest), unkWindow+len(buf))], string(buf)):
+			pos += strings.Index(rest, string(buf)) + len(buf)
 		default:
 			for ; ci < len(cuts); ci++ {
 				out[ci] = i
 			}
 			return out
 		}
+		afterUnk = false
 		for ci < len(cuts) && cuts[ci] < pos {
 			out[ci] = i
 			ci++
