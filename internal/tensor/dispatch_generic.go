@@ -29,3 +29,41 @@ func dotF32(a, b []float32) float32 { return dotF32Generic(a, b) }
 func axpyF32(dst []float32, a float32, x []float32) { axpyF32Generic(dst, a, x) }
 
 func axpyF16(dst []float32, a float32, x []uint16) { axpyF16Generic(dst, a, x) }
+
+func softmaxFast(x []float32) { softmaxGeneric(x) }
+
+func scale(x []float32, s float32) {
+	for i := range x {
+		x[i] *= s
+	}
+}
+
+func swiglu(dst, gate, up []float32) {
+	for i, g := range gate {
+		dst[i] = silu(g) * up[i]
+	}
+}
+
+func f32ToF16Slice(dst []uint16, src []float32) {
+	for i, v := range src {
+		dst[i] = F32ToF16(v)
+	}
+}
+
+func f16ToF32Slice(dst []float32, src []uint16) {
+	for i, v := range src {
+		dst[i] = F16ToF32(v)
+	}
+}
+
+func roundF16(x []float32) {
+	for i, v := range x {
+		x[i] = F16ToF32(F32ToF16(v))
+	}
+}
+
+func expVec(x []float32) {
+	for i, v := range x {
+		x[i] = expf(v)
+	}
+}

@@ -97,20 +97,19 @@ func F32ToBF16(f float32) uint16 {
 // F32ToF16Slice converts src to binary16 into dst, which must be at least as
 // long as src.
 func F32ToF16Slice(dst []uint16, src []float32) {
-	dst = dst[:len(src)]
-	for i, v := range src {
-		dst[i] = F32ToF16(v)
-	}
+	f32ToF16Slice(dst[:len(src)], src)
 }
 
 // F16ToF32Slice converts binary16 values in src to float32 into dst, which
 // must be at least as long as src.
 func F16ToF32Slice(dst []float32, src []uint16) {
-	dst = dst[:len(src)]
-	for i, v := range src {
-		dst[i] = F16ToF32(v)
-	}
+	f16ToF32Slice(dst[:len(src)], src)
 }
+
+// RoundF16 rounds every element of x to the nearest binary16 value (ties to
+// even), in place: F16ToF32(F32ToF16(v)) for each v, vectorized. Attention
+// uses it where llama.cpp converts an f32 operand to f16.
+func RoundF16(x []float32) { roundF16(x) }
 
 // F32ToBF16Slice converts src to bfloat16 into dst (at least len(src) long).
 func F32ToBF16Slice(dst []uint16, src []float32) {

@@ -40,6 +40,10 @@ func Softmax(x []float32) {
 	if len(x) == 0 {
 		return
 	}
+	softmaxFast(x)
+}
+
+func softmaxGeneric(x []float32) {
 	mx := float32(math.Inf(-1))
 	for _, v := range x {
 		mx = max(mx, v)
@@ -62,10 +66,7 @@ func silu(x float32) float32 { return x / (1 + expf(-x)) }
 // SwiGLU sets dst[i] = silu(gate[i])·up[i]. dst may alias gate or up.
 func SwiGLU(dst, gate, up []float32) {
 	n := len(gate)
-	dst, up = dst[:n], up[:n]
-	for i, g := range gate {
-		dst[i] = silu(g) * up[i]
-	}
+	swiglu(dst[:n], gate, up[:n])
 }
 
 // Add sets dst[i] += a[i] for i < len(dst).
@@ -77,11 +78,7 @@ func Add(dst, a []float32) {
 }
 
 // Scale multiplies every element of x by s.
-func Scale(x []float32, s float32) {
-	for i := range x {
-		x[i] *= s
-	}
-}
+func Scale(x []float32, s float32) { scale(x, s) }
 
 // Dot returns Σ a[i]·b[i] over len(a), accumulated in float32.
 func Dot(a, b []float32) float32 { return dotF32(a, b[:len(a)]) }

@@ -66,6 +66,14 @@ func TestSoftmax(t *testing.T) {
 		{"masked", []float32{0.5, ninf, 2, ninf}},
 		{"single", []float32{-7}},
 		{"equal", []float32{3, 3, 3, 3}},
+		{"long", randVec(rand.New(rand.NewPCG(1, 1)), 1000, 5)},
+		{"long masked", func() []float32 {
+			v := randVec(rand.New(rand.NewPCG(2, 2)), 77, 20)
+			for i := 3; i < len(v); i += 5 {
+				v[i] = ninf
+			}
+			return v
+		}()},
 	}
 	for _, tc := range tests {
 		mx := math.Inf(-1)

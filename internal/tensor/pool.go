@@ -85,14 +85,20 @@ type poolWorker struct {
 	_        cacheLinePad
 }
 
-// spinLimit is how many times an idle worker polls for new work before it
-// parks; each poll waits with the CPU's spin-wait hint (cpuRelax, tens of
-// nanoseconds), so this is a few hundred microseconds: longer than the gaps
+// An idle worker first polls for new work with the CPU's spin-wait hint
+// (cpuRelax, tens of nanoseconds) spinPause times, then yields the OS thread
+// between polls (osYield, about a microsecond) up to spinLimit polls in all,
+// then parks: a few hundred microseconds of waiting, longer than the gaps
 // between the matrix products of a decode step, short enough not to burn a
-// core when the engine is idle. Every 64 polls the spinner yields to the Go
-// scheduler: a goroutine made runnable on this P (for example the caller,
-// after waking a parked worker) must not wait for the spin to end.
-const spinLimit = 1 << 14
+// core when the engine is idle. Yielding matters when the machine has more
+// runnable threads than cores: a spinner must not take the CPU from the
+// thread it is waiting for. Every 64 polls the spinner also yields to the Go
+// scheduler, so a goroutine made runnable on its P (for example the caller,
+// after waking a parked worker) never waits for the spin to end.
+const (
+	spinPause = 1 << 9
+	spinLimit = spinPause + 1<<9
+)
 
 // NewPool starts a pool of threads workers (the caller counts as one).
 // threads <= 0 means runtime.NumCPU().
@@ -158,8 +164,10 @@ func (p *Pool) work(id int) {
 				spins = 0
 			} else if spins%64 == 63 {
 				runtime.Gosched() // let goroutines queued on this P run
-			} else {
+			} else if spins < spinPause {
 				cpuRelax()
+			} else {
+				osYield()
 			}
 			g = p.gen.Load()
 		}
@@ -210,10 +218,13 @@ func (p *Pool) dispatch(items int) {
 	// channel lands in this P's run queue, so after a short spin yield
 	// regularly to let it (or anything else this P owes time to) run.
 	for spins := 1; p.fin.Load() != int64(items); spins++ {
-		if spins%64 == 0 {
+		switch {
+		case spins%64 == 0:
 			runtime.Gosched()
-		} else {
+		case spins < 256:
 			cpuRelax()
+		default:
+			osYield() // the worker may be waiting for this CPU
 		}
 	}
 }

@@ -1,0 +1,118 @@
+//go:build amd64 && !purego
+
+package tensor
+
+// Assembly in vec_amd64.s (AVX2 + FMA + F16C); n is a multiple of 8.
+
+//go:noescape
+func expSubSumAVX2(x *float32, n int, m float32) float64
+
+//go:noescape
+func expAVX2(x *float32, n int)
+
+//go:noescape
+func swigluAVX2(dst, gate, up *float32, n int)
+
+//go:noescape
+func maxAVX2(x *float32, n int) float32
+
+//go:noescape
+func scaleAVX2(x *float32, n int, s float32)
+
+//go:noescape
+func f32ToF16AVX2(dst *uint16, src *float32, n int)
+
+//go:noescape
+func f16ToF32AVX2(dst *float32, src *uint16, n int)
+
+//go:noescape
+func roundF16InPlaceAVX2(x *float32, n int)
+
+// vec8 returns the length of x's prefix that the vector kernels handle:
+// a multiple of 8, or 0 when they cannot run.
+func vec8(n int) int {
+	if !hasAVX2 {
+		return 0
+	}
+	return n &^ 7
+}
+
+func softmaxFast(x []float32) {
+	n8 := vec8(len(x))
+	if n8 == 0 {
+		softmaxGeneric(x)
+		return
+	}
+	mx := maxAVX2(&x[0], n8)
+	for _, v := range x[n8:] {
+		mx = max(mx, v)
+	}
+	sum := expSubSumAVX2(&x[0], n8, mx)
+	for i, v := range x[n8:] {
+		e := expf(v - mx)
+		x[n8+i] = e
+		sum += float64(e)
+	}
+	scale(x, float32(1/sum))
+}
+
+func scale(x []float32, s float32) {
+	n8 := vec8(len(x))
+	if n8 > 0 {
+		scaleAVX2(&x[0], n8, s)
+	}
+	for i := n8; i < len(x); i++ {
+		x[i] *= s
+	}
+}
+
+func swiglu(dst, gate, up []float32) {
+	n8 := vec8(len(gate))
+	if n8 > 0 {
+		swigluAVX2(&dst[0], &gate[0], &up[0], n8)
+	}
+	for i := n8; i < len(gate); i++ {
+		dst[i] = silu(gate[i]) * up[i]
+	}
+}
+
+func f32ToF16Slice(dst []uint16, src []float32) {
+	n8 := vec8(len(src))
+	if n8 > 0 {
+		f32ToF16AVX2(&dst[0], &src[0], n8)
+	}
+	for i := n8; i < len(src); i++ {
+		dst[i] = F32ToF16(src[i])
+	}
+}
+
+func f16ToF32Slice(dst []float32, src []uint16) {
+	n8 := vec8(len(src))
+	if n8 > 0 {
+		f16ToF32AVX2(&dst[0], &src[0], n8)
+	}
+	for i := n8; i < len(src); i++ {
+		dst[i] = F16ToF32(src[i])
+	}
+}
+
+func roundF16(x []float32) {
+	n8 := vec8(len(x))
+	if n8 > 0 {
+		roundF16InPlaceAVX2(&x[0], n8)
+	}
+	for i := n8; i < len(x); i++ {
+		x[i] = F16ToF32(F32ToF16(x[i]))
+	}
+}
+
+// expVec is exp in place (for tests of the vector expf).
+func expVec(x []float32) {
+	n8 := vec8(len(x))
+	if n8 > 0 {
+		expAVX2(&x[0], n8)
+	}
+	for i := n8; i < len(x); i++ {
+		x[i] = expf(x[i])
+	}
+}

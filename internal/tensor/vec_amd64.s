@@ -1,0 +1,356 @@
+//go:build amd64 && !purego
+
+#include "textflag.h"
+
+// Vector helpers for the element-wise kernels (AVX2 + FMA + F16C, VEX only):
+// a vectorized expf, max, scale, SwiGLU and half-precision conversions.
+// Lengths are multiples of 8; the Go wrappers handle the tails.
+//
+// expf is Cephes' single-precision algorithm: n = round(x·log2 e), r = x −
+// n·ln2 (ln2 in two parts), e^r = 1 + r + r²·P(r) with a degree-5
+// polynomial, times 2^n built in the exponent bits. Constants are stored as
+// whole vectors so the VEX instructions can take them from memory.
+
+DATA expC<>+0(SB)/4, $0x3fb8aa3b
+DATA expC<>+4(SB)/4, $0x3fb8aa3b
+DATA expC<>+8(SB)/4, $0x3fb8aa3b
+DATA expC<>+12(SB)/4, $0x3fb8aa3b
+DATA expC<>+16(SB)/4, $0x3fb8aa3b
+DATA expC<>+20(SB)/4, $0x3fb8aa3b
+DATA expC<>+24(SB)/4, $0x3fb8aa3b
+DATA expC<>+28(SB)/4, $0x3fb8aa3b
+DATA expC<>+32(SB)/4, $0x3f318000
+DATA expC<>+36(SB)/4, $0x3f318000
+DATA expC<>+40(SB)/4, $0x3f318000
+DATA expC<>+44(SB)/4, $0x3f318000
+DATA expC<>+48(SB)/4, $0x3f318000
+DATA expC<>+52(SB)/4, $0x3f318000
+DATA expC<>+56(SB)/4, $0x3f318000
+DATA expC<>+60(SB)/4, $0x3f318000
+DATA expC<>+64(SB)/4, $0xb95e8083
+DATA expC<>+68(SB)/4, $0xb95e8083
+DATA expC<>+72(SB)/4, $0xb95e8083
+DATA expC<>+76(SB)/4, $0xb95e8083
+DATA expC<>+80(SB)/4, $0xb95e8083
+DATA expC<>+84(SB)/4, $0xb95e8083
+DATA expC<>+88(SB)/4, $0xb95e8083
+DATA expC<>+92(SB)/4, $0xb95e8083
+DATA expC<>+96(SB)/4, $0x39506967
+DATA expC<>+100(SB)/4, $0x39506967
+DATA expC<>+104(SB)/4, $0x39506967
+DATA expC<>+108(SB)/4, $0x39506967
+DATA expC<>+112(SB)/4, $0x39506967
+DATA expC<>+116(SB)/4, $0x39506967
+DATA expC<>+120(SB)/4, $0x39506967
+DATA expC<>+124(SB)/4, $0x39506967
+DATA expC<>+128(SB)/4, $0x3ab743ce
+DATA expC<>+132(SB)/4, $0x3ab743ce
+DATA expC<>+136(SB)/4, $0x3ab743ce
+DATA expC<>+140(SB)/4, $0x3ab743ce
+DATA expC<>+144(SB)/4, $0x3ab743ce
+DATA expC<>+148(SB)/4, $0x3ab743ce
+DATA expC<>+152(SB)/4, $0x3ab743ce
+DATA expC<>+156(SB)/4, $0x3ab743ce
+DATA expC<>+160(SB)/4, $0x3c088908
+DATA expC<>+164(SB)/4, $0x3c088908
+DATA expC<>+168(SB)/4, $0x3c088908
+DATA expC<>+172(SB)/4, $0x3c088908
+DATA expC<>+176(SB)/4, $0x3c088908
+DATA expC<>+180(SB)/4, $0x3c088908
+DATA expC<>+184(SB)/4, $0x3c088908
+DATA expC<>+188(SB)/4, $0x3c088908
+DATA expC<>+192(SB)/4, $0x3d2aa9c1
+DATA expC<>+196(SB)/4, $0x3d2aa9c1
+DATA expC<>+200(SB)/4, $0x3d2aa9c1
+DATA expC<>+204(SB)/4, $0x3d2aa9c1
+DATA expC<>+208(SB)/4, $0x3d2aa9c1
+DATA expC<>+212(SB)/4, $0x3d2aa9c1
+DATA expC<>+216(SB)/4, $0x3d2aa9c1
+DATA expC<>+220(SB)/4, $0x3d2aa9c1
+DATA expC<>+224(SB)/4, $0x3e2aaaaa
+DATA expC<>+228(SB)/4, $0x3e2aaaaa
+DATA expC<>+232(SB)/4, $0x3e2aaaaa
+DATA expC<>+236(SB)/4, $0x3e2aaaaa
+DATA expC<>+240(SB)/4, $0x3e2aaaaa
+DATA expC<>+244(SB)/4, $0x3e2aaaaa
+DATA expC<>+248(SB)/4, $0x3e2aaaaa
+DATA expC<>+252(SB)/4, $0x3e2aaaaa
+DATA expC<>+256(SB)/4, $0x3f000000
+DATA expC<>+260(SB)/4, $0x3f000000
+DATA expC<>+264(SB)/4, $0x3f000000
+DATA expC<>+268(SB)/4, $0x3f000000
+DATA expC<>+272(SB)/4, $0x3f000000
+DATA expC<>+276(SB)/4, $0x3f000000
+DATA expC<>+280(SB)/4, $0x3f000000
+DATA expC<>+284(SB)/4, $0x3f000000
+DATA expC<>+288(SB)/4, $0x3f800000
+DATA expC<>+292(SB)/4, $0x3f800000
+DATA expC<>+296(SB)/4, $0x3f800000
+DATA expC<>+300(SB)/4, $0x3f800000
+DATA expC<>+304(SB)/4, $0x3f800000
+DATA expC<>+308(SB)/4, $0x3f800000
+DATA expC<>+312(SB)/4, $0x3f800000
+DATA expC<>+316(SB)/4, $0x3f800000
+DATA expC<>+320(SB)/4, $0x42b17218
+DATA expC<>+324(SB)/4, $0x42b17218
+DATA expC<>+328(SB)/4, $0x42b17218
+DATA expC<>+332(SB)/4, $0x42b17218
+DATA expC<>+336(SB)/4, $0x42b17218
+DATA expC<>+340(SB)/4, $0x42b17218
+DATA expC<>+344(SB)/4, $0x42b17218
+DATA expC<>+348(SB)/4, $0x42b17218
+DATA expC<>+352(SB)/4, $0xc2aeac50
+DATA expC<>+356(SB)/4, $0xc2aeac50
+DATA expC<>+360(SB)/4, $0xc2aeac50
+DATA expC<>+364(SB)/4, $0xc2aeac50
+DATA expC<>+368(SB)/4, $0xc2aeac50
+DATA expC<>+372(SB)/4, $0xc2aeac50
+DATA expC<>+376(SB)/4, $0xc2aeac50
+DATA expC<>+380(SB)/4, $0xc2aeac50
+DATA expC<>+384(SB)/4, $0x42b17218
+DATA expC<>+388(SB)/4, $0x42b17218
+DATA expC<>+392(SB)/4, $0x42b17218
+DATA expC<>+396(SB)/4, $0x42b17218
+DATA expC<>+400(SB)/4, $0x42b17218
+DATA expC<>+404(SB)/4, $0x42b17218
+DATA expC<>+408(SB)/4, $0x42b17218
+DATA expC<>+412(SB)/4, $0x42b17218
+DATA expC<>+416(SB)/4, $0x7f800000
+DATA expC<>+420(SB)/4, $0x7f800000
+DATA expC<>+424(SB)/4, $0x7f800000
+DATA expC<>+428(SB)/4, $0x7f800000
+DATA expC<>+432(SB)/4, $0x7f800000
+DATA expC<>+436(SB)/4, $0x7f800000
+DATA expC<>+440(SB)/4, $0x7f800000
+DATA expC<>+444(SB)/4, $0x7f800000
+GLOBL expC<>(SB), RODATA|NOPTR, $448
+
+// EXPF sets Y0 = exp(Y0) (max error about 2 ulp; 0 below −87.34, +Inf above
+// 88.72, NaN stays NaN) using Y1-Y5. 2^n is applied as 2^(n>>1)·2^(n−n>>1)
+// so that both factors stay normal for n in [−126, 128].
+#define EXPF \
+	VMOVAPS Y0, Y5; \
+	VMOVUPS expC<>+320(SB), Y1; \
+	VMINPS Y0, Y1, Y0; \
+	VMOVUPS expC<>+352(SB), Y1; \
+	VMAXPS Y0, Y1, Y0; \
+	VMULPS expC<>+0(SB), Y0, Y1; \
+	VROUNDPS $0, Y1, Y1; \
+	VFNMADD231PS expC<>+32(SB), Y1, Y0; \
+	VFNMADD231PS expC<>+64(SB), Y1, Y0; \
+	VMULPS Y0, Y0, Y2; \
+	VMOVUPS expC<>+96(SB), Y3; \
+	VFMADD213PS expC<>+128(SB), Y0, Y3; \
+	VFMADD213PS expC<>+160(SB), Y0, Y3; \
+	VFMADD213PS expC<>+192(SB), Y0, Y3; \
+	VFMADD213PS expC<>+224(SB), Y0, Y3; \
+	VFMADD213PS expC<>+256(SB), Y0, Y3; \
+	VFMADD213PS Y0, Y2, Y3; \
+	VADDPS expC<>+288(SB), Y3, Y3; \
+	VCVTPS2DQ Y1, Y1; \
+	VPSRAD $1, Y1, Y4; \
+	VPSUBD Y4, Y1, Y1; \
+	VPSLLD $23, Y1, Y1; \
+	VPADDD expC<>+288(SB), Y1, Y1; \
+	VPSLLD $23, Y4, Y4; \
+	VPADDD expC<>+288(SB), Y4, Y4; \
+	VMULPS Y1, Y3, Y0; \
+	VMULPS Y4, Y0, Y0; \
+	VCMPPS $1, expC<>+352(SB), Y5, Y2; \
+	VANDNPS Y0, Y2, Y0; \
+	VCMPPS $14, expC<>+384(SB), Y5, Y2; \
+	VMOVUPS expC<>+416(SB), Y1; \
+	VBLENDVPS Y2, Y1, Y0, Y0
+
+// func expSubSumAVX2(x *float32, n int, m float32) float64
+//
+// x[i] = exp(x[i] − m); returns Σ x[i] accumulated in float64.
+TEXT ·expSubSumAVX2(SB), NOSPLIT, $0-32
+	MOVQ x+0(FP), SI
+	MOVQ n+8(FP), CX
+	VBROADCASTSS m+16(FP), Y8
+	VXORPD Y9, Y9, Y9
+	VXORPD Y10, Y10, Y10
+	SHRQ $3, CX
+	JZ expsumdone
+
+expsumloop:
+	VMOVUPS (SI), Y0
+	VSUBPS Y8, Y0, Y0
+	EXPF
+	VMOVUPS Y0, (SI)
+	VCVTPS2PD X0, Y1
+	VADDPD Y1, Y9, Y9
+	VEXTRACTF128 $1, Y0, X0
+	VCVTPS2PD X0, Y1
+	VADDPD Y1, Y10, Y10
+	ADDQ $32, SI
+	DECQ CX
+	JNZ expsumloop
+
+expsumdone:
+	VADDPD Y10, Y9, Y9
+	VEXTRACTF128 $1, Y9, X10
+	VADDPD X10, X9, X9
+	VHADDPD X9, X9, X9
+	VMOVSD X9, ret+24(FP)
+	VZEROUPPER
+	RET
+
+// func expAVX2(x *float32, n int)
+//
+// x[i] = exp(x[i]).
+TEXT ·expAVX2(SB), NOSPLIT, $0-16
+	MOVQ x+0(FP), SI
+	MOVQ n+8(FP), CX
+	SHRQ $3, CX
+	JZ expdone
+
+exploop:
+	VMOVUPS (SI), Y0
+	EXPF
+	VMOVUPS Y0, (SI)
+	ADDQ $32, SI
+	DECQ CX
+	JNZ exploop
+
+expdone:
+	VZEROUPPER
+	RET
+
+// func swigluAVX2(dst, gate, up *float32, n int)
+//
+// dst[i] = gate[i]/(1+exp(−gate[i]))·up[i].
+TEXT ·swigluAVX2(SB), NOSPLIT, $0-32
+	MOVQ dst+0(FP), DI
+	MOVQ gate+8(FP), SI
+	MOVQ up+16(FP), DX
+	MOVQ n+24(FP), CX
+	SHRQ $3, CX
+	JZ swiglydone
+	VXORPS Y8, Y8, Y8
+
+swigluloop:
+	VMOVUPS (SI), Y9
+	VSUBPS Y9, Y8, Y0
+	EXPF
+	VADDPS expC<>+288(SB), Y0, Y0
+	VDIVPS Y0, Y9, Y0
+	VMULPS (DX), Y0, Y0
+	VMOVUPS Y0, (DI)
+	ADDQ $32, SI
+	ADDQ $32, DX
+	ADDQ $32, DI
+	DECQ CX
+	JNZ swigluloop
+
+swiglydone:
+	VZEROUPPER
+	RET
+
+// func maxAVX2(x *float32, n int) float32
+TEXT ·maxAVX2(SB), NOSPLIT, $0-20
+	MOVQ x+0(FP), SI
+	MOVQ n+8(FP), CX
+	VMOVUPS (SI), Y0
+	ADDQ $32, SI
+	SHRQ $3, CX
+	DECQ CX
+	JZ maxreduce
+
+maxloop:
+	VMAXPS (SI), Y0, Y0
+	ADDQ $32, SI
+	DECQ CX
+	JNZ maxloop
+
+maxreduce:
+	VEXTRACTF128 $1, Y0, X1
+	VMAXPS X1, X0, X0
+	VMOVHLPS X0, X0, X1
+	VMAXPS X1, X0, X0
+	VMOVSHDUP X0, X1
+	VMAXSS X1, X0, X0
+	VMOVSS X0, ret+16(FP)
+	VZEROUPPER
+	RET
+
+// func scaleAVX2(x *float32, n int, s float32)
+TEXT ·scaleAVX2(SB), NOSPLIT, $0-20
+	MOVQ x+0(FP), SI
+	MOVQ n+8(FP), CX
+	VBROADCASTSS s+16(FP), Y1
+	SHRQ $3, CX
+	JZ scaledone
+
+scaleloop:
+	VMULPS (SI), Y1, Y0
+	VMOVUPS Y0, (SI)
+	ADDQ $32, SI
+	DECQ CX
+	JNZ scaleloop
+
+scaledone:
+	VZEROUPPER
+	RET
+
+// func f32ToF16AVX2(dst *uint16, src *float32, n int)
+TEXT ·f32ToF16AVX2(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	SHRQ $3, CX
+	JZ tof16done
+
+tof16loop:
+	VMOVUPS (SI), Y0
+	VCVTPS2PH $0, Y0, X1
+	VMOVDQU X1, (DI)
+	ADDQ $32, SI
+	ADDQ $16, DI
+	DECQ CX
+	JNZ tof16loop
+
+tof16done:
+	VZEROUPPER
+	RET
+
+// func f16ToF32AVX2(dst *float32, src *uint16, n int)
+TEXT ·f16ToF32AVX2(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	SHRQ $3, CX
+	JZ fromf16done
+
+fromf16loop:
+	VCVTPH2PS (SI), Y0
+	VMOVUPS Y0, (DI)
+	ADDQ $16, SI
+	ADDQ $32, DI
+	DECQ CX
+	JNZ fromf16loop
+
+fromf16done:
+	VZEROUPPER
+	RET
+
+// func roundF16InPlaceAVX2(x *float32, n int)
+TEXT ·roundF16InPlaceAVX2(SB), NOSPLIT, $0-16
+	MOVQ x+0(FP), SI
+	MOVQ n+8(FP), CX
+	SHRQ $3, CX
+	JZ roundf16done
+
+roundf16loop:
+	VMOVUPS (SI), Y0
+	VCVTPS2PH $0, Y0, X1
+	VCVTPH2PS X1, Y0
+	VMOVUPS Y0, (SI)
+	ADDQ $32, SI
+	DECQ CX
+	JNZ roundf16loop
+
+roundf16done:
+	VZEROUPPER
+	RET
