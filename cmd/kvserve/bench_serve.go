@@ -92,6 +92,7 @@ Poisson session arrivals per second). The run ends after --requests requests (de
 	f.StringVarP(&cfg.Model, "model", "m", "", "model name (default: the first of GET /v1/models)")
 	f.StringVar(&cfg.APIKey, "api-key", "", "bearer API key (default $KVSERVE_API_KEY)")
 	f.IntVar(&cfg.MaxTokens, "max-tokens", 128, "max_tokens of each request")
+	f.BoolVar(&cfg.IgnoreEOS, "ignore-eos", false, `send "ignore_eos": true so every request generates --max-tokens tokens`)
 	f.Uint64Var(&cfg.Seed, "seed", 1, "seed of the workload and the arrivals")
 	f.Float64Var(&timeScale, "time-scale", 0.05, "multiply the agent's 2-30 s tool pauses by this (0 = no pauses)")
 	f.Float64Var(&wo.PromptScale, "prompt-scale", 1, "multiply every prompt size by this (e.g. 0.1 on a slow CPU server)")

@@ -68,7 +68,8 @@ type fakeRequest struct {
 	StreamOptions *struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
-	MaxTokens int `json:"max_tokens"`
+	MaxTokens int  `json:"max_tokens"`
+	IgnoreEOS bool `json:"ignore_eos"`
 	KVServe   *struct {
 		SessionID string `json:"session_id"`
 	} `json:"kvserve"`

@@ -47,6 +47,9 @@ type Config struct {
 	Duration time.Duration
 	// MaxTokens is each request's max_tokens. Default 128.
 	MaxTokens int
+	// IgnoreEOS sends "ignore_eos": true (vLLM, llama.cpp and kvserve
+	// extension) so every request generates MaxTokens tokens.
+	IgnoreEOS bool
 	// Seed drives the arrival process (the workload has its own).
 	Seed uint64
 	// Timeout bounds one request, headers to last byte. Default 10 min.
@@ -230,19 +233,24 @@ func (r *runner) exhausted(ctx context.Context) bool {
 		(r.cfg.Requests > 0 && r.started.Load() >= int64(r.cfg.Requests))
 }
 
-// sleep waits d; false if the run ends first.
+// sleep waits d; false if the run ends first. A pause that would outlast
+// the run's deadline waits until the deadline (the session's worker stays
+// idle, as it would have been) and then reports the end.
 func (r *runner) sleep(ctx context.Context, d time.Duration) bool {
 	if d <= 0 {
 		return true
 	}
-	if !r.deadline.IsZero() && time.Until(r.deadline) < d {
-		return false
+	ok := true
+	if !r.deadline.IsZero() {
+		if left := time.Until(r.deadline); left < d {
+			d, ok = max(left, 0), false
+		}
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
-		return true
+		return ok
 	case <-ctx.Done():
 		return false
 	}
@@ -307,15 +315,16 @@ type chatRequest struct {
 	StreamOptions struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
-	MaxTokens int `json:"max_tokens,omitempty"`
+	MaxTokens int  `json:"max_tokens,omitempty"`
+	IgnoreEOS bool `json:"ignore_eos,omitempty"`
 	KVServe   *struct {
 		SessionID string `json:"session_id"`
 	} `json:"kvserve,omitempty"`
 }
 
 // Body returns the JSON body the runner sends for req.
-func Body(model string, maxTokens int, req Request) ([]byte, error) {
-	body := chatRequest{Model: model, Messages: req.Messages, Tools: req.Tools, Stream: true, MaxTokens: maxTokens}
+func Body(model string, maxTokens int, ignoreEOS bool, req Request) ([]byte, error) {
+	body := chatRequest{Model: model, Messages: req.Messages, Tools: req.Tools, Stream: true, MaxTokens: maxTokens, IgnoreEOS: ignoreEOS}
 	body.StreamOptions.IncludeUsage = true
 	if req.SessionID != "" {
 		body.KVServe = &struct {
@@ -352,7 +361,7 @@ func (r *runner) send(ctx context.Context, turn Turn) (Record, Reply) {
 		rec.Err, rec.ErrMsg = class, msg
 		return rec, Reply{}
 	}
-	body, err := Body(r.cfg.Model, r.cfg.MaxTokens, turn.Request)
+	body, err := Body(r.cfg.Model, r.cfg.MaxTokens, r.cfg.IgnoreEOS, turn.Request)
 	if err != nil {
 		return fail("encode", err.Error())
 	}

@@ -56,8 +56,11 @@ func TestRunTimingsExact(t *testing.T) {
 	f := &fakeBackend{Model: "m", TTFT: 100 * time.Millisecond, ITL: 10 * time.Millisecond, Timing: true}
 	bubble(t, f, func(c *http.Client) {
 		w := mustWorkload(t, "chat", WorkloadOptions{Seed: 1, PromptScale: 0.1})
-		res := run(t, c, Config{Model: "m", Workload: w, Concurrency: 1, Requests: 4, MaxTokens: 5})
+		res := run(t, c, Config{Model: "m", Workload: w, Concurrency: 1, Requests: 4, MaxTokens: 5, IgnoreEOS: true})
 		rep := res.Report
+		if !strings.Contains(string(f.bodies[0]), `"ignore_eos":true`) {
+			t.Fatalf("body %s", f.bodies[0])
+		}
 		if rep.Requests != 4 || rep.Succeeded != 4 || rep.Failed != 0 {
 			t.Fatalf("%+v", rep)
 		}
@@ -155,7 +158,7 @@ func TestRunAgentPauses(t *testing.T) {
 		}
 		pauses := 0
 		for j, turn := range turns {
-			body, err := Body("m", 4, turn.Request)
+			body, err := Body("m", 4, false, turn.Request)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -227,6 +230,19 @@ func TestRunDuration(t *testing.T) {
 		// Requests of 140 ms start at 0, 140, ..., 980 ms on each worker.
 		if res.Report.Succeeded != 16 || res.Report.WallS != 1.12 {
 			t.Fatalf("%d requests in %v s", res.Report.Succeeded, res.Report.WallS)
+		}
+	})
+}
+
+// TestRunDurationPause: a tool pause that would outlast the deadline ends
+// the worker at the deadline; it does not start a fresh session instead.
+func TestRunDurationPause(t *testing.T) {
+	f := &fakeBackend{Model: "m", TTFT: 100 * time.Millisecond, ITL: 10 * time.Millisecond}
+	bubble(t, f, func(c *http.Client) {
+		w := mustWorkload(t, "agent", WorkloadOptions{Seed: 1, PromptScale: 0.02, TimeScale: 1})
+		res := run(t, c, Config{Model: "m", Workload: w, Concurrency: 1, Duration: time.Second, MaxTokens: 5})
+		if res.Report.Succeeded != 1 || res.Records[0].Label != "agent-first" {
+			t.Fatalf("%d requests: %+v", res.Report.Succeeded, res.Records)
 		}
 	})
 }

@@ -36,7 +36,7 @@ func bodies(t *testing.T, w Workload, n int) [][]byte {
 	var out [][]byte
 	for i := range n {
 		for _, turn := range drive(t, w.Session(i), 100) {
-			b, err := Body("m", 16, turn.Request)
+			b, err := Body("m", 16, false, turn.Request)
 			if err != nil {
 				t.Fatal(err)
 			}
