@@ -47,8 +47,11 @@ func TestExpVec(t *testing.T) {
 	}
 	expVec(buf)
 	for i, s := range specials {
-		if buf[8*i] != s.want {
-			t.Errorf("exp(%v) = %v, want %v", s.in, buf[8*i], s.want)
+		got := buf[8*i]
+		// Below −87.34 the vector code flushes to 0 where the exact
+		// result is subnormal; either is accepted.
+		if got != s.want && !(s.want == 0 && got == float32(math.Exp(float64(s.in)))) {
+			t.Errorf("exp(%v) = %v, want %v", s.in, got, s.want)
 		}
 	}
 	nan := []float32{float32(math.NaN()), 1, 2, 3, 4, 5, 6, 7}
