@@ -1,0 +1,339 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/cobra"
+
+	"github.com/kvserve/kvserve/internal/api"
+	"github.com/kvserve/kvserve/internal/api/openai"
+	"github.com/kvserve/kvserve/internal/chat"
+	"github.com/kvserve/kvserve/internal/engine"
+	"github.com/kvserve/kvserve/internal/kv"
+	"github.com/kvserve/kvserve/internal/model"
+	"github.com/kvserve/kvserve/internal/synth"
+	"github.com/kvserve/kvserve/internal/tokenizer"
+)
+
+// serveOptions are the settings of `kvserve serve`.
+type serveOptions struct {
+	modelPath       string
+	modelID         string
+	addr            string
+	dataDir         string
+	configPath      string
+	kvMemory        byteSize
+	kvType          string
+	blockSize       int
+	maxBatchTokens  int
+	maxRunning      int
+	maxWaiting      int
+	threads         int
+	noPrefixCache   bool
+	apiKeys         []string
+	bodyLimit       byteSize
+	shutdownTimeout time.Duration
+}
+
+// syntheticShape is the shape of the model generated when no --model is
+// given: small enough to generate in seconds and serve on any machine.
+const syntheticShape = "smollm2-135m"
+
+func newServeCmd() *cobra.Command {
+	var o serveOptions
+	cmd := &cobra.Command{
+		Use:   "serve [--model FILE] [--addr 127.0.0.1:8080] [--data-dir DIR] [--config FILE] [flags]",
+		Short: "Serve a model over the OpenAI-compatible HTTP API",
+		Long: `Loads a GGUF model and serves it over HTTP: /v1/chat/completions, /v1/completions,
+/v1/responses and /v1/models (OpenAI), plus /health, /ready and /metrics.
+
+With no --model, a synthetic model with SmolLM2-135M's shape and random weights is
+generated once into the data directory and served. Its output is NOT language: it is
+for trying the server and measuring it without downloading anything.
+
+The server listens at once; /ready answers 503 until the model is loaded.
+
+Every flag can also be set by an environment variable KVSERVE_<FLAG> (upper case,
+dashes as underscores: KVSERVE_KV_CACHE_MEMORY=4GiB; lists comma-separated) or by a
+key of the YAML file given by --config (kv-cache-memory: 4GiB; api-key: [k1, k2=team]).
+Flags win over the environment, which wins over the file, which wins over defaults.
+
+API keys: --api-key KEY or KEY=TENANT (repeatable). With none, the server is open.
+Each tenant's KV cache is isolated from every other's.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := applyLayers(cmd.Flags(), "config", os.Getenv); err != nil {
+				return fmt.Errorf("serve: %w", err)
+			}
+			return runServe(cmd.Context(), &o, cmd.ErrOrStderr())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&o.modelPath, "model", "m", "", "GGUF model file (default: a synthetic random-weight model, generated into the data directory)")
+	f.StringVar(&o.modelID, "model-id", "", "model name clients use (default: the file name without .gguf)")
+	f.StringVar(&o.addr, "addr", "127.0.0.1:8080", "listen address")
+	f.StringVar(&o.dataDir, "data-dir", "", "data directory: server secret, synthetic model (default $XDG_DATA_HOME/kvserve or ~/.local/share/kvserve)")
+	f.StringVar(&o.configPath, "config", "", "YAML file with settings (keys are these flag names)")
+	f.Var(&o.kvMemory, "kv-cache-memory", "KV cache size, e.g. 4GiB; auto: 25% of MemAvailable, within [256MiB, 4GiB]")
+	f.StringVar(&o.kvType, "kv-cache-type", "f16", "KV cache element type: f16, f32, q8_0")
+	f.IntVar(&o.blockSize, "block-size", 16, "KV block size in tokens")
+	f.IntVar(&o.maxBatchTokens, "max-batch-tokens", 512, "tokens per forward pass (prefill chunk budget)")
+	f.IntVar(&o.maxRunning, "max-running", 256, "sequences running at once")
+	f.IntVar(&o.maxWaiting, "max-waiting", 4096, "queued requests before new ones get 429")
+	f.IntVarP(&o.threads, "threads", "t", 0, "compute threads (default: all cores)")
+	f.BoolVar(&o.noPrefixCache, "no-prefix-cache", false, "disable prefix caching (every prompt is computed in full)")
+	f.StringArrayVar(&o.apiKeys, "api-key", nil, "accepted API key, KEY or KEY=TENANT (repeatable; none: no authentication)")
+	o.bodyLimit = api.DefaultBodyLimit
+	f.Var(&o.bodyLimit, "body-limit", "largest request body")
+	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long in-flight requests may run on after SIGINT/SIGTERM")
+	return cmd
+}
+
+func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	kvType, err := kv.ParseElemType(o.kvType)
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	keys, err := parseAPIKeys(o.apiKeys)
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	dataDir := o.dataDir
+	if dataDir == "" {
+		dataDir = defaultDataDir(os.Getenv)
+	}
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return fmt.Errorf("serve: data directory: %w", err)
+	}
+	secret, err := loadSecret(filepath.Join(dataDir, "secret"))
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	srv, err := api.New(api.Config{BodyLimit: int64(o.bodyLimit), APIKeys: keys, Registry: reg, Logger: log})
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	if err := srv.Register(openai.New()); err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+
+	// Listen before loading, so health checks and clients get answers (503
+	// while loading) rather than connection errors.
+	ln, err := net.Listen("tcp", o.addr)
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 30 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+	fmt.Fprintf(stderr, "kvserve: listening on http://%s (loading the model; /ready is 503 until it is loaded)\n", ln.Addr())
+
+	loaded, err := loadServedModel(ctx, o, dataDir, stderr)
+	if err != nil {
+		shutdownHTTP(hs, time.Second)
+		return err
+	}
+	defer loaded.file.Close()
+	kvMemory := int64(o.kvMemory)
+	if kvMemory == 0 {
+		kvMemory = defaultKVMemory(memAvailable())
+	}
+	e, err := engine.New(loaded.file.Model, engine.Config{
+		MaxBatchTokens:     o.maxBatchTokens,
+		MaxRunning:         o.maxRunning,
+		MaxWaiting:         o.maxWaiting,
+		BlockSize:          o.blockSize,
+		KVMemoryBytes:      kvMemory,
+		KVType:             kvType,
+		DisablePrefixCache: o.noPrefixCache,
+		Threads:            o.threads,
+		Secret:             secret,
+		ModelID:            loaded.id,
+		EndOfGeneration:    loaded.tok.EOGs(),
+		Registerer:         reg,
+	})
+	if err != nil {
+		shutdownHTTP(hs, time.Second)
+		return fmt.Errorf("serve: %w", err)
+	}
+	ec := e.Config()
+	ctxLen := min(ec.MaxContext, e.KV().NumBlocks()*ec.BlockSize)
+	srv.SetModel(&api.Model{
+		ID: loaded.id, Description: loaded.description, Synthetic: loaded.synthetic,
+		ContextLength: ctxLen, Backend: e, Tokenizer: loaded.tok, Template: loaded.tmpl,
+	})
+	fmt.Fprintf(stderr, "kvserve: serving %q on http://%s: context %d tokens, KV cache %s (%d blocks of %d tokens, %s)\n",
+		loaded.id, ln.Addr(), ctxLen, formatBytes(kvMemory), e.KV().NumBlocks(), ec.BlockSize, kvType)
+	if loaded.synthetic {
+		fmt.Fprintln(stderr, "kvserve: NOTE: this is a synthetic random-weight model; its output is not language. Pass --model FILE.gguf for a real one.")
+	}
+
+	select {
+	case err := <-served:
+		e.Close()
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	fmt.Fprintf(stderr, "kvserve: shutting down: finishing in-flight requests (up to %s)\n", o.shutdownTimeout)
+	shutdownHTTP(hs, o.shutdownTimeout)
+	e.Close()
+	return nil
+}
+
+// shutdownHTTP stops accepting connections and waits up to timeout for
+// in-flight requests, then closes the rest.
+func shutdownHTTP(hs *http.Server, timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if err := hs.Shutdown(ctx); err != nil {
+		hs.Close()
+	}
+}
+
+// servedModel is a loaded model with what the API needs beside it.
+type servedModel struct {
+	file        *model.File
+	tok         *tokenizer.Tokenizer
+	tmpl        *chat.Template
+	id          string
+	description string
+	synthetic   bool
+}
+
+func loadServedModel(ctx context.Context, o *serveOptions, dataDir string, stderr io.Writer) (*servedModel, error) {
+	path := o.modelPath
+	sm := &servedModel{}
+	if path == "" {
+		var err error
+		path, err = ensureSyntheticModel(ctx, filepath.Join(dataDir, "models"), stderr)
+		if err != nil {
+			return nil, err
+		}
+		sm.synthetic = true
+		sm.id = "kvserve-synthetic-" + syntheticShape
+		sm.description = "synthetic model with SmolLM2-135M's shape and random weights: its output is not language"
+		fmt.Fprintf(stderr, "kvserve: no --model given: serving a SYNTHETIC random-weight model (%s); its output is not language\n", path)
+	}
+	mf, err := openModelWithProgress(path, stderr)
+	if err != nil {
+		return nil, fmt.Errorf("serve: %w", err)
+	}
+	sm.file = mf
+	sm.tok, err = tokenizer.FromGGUF(mf.GGUF)
+	if err != nil {
+		mf.Close()
+		return nil, fmt.Errorf("serve: tokenizer of %s: %w", path, err)
+	}
+	sm.tmpl, err = chat.Parse(sm.tok.ChatTemplate())
+	if err != nil {
+		mf.Close()
+		return nil, fmt.Errorf("serve: chat template of %s: %w", path, err)
+	}
+	if sm.id == "" {
+		sm.id = strings.TrimSuffix(filepath.Base(path), ".gguf")
+		if name := mf.Model.Config.Name; name != "" {
+			sm.description = name
+		}
+	}
+	if o.modelID != "" {
+		sm.id = o.modelID
+	}
+	return sm, nil
+}
+
+// ensureSyntheticModel returns the path of the synthetic model in dir,
+// generating it first if needed (into a temporary file renamed into place,
+// so an interrupted run leaves nothing half-written).
+func ensureSyntheticModel(ctx context.Context, dir string, stderr io.Writer) (string, error) {
+	shape, err := synth.LookupShape(syntheticShape, "")
+	if err != nil {
+		return "", fmt.Errorf("serve: %w", err)
+	}
+	path := filepath.Join(dir, synth.Name(&shape)+"-q8_0.gguf")
+	if _, err := os.Stat(path); err == nil {
+		return path, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("serve: %w", err)
+	}
+	fmt.Fprintf(stderr, "kvserve: generating the synthetic %s model once into %s\n", syntheticShape, path)
+	if err := runSynth(stderr, shape, synth.FileQ8_0, path, synth.Options{Context: ctx}, false); err != nil {
+		return "", fmt.Errorf("serve: %w", err)
+	}
+	return path, nil
+}
+
+// loadSecret reads the server secret (32 random bytes, hex) from path,
+// creating it with 0600 permissions on first use. It keys the per-tenant
+// hash salts, so it must stay private and stable across restarts (cached
+// and offloaded blocks are found by those hashes).
+func loadSecret(path string) ([]byte, error) {
+	data, err := os.ReadFile(path)
+	if err == nil {
+		b, err := hex.DecodeString(strings.TrimSpace(string(data)))
+		if err != nil || len(b) < 16 {
+			return nil, fmt.Errorf("secret %s is malformed (want 32 bytes in hex); delete it to make a new one", path)
+		}
+		if st, err := os.Stat(path); err == nil && st.Mode().Perm()&0o077 != 0 {
+			if err := os.Chmod(path, 0o600); err != nil {
+				return nil, fmt.Errorf("secret %s is readable by others and cannot be fixed: %w", path, err)
+			}
+		}
+		return b, nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("secret: %w", err)
+	}
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return nil, fmt.Errorf("secret: %w", err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		if errors.Is(err, os.ErrExist) { // another process made it first
+			return loadSecret(path)
+		}
+		return nil, fmt.Errorf("secret: %w", err)
+	}
+	_, err = f.WriteString(hex.EncodeToString(b) + "\n")
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(path)
+		return nil, fmt.Errorf("secret: %w", err)
+	}
+	return b, nil
+}
+
+// parseAPIKeys reads "KEY" and "KEY=TENANT" entries.
+func parseAPIKeys(entries []string) ([]api.APIKey, error) {
+	var keys []api.APIKey
+	for _, e := range entries {
+		key, tenant, _ := strings.Cut(e, "=")
+		key = strings.TrimSpace(key)
+		if key == "" {
+			return nil, fmt.Errorf("--api-key %q: empty key", e)
+		}
+		keys = append(keys, api.APIKey{Key: key, Tenant: strings.TrimSpace(tenant)})
+	}
+	return keys, nil
+}
