@@ -1,6 +1,7 @@
 package tensor
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -61,35 +62,50 @@ func convertedActivations(typ DType, x []float32, cols, n int) []float64 {
 	return out
 }
 
-// checkMatMul compares dst with float64 references: against the converted
-// activations the only difference is float32 summation (tight), against the
-// original activations the conversion error is bounded by the vec_dot type's
-// step size.
-func checkMatMul(t *testing.T, label string, typ DType, dst, wd, x []float32, rows, cols, n int) {
-	t.Helper()
+// matMulRef holds float64 references for one product: exact is the result
+// with the activations as the kernels see them after conversion (only the
+// float32 summation differs from a kernel's), orig the result with the
+// original activations, abs the sum of |w·x| (scale for rounding errors) and
+// bound the largest effect of the activation conversion.
+type matMulRef struct {
+	exact, orig, abs, bound []float64
+}
+
+func newMatMulRef(typ DType, wd, x []float32, rows, cols, n int) *matMulRef {
 	xa := convertedActivations(typ, x, cols, n)
+	ref := &matMulRef{
+		exact: make([]float64, n*rows), orig: make([]float64, n*rows),
+		abs: make([]float64, n*rows), bound: make([]float64, n*rows),
+	}
+	convErr := make([]float64, cols)
 	for tok := 0; tok < n; tok++ {
 		xs := x[tok*cols : (tok+1)*cols]
 		// Per-element bound on the activation conversion error.
-		convErr := make([]float64, cols)
-		for c := range convErr {
-			switch typ {
-			case Q8_0, Q4_0, Q4_K, Q6_K:
-				bs := qk80
-				if typ == Q4_K || typ == Q6_K {
-					bs = qkK
-				}
-				b := c / bs
+		switch typ {
+		case Q8_0, Q4_0, Q4_K, Q6_K:
+			bs := qk80
+			if typ == Q4_K || typ == Q6_K {
+				bs = qkK
+			}
+			for b := 0; b < cols/bs; b++ {
 				var amax float64
 				for _, v := range xs[b*bs : (b+1)*bs] {
 					amax = max(amax, math.Abs(float64(v)))
 				}
-				convErr[c] = amax/254*1.002 + 1e-30
-			case F16:
-				convErr[c] = math.Abs(float64(xs[c])) * 0x1p-11
-			case BF16:
-				convErr[c] = math.Abs(float64(xs[c])) * 0x1p-8
+				for c := b * bs; c < (b+1)*bs; c++ {
+					convErr[c] = amax/254*1.002 + 1e-30
+				}
 			}
+		case F16, BF16:
+			e := 0x1p-11
+			if typ == BF16 {
+				e = 0x1p-8
+			}
+			for c, v := range xs {
+				convErr[c] = math.Abs(float64(v)) * e
+			}
+		default:
+			clear(convErr)
 		}
 		for r := 0; r < rows; r++ {
 			w := wd[r*cols : (r+1)*cols]
@@ -100,15 +116,34 @@ func checkMatMul(t *testing.T, label string, typ DType, dst, wd, x []float32, ro
 				abs += math.Abs(float64(wv) * xa[tok*cols+c])
 				bound += math.Abs(float64(wv)) * convErr[c]
 			}
-			got := float64(dst[tok*rows+r])
-			if d := math.Abs(got - exact); d > 2e-6*abs+1e-30 {
-				t.Fatalf("%s: row %d token %d: got %v, exact %v (diff %.3g, allowed %.3g)", label, r, tok, got, exact, d, 2e-6*abs)
-			}
-			if d := math.Abs(got - orig); d > bound+2e-6*abs+1e-30 {
-				t.Fatalf("%s: row %d token %d: got %v, unconverted reference %v (diff %.3g, bound %.3g)", label, r, tok, got, orig, d, bound)
-			}
+			i := tok*rows + r
+			ref.exact[i], ref.orig[i], ref.abs[i], ref.bound[i] = exact, orig, abs, bound
 		}
 	}
+	return ref
+}
+
+// check compares dst with the references: against the converted activations
+// the only difference is float32 summation (tight), against the original
+// activations the conversion error is bounded by the vec_dot type's step.
+func (ref *matMulRef) check(t *testing.T, label string, dst []float32, rows int) {
+	t.Helper()
+	for i := range ref.exact {
+		got := float64(dst[i])
+		tol := 2e-6*ref.abs[i] + 1e-30
+		if d := math.Abs(got - ref.exact[i]); d > tol {
+			t.Fatalf("%s: row %d token %d: got %v, exact %v (diff %.3g, allowed %.3g)", label, i%rows, i/rows, got, ref.exact[i], d, tol)
+		}
+		if d := math.Abs(got - ref.orig[i]); d > ref.bound[i]+tol {
+			t.Fatalf("%s: row %d token %d: got %v, unconverted reference %v (diff %.3g, bound %.3g)", label, i%rows, i/rows, got, ref.orig[i], d, ref.bound[i])
+		}
+	}
+}
+
+// checkMatMul checks one product against freshly computed references.
+func checkMatMul(t *testing.T, label string, typ DType, dst, wd, x []float32, rows, cols, n int) {
+	t.Helper()
+	newMatMulRef(typ, wd, x, rows, cols, n).check(t, label, dst, rows)
 }
 
 func TestMatMul(t *testing.T) {
@@ -129,10 +164,11 @@ func TestMatMul(t *testing.T) {
 				m, wd := randMatrix(t, rng, typ, rows, cols)
 				for _, n := range []int{1, 2, 3, 4, 5, 7, 9, 70} {
 					x := randVec(rng, n*cols, 1)
+					ref := newMatMulRef(typ, wd, x, rows, cols, n)
 					for _, p := range pools {
 						dst := make([]float32, n*rows)
 						p.MatMul(dst, m, x, n)
-						checkMatMul(t, fmt.Sprintf("%v %dx%d n=%d threads=%d", typ, rows, cols, n, p.Threads()), typ, dst, wd, x, rows, cols, n)
+						ref.check(t, fmt.Sprintf("%v %dx%d n=%d threads=%d", typ, rows, cols, n, p.Threads()), dst, rows)
 					}
 				}
 			}
@@ -161,11 +197,11 @@ func TestMatMulKernelsAgree(t *testing.T) {
 				m, wd := randMatrix(t, rng, typ, rows, cols)
 				for _, n := range []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 65} {
 					x := randVec(rng, n*cols, 1)
+					ref := newMatMulRef(typ, wd, x, rows, cols, n)
 					for _, level := range availableISAs() {
 						got := make([]float32, n*rows)
 						p.matMul(got, m, x, n, kernelAt(typ, level))
-						label := fmt.Sprintf("%v %v %dx%d n=%d", level, typ, rows, cols, n)
-						checkMatMul(t, label, typ, got, wd, x, rows, cols, n)
+						ref.check(t, fmt.Sprintf("%v %v %dx%d n=%d", level, typ, rows, cols, n), got, rows)
 					}
 				}
 			}
@@ -241,6 +277,82 @@ func TestMatMulIntegerExact(t *testing.T) {
 // TestMatMulReusesConversion checks the activation cache: products with the
 // same input reuse its conversion, and any change to the input (even in
 // place, even one bit) or to the vec_dot type is noticed.
+// TestMatMulIntegerExactK does the same for Q4_K and Q6_K with hand-built
+// blocks: unit super-block scales, small sub-block scales and mins, integer
+// activations whose blocks start with −127 (so Q8_K's scale is exactly 1).
+func TestMatMulIntegerExactK(t *testing.T) {
+	rng := rand.New(rand.NewPCG(19, 20))
+	p := NewPool(2)
+	defer p.Close()
+	const cols = 512
+	one := F32ToF16(1)
+	for _, typ := range []DType{Q4_K, Q6_K} {
+		for _, rows := range []int{1, 5, 16} {
+			data := make([]byte, rows*typ.RowBytes(cols))
+			for b := 0; b < len(data)/typ.TypeSize(); b++ {
+				blk := data[b*typ.TypeSize() : (b+1)*typ.TypeSize()]
+				for i := range blk {
+					blk[i] = byte(rng.Uint32())
+				}
+				if typ == Q4_K {
+					binary.LittleEndian.PutUint16(blk[0:], one)
+					binary.LittleEndian.PutUint16(blk[2:], one)
+					for j := 4; j < 16; j++ {
+						blk[j] = 0
+					}
+					for j := 0; j < 8; j++ { // scale and min in [0,3]
+						sc, m := byte(rng.IntN(4)), byte(rng.IntN(4))
+						if j < 4 {
+							blk[4+j], blk[4+j+4] = sc, m
+						} else {
+							blk[4+j+4] = sc | m<<4
+						}
+					}
+				} else {
+					for j := 192; j < 208; j++ {
+						blk[j] = byte(int8(rng.IntN(5) - 2))
+					}
+					binary.LittleEndian.PutUint16(blk[208:], one)
+				}
+			}
+			m, err := NewMatrix(typ, rows, cols, data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wd := make([]float32, rows*cols)
+			Dequantize(typ, wd, data)
+			for _, n := range []int{1, 2, 4, 5} {
+				x := make([]float32, n*cols)
+				for i := range x {
+					x[i] = float32(rng.IntN(253) - 126)
+					if i%256 == 0 {
+						x[i] = -127
+					}
+				}
+				want := make([]float32, n*rows)
+				for tok := 0; tok < n; tok++ {
+					for r := 0; r < rows; r++ {
+						var s int64
+						for c := 0; c < cols; c++ {
+							s += int64(wd[r*cols+c]) * int64(x[tok*cols+c])
+						}
+						want[tok*rows+r] = float32(s)
+					}
+				}
+				for _, level := range availableISAs() {
+					got := make([]float32, n*rows)
+					p.matMul(got, m, x, n, kernelAt(typ, level))
+					for i := range got {
+						if got[i] != want[i] {
+							t.Fatalf("%v %v rows=%d n=%d: output %d = %v, want exactly %v", level, typ, rows, n, i, got[i], want[i])
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
 func TestMatMulReusesConversion(t *testing.T) {
 	rng := rand.New(rand.NewPCG(17, 18))
 	p := NewPool(2)
