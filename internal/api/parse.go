@@ -1,35 +1,67 @@
 package api
 
-// parsed is one piece of a sample's output as the output parser sees it:
-// answer text, reasoning, or part of a tool call.
-type parsed struct {
-	kind EventKind
-	text string
-	name string // tool name, on EventToolCallBegin
-}
+import (
+	"github.com/kvserve/kvserve/internal/chat"
+)
 
 // outputParser splits a sample's text into answer, reasoning and tool
-// calls, in the model's own format.
+// calls, in the model's own format (*chat.StreamParser), or passes it
+// through (raw completions).
 type outputParser interface {
 	// Push takes the next piece of text and returns what it completes. The
 	// result is valid until the next call.
-	Push(text string) []parsed
+	Push(text string) []chat.Event
 	// Finish flushes what is held back at the end of the sample; the error
-	// reports a malformed tool call.
-	Finish() ([]parsed, error)
+	// reports a forced tool call that did not complete.
+	Finish() ([]chat.Event, error)
 }
 
-// plainParser passes all text through as answer text.
-type plainParser struct{ out [1]parsed }
+// plainParser passes all text through as content.
+type plainParser struct{ out [1]chat.Event }
 
-func (p *plainParser) Push(text string) []parsed {
-	p.out[0] = parsed{kind: EventText, text: text}
+func (p *plainParser) Push(text string) []chat.Event {
+	p.out[0] = chat.Event{Kind: chat.Content, Text: text}
 	return p.out[:]
 }
 
-func (p *plainParser) Finish() ([]parsed, error) { return nil, nil }
+func (p *plainParser) Finish() ([]chat.Event, error) { return nil, nil }
 
-// newOutputParser returns the parser for a request's samples.
-func newOutputParser(m *Model, req *Request) outputParser {
-	return &plainParser{}
+// newOutputParser returns the parser for one sample of a request: the
+// template's tool-call and reasoning parser for chat requests, a
+// pass-through for raw prompts.
+func newOutputParser(m *Model, req *Request, p *Prompt) outputParser {
+	if req.Messages == nil || m.Template == nil {
+		return &plainParser{}
+	}
+	o := chat.ParseOptions{
+		ParseReasoning: true,
+		ReasoningOpen:  m.Template.PromptOpensReasoning(p.Text),
+		Forced:         req.ToolChoice.Mode == ToolRequired || req.ToolChoice.Mode == ToolNamed,
+	}
+	if req.ToolChoice.Mode != ToolNone {
+		o.Tools = req.Tools
+	}
+	return m.Template.NewParser(o)
+}
+
+// markerTokens returns the control tokens of the model's vocabulary whose
+// text the output parser must see (Llama 3's <|python_tag|>, Mistral's
+// [TOOL_CALLS], …): the detokenizer renders control tokens as nothing, so
+// the run renders these itself.
+func markerTokens(m *Model) map[int32]string {
+	if m.Template == nil {
+		return nil
+	}
+	var out map[int32]string
+	for _, text := range m.Template.OutputMarkers() {
+		id, ok := m.Tokenizer.TokenID(text)
+		if !ok || !m.Tokenizer.IsControl(id) || m.Tokenizer.IsEOG(id) {
+			continue
+		}
+		if out == nil {
+			out = map[int32]string{}
+		}
+		out[id] = text
+	}
+	return out
 }

@@ -125,6 +125,7 @@ type Run struct {
 	left    int // samples not finished
 	done    bool
 	created time.Time
+	markers map[int32]string // control tokens rendered for the parser
 }
 
 // sampleState is the text pipeline of one sample: detokenizer, stop
@@ -188,13 +189,13 @@ func (c *Call) Start(req *Request) (*Run, error) {
 	if err != nil {
 		return nil, AsError(err)
 	}
-	r := &Run{c: c, model: m, req: req, prompt: p, stream: st, left: n, created: time.Now()}
+	r := &Run{c: c, model: m, req: req, prompt: p, stream: st, left: n, created: time.Now(), markers: markerTokens(m)}
 	r.samples = make([]sampleState, n)
 	for i := range r.samples {
 		s := &r.samples[i]
 		s.dec = m.Tokenizer.NewStreamDecoder()
 		s.stop = sample.NewStopMatcher(req.Stop)
-		s.parser = newOutputParser(m, req)
+		s.parser = newOutputParser(m, req, p)
 	}
 	c.run = r
 	return r, nil
@@ -302,7 +303,10 @@ func (r *Run) handle(o *engine.Output, now time.Time) {
 			r.events = append(r.events, Event{Kind: EventLogprobs, Index: o.Index, Logprob: r.logprob(o.Logprobs)})
 		}
 		tok := r.model.Tokenizer
-		if r.req.IgnoreEOS || !tok.IsEOG(o.Token) {
+		if marker, ok := r.markers[o.Token]; ok {
+			// A control token the parser must see: rendered as its text.
+			r.text(o.Index, s.dec.Flush()+marker)
+		} else if r.req.IgnoreEOS || !tok.IsEOG(o.Token) {
 			s.buf = s.dec.AppendAdd(s.buf[:0], o.Token)
 			if len(s.buf) > 0 {
 				r.text(o.Index, string(s.buf))
@@ -346,21 +350,28 @@ func (r *Run) text(i int, text string) {
 }
 
 // parse appends parser output as events of sample i.
-func (r *Run) parse(i int, ps []parsed) {
+func (r *Run) parse(i int, ps []chat.Event) {
 	s := &r.samples[i]
 	for _, p := range ps {
-		e := Event{Kind: p.kind, Index: i, Text: p.text}
-		switch p.kind {
-		case EventToolCallBegin:
-			e.ToolCall = s.toolCalls
-			e.ToolName = p.name
-			e.ToolCallID = newToolCallID()
-			s.toolCalls++
-		case EventToolCallArgs, EventToolCallEnd:
-			e.ToolCall = s.toolCalls - 1
-			if e.ToolCall < 0 {
-				continue
+		e := Event{Index: i, Text: p.Text, ToolCall: p.Index}
+		switch p.Kind {
+		case chat.Content:
+			e.Kind = EventText
+		case chat.Reasoning:
+			e.Kind = EventReasoning
+		case chat.ToolCallBegin:
+			e.Kind = EventToolCallBegin
+			e.ToolName, e.ToolCallID = p.Name, p.ID
+			if e.ToolCallID == "" {
+				e.ToolCallID = newToolCallID()
 			}
+			s.toolCalls++
+		case chat.ToolCallArgs:
+			e.Kind = EventToolCallArgs
+		case chat.ToolCallEnd:
+			e.Kind = EventToolCallEnd
+		default:
+			continue
 		}
 		r.events = append(r.events, e)
 	}
