@@ -143,21 +143,31 @@ func q8Kernel(a *asm, d *decl, q4 bool, vnni bool, R, T int) {
 			a.p("VPBROADCASTD X14, Y14")
 		}
 	}
+	// Single-row kernels keep a second set of accumulators for the odd
+	// blocks so consecutive blocks do not wait on one FMA chain.
+	set := 0
+	acc := func(r, t int) int { return set*R*T + t*R + r }
+	nacc := R * T
+	if R == 1 {
+		nacc = 2 * T
+	}
 	a.label(name + "_group")
 	a.p("MOVQ y+24(FP), DI")
 	a.p("MOVQ d+40(FP), BX")
 	a.p("MOVQ s+48(FP), DX")
 	a.p("MOVQ nb+64(FP), CX")
-	for i := 0; i < R*T; i++ {
+	for i := 0; i < nacc; i++ {
 		a.p("VPXOR Y%d, Y%d, Y%d", i, i, i)
 	}
 	rowAddr := func(off, r int) string { return stride(off, "SI", "R8", "R9", r) }
 	tokAddr := func(off, t int) string { return stride(off, "DI", "R10", "R11", t) }
 	dAddr := func(off, t int) string { return stride(off, "BX", "R12", "R13", t) }
 	sAddr := func(off, t int) string { return stride(off, "DX", "R12", "R13", t) }
-	acc := func(r, t int) int { return t*R + r }
 	// body emits block k (0 or 1) of an iteration, addressed by offsets.
 	body := func(k int) {
+		if R == 1 {
+			set = k
+		}
 		wo, yo, so := k*bsz, k*32, k*4
 		if vnni {
 			// Weights to unsigned bytes in Y16+r, scales in Y20+r.
@@ -189,33 +199,34 @@ func q8Kernel(a *asm, d *decl, q4 bool, vnni bool, R, T int) {
 		if R != 1 {
 			log.Fatal("AVX2 q8 kernels have R = 1")
 		}
-		// Y4: |w| (Q8_0) or nibbles (Q4_0); Y5: w; Y6: dx; Y7 y; Y8 tmp; Y9 dy; Y10 bias.
+		// Y0-Y7 are accumulators. Y8: |w| (Q8_0) or nibbles (Q4_0); Y9: w;
+		// Y10: dx; Y11: y, then the Q4_0 bias; Y12: tmp; Y15: dy.
 		if q4 {
-			a.p("VMOVDQU %s, X4", rowAddr(wo+2, 0))
-			a.p("VPSRLW $4, X4, X5")
-			a.p("VINSERTI128 $1, X5, Y4, Y4")
-			a.p("VPAND Y14, Y4, Y4")
+			a.p("VMOVDQU %s, X8", rowAddr(wo+2, 0))
+			a.p("VPSRLW $4, X8, X9")
+			a.p("VINSERTI128 $1, X9, Y8, Y8")
+			a.p("VPAND Y14, Y8, Y8")
 		} else {
-			a.p("VMOVDQU %s, Y5", rowAddr(wo+2, 0))
-			a.p("VPABSB Y5, Y4")
+			a.p("VMOVDQU %s, Y9", rowAddr(wo+2, 0))
+			a.p("VPABSB Y9, Y8")
 		}
-		a.p("VPBROADCASTW %s, X6", rowAddr(wo, 0))
-		a.p("VCVTPH2PS X6, Y6")
+		a.p("VPBROADCASTW %s, X10", rowAddr(wo, 0))
+		a.p("VCVTPH2PS X10, Y10")
 		for t := 0; t < T; t++ {
-			a.p("VMOVDQU %s, Y7", tokAddr(yo, t))
+			a.p("VMOVDQU %s, Y11", tokAddr(yo, t))
 			if !q4 {
-				a.p("VPSIGNB Y5, Y7, Y7")
+				a.p("VPSIGNB Y9, Y11, Y11")
 			}
-			a.p("VPMADDUBSW Y7, Y4, Y8")
-			a.p("VPMADDWD Y13, Y8, Y8")
+			a.p("VPMADDUBSW Y11, Y8, Y12")
+			a.p("VPMADDWD Y13, Y12, Y12")
 			if q4 {
-				a.p("VPBROADCASTD %s, Y10", sAddr(so, t))
-				a.p("VPADDD Y10, Y8, Y8")
+				a.p("VPBROADCASTD %s, Y11", sAddr(so, t))
+				a.p("VPADDD Y11, Y12, Y12")
 			}
-			a.p("VCVTDQ2PS Y8, Y8")
-			a.p("VBROADCASTSS %s, Y9", dAddr(so, t))
-			a.p("VMULPS Y9, Y8, Y8")
-			a.p("VFMADD231PS Y6, Y8, Y%d", acc(0, t))
+			a.p("VCVTDQ2PS Y12, Y12")
+			a.p("VBROADCASTSS %s, Y15", dAddr(so, t))
+			a.p("VMULPS Y15, Y12, Y12")
+			a.p("VFMADD231PS Y10, Y12, Y%d", acc(0, t))
 		}
 	}
 	advance := func(k int) {
@@ -240,6 +251,10 @@ func q8Kernel(a *asm, d *decl, q4 bool, vnni bool, R, T int) {
 		body(0)
 		advance(1)
 		a.label(name + "_done")
+		for t := 0; t < T; t++ {
+			a.p("VADDPS Y%d, Y%d, Y%d", T+t, t, t)
+		}
+		set = 0
 	} else {
 		a.label(name + "_block")
 		body(0)
@@ -273,6 +288,9 @@ func q8Kernel(a *asm, d *decl, q4 bool, vnni bool, R, T int) {
 //
 // Arguments: w *byte, rowBytes, groups int, y *float32, yStride int,
 // steps int (columns / 8), dst *float32, ldBytes int.
+//
+// Single-row kernels process two 8-column steps per iteration into two
+// sets of accumulators, so that the FMA latency does not bound streaming.
 func floatKernel(a *asm, d *decl, typ string, R, T int) {
 	name := fmt.Sprintf("%sFMA_%dx%d", typ, R, T)
 	esz := map[string]int{"f32": 4, "f16": 2, "bf16": 2}[typ]
@@ -288,37 +306,68 @@ func floatKernel(a *asm, d *decl, typ string, R, T int) {
 	a.p("MOVQ dst+48(FP), AX")
 	a.p("MOVQ ldBytes+56(FP), R14")
 	a.p("MOVQ groups+16(FP), R15")
+	sets := 1
+	if R == 1 {
+		sets = 2
+	}
+	set := 0
+	acc := func(r, t int) int { return set*R*T + t*R + r }
+	wreg := func(r int) int { return sets*R*T + r }
+	rowAddr := func(off, r int) string { return stride(off, "SI", "R8", "R9", r) }
+	tokAddr := func(off, t int) string { return stride(off, "DI", "R10", "R11", t) }
+	body := func(k int) {
+		set = k
+		for r := 0; r < R; r++ {
+			switch typ {
+			case "f32":
+				a.p("VMOVUPS %s, Y%d", rowAddr(k*8*esz, r), wreg(r))
+			case "f16":
+				a.p("VCVTPH2PS %s, Y%d", rowAddr(k*8*esz, r), wreg(r))
+			case "bf16":
+				a.p("VPMOVZXWD %s, Y%d", rowAddr(k*8*esz, r), wreg(r))
+				a.p("VPSLLD $16, Y%d, Y%d", wreg(r), wreg(r))
+			}
+		}
+		for t := 0; t < T; t++ {
+			for r := 0; r < R; r++ {
+				a.p("VFMADD231PS %s, Y%d, Y%d", tokAddr(32*k, t), wreg(r), acc(r, t))
+			}
+		}
+	}
 	a.label(name + "_group")
 	a.p("MOVQ y+24(FP), DI")
 	a.p("MOVQ steps+40(FP), CX")
 	a.p("MOVQ SI, BX") // group start
-	for i := 0; i < R*T; i++ {
+	for i := 0; i < sets*R*T; i++ {
 		a.p("VXORPS Y%d, Y%d, Y%d", i, i, i)
 	}
-	a.label(name + "_step")
-	rowAddr := func(r int) string { return stride(0, "SI", "R8", "R9", r) }
-	tokAddr := func(t int) string { return stride(0, "DI", "R10", "R11", t) }
-	wreg := func(r int) int { return R*T + r }
-	for r := 0; r < R; r++ {
-		switch typ {
-		case "f32":
-			a.p("VMOVUPS %s, Y%d", rowAddr(r), wreg(r))
-		case "f16":
-			a.p("VCVTPH2PS %s, Y%d", rowAddr(r), wreg(r))
-		case "bf16":
-			a.p("VPMOVZXWD %s, Y%d", rowAddr(r), wreg(r))
-			a.p("VPSLLD $16, Y%d, Y%d", wreg(r), wreg(r))
+	if sets == 2 {
+		a.p("SHRQ $1, CX")
+		a.p("JZ %s_tail", name)
+		a.label(name + "_pair")
+		body(0)
+		body(1)
+		a.p("ADDQ $%d, SI", 16*esz)
+		a.p("ADDQ $64, DI")
+		a.p("DECQ CX")
+		a.p("JNZ %s_pair", name)
+		a.label(name + "_tail")
+		a.p("TESTQ $1, steps+40(FP)")
+		a.p("JZ %s_done", name)
+		body(0)
+		a.label(name + "_done")
+		for t := 0; t < T; t++ {
+			a.p("VADDPS Y%d, Y%d, Y%d", T+t, t, t)
 		}
+	} else {
+		a.label(name + "_step")
+		body(0)
+		a.p("ADDQ $%d, SI", 8*esz)
+		a.p("ADDQ $32, DI")
+		a.p("DECQ CX")
+		a.p("JNZ %s_step", name)
 	}
-	for t := 0; t < T; t++ {
-		for r := 0; r < R; r++ {
-			a.p("VFMADD231PS %s, Y%d, Y%d", tokAddr(t), wreg(r), t*R+r)
-		}
-	}
-	a.p("ADDQ $%d, SI", 8*esz)
-	a.p("ADDQ $32, DI")
-	a.p("DECQ CX")
-	a.p("JNZ %s_step", name)
+	set = 0
 	a.p("MOVQ AX, CX")
 	for t := 0; t < T; t++ {
 		reduceStore(a, R, t)
