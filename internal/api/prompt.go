@@ -34,6 +34,15 @@ func (c *Call) Tokenize(req *Request) (*Prompt, error) {
 	return buildPrompt(m, req)
 }
 
+// BuildPrompt renders, tokenizes and segments req's prompt for m, as Start
+// does, without checking who asks or running it.
+func (m *Model) BuildPrompt(req *Request) (*Prompt, error) {
+	if err := req.validate(); err != nil {
+		return nil, err
+	}
+	return buildPrompt(m, req)
+}
+
 // buildPrompt renders, tokenizes and segments req's prompt.
 func buildPrompt(m *Model, req *Request) (*Prompt, error) {
 	tok := m.Tokenizer
@@ -162,14 +171,18 @@ func segments(m *Model, req *Request, p *Prompt) []engine.Segment {
 		}
 	}
 	for _, bp := range req.Breakpoints {
-		if bp.Message < 0 || bp.Message >= len(msgs) {
+		if bp.Message >= len(msgs) {
 			continue
 		}
 		ret := engine.RetentionSession
 		if bp.TTL >= time.Hour {
 			ret = engine.RetentionPersistent
 		}
-		if b := prefixEnd(msgs[:bp.Message+1]); b > 0 {
+		upto := msgs[:bp.Message+1]
+		if bp.Message < 0 { // the tools (and system prompt)
+			upto = msgs[:sys]
+		}
+		if b := prefixEnd(upto); b > 0 {
 			spans = append(spans, span{0, b, ret})
 		}
 	}
