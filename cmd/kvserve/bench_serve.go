@@ -32,9 +32,13 @@ server-side timings when the responses carry them, and errors by status code.
 
 Workloads (deterministic from --seed):
   shared-prefix  groups with their own long system prompt, short questions interleaved across groups
+                 (label prefix-cold: a group's first request in this run; prefix-warm: the others)
   agent          multi-turn tool-using sessions: a long shared system prompt with tool definitions, a
                  growing history, tool pauses of 2-30 s times --time-scale, one-shot sub-agents
   chat           independent prompts of mixed lengths, nothing shared
+
+Prompt sizes aim at about 1.3 tokens per generated word (real BPE tokenizers on common English
+words); the report gives the true count from usage. --prompt-scale shrinks everything for slow servers.
 
 Closed loop (--concurrency N workers, each running one session at a time) or open loop (--rate R:
 Poisson session arrivals per second). The run ends after --requests requests (default 100) or

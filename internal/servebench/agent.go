@@ -48,8 +48,9 @@ func newAgent(o WorkloadOptions) (Workload, error) {
 		return nil, err
 	}
 	w := &agent{o: o, tools: tools, ordinary: tools.ordinary(), scale: o.timeScale()}
-	total := o.tokens(pick(o.PrefixTokens, 10000))
-	sys := max(64, total-w.ToolTokens())
+	// The tool definitions have a fixed size; PromptScale scales the prose
+	// around them, so a scaled-down run keeps a system prompt.
+	sys := o.tokens(max(256, pick(o.PrefixTokens, 10000)-w.ToolTokens()))
 	w.system = agentSystem(textGen{rngFor(o.Seed, "agent/system", 0)}, sys)
 	sub := textGen{rngFor(o.Seed, "agent/subsystem", 0)}
 	w.subSystem = "You are a sub-agent. Complete the task you are given and reply with a short report. " +

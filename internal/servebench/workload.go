@@ -89,7 +89,8 @@ type WorkloadOptions struct {
 	Groups int
 	// PrefixTokens is the size of the shared system prompt: each
 	// shared-prefix group's (default 2,048 tokens) or the agent's, tool
-	// definitions included (default 10,000).
+	// definitions included (default 10,000; PromptScale scales the part
+	// that is not tool definitions, at least 256 tokens of it).
 	PrefixTokens int
 	// QuestionTokens is the size of a shared-prefix user question. Default
 	// 128.
