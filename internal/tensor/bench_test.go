@@ -12,7 +12,7 @@ var benchShapes = []struct{ cols, rows int }{
 	{576, 576}, {576, 1536}, {1536, 576}, {576, 49152}, {2048, 8192},
 }
 
-func benchMatrix(b *testing.B, typ DType, rows, cols int) Matrix {
+func benchMatrix(b testing.TB, typ DType, rows, cols int) Matrix {
 	rng := rand.New(rand.NewPCG(1, 2))
 	w := make([]float32, rows*cols)
 	for i := range w {
