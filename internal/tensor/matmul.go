@@ -473,11 +473,13 @@ func (p *Pool) matMul(dst []float32, w Matrix, x []float32, n int, kern kernel) 
 		panic(fmt.Sprintf("tensor: MatMul %v %dx%d, n=%d: dst has %d values (need %d), x %d (need %d)",
 			w.Type, w.Rows, w.Cols, n, len(dst), n*w.Rows, len(x), n*w.Cols))
 	}
-	if kern == nil {
-		kern = kernelFor(w.Type)
+	// The assembly kernels trust the layout: check it as NewMatrix does
+	// (a Matrix may be built as a literal).
+	if !w.Type.Supported() || w.Rows <= 0 || w.Cols <= 0 || w.Cols%w.Type.BlockSize() != 0 || len(w.Data) < w.Rows*w.RowBytes() {
+		panic(fmt.Sprintf("tensor: MatMul: invalid matrix %v %dx%d with %d bytes", w.Type, w.Rows, w.Cols, len(w.Data)))
 	}
 	if kern == nil {
-		panic(fmt.Sprintf("tensor: MatMul: type %v not supported", w.Type))
+		kern = kernelFor(w.Type)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -185,7 +185,7 @@ func TestMatMulKernelsAgree(t *testing.T) {
 	p := NewPool(2)
 	defer p.Close()
 	for _, typ := range allTypes {
-		colsList := []int{32, 32 * 37, 8, 12, 100}
+		colsList := []int{32, 32 * 37, 4, 8, 12, 100}
 		switch typ.BlockSize() {
 		case 256:
 			colsList = []int{256, 1024}
@@ -393,6 +393,26 @@ func TestMatMulNoAllocs(t *testing.T) {
 				t.Errorf("%v n=%d: %v allocations per MatMul", typ, n, a)
 			}
 		}
+	}
+}
+
+func TestMatMulPanicsOnBadMatrix(t *testing.T) {
+	p := NewPool(1)
+	defer p.Close()
+	m, _ := randMatrix(t, rand.New(rand.NewPCG(1, 1)), Q8_0, 4, 64)
+	for _, bad := range []Matrix{
+		{Type: Q8_0, Rows: 4, Cols: 64, Data: m.Data[:len(m.Data)-1]},
+		{Type: Q8_0, Rows: 4, Cols: 48, Data: m.Data},
+		{Type: Q5_K, Rows: 4, Cols: 64, Data: m.Data},
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("no panic for %v %dx%d with %d bytes", bad.Type, bad.Rows, bad.Cols, len(bad.Data))
+				}
+			}()
+			p.MatMul(make([]float32, 4), bad, make([]float32, 64), 1)
+		}()
 	}
 }
 
