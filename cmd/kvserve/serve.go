@@ -23,6 +23,7 @@ import (
 	"github.com/kvserve/kvserve/internal/api/openai"
 	"github.com/kvserve/kvserve/internal/chat"
 	"github.com/kvserve/kvserve/internal/engine"
+	"github.com/kvserve/kvserve/internal/grammar"
 	"github.com/kvserve/kvserve/internal/kv"
 	"github.com/kvserve/kvserve/internal/model"
 	"github.com/kvserve/kvserve/internal/synth"
@@ -142,8 +143,8 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 		return fmt.Errorf("serve: %w", err)
 	}
 	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 30 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
-	served := make(chan error, 1)
-	go func() { served <- hs.Serve(ln) }()
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- hs.Serve(ln) }()
 	fmt.Fprintf(stderr, "kvserve: listening on http://%s (loading the model; /ready is 503 until it is loaded)\n", ln.Addr())
 
 	loaded, err := loadServedModel(ctx, o, dataDir, stderr)
@@ -176,10 +177,16 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 	}
 	ec := e.Config()
 	ctxLen := min(ec.MaxContext, e.KV().NumBlocks()*ec.BlockSize)
-	srv.SetModel(&api.Model{
+	served := &api.Model{
 		ID: loaded.id, Description: loaded.description, Synthetic: loaded.synthetic,
 		ContextLength: ctxLen, Backend: e, Tokenizer: loaded.tok, Template: loaded.tmpl,
-	})
+	}
+	if loaded.synthetic {
+		// Random weights almost never pick the token that closes a JSON
+		// string: bound free strings so constrained output ends.
+		served.Grammar = grammar.Options{MaxStringLength: 32}
+	}
+	srv.SetModel(served)
 	fmt.Fprintf(stderr, "kvserve: serving %q on http://%s: context %d tokens, KV cache %s (%d blocks of %d tokens, %s)\n",
 		loaded.id, ln.Addr(), ctxLen, formatBytes(kvMemory), e.KV().NumBlocks(), ec.BlockSize, kvType)
 	if loaded.synthetic {
@@ -187,7 +194,7 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 	}
 
 	select {
-	case err := <-served:
+	case err := <-serveErr:
 		e.Close()
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():

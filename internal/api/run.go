@@ -169,7 +169,7 @@ func (c *Call) Start(req *Request) (*Run, error) {
 		maxTokens = min(req.MaxTokens, maxTokens)
 	}
 	n := max(req.N, 1)
-	newProc, err := constraint(m, req)
+	newProc, err := constraint(m, req, p, n)
 	if err != nil {
 		return nil, err
 	}

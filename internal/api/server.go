@@ -16,6 +16,7 @@ import (
 
 	"github.com/kvserve/kvserve/internal/chat"
 	"github.com/kvserve/kvserve/internal/engine"
+	"github.com/kvserve/kvserve/internal/grammar"
 	"github.com/kvserve/kvserve/internal/tokenizer"
 )
 
@@ -47,6 +48,12 @@ type Model struct {
 	Tokenizer     *tokenizer.Tokenizer
 	// Template renders chat conversations (nil: chat requests are refused).
 	Template *chat.Template
+	// Grammar tunes the grammars that enforce response formats and forced
+	// tool calls (zero: the grammar package's defaults). A random-weight
+	// model needs MaxStringLength to close its strings.
+	Grammar grammar.Options
+
+	state *modelState // set by SetModel
 }
 
 // Config configures a Server. The zero value of every field means its
@@ -175,6 +182,7 @@ func (s *Server) SetModel(m *Model) {
 		if c.Created.IsZero() {
 			c.Created = time.Now()
 		}
+		c.state = &modelState{}
 		m = &c
 	}
 	s.model.Store(m)

@@ -33,6 +33,7 @@ import (
 	"github.com/kvserve/kvserve/internal/chat"
 	"github.com/kvserve/kvserve/internal/engine"
 	"github.com/kvserve/kvserve/internal/gguf"
+	"github.com/kvserve/kvserve/internal/grammar"
 	"github.com/kvserve/kvserve/internal/model"
 	"github.com/kvserve/kvserve/internal/tokenizer"
 )
@@ -210,6 +211,8 @@ func New(t testing.TB, o Options) *Env {
 	ecfg := e.Config()
 	m := &api.Model{
 		ID: ModelName, Description: "tiny random-weight test model",
+		// A random model rarely picks the token that closes a string.
+		Grammar:       grammar.Options{MaxStringLength: 16},
 		ContextLength: min(ecfg.MaxContext, e.KV().NumBlocks()*ecfg.BlockSize),
 		Backend:       backend, Tokenizer: tok, Template: tmpl,
 	}

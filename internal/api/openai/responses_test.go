@@ -131,3 +131,55 @@ func TestResponsesItems(t *testing.T) {
 	}
 	checkErrorShape(t, data)
 }
+
+func TestResponsesFunctionCall(t *testing.T) {
+	env := newEnv(t, apitest.Options{})
+	tool := map[string]any{"type": "function", "name": "get_weather", "parameters": weatherTool["function"].(map[string]any)["parameters"]}
+	body := map[string]any{"model": apitest.ModelName, "input": "Weather?", "max_output_tokens": 300, "seed": 2,
+		"tools": []any{tool}, "tool_choice": "required"}
+	var resp struct {
+		Status string `json:"status"`
+		Output []struct {
+			Type      string `json:"type"`
+			CallID    string `json:"call_id"`
+			Name      string `json:"name"`
+			Arguments string `json:"arguments"`
+		} `json:"output"`
+	}
+	postOK(t, env.URL("/v1/responses"), body, &resp)
+	if resp.Status != "completed" || len(resp.Output) != 1 || resp.Output[0].Type != "function_call" || resp.Output[0].Name != "get_weather" || resp.Output[0].CallID == "" {
+		t.Fatalf("response %+v", resp)
+	}
+	checkWeatherArgs(t, resp.Output[0].Arguments)
+
+	body["stream"] = true
+	_, data, _ := post(t, env.URL("/v1/responses"), body)
+	names, events := sseEvents(t, data)
+	var args strings.Builder
+	sawAdded := false
+	for i, name := range names {
+		var e struct {
+			Item struct {
+				Type string `json:"type"`
+				Name string `json:"name"`
+			} `json:"item"`
+			Delta     string `json:"delta"`
+			Arguments string `json:"arguments"`
+		}
+		_ = json.Unmarshal([]byte(events[i]), &e)
+		switch name {
+		case "response.output_item.added":
+			sawAdded = e.Item.Type == "function_call" && e.Item.Name == "get_weather"
+		case "response.function_call_arguments.delta":
+			args.WriteString(e.Delta)
+		case "response.function_call_arguments.done":
+			if e.Arguments != args.String() {
+				t.Fatalf("done arguments %q, deltas %q", e.Arguments, args.String())
+			}
+		}
+	}
+	if !sawAdded || args.String() != resp.Output[0].Arguments || names[len(names)-1] != "response.completed" {
+		t.Fatalf("streamed call: added %v, arguments %q (want %q), events %q", sawAdded, args.String(), resp.Output[0].Arguments, names)
+	}
+	env.WaitIdle(t)
+}

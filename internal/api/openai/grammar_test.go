@@ -1,0 +1,225 @@
+package openai
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/kvserve/kvserve/internal/api/apitest"
+)
+
+func TestResponseFormatJSONObject(t *testing.T) {
+	env := newEnv(t, apitest.Options{})
+	var resp chatResp
+	postOK(t, env.URL("/v1/chat/completions"), map[string]any{
+		"model": apitest.ModelName, "messages": userMsg("Reply in JSON."), "max_tokens": 600, "seed": 3, "n": 2,
+		"response_format": map[string]any{"type": "json_object"},
+	}, &resp)
+	for _, ch := range resp.Choices {
+		var v map[string]any
+		if err := json.Unmarshal([]byte(*ch.Message.Content), &v); err != nil || ch.FinishReason != "stop" {
+			t.Fatalf("choice %d (%s): not a JSON object: %q: %v", ch.Index, ch.FinishReason, *ch.Message.Content, err)
+		}
+	}
+	env.WaitIdle(t)
+}
+
+func TestResponseFormatJSONSchema(t *testing.T) {
+	env := newEnv(t, apitest.Options{})
+	schema := map[string]any{
+		"type": "object",
+		"properties": map[string]any{
+			"name": map[string]any{"type": "string", "maxLength": 10},
+			"age":  map[string]any{"type": "integer", "minimum": 0, "maximum": 150},
+			"tags": map[string]any{"type": "array", "items": map[string]any{"type": "string", "enum": []string{"red", "blue"}}, "maxItems": 3},
+			"ok":   map[string]any{"type": "boolean"},
+		},
+		"required":             []string{"name", "age", "tags", "ok"},
+		"additionalProperties": false,
+	}
+	for seed := 1; seed <= 3; seed++ {
+		var resp chatResp
+		postOK(t, env.URL("/v1/chat/completions"), map[string]any{
+			"model": apitest.ModelName, "messages": userMsg("A person, please."), "max_tokens": 300, "seed": seed,
+			"response_format": map[string]any{"type": "json_schema", "json_schema": map[string]any{"name": "person", "schema": schema, "strict": true}},
+		}, &resp)
+		text := *resp.Choices[0].Message.Content
+		var v struct {
+			Name *string   `json:"name"`
+			Age  *float64  `json:"age"`
+			Tags *[]string `json:"tags"`
+			OK   *bool     `json:"ok"`
+		}
+		dec := json.NewDecoder(strings.NewReader(text))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&v); err != nil {
+			t.Fatalf("seed %d: %q does not parse: %v", seed, text, err)
+		}
+		if v.Name == nil || v.Age == nil || v.Tags == nil || v.OK == nil {
+			t.Fatalf("seed %d: required property missing: %q", seed, text)
+		}
+		if len([]rune(*v.Name)) > 10 || *v.Age != float64(int(*v.Age)) || *v.Age < 0 || *v.Age > 150 || len(*v.Tags) > 3 {
+			t.Fatalf("seed %d: %q violates the schema", seed, text)
+		}
+		for _, tag := range *v.Tags {
+			if tag != "red" && tag != "blue" {
+				t.Fatalf("seed %d: tag %q not in the enum", seed, tag)
+			}
+		}
+	}
+
+	status, data, _ := post(t, env.URL("/v1/chat/completions"), map[string]any{
+		"model": apitest.ModelName, "messages": userMsg("x"),
+		"response_format": map[string]any{"type": "json_schema", "json_schema": map[string]any{"name": "bad", "schema": map[string]any{"type": "object", "not": map[string]any{}}}},
+	})
+	if status != 400 {
+		t.Fatalf("unenforceable schema: status %d: %s", status, data)
+	}
+	checkErrorShape(t, data)
+}
+
+var weatherTool = map[string]any{"type": "function", "function": map[string]any{
+	"name": "get_weather", "description": "Current weather of a city",
+	"parameters": map[string]any{"type": "object", "properties": map[string]any{
+		"city": map[string]any{"type": "string"},
+		"unit": map[string]any{"type": "string", "enum": []string{"celsius", "fahrenheit"}},
+	}, "required": []string{"city", "unit"}},
+}}
+
+var timeTool = map[string]any{"type": "function", "function": map[string]any{
+	"name": "get_time", "parameters": map[string]any{"type": "object", "properties": map[string]any{
+		"zone": map[string]any{"type": "string"}}, "required": []string{"zone"}},
+}}
+
+// checkWeatherArgs checks the arguments of a forced get_weather call.
+func checkWeatherArgs(t *testing.T, args string) {
+	t.Helper()
+	var v struct {
+		City *string `json:"city"`
+		Unit string  `json:"unit"`
+	}
+	if err := json.Unmarshal([]byte(args), &v); err != nil || v.City == nil || (v.Unit != "celsius" && v.Unit != "fahrenheit") {
+		t.Fatalf("arguments %q do not fit the schema: %v", args, err)
+	}
+}
+
+func TestForcedToolCall(t *testing.T) {
+	env := newEnv(t, apitest.Options{})
+	body := map[string]any{
+		"model": apitest.ModelName, "messages": userMsg("Weather in Paris?"), "max_tokens": 300, "seed": 5,
+		"tools": []any{weatherTool, timeTool}, "tool_choice": map[string]any{"type": "function", "function": map[string]any{"name": "get_weather"}},
+	}
+	var resp chatResp
+	postOK(t, env.URL("/v1/chat/completions"), body, &resp)
+	ch := resp.Choices[0]
+	if ch.FinishReason != "tool_calls" || len(ch.Message.ToolCalls) != 1 {
+		t.Fatalf("finish %q, tool calls %+v, content %v", ch.FinishReason, ch.Message.ToolCalls, ch.Message.Content)
+	}
+	call := ch.Message.ToolCalls[0]
+	var args string
+	if err := json.Unmarshal(call.Function.Arguments, &args); err != nil {
+		t.Fatalf("arguments are not a JSON string: %s", call.Function.Arguments)
+	}
+	if call.Type != "function" || call.Function.Name != "get_weather" || !strings.HasPrefix(call.ID, "call_") {
+		t.Fatalf("bad call %+v", call)
+	}
+	checkWeatherArgs(t, args)
+	if ch.Message.Content != nil && *ch.Message.Content != "" {
+		t.Fatalf("forced call left content %q", *ch.Message.Content)
+	}
+
+	// Streamed with the same seed: the same call, with OpenAI's delta shape.
+	body["stream"] = true
+	status, data, _ := post(t, env.URL("/v1/chat/completions"), body)
+	if status != 200 {
+		t.Fatalf("status %d: %s", status, data)
+	}
+	_, events := sseEvents(t, data)
+	var streamedArgs strings.Builder
+	deltas, finish := 0, ""
+	for _, ev := range events[:len(events)-1] {
+		var chunk struct {
+			Choices []struct {
+				Delta struct {
+					ToolCalls []struct {
+						Index    *int    `json:"index"`
+						ID       *string `json:"id"`
+						Type     *string `json:"type"`
+						Function struct {
+							Name      *string `json:"name"`
+							Arguments string  `json:"arguments"`
+						} `json:"function"`
+					} `json:"tool_calls"`
+				} `json:"delta"`
+				FinishReason *string `json:"finish_reason"`
+			} `json:"choices"`
+		}
+		if err := json.Unmarshal([]byte(ev), &chunk); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range chunk.Choices {
+			if c.FinishReason != nil {
+				finish = *c.FinishReason
+			}
+			for _, tc := range c.Delta.ToolCalls {
+				if tc.Index == nil || *tc.Index != 0 {
+					t.Fatalf("tool call delta without index 0: %s", ev)
+				}
+				first := deltas == 0
+				if (tc.ID != nil) != first || (tc.Type != nil) != first || (tc.Function.Name != nil) != first {
+					t.Fatalf("delta %d: id/type/name must be in the first delta only: %s", deltas, ev)
+				}
+				if first && (*tc.Function.Name != "get_weather" || *tc.Type != "function") {
+					t.Fatalf("first delta %s", ev)
+				}
+				streamedArgs.WriteString(tc.Function.Arguments)
+				deltas++
+			}
+		}
+	}
+	if deltas < 3 || finish != "tool_calls" {
+		t.Fatalf("%d tool call deltas, finish %q", deltas, finish)
+	}
+	if streamedArgs.String() != args {
+		t.Fatalf("streamed arguments %q, non-streamed %q", streamedArgs.String(), args)
+	}
+	env.WaitIdle(t)
+}
+
+func TestRequiredToolChoice(t *testing.T) {
+	env := newEnv(t, apitest.Options{})
+	var resp chatResp
+	postOK(t, env.URL("/v1/chat/completions"), map[string]any{
+		"model": apitest.ModelName, "messages": userMsg("Do something."), "max_tokens": 300, "seed": 11, "n": 3,
+		"tools": []any{weatherTool, timeTool}, "tool_choice": "required",
+	}, &resp)
+	for _, ch := range resp.Choices {
+		if ch.FinishReason != "tool_calls" || len(ch.Message.ToolCalls) != 1 {
+			t.Fatalf("choice %d: finish %q, calls %+v", ch.Index, ch.FinishReason, ch.Message.ToolCalls)
+		}
+		call := ch.Message.ToolCalls[0]
+		var args string
+		_ = json.Unmarshal(call.Function.Arguments, &args)
+		switch call.Function.Name {
+		case "get_weather":
+			checkWeatherArgs(t, args)
+		case "get_time":
+			var v map[string]string
+			if err := json.Unmarshal([]byte(args), &v); err != nil || len(v) != 1 {
+				t.Fatalf("get_time arguments %q", args)
+			}
+		default:
+			t.Fatalf("called %q", call.Function.Name)
+		}
+	}
+
+	// tool_choice "none": tools are offered but nothing is parsed as a call.
+	var none chatResp
+	postOK(t, env.URL("/v1/chat/completions"), map[string]any{
+		"model": apitest.ModelName, "messages": userMsg("Chat."), "max_tokens": 8, "tools": []any{weatherTool}, "tool_choice": "none",
+	}, &none)
+	if len(none.Choices[0].Message.ToolCalls) != 0 || none.Choices[0].FinishReason == "tool_calls" {
+		t.Fatalf("tool_choice none produced a call: %+v", none.Choices[0])
+	}
+	env.WaitIdle(t)
+}
