@@ -521,3 +521,105 @@ func TestParseAllocs(t *testing.T) {
 		t.Fatalf("%v allocations per reasoning token", a)
 	}
 }
+
+// TestParseRandomFragments complements FuzzStreamParser: outputs assembled
+// from the families' own tags and JSON pieces, which a byte-level fuzzer
+// seldom builds, checked like the fuzzer checks them.
+func TestParseRandomFragments(t *testing.T) {
+	frags := []string{"<tool_call>", "</tool_call>", "{", "}", "[", "]", `"name"`, `"arguments"`, ":", ",", " ", "\n",
+		`"get_weather"`, `"search"`, `"`, `\`, "x", "1", "<think>", "</think>", "[TOOL_CALLS]", "<function=", "get_weather",
+		">", "</function>", ">>>", "all\n", "search\n", "functools[", dsCallsBegin, dsCallBegin, dsCallEnd, dsCallsEnd, dsSep,
+		"function", "```json", "```", "<|START_ACTION|>", "<|END_ACTION|>", `"tool_name"`, `"parameters"`, "Action:",
+		"<|python_tag|>", "brave_search.call(", `query="x")`, "python", `"id"`, `"type"`, "<|START_THINKING|>",
+		"<|END_THINKING|>", "<|START_RESPONSE|>", `"{`, `}"`, "é"}
+	tmpls := make([]*Template, len(fuzzStems))
+	for i, s := range fuzzStems {
+		tmpls[i] = parseShared(t, s)
+	}
+	tools := namedTools("get_weather", "search", "brave_search", "python")
+	r := rand.New(rand.NewPCG(1, 2))
+	iters := 20000
+	if testing.Short() {
+		iters = 2000
+	}
+	calls := 0
+	for range iters {
+		var b strings.Builder
+		for range r.IntN(6) {
+			b.WriteString(frags[r.IntN(len(frags))])
+		}
+		tmpl := tmpls[r.IntN(len(tmpls))]
+		if r.IntN(2) == 0 { // well-formed calls, maybe mutated below
+			for range 1 + r.IntN(2) {
+				prefix, suffix, _ := tmpl.ForcedCall(tools[r.IntN(len(tools))])
+				b.WriteString(prefix + []string{`{}`, `{"a": [1, "x"]}`, "{\n \"b\": null}"}[r.IntN(3)] + suffix)
+			}
+		}
+		for range r.IntN(6) {
+			b.WriteString(frags[r.IntN(len(frags))])
+		}
+		s := b.String()
+		if r.IntN(3) == 0 && s != "" {
+			i := r.IntN(len(s))
+			j := min(len(s), i+r.IntN(4))
+			s = s[:i] + frags[r.IntN(len(frags))] + s[j:]
+		}
+		flags := r.IntN(8)
+		o := ParseOptions{ParseReasoning: flags&1 != 0, ReasoningOpen: flags&2 != 0}
+		if flags&4 == 0 {
+			o.Tools = tools
+		}
+		var chunks []string
+		for x := s; x != ""; {
+			n := min(len(x), 1+r.IntN(8))
+			chunks, x = append(chunks, x[:n]), x[n:]
+		}
+		var trace []traceItem
+		one, _ := runParser(tmpl, o, []string{s}, &trace)
+		checkWellFormed(t, one)
+		checkTrace(t, formatFor(tmpl.Family()), s, trace, one)
+		trace = trace[:0]
+		many, _ := runParser(tmpl, o, chunks, &trace)
+		checkTrace(t, formatFor(tmpl.Family()), s, trace, many)
+		if a, b := normalize(one), normalize(many); !reflect.DeepEqual(a, b) {
+			t.Fatalf("%s %+v: chunks %q:\n got %+v\nwant %+v", tmpl.Family(), o, chunks, b, a)
+		}
+		for _, ev := range one {
+			if ev.Kind == ToolCallEnd && !ev.Broken {
+				calls++
+			}
+		}
+	}
+	if calls < iters/10 {
+		t.Fatalf("only %d complete calls in %d outputs: the generator does not exercise the call syntax", calls, iters)
+	}
+}
+
+// BenchmarkStreamParser streams a reasoning + content + tool-call
+// generation token by token.
+func BenchmarkStreamParser(b *testing.B) {
+	tmpl := parseShared(b, "Qwen-Qwen2.5-7B-Instruct")
+	out := "<think>\n" + strings.Repeat("Let me think about the weather in Paris. ", 20) + "\n</think>\n\n" +
+		strings.Repeat("Paris is a lovely city. ", 20) +
+		"<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"location\": \"Paris, France\", \"unit\": \"celsius\", \"days\": 3}}\n</tool_call>"
+	var toks []string // words with their leading space, as BPE tokens are
+	for s := out; s != ""; {
+		n := strings.IndexByte(s[1:], ' ') + 1
+		if n == 0 {
+			n = len(s)
+		}
+		toks, s = append(toks, s[:n]), s[n:]
+	}
+	o := ParseOptions{Tools: namedTools("search", "get_weather"), ParseReasoning: true, NewID: func() string { return "id" }}
+	b.ReportAllocs()
+	for b.Loop() {
+		p := tmpl.NewParser(o)
+		for _, tok := range toks {
+			p.Push(tok)
+		}
+		if _, err := p.Finish(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(toks)), "ns/token")
+}

@@ -347,6 +347,8 @@ type objState struct {
 	st      uint8
 	kind    uint8 // of the current key
 	hasArgs bool
+	keyed   bool // a key has been read
+	start   int  // where the object starts in buf
 }
 
 const (
@@ -359,6 +361,7 @@ const (
 	oArgs
 	oSkip
 	oAfter
+	oPython
 )
 
 const (
@@ -392,6 +395,9 @@ func (k *callKeys) classify(w []byte) uint8 {
 // before the name are held until the name is known.
 func (p *StreamParser) object(keys *callKeys, eof bool) stepResult {
 	for {
+		if p.obj.st == oPython {
+			return p.pyObject(keys, eof)
+		}
 		if p.obj.st == oArgs {
 			if r := p.args(eof); r != stepNext {
 				return r
@@ -423,11 +429,17 @@ func (p *StreamParser) object(keys *callKeys, eof bool) stepResult {
 			if c != '{' {
 				return stepFail
 			}
+			p.obj.start = p.cur
 			p.obj.st = oKeyOrEnd
 		case oKeyOrEnd:
+			if c == '\'' && keys.python && !p.obj.keyed {
+				p.obj.st = oPython
+				continue
+			}
 			if c != '"' {
 				return stepFail
 			}
+			p.obj.keyed = true
 			p.word = p.word[:0]
 			p.sdec = strDecoder{}
 			p.obj.st = oKey
@@ -532,6 +544,49 @@ func (p *StreamParser) object(keys *callKeys, eof bool) stepResult {
 	}
 }
 
+// pyObject reads a call object written as a Python dict, held whole until
+// it closes; its arguments are sent as JSON.
+func (p *StreamParser) pyObject(keys *callKeys, eof bool) stepResult {
+	r := pyReader{s: p.buf[p.obj.start:]}
+	fields, st := r.dict()
+	switch st {
+	case pyMore:
+		if eof {
+			return stepFail
+		}
+		return stepWait
+	case pyBad:
+		return stepFail
+	}
+	tool, args := -1, "{}"
+	for _, f := range fields {
+		switch keys.classify([]byte(f.key)) {
+		case kName:
+			var name string
+			if !strings.HasPrefix(f.json, `"`) || unquoteJSON(f.json, &name) != nil {
+				return stepFail
+			}
+			tool = p.lookup([]byte(name))
+		case kArgs:
+			if !strings.HasPrefix(f.json, "{") {
+				return stepFail
+			}
+			args = f.json
+		case kUnknown:
+			return stepFail
+		}
+	}
+	if tool < 0 {
+		return stepFail
+	}
+	p.cur = p.obj.start + r.i
+	p.tool = tool
+	p.commit()
+	p.argText(args)
+	p.endCall(false)
+	return stepNext
+}
+
 func isIdent(c byte) bool {
 	return c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
 }
@@ -610,107 +665,50 @@ func pyCallArgs(s string) (string, bool) {
 	if !strings.HasSuffix(s, ")") {
 		return "", false
 	}
-	s = s[:len(s)-1]
+	r := pyReader{s: s}
 	var b strings.Builder
 	b.WriteByte('{')
-	i := 0
-	for first := true; ; first = false {
-		i += skipSpace(s[i:])
-		if !first && i < len(s) {
-			if s[i] != ',' {
-				return "", false
-			}
-			i++
-			i += skipSpace(s[i:])
+	for n := 0; ; n++ {
+		r.space()
+		if r.i >= len(s) {
+			return "", false
 		}
-		if i == len(s) {
+		if s[r.i] == ')' {
 			break
 		}
-		j := i
+		if n > 0 {
+			if s[r.i] != ',' {
+				return "", false
+			}
+			r.i++
+			r.space()
+			if r.i < len(s) && s[r.i] == ')' {
+				break
+			}
+			b.WriteString(", ")
+		}
+		j := r.i
 		for j < len(s) && isIdent(s[j]) {
 			j++
 		}
-		if j == i {
+		if j == r.i {
 			return "", false
 		}
-		key := s[i:j]
-		i = j + skipSpace(s[j:])
-		if i == len(s) || s[i] != '=' {
-			return "", false
-		}
-		i++
-		i += skipSpace(s[i:])
-		val, n, ok := pyLiteral(s[i:])
-		if !ok {
-			return "", false
-		}
-		i += n
-		if b.Len() > 1 {
-			b.WriteString(", ")
-		}
-		writeJSONString(&b, key, false)
+		writeJSONString(&b, s[r.i:j], false)
 		b.WriteString(": ")
-		b.WriteString(val)
+		r.i = j
+		r.space()
+		if r.i >= len(s) || s[r.i] != '=' {
+			return "", false
+		}
+		r.i++
+		if r.value(&b, 1) != pyOK {
+			return "", false
+		}
+	}
+	if r.i != len(s)-1 {
+		return "", false
 	}
 	b.WriteByte('}')
 	return b.String(), true
-}
-
-// pyLiteral reads a Python literal (a string, a number, True, False, None)
-// at the start of s and returns it as JSON and its length.
-func pyLiteral(s string) (string, int, bool) {
-	for _, kw := range [...][2]string{{"True", "true"}, {"False", "false"}, {"None", "null"}} {
-		if strings.HasPrefix(s, kw[0]) && (len(s) == len(kw[0]) || !isIdent(s[len(kw[0])])) {
-			return kw[1], len(kw[0]), true
-		}
-	}
-	if s == "" {
-		return "", 0, false
-	}
-	if q := s[0]; q == '"' || q == '\'' {
-		var v []byte
-		for i := 1; i < len(s); i++ {
-			c := s[i]
-			switch {
-			case c == q:
-				var b strings.Builder
-				writeJSONString(&b, string(v), false)
-				return b.String(), i + 1, true
-			case c == '\\' && i+1 < len(s):
-				i++
-				switch s[i] {
-				case 'n':
-					v = append(v, '\n')
-				case 't':
-					v = append(v, '\t')
-				case 'r':
-					v = append(v, '\r')
-				case '\\', '\'', '"':
-					v = append(v, s[i])
-				default:
-					v = append(v, '\\', s[i])
-				}
-			default:
-				v = append(v, c)
-			}
-		}
-		return "", 0, false
-	}
-	var sc jsonScan
-	sc.reset()
-	for i := 0; i < len(s); i++ {
-		if s[i] != '-' && (s[i] < '0' || s[i] > '9') && s[i] != '.' && s[i] != 'e' && s[i] != 'E' && s[i] != '+' {
-			if i > 0 && sc.complete() {
-				return s[:i], i, true
-			}
-			return "", 0, false
-		}
-		if sc.step(s[i]) == scanError {
-			return "", 0, false
-		}
-	}
-	if sc.complete() {
-		return s, len(s), true
-	}
-	return "", 0, false
 }

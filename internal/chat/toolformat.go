@@ -41,6 +41,8 @@ type callKeys struct {
 	name  []string // the function's name
 	args  []string // its arguments
 	other []string // allowed, skipped (an id, "type": "function")
+	// python: the object may be a Python dict ({'name': …}), read whole.
+	python bool
 }
 
 // trigger is a string that, in content, starts a tool-call section (prog
@@ -76,7 +78,7 @@ type toolFormat struct {
 }
 
 var (
-	hermesKeys  = &callKeys{name: []string{"name"}, args: []string{"arguments", "parameters"}}
+	hermesKeys  = &callKeys{name: []string{"name"}, args: []string{"arguments", "parameters"}, python: true}
 	llamaKeys   = &callKeys{name: []string{"name"}, args: []string{"parameters", "arguments"}, other: []string{"type"}}
 	mistralKeys = &callKeys{name: []string{"name"}, args: []string{"arguments"}, other: []string{"id"}}
 	r7bKeys     = &callKeys{name: []string{"tool_name"}, args: []string{"parameters"}, other: []string{"tool_call_id"}}
