@@ -117,9 +117,9 @@ func WriteJSON(w http.ResponseWriter, status int, v any) error {
 
 // AppendJSONString appends s as a JSON string literal (quotes included),
 // escaping as encoding/json does except that it leaves <, > and & alone.
-// Invalid UTF-8 becomes U+FFFD. It lets hot paths build JSON without
-// reflection or allocation.
-func AppendJSONString(dst []byte, s string) []byte {
+// Invalid UTF-8 becomes U+FFFD. It takes a string or a byte slice and lets
+// hot paths build JSON without reflection or allocation.
+func AppendJSONString[T ~string | ~[]byte](dst []byte, s T) []byte {
 	const hex = "0123456789abcdef"
 	dst = append(dst, '"')
 	start := 0
@@ -147,7 +147,7 @@ func AppendJSONString(dst []byte, s string) []byte {
 			start = i
 			continue
 		}
-		r, size := utf8.DecodeRuneInString(s[i:])
+		r, size := decodeRune(s[i:])
 		if r == utf8.RuneError && size == 1 {
 			dst = append(dst, s[start:i]...)
 			dst = append(dst, "\ufffd"...)
@@ -205,4 +205,15 @@ func (d *Duration) setSeconds(secs float64) error {
 	}
 	*d = Duration(secs * float64(time.Second))
 	return nil
+}
+
+// decodeRune decodes the first rune of a string or byte slice.
+func decodeRune[T ~string | ~[]byte](s T) (rune, int) {
+	switch v := any(s).(type) {
+	case string:
+		return utf8.DecodeRuneInString(v)
+	case []byte:
+		return utf8.DecodeRune(v)
+	}
+	return utf8.DecodeRuneInString(string(s))
 }

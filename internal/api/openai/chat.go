@@ -305,7 +305,7 @@ func (s *chatStream) flushDelta(i int) {
 	comma := false
 	if len(d.content) > 0 || len(d.reasoning) == 0 {
 		b = append(b, `"content":`...)
-		b = api.AppendJSONString(b, string(d.content))
+		b = api.AppendJSONString(b, d.content)
 		comma = true
 	}
 	if len(d.reasoning) > 0 {
@@ -313,7 +313,7 @@ func (s *chatStream) flushDelta(i int) {
 			b = append(b, ',')
 		}
 		b = append(b, `"reasoning_content":`...)
-		b = api.AppendJSONString(b, string(d.reasoning))
+		b = api.AppendJSONString(b, d.reasoning)
 	}
 	b = append(b, `},"logprobs":`...)
 	if len(d.lps) > 0 {
