@@ -146,6 +146,9 @@ type Options struct {
 	NoModel bool
 	// Wrap, when set, wraps the backend (e.g. with a fake that fails).
 	Wrap func(api.Backend) api.Backend
+	// Template, when set, is the chat template source used instead of the
+	// model's (e.g. a reasoning model's, from SharedDir/testdata).
+	Template string
 }
 
 // Env is a running test server.
@@ -172,7 +175,11 @@ func New(t testing.TB, o Options) *Env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl, err := chat.Parse(tok.ChatTemplate())
+	src := tok.ChatTemplate()
+	if o.Template != "" {
+		src = o.Template
+	}
+	tmpl, err := chat.Parse(src)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,8 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -352,5 +354,59 @@ func TestSegmentsAndHints(t *testing.T) {
 	}
 	if sys := env.Tokenizer.Decode(r.Prompt[:r.Segments[0].End]); !strings.Contains(sys, "</tools>") || strings.Contains(sys, "Use a tool") {
 		t.Fatalf("persistent segment is %q", sys)
+	}
+}
+
+// TestReasoning serves a DeepSeek R1 distill template, whose generation
+// prompt opens <think>: the output is reasoning until </think>. The random
+// model never closes it, so everything it writes is reasoning_content.
+func TestReasoning(t *testing.T) {
+	src, err := os.ReadFile(filepath.Join(apitest.SharedDir(t), "testdata", "chat-templates", "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := newEnv(t, apitest.Options{Template: string(src)})
+	body := map[string]any{"model": apitest.ModelName, "messages": []map[string]any{
+		{"role": "user", "content": "Think first."},
+		{"role": "assistant", "content": "Done.", "reasoning_content": "Earlier thoughts."},
+		{"role": "user", "content": "Again."},
+	}, "max_tokens": 12, "temperature": 0}
+	var resp chatResp
+	postOK(t, env.URL("/v1/chat/completions"), body, &resp)
+	msg := resp.Choices[0].Message
+	if msg.ReasoningContent == "" || (msg.Content != nil && *msg.Content != "") {
+		t.Fatalf("reasoning %q, content %v", msg.ReasoningContent, msg.Content)
+	}
+	if got := resp.Usage.CompletionTokensDetails.ReasoningTokens; got != resp.Usage.CompletionTokens {
+		t.Fatalf("reasoning tokens %d of %d", got, resp.Usage.CompletionTokens)
+	}
+	prompt := env.Tokenizer.Decode(env.Recorder.Last(t).Prompt)
+	if !strings.HasSuffix(prompt, "<think>\n") {
+		t.Fatalf("prompt does not open reasoning: %q", prompt)
+	}
+
+	body["stream"] = true
+	_, data, _ := post(t, env.URL("/v1/chat/completions"), body)
+	_, events := sseEvents(t, data)
+	var sb strings.Builder
+	for _, ev := range events[:len(events)-1] {
+		var chunk struct {
+			Choices []struct {
+				Delta struct {
+					Content          string `json:"content"`
+					ReasoningContent string `json:"reasoning_content"`
+				} `json:"delta"`
+			} `json:"choices"`
+		}
+		_ = json.Unmarshal([]byte(ev), &chunk)
+		for _, c := range chunk.Choices {
+			if c.Delta.Content != "" {
+				t.Fatalf("content delta in reasoning: %s", ev)
+			}
+			sb.WriteString(c.Delta.ReasoningContent)
+		}
+	}
+	if sb.String() != msg.ReasoningContent {
+		t.Fatalf("streamed reasoning %q, non-streamed %q", sb.String(), msg.ReasoningContent)
 	}
 }
