@@ -398,6 +398,17 @@ type Timings struct {
 	TTFTMS float64 `json:"ttft_ms"`
 	// EngineMS is the time spent waiting for the engine's outputs.
 	EngineMS float64 `json:"engine_ms"`
+	// QueueMS is the time the request waited for admission in the engine,
+	// when the backend's stream reports it (see queueTimer).
+	QueueMS *float64 `json:"queue_ms,omitempty"`
+}
+
+// queueTimer is implemented by backend streams that know how long their
+// request waited for admission (the engine's Stream will; a router's may
+// not). It is discovered by type assertion so the API needs no change
+// when a backend gains it.
+type queueTimer interface {
+	QueueTime() time.Duration
 }
 
 // Overhead is the call's own time so far: wall time minus time blocked on
@@ -409,6 +420,12 @@ func (c *Call) Timings() Timings {
 	t := Timings{OverheadMS: ms(c.Overhead()), EngineMS: ms(c.blocked)}
 	if !c.first.IsZero() {
 		t.TTFTMS = ms(c.first.Sub(c.start))
+	}
+	if c.run != nil {
+		if qt, ok := any(c.run.stream).(queueTimer); ok {
+			q := ms(qt.QueueTime())
+			t.QueueMS = &q
+		}
 	}
 	return t
 }
