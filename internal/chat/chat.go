@@ -34,6 +34,17 @@
 // The golden tests render every template in shared/testdata/chat-templates
 // and compare with files produced by Python's Jinja2 itself
 // (testdata/gen_golden.py).
+//
+// # The other direction: what the model writes back
+//
+// Template.NewParser returns a StreamParser that turns a generation, as it
+// is detokenized, into content, reasoning and tool-call events in the
+// family's own syntax (<tool_call>…</tool_call>, [TOOL_CALLS][…],
+// <function=…>, <think>…</think> and the rest; see parse.go and
+// toolformat.go). Tool-call arguments are the model's own bytes, so
+// rendering the parsed turn back gives the generated text again — the same
+// tokens, the same KV blocks. Template.ForcedCall gives the text a
+// grammar-forced call must have in that syntax.
 package chat
 
 import (

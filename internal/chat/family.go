@@ -3,8 +3,8 @@ package chat
 import "strings"
 
 // Template families, as returned by Template.Family. A family names a prompt
-// layout and, above all, the way the model writes tool calls, which the API
-// layer parses per family.
+// layout and, above all, the way the model writes tool calls, which
+// Template.NewParser parses per family (toolformat.go).
 const (
 	// FamilyChatML: <|im_start|>role … <|im_end|>, no tool-call syntax (also
 	// the fallback template).

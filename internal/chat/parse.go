@@ -1,6 +1,6 @@
 package chat
 
-// # Parsing what a model generates
+// Parsing what a model generates.
 //
 // A model answers in its own syntax: reasoning between tags, plain text, and
 // tool calls written the way its fine-tune taught it (<tool_call>{…}</tool_call>,
@@ -25,11 +25,13 @@ package chat
 //     template that prints arguments as text then gives back the very tokens
 //     the model generated, so their KV blocks are reused. Only where the
 //     model wrote no JSON object do we write one: arguments given as a JSON
-//     string are decoded, a missing "arguments" key gives {}, and Llama's
+//     string are decoded; a missing "arguments" key gives {}; a call written
+//     as a Python dict (Hermes 2 Pro) is converted, once complete; Llama's
 //     built-in calls and raw code after <|python_tag|> become objects.
 //
 // Whitespace next to structure (tags, calls) is dropped; whitespace between
-// content bytes is kept. Every other input byte is in exactly one event.
+// content bytes is kept. Every other input byte is either in exactly one
+// event or part of a tag or of a tool call's syntax.
 
 import (
 	"errors"
@@ -53,6 +55,7 @@ const (
 	ToolCallEnd
 )
 
+// String returns the kind's name, as in "tool_call_args".
 func (k EventKind) String() string {
 	switch k {
 	case Content:
@@ -75,7 +78,7 @@ type Event struct {
 	// Text is the delta of Content, Reasoning and ToolCallArgs events.
 	Text string
 	// Index is the tool call's index within this response (0, 1, … for
-	// parallel calls), for the three tool-call kinds.
+	// parallel calls), on the three tool-call kinds (0 on the others).
 	Index int
 	// ID is the call's id, on ToolCallBegin: generated, in the family's
 	// style ("call_" and 24 alphanumerics; 9 alphanumerics for Mistral,
@@ -107,7 +110,8 @@ type ParseOptions struct {
 	ParseReasoning bool
 	// Forced: the request forced a tool call (tool_choice "required" or a
 	// named function). Finish reports ErrNoToolCall if the output holds no
-	// complete call.
+	// complete call. Calls are read only outside reasoning: with
+	// ReasoningOpen, the forced output must close the reasoning first.
 	Forced bool
 	// NewID, if set, makes the tool-call ids (tests; deterministic replays).
 	NewID func() string
@@ -270,7 +274,8 @@ func (p *StreamParser) compact() {
 	}
 }
 
-// emit sends buf[out:end] as a Content or Reasoning event.
+// emit sends buf[out:end] as an event of the kind (Content, Reasoning or
+// ToolCallArgs).
 func (p *StreamParser) emit(kind EventKind, end int) {
 	if end <= p.out {
 		return

@@ -623,3 +623,31 @@ func BenchmarkStreamParser(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(toks)), "ns/token")
 }
+
+// TestForcedAfterReasoning documents how a forced call meets an open
+// reasoning block: the call counts only after the close tag.
+func TestForcedAfterReasoning(t *testing.T) {
+	tmpl := parseShared(t, "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B")
+	tool := Tool{Name: "search"}
+	prefix, suffix, err := tmpl.ForcedCall(tool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, closeTag, _ := tmpl.ReasoningTags()
+	o := ParseOptions{Tools: []Tool{tool}, ReasoningOpen: true, ParseReasoning: true, Forced: true}
+	m, err := tmpl.ParseMessage("ok"+closeTag+prefix+`{"q": 1}`+suffix, o)
+	if err != nil || len(m.ToolCalls) != 1 || m.ReasoningContent != "ok" || m.ToolCalls[0].Arguments != `{"q": 1}` {
+		t.Fatalf("closed reasoning: %+v %v", m, err)
+	}
+	if _, err := tmpl.ParseMessage(prefix+`{"q": 1}`+suffix, o); !errors.Is(err, ErrNoToolCall) {
+		t.Fatalf("call inside reasoning: err %v, want ErrNoToolCall", err)
+	}
+	var b MessageBuilder
+	p := tmpl.NewParser(ParseOptions{Tools: []Tool{tool}})
+	b.Add(p.Push(prefix + `{"q": `)...)
+	evs, err := p.Finish()
+	b.Add(evs...)
+	if err != nil || !b.Broken(0) || b.Broken(1) || b.Message().ToolCalls[0].Arguments != `{"q": ` {
+		t.Fatalf("truncated call: %+v %v", b.Message(), err)
+	}
+}
