@@ -159,7 +159,11 @@ func (c *Call) Start(req *Request) (*Run, error) {
 		return nil, err
 	}
 	if len(p.Tokens) >= m.ContextLength {
-		return nil, &Error{Code: CodeTooLarge, Param: "messages",
+		param := "messages"
+		if req.Messages == nil {
+			param = "prompt"
+		}
+		return nil, &Error{Code: CodeTooLarge, Param: param,
 			Message: "the prompt is " + itoa(len(p.Tokens)) + " tokens; this model's context holds " + itoa(m.ContextLength) + " tokens in all (prompt plus output)"}
 	}
 	maxTokens := m.ContextLength - len(p.Tokens)

@@ -283,6 +283,10 @@ func statusLabel(code int) string {
 	return "other"
 }
 
+// statusClientClosed labels requests whose client went away before an
+// answer (nginx's 499).
+const statusClientClosed = 499
+
 // recorder notes the status a handler wrote.
 type recorder struct {
 	http.ResponseWriter
@@ -349,6 +353,12 @@ func (c *Call) Decode(v any) error { return DecodeJSON(c.R, v) }
 // fail writes err in the dialect's shape if nothing was written yet, and
 // logs internal errors.
 func (c *Call) fail(err error) {
+	if c.R.Context().Err() != nil && !c.rec.wrote {
+		// The client went away: nobody to answer. Counted as 499, as
+		// proxies do.
+		c.rec.status = statusClientClosed
+		return
+	}
 	e := AsError(err)
 	if e.Code == CodeInternal {
 		c.server.log.Error("api: request failed", "path", c.R.URL.Path, "err", err)

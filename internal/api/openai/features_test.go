@@ -3,6 +3,7 @@ package openai
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"math"
@@ -204,6 +205,31 @@ func TestClientDisconnectFreesBlocks(t *testing.T) {
 	if n := len(env.Recorder.Requests()); n != 1 {
 		t.Fatalf("%d backend requests", n)
 	}
+
+	// Non-streamed: the client gives up while the server is generating.
+	body, _ = json.Marshal(map[string]any{"model": apitest.ModelName, "messages": userMsg("Long answer."), "max_tokens": 3000, "ignore_eos": true})
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ = http.NewRequestWithContext(ctx, "POST", env.URL("/v1/chat/completions"), bytes.NewReader(body))
+	done := make(chan error, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		done <- err
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for env.Engine.Now().KV.Active == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the request never ran")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err == nil {
+		t.Fatal("the cancelled request succeeded")
+	}
+	env.WaitIdle(t)
 }
 
 func TestCompletions(t *testing.T) {
