@@ -20,6 +20,32 @@
 // JSON; it registers its routes through the Dialect interface and writes
 // errors from the one table in errors.go in its own shape.
 //
+// # Writing a dialect
+//
+// A dialect is a type with Name, Routes and WriteError (Dialect), registered
+// with Server.Register; serve registers each one. A route handler gets a
+// *Call and, typically:
+//
+//	var body myRequest
+//	if err := c.Decode(&body); err != nil { return err } // 400/413 as *Error
+//	req := &api.Request{Model: body.Model, Messages: …, MaxTokens: …}
+//	if err := body.Kvserve.Apply(req); err != nil { return err } // the kvserve hints
+//	run, err := c.Start(req) // render, tokenize, segment, constrain, submit
+//	if err != nil { return err } // written by the dialect's WriteError
+//	// non-streamed: choices, err := run.Collect()
+//	// streamed: sse := api.NewSSE(c.W); for { evs, err := run.Next(); …; sse.Flush() }
+//	usage, timings := run.Usage(), c.Timings() // cached tokens, overhead_ms
+//
+// Errors returned before anything is written are written by the dialect's
+// WriteError with the status from the error table (errors.go: one row per
+// Code with each dialect's type string); AsError maps engine and decoding
+// errors onto codes. Call.Tokenize counts a prompt's tokens without running
+// it. Request.Breakpoints carries cache_control-style breakpoints; Hints the
+// session, retention and TTL. Authentication (Bearer, x-api-key,
+// x-goog-api-key, ?key=) happens before the handler: Call.Identity.Tenant is
+// the engine scope. A dialect that owns a path prefix implements Claimer so
+// that unknown routes under it get its 404 shape.
+//
 // # Overhead accounting
 //
 // Every request's wall time is split into the time spent blocked waiting for
