@@ -61,7 +61,7 @@ type Init int
 const (
 	InitNormal    Init = iota // N(0, Std²): weight matrices
 	InitNorm                  // 1 + 0.1·N(0,1): norm weights, not all ones so a missing multiply shows
-	InitBias                  // N(0, 0.5²): attention biases
+	InitBias                  // N(0, Std²): attention biases
 	InitRopeFreqs             // Llama 3 rope scaling factors, computed, not random
 )
 
@@ -119,6 +119,17 @@ func Plan(s *Shape, ft FileType) ([]TensorSpec, error) {
 	if s.WeightStd == 0 {
 		qkGain = attentionGain
 	}
+	// Biases are a fifth of the typical size of the projection they are
+	// added to (whose elements have std gain × 1 for a unit-scale input);
+	// the tiny shapes keep the shared tiny-qwen2's N(0, 0.5²). A bias as
+	// large as the projection itself would add the same vector to every
+	// position's value and make all positions' outputs alike.
+	biasStd := func(gain float64) float64 {
+		if s.WeightStd != 0 {
+			return 0.5
+		}
+		return 0.2 * gain
+	}
 	outStd := s.WeightStd
 	if outStd == 0 {
 		outStd = logitStd(s.Vocab) / math.Sqrt(float64(e))
@@ -142,9 +153,9 @@ func Plan(s *Shape, ft FileType) ([]TensorSpec, error) {
 		add(p+"attn_k.weight", InitNormal, qkGain*std(e), e, kvDim)
 		add(p+"attn_v.weight", InitNormal, std(e), e, kvDim)
 		if s.QKVBias {
-			add(p+"attn_q.bias", InitBias, 0, qDim)
-			add(p+"attn_k.bias", InitBias, 0, kvDim)
-			add(p+"attn_v.bias", InitBias, 0, kvDim)
+			add(p+"attn_q.bias", InitBias, biasStd(qkGain), qDim)
+			add(p+"attn_k.bias", InitBias, biasStd(qkGain), kvDim)
+			add(p+"attn_v.bias", InitBias, biasStd(1), kvDim)
 		}
 		if s.QKNorm {
 			add(p+"attn_q_norm.weight", InitNorm, 0, uint64(s.HeadDim))

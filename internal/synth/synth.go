@@ -19,8 +19,9 @@
 // Values: weight matrices N(0, σ²) with σ = 1/√fan_in, which keeps each
 // layer's output at the scale of its input; the classifier (token_embd when
 // tied) gets σ = logitStd(vocab)/√n_embd so that the median top-1 probability
-// is about 0.15 rather than ~1 or uniform; norm weights 1 + 0.1·N(0,1) and
-// biases N(0, 0.5²) as in the shared tiny models (whose shapes use their flat
+// is about 0.15 rather than ~1 or uniform; norm weights 1 + 0.1·N(0,1) as in the shared tiny
+// models, biases a fifth of their projection's scale (N(0, 0.5²) in the tiny
+// shapes, as in tiny-qwen2) (whose shapes use their flat
 // σ = 0.15).
 package synth
 
@@ -319,7 +320,7 @@ func (g *generator) chunk(t *TensorSpec, c, first, n int) ([]byte, error) {
 			case InitNorm:
 				src[i] = float32(1 + 0.1*x)
 			case InitBias:
-				src[i] = float32(0.5 * x)
+				src[i] = float32(t.Std * x)
 			default:
 				src[i] = float32(t.Std * x)
 			}

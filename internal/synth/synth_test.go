@@ -236,8 +236,6 @@ func checkStats(t *testing.T, m *Model, f *gguf.File) {
 		switch spec.Init {
 		case InitNorm:
 			wantMean, wantSD = 1, 0.1
-		case InitBias:
-			wantSD = 0.5
 		case InitRopeFreqs:
 			continue
 		}
@@ -625,5 +623,44 @@ func TestCancel(t *testing.T) {
 	}})
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("error %v, want context.Canceled", err)
+	}
+}
+
+// TestInitScales pins the value scales: the tiny shapes use the shared tiny
+// models' σ (0.15 weights, 0.5 biases); the real shapes the fan-in rule.
+func TestInitScales(t *testing.T) {
+	std := func(shape, name string) float64 {
+		s := mustShape(t, shape, "")
+		ts, err := Plan(&s, FileF32)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range ts {
+			if ts[i].Name == name {
+				return ts[i].Std
+			}
+		}
+		t.Fatalf("%s has no %s", shape, name)
+		return 0
+	}
+	near := func(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
+	for _, c := range []struct {
+		shape, name string
+		want        float64
+	}{
+		{"tiny-qwen2", "blk.0.attn_q.bias", 0.5},
+		{"tiny-qwen2", "blk.1.attn_v.bias", 0.5},
+		{"tiny", "blk.0.attn_q.weight", 0.15},
+		{"tiny", "output.weight", 0.15},
+		{"qwen2.5-0.5b", "blk.0.attn_q.bias", 0.4},
+		{"qwen2.5-0.5b", "blk.0.attn_v.bias", 0.2},
+		{"qwen2.5-0.5b", "blk.0.attn_v.weight", 1 / math.Sqrt(896)},
+		{"qwen2.5-0.5b", "blk.0.attn_k.weight", 2 / math.Sqrt(896)},
+		{"llama-3.2-1b", "blk.3.ffn_down.weight", 1 / math.Sqrt(8192)},
+		{"llama-3.2-1b", "token_embd.weight", logitStd(128256) / math.Sqrt(2048)},
+	} {
+		if got := std(c.shape, c.name); !near(got, c.want) {
+			t.Errorf("%s %s: σ %g, want %g", c.shape, c.name, got, c.want)
+		}
 	}
 }
