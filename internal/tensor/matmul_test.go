@@ -353,6 +353,52 @@ func TestMatMulIntegerExactK(t *testing.T) {
 	}
 }
 
+// TestMatMulBatchInvariant checks that a token's outputs are bit-identical
+// whatever else is in the batch and however the work is split: alone, in
+// batches of every tile shape (single-row and four-row kernels, one or many
+// token chunks) and with 1–3 threads. The model's prefix caching and chunked
+// prefill rely on it.
+func TestMatMulBatchInvariant(t *testing.T) {
+	rng := rand.New(rand.NewPCG(25, 26))
+	pools := []*Pool{NewPool(1), NewPool(2), NewPool(3)}
+	defer func() {
+		for _, p := range pools {
+			p.Close()
+		}
+	}()
+	for _, typ := range allTypes {
+		cols := 512
+		if typ.BlockSize() == 1 {
+			cols = 300 // a column tail for the float kernels
+		}
+		const rows, n = 37, 150
+		m, _ := randMatrix(t, rng, typ, rows, cols)
+		x := randVec(rng, n*cols, 1)
+		for _, level := range availableISAs() {
+			kern := kernelAt(typ, level)
+			want := make([]float32, n*rows)
+			for tok := 0; tok < n; tok++ {
+				pools[0].matMul(want[tok*rows:(tok+1)*rows], m, x[tok*cols:(tok+1)*cols], 1, kern)
+			}
+			for _, p := range pools {
+				for _, batch := range []int{2, 3, 4, 5, 16, 17, 64, 150} {
+					got := make([]float32, n*rows)
+					for t0 := 0; t0 < n; t0 += batch {
+						nb := min(batch, n-t0)
+						p.matMul(got[t0*rows:(t0+nb)*rows], m, x[t0*cols:(t0+nb)*cols], nb, kern)
+					}
+					for i := range got {
+						if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+							t.Fatalf("%v %v threads=%d batch=%d: token %d row %d = %v, alone %v",
+								level, typ, p.Threads(), batch, i/rows, i%rows, got[i], want[i])
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
 func TestMatMulReusesConversion(t *testing.T) {
 	rng := rand.New(rand.NewPCG(17, 18))
 	p := NewPool(2)

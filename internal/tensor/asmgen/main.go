@@ -73,12 +73,15 @@ func reduceStoreTmp(a *asm, R, t, tmp int) {
 		a.p("VMOVUPS X%d, (CX)", acc(0))
 		return
 	}
+	// Fewer than four rows: the same order of additions per accumulator as
+	// above, ((l0+l1)+(l2+l3)) + ((l4+l5)+(l6+l7)), so that a result does
+	// not depend on which tile computed it.
 	for r := 0; r < R; r++ {
 		x := acc(r)
+		a.p("VHADDPS Y%d, Y%d, Y%d", x, x, x)
+		a.p("VHADDPS Y%d, Y%d, Y%d", x, x, x)
 		a.p("VEXTRACTF128 $1, Y%d, X%d", x, tmp)
-		a.p("VADDPS X%d, X%d, X%d", tmp, x, x)
-		a.p("VHADDPS X%d, X%d, X%d", x, x, x)
-		a.p("VHADDPS X%d, X%d, X%d", x, x, x)
+		a.p("VADDSS X%d, X%d, X%d", tmp, x, x)
 		a.p("VMOVSS X%d, %d(CX)", x, 4*r)
 	}
 }
@@ -143,14 +146,12 @@ func q8Kernel(a *asm, d *decl, q4 bool, vnni bool, R, T int) {
 			a.p("VPBROADCASTD X14, Y14")
 		}
 	}
-	// Single-row kernels keep a second set of accumulators for the odd
-	// blocks so consecutive blocks do not wait on one FMA chain.
-	set := 0
-	acc := func(r, t int) int { return set*R*T + t*R + r }
+	// One accumulator per output, whatever the tile: every kernel adds a
+	// given output's block products in the same order, so results are
+	// bit-identical across tile shapes, batch sizes and thread counts
+	// (batch invariance, which prefix caching relies on).
+	acc := func(r, t int) int { return t*R + r }
 	nacc := R * T
-	if R == 1 {
-		nacc = 2 * T
-	}
 	a.label(name + "_group")
 	a.p("MOVQ y+24(FP), DI")
 	a.p("MOVQ d+40(FP), BX")
@@ -165,9 +166,6 @@ func q8Kernel(a *asm, d *decl, q4 bool, vnni bool, R, T int) {
 	sAddr := func(off, t int) string { return stride(off, "DX", "R12", "R13", t) }
 	// body emits block k (0 or 1) of an iteration, addressed by offsets.
 	body := func(k int) {
-		if R == 1 {
-			set = k
-		}
 		wo, yo, so := k*bsz, k*32, k*4
 		if vnni {
 			// Weights to unsigned bytes in Y16+r, scales in Y20+r.
@@ -251,10 +249,6 @@ func q8Kernel(a *asm, d *decl, q4 bool, vnni bool, R, T int) {
 		body(0)
 		advance(1)
 		a.label(name + "_done")
-		for t := 0; t < T; t++ {
-			a.p("VADDPS Y%d, Y%d, Y%d", T+t, t, t)
-		}
-		set = 0
 	} else {
 		a.label(name + "_block")
 		body(0)
@@ -289,8 +283,9 @@ func q8Kernel(a *asm, d *decl, q4 bool, vnni bool, R, T int) {
 // Arguments: w *byte, rowBytes, groups int, y *float32, yStride int,
 // steps int (columns / 8), dst *float32, ldBytes int.
 //
-// Single-row kernels process two 8-column steps per iteration into two
-// sets of accumulators, so that the FMA latency does not bound streaming.
+// Single-row kernels process two 8-column steps per iteration. Every kernel
+// keeps one accumulator per output and adds the steps in order, so results
+// do not depend on the tile shape (batch invariance).
 func floatKernel(a *asm, d *decl, typ string, R, T int) {
 	name := fmt.Sprintf("%sFMA_%dx%d", typ, R, T)
 	esz := map[string]int{"f32": 4, "f16": 2, "bf16": 2}[typ]
@@ -306,17 +301,12 @@ func floatKernel(a *asm, d *decl, typ string, R, T int) {
 	a.p("MOVQ dst+48(FP), AX")
 	a.p("MOVQ ldBytes+56(FP), R14")
 	a.p("MOVQ groups+16(FP), R15")
-	sets := 1
-	if R == 1 {
-		sets = 2
-	}
-	set := 0
-	acc := func(r, t int) int { return set*R*T + t*R + r }
-	wreg := func(r int) int { return sets*R*T + r }
+	unroll := R == 1
+	acc := func(r, t int) int { return t*R + r }
+	wreg := func(r int) int { return R*T + r }
 	rowAddr := func(off, r int) string { return stride(off, "SI", "R8", "R9", r) }
 	tokAddr := func(off, t int) string { return stride(off, "DI", "R10", "R11", t) }
 	body := func(k int) {
-		set = k
 		for r := 0; r < R; r++ {
 			switch typ {
 			case "f32":
@@ -338,10 +328,10 @@ func floatKernel(a *asm, d *decl, typ string, R, T int) {
 	a.p("MOVQ y+24(FP), DI")
 	a.p("MOVQ steps+40(FP), CX")
 	a.p("MOVQ SI, BX") // group start
-	for i := 0; i < sets*R*T; i++ {
+	for i := 0; i < R*T; i++ {
 		a.p("VXORPS Y%d, Y%d, Y%d", i, i, i)
 	}
-	if sets == 2 {
+	if unroll {
 		a.p("SHRQ $1, CX")
 		a.p("JZ %s_tail", name)
 		a.label(name + "_pair")
@@ -356,9 +346,6 @@ func floatKernel(a *asm, d *decl, typ string, R, T int) {
 		a.p("JZ %s_done", name)
 		body(0)
 		a.label(name + "_done")
-		for t := 0; t < T; t++ {
-			a.p("VADDPS Y%d, Y%d, Y%d", T+t, t, t)
-		}
 	} else {
 		a.label(name + "_step")
 		body(0)
@@ -367,7 +354,6 @@ func floatKernel(a *asm, d *decl, typ string, R, T int) {
 		a.p("DECQ CX")
 		a.p("JNZ %s_step", name)
 	}
-	set = 0
 	a.p("MOVQ AX, CX")
 	for t := 0; t < T; t++ {
 		reduceStore(a, R, t)
