@@ -100,7 +100,7 @@ var singleSets = func() (t [256]byteSet) {
 // maxLength, huge enums).
 const (
 	maxNFAStates = 1 << 21
-	maxDFAStates = 1 << 18
+	maxDFAStates = 1 << 17
 )
 
 // program is a grammar compiled to one DFA per rule over the alphabet
@@ -236,7 +236,7 @@ func (b *nfaBuilder) eps(targets ...int32) int32 {
 	return b.add(nstate{kind: nEps, eps: t})
 }
 
-var errTooLarge = fmt.Errorf("grammar: too large to compile (more than %d automaton states)", maxNFAStates)
+var errTooLarge = fmt.Errorf("too large to compile (more than %d automaton states)", maxNFAStates)
 
 // build returns the start of an automaton for n continuing at k, or -1 when
 // n matches nothing.
@@ -336,7 +336,7 @@ func (b *nfaBuilder) build1(n *node, k int32) (int32, error) {
 		}
 		return s, nil
 	}
-	return -1, fmt.Errorf("grammar: unknown node kind %d", n.kind)
+	return -1, fmt.Errorf("unknown node kind %d", n.kind)
 }
 
 // buildFresh is build for a repetition body: the continuation differs on
@@ -355,11 +355,11 @@ func (p *program) determinize(b *nfaBuilder, start int32) (int32, error) {
 		p.states = append(p.states, pstate{r0: int32(len(p.ranges)), r1: int32(len(p.ranges)), c0: int32(len(p.calls)), c1: int32(len(p.calls))})
 		return int32(len(p.states) - 1), nil
 	}
-	d := &dfaBuilder{b: b, ids: map[string]int32{}, mark: make([]uint32, len(b.st)), base: int32(len(p.states))}
+	d := &dfaBuilder{b: b, runMemo: map[*byteSet][][2]byte{}, ids: map[string]int32{}, mark: make([]uint32, len(b.st)), base: int32(len(p.states))}
 	first := d.state(p, []int32{start})
 	for i := 0; i < len(d.queue); i++ {
 		if len(p.states) > maxDFAStates {
-			return -1, fmt.Errorf("grammar: too large to compile (more than %d DFA states)", maxDFAStates)
+			return -1, fmt.Errorf("too large to compile (more than %d DFA states)", maxDFAStates)
 		}
 		id := d.base + int32(i)
 		set := d.queue[i]
@@ -375,7 +375,7 @@ func (p *program) determinize(b *nfaBuilder, start int32) (int32, error) {
 		// Byte transitions: cut 0..255 at every boundary of every set.
 		var cut [257]bool
 		for _, s := range byteStates {
-			for _, r := range b.st[s].set.runs() {
+			for _, r := range d.runs(b.st[s].set) {
 				cut[r[0]] = true
 				cut[int(r[1])+1] = true
 			}
@@ -423,7 +423,8 @@ func (p *program) determinize(b *nfaBuilder, start int32) (int32, error) {
 }
 
 type dfaBuilder struct {
-	b     *nfaBuilder
+	b       *nfaBuilder
+	runMemo map[*byteSet][][2]byte
 	ids   map[string]int32
 	queue [][]int32
 	mark  []uint32
@@ -431,6 +432,16 @@ type dfaBuilder struct {
 	stack []int32
 	key   []byte
 	base  int32
+}
+
+// runs returns s.runs(), computed once per set.
+func (d *dfaBuilder) runs(s *byteSet) [][2]byte {
+	r, ok := d.runMemo[s]
+	if !ok {
+		r = s.runs()
+		d.runMemo[s] = r
+	}
+	return r
 }
 
 // state returns the DFA state for the ε-closure of seeds, creating it.
@@ -543,7 +554,7 @@ func (p *program) checkNullableCycles() error {
 			}
 			switch color[to] {
 			case grey:
-				return fmt.Errorf("grammar: left-recursive grammar (state %d reaches itself without consuming input)", to)
+				return fmt.Errorf("left-recursive grammar (state %d reaches itself without consuming input)", to)
 			case white:
 				color[to] = grey
 				stack = append(stack, frame{s: to})

@@ -36,6 +36,7 @@
 package grammar
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -231,11 +232,16 @@ func (g *Grammar) Check() error {
 	return err
 }
 
+// program compiles g once; errors carry the package prefix.
 func (g *Grammar) program() (*program, error) {
 	g.once.Do(func() {
-		g.prog, g.err = compileProgram(g.root)
-		if g.err == nil && !g.prog.satisfiable() {
-			g.err = fmt.Errorf("grammar: the grammar matches no text")
+		var err error
+		g.prog, err = compileProgram(g.root)
+		if err == nil && !g.prog.satisfiable() {
+			err = errors.New("the grammar matches no text")
+		}
+		if err != nil {
+			g.err = fmt.Errorf("grammar: %w", err)
 		}
 	})
 	return g.prog, g.err

@@ -168,6 +168,15 @@ func (a *automaton) stateInfo(q int32, w *walker, scratch []uint64) *stateInfo {
 		a.infos[q].Store(info)
 		return info
 	}
+	info := a.walkState(q, w, scratch)
+	a.v.cache.put(k, info)
+	a.infos[q].Store(info)
+	return info
+}
+
+// walkState walks the whole trie from state q with the bottom sentinel as
+// its caller; scratch is a vocabulary-sized bitset it may overwrite.
+func (a *automaton) walkState(q int32, w *walker, scratch []uint64) *stateInfo {
 	clear(scratch)
 	base := len(w.frames)
 	w.elems = append(w.elems[:0], elem{q, bottomFrame})
@@ -191,8 +200,6 @@ func (a *automaton) stateInfo(q int32, w *walker, scratch []uint64) *stateInfo {
 	} else {
 		info.bits = append([]uint64(nil), scratch...)
 	}
-	a.v.cache.put(k, info)
-	a.infos[q].Store(info)
 	return info
 }
 
@@ -336,6 +343,13 @@ func applyMask(logits []float32, mask []uint64) {
 		}
 		base := wi * 64
 		lim := min(64, len(logits)-base)
+		if word == 0 {
+			l := logits[base : base+lim]
+			for j := range l {
+				l[j] = ninf
+			}
+			continue
+		}
 		inv := ^word
 		if lim < 64 {
 			inv &= 1<<lim - 1

@@ -1,6 +1,7 @@
 package grammar
 
 import (
+	"errors"
 	"fmt"
 	"net/url"
 	"regexp"
@@ -66,7 +67,7 @@ func (o Options) FromJSONSchema(schema []byte) (*Grammar, error) {
 	}
 	g := newGrammar(n)
 	if err := g.Check(); err != nil {
-		return nil, fmt.Errorf("grammar: schema: %w", err)
+		return nil, fmt.Errorf("grammar: schema: %w", errors.Unwrap(err))
 	}
 	return g, nil
 }
@@ -252,7 +253,9 @@ func (c *schemaCompiler) compileObject(s *jnode, d int, path string) (*node, err
 		return alt(alts...), nil
 	}
 	if types == nil {
-		types = inferTypes(s)
+		if types = inferTypes(s); types == nil {
+			return c.b.value(d), nil
+		}
 	}
 	alts := make([]*node, 0, len(types))
 	for _, t := range types {
@@ -604,7 +607,7 @@ func (c *schemaCompiler) stringNode(s *jnode, path string) (*node, error) {
 func (c *schemaCompiler) numberNode(s *jnode, integer bool, path string) (*node, error) {
 	if m := s.get("multipleOf"); m != nil {
 		if !(integer && m.kind == 'n' && isIntegral(m.str) && strings.TrimLeft(strings.SplitN(m.str, ".", 2)[0], "0") == "1") && !c.o.Lenient {
-			return nil, c.errf(path, "multipleOf %s is not supported (only 1 for integers)", m.describe())
+			return nil, c.errf(path, "multipleOf %s is not supported (only multipleOf 1 with type integer)", m.describe())
 		}
 	}
 	var b bounds
