@@ -425,13 +425,13 @@ func (p *program) determinize(b *nfaBuilder, start int32) (int32, error) {
 type dfaBuilder struct {
 	b       *nfaBuilder
 	runMemo map[*byteSet][][2]byte
-	ids   map[string]int32
-	queue [][]int32
-	mark  []uint32
-	gen   uint32
-	stack []int32
-	key   []byte
-	base  int32
+	ids     map[string]int32
+	queue   [][]int32
+	mark    []uint32
+	gen     uint32
+	stack   []int32
+	key     []byte
+	base    int32
 }
 
 // runs returns s.runs(), computed once per set.

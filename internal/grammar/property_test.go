@@ -137,12 +137,12 @@ func TestRandomSamplingUnboundedStrings(t *testing.T) {
 
 // oval is a JSON value with object members in document order.
 type oval struct {
-	kind  byte // o a s n b z
-	str   string
-	b     bool
-	arr   []*oval
-	keys  []string
-	vals  []*oval
+	kind byte // o a s n b z
+	str  string
+	b    bool
+	arr  []*oval
+	keys []string
+	vals []*oval
 }
 
 func decodeOrdered(data []byte) (*oval, error) {
