@@ -226,8 +226,12 @@ func TestEventsStoredRemoved(t *testing.T) {
 // sequences and checks the pool's invariants and every live sequence's
 // content after each step.
 func TestRandomOperations(t *testing.T) {
-	for seed := uint64(1); seed <= 30; seed++ {
-		runRandomOps(t, seed, 400)
+	seeds, steps := uint64(30), 400
+	if testing.Short() {
+		seeds, steps = 6, 200
+	}
+	for seed := uint64(1); seed <= seeds; seed++ {
+		runRandomOps(t, seed, steps)
 	}
 }
 
