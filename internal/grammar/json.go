@@ -80,24 +80,44 @@ type jsonBuilder struct {
 	values  map[int]*rule
 }
 
-func newJSONBuilder(o Options) *jsonBuilder {
-	b := &jsonBuilder{o: o, values: map[int]*rule{}}
-	// Whitespace is a rule of its own rather than inlined: its bounded
-	// indentation takes MaxIndent states, which would otherwise be copied
-	// at every point of every rule where JSON allows whitespace.
-	switch n := o.maxIndent(); {
-	case n < 0:
-		b.ws = emptyNode
-	default:
-		b.ws = call(&rule{name: "ws", body: opt(alt(lit(" "), seq(lit("\n"), repeat(class(setOf(" \t")), 0, n))))})
-	}
-	b.str = &rule{name: "string", body: seq(lit(`"`), repeat(jsonChar(), 0, o.maxString()), lit(`"`))}
-	b.integer = &rule{name: "integer", body: integerNode()}
-	b.num = &rule{name: "number", body: seq(
+// Shared rules: immutable once built, so grammars built separately (a
+// schema inside a tool call object) reuse one automaton for each instead of
+// carrying copies. The whitespace and string rules depend on Options; the
+// defaults are shared, other settings get their own.
+var (
+	defaultIndent = Options{}.maxIndent()
+	sharedWS      = wsRule(defaultIndent)
+	sharedString  = stringRule(-1)
+	sharedNumber  = &rule{name: "number", body: seq(
 		integerNode(),
 		opt(seq(lit("."), repeat(class(rangeSet('0', '9')), 1, maxFracDigits))),
 		opt(seq(class(setOf("eE")), opt(class(setOf("+-"))), repeat(class(rangeSet('0', '9')), 1, maxExpDigits))),
 	)}
+	sharedInteger = &rule{name: "integer", body: integerNode()}
+)
+
+// wsRule is JSON whitespace as a rule of its own rather than inlined: its
+// bounded indentation takes maxIndent states, which would otherwise be
+// copied at every point of every rule where JSON allows whitespace.
+func wsRule(maxIndent int) *node {
+	return call(&rule{name: "ws", body: opt(alt(lit(" "), seq(lit("\n"), repeat(class(setOf(" \t")), 0, maxIndent))))})
+}
+
+func stringRule(maxLen int) *rule {
+	return &rule{name: "string", body: seq(lit(`"`), repeat(jsonChar(), 0, maxLen), lit(`"`))}
+}
+
+func newJSONBuilder(o Options) *jsonBuilder {
+	b := &jsonBuilder{o: o, values: map[int]*rule{}, num: sharedNumber, integer: sharedInteger, ws: sharedWS, str: sharedString}
+	switch n := o.maxIndent(); {
+	case n < 0:
+		b.ws = emptyNode
+	case n != defaultIndent:
+		b.ws = wsRule(n)
+	}
+	if n := o.maxString(); n >= 0 {
+		b.str = stringRule(n)
+	}
 	return b
 }
 

@@ -207,8 +207,8 @@ func (c *schemaCompiler) compileObject(s *jnode, d int, path string) (*node, err
 		if anyOf != nil {
 			return nil, c.errf(path, "anyOf together with oneOf is not supported")
 		}
-		if one.kind == 'a' && len(one.items) > 1 && !c.o.Lenient {
-			return nil, c.errf(path, "oneOf with several subschemas is not supported (Options.Lenient reads it as anyOf)")
+		if one.kind == 'a' && len(one.items) > 1 && !c.o.Lenient && !c.disjoint(one.items, path) {
+			return nil, c.errf(path, "oneOf is supported only when its subschemas are disjoint (different types, or a required const discriminator); Options.Lenient reads it as anyOf")
 		}
 		anyOf, key = one, "oneOf"
 	}
@@ -423,6 +423,82 @@ func (c *schemaCompiler) literalOK(v, s *jnode, types []string) bool {
 					return false
 				}
 			}
+		}
+	}
+	return true
+}
+
+// disjoint reports whether no value can satisfy two of the schemas, so
+// that oneOf means anyOf: either their types are pairwise disjoint, or all
+// are objects requiring one property whose schema is a const (or a
+// one-value enum) with a different value in each (a discriminated union).
+func (c *schemaCompiler) disjoint(schemas []*jnode, path string) bool {
+	deref := func(s *jnode) *jnode {
+		for range 32 {
+			ref := s.get("$ref")
+			if ref == nil || ref.kind != 's' {
+				return s
+			}
+			t, err := c.resolve(ref.str, path)
+			if err != nil {
+				return s
+			}
+			s = t
+		}
+		return s
+	}
+	// Pairwise disjoint types.
+	seen := map[string]bool{}
+	typed := true
+	for _, s := range schemas {
+		types, err := c.types(deref(s), path)
+		if err != nil || types == nil {
+			typed = false
+			break
+		}
+		for _, t := range types {
+			num := t == "number" || t == "integer"
+			if seen[t] || num && (seen["number"] || seen["integer"]) {
+				typed = false
+			}
+			seen[t] = true
+		}
+	}
+	if typed {
+		return true
+	}
+	// A discriminator property.
+	var name string
+	values := map[string]bool{}
+	for i, s := range schemas {
+		s = deref(s)
+		props := s.get("properties")
+		req := s.get("required")
+		if props == nil || req == nil || req.kind != 'a' {
+			return false
+		}
+		found := false
+		for j, k := range props.keys {
+			if i > 0 && k != name {
+				continue
+			}
+			v := deref(props.vals[j])
+			lit := v.get("const")
+			if e := v.get("enum"); lit == nil && e != nil && e.kind == 'a' && len(e.items) == 1 {
+				lit = e.items[0]
+			}
+			if lit == nil || !slices.ContainsFunc(req.items, func(r *jnode) bool { return r.kind == 's' && r.str == k }) {
+				continue
+			}
+			enc := string(lit.encode(nil))
+			if values[enc] {
+				return false
+			}
+			name, values[enc], found = k, true, true
+			break
+		}
+		if !found {
+			return false
 		}
 	}
 	return true

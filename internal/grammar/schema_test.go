@@ -71,6 +71,11 @@ func TestSchemaConformance(t *testing.T) {
 		{"anyOf objects sharing a prefix", Options{}, `{"anyOf":[{"type":"object","properties":{"k":{"const":"a"},"v":{"type":"integer"}},"required":["k","v"]},{"type":"object","properties":{"k":{"const":"b"},"v":{"type":"string"}},"required":["k","v"]}]}`, []tcase{
 			{`{"k":"a","v":1}`, true}, {`{"k":"b","v":"s"}`, true}, {`{"k":"a","v":"s"}`, false}, {`{"k":"b","v":1}`, false}}},
 		{"oneOf single", Options{}, `{"oneOf":[{"type":"integer"}]}`, []tcase{{`1`, true}, {`"1"`, false}}},
+		{"oneOf disjoint types", Options{}, `{"oneOf":[{"type":"integer"},{"type":["string","null"]}]}`, []tcase{{`1`, true}, {`"1"`, true}, {`null`, true}, {`true`, false}}},
+		{"oneOf discriminated", Options{}, `{"oneOf":[{"$ref":"#/$defs/cat"},{"$ref":"#/$defs/dog"}],"discriminator":{"propertyName":"pet"},"$defs":{
+			"cat":{"type":"object","properties":{"pet":{"const":"cat"},"meows":{"type":"boolean"}},"required":["pet","meows"]},
+			"dog":{"type":"object","properties":{"pet":{"enum":["dog"]},"barks":{"type":"boolean"}},"required":["pet","barks"]}}}`, []tcase{
+			{`{"pet":"cat","meows":true}`, true}, {`{"pet":"dog","barks":false}`, true}, {`{"pet":"dog","meows":true}`, false}}},
 		{"allOf single", Options{}, `{"allOf":[{"$ref":"#/$defs/x"}],"description":"d","$defs":{"x":{"type":"boolean"}}}`, []tcase{{`true`, true}, {`1`, false}}},
 		{"nullable", Options{}, `{"type":"integer","nullable":true}`, []tcase{{`1`, true}, {`null`, true}, {`"x"`, false}}},
 		{"ref defs", Options{}, `{"type":"object","properties":{"a":{"$ref":"#/$defs/pt"},"b":{"$ref":"#/definitions/n"}},"required":["a","b"],"$defs":{"pt":{"type":"array","items":{"type":"number"},"maxItems":2}},"definitions":{"n":{"enum":[1,2]}}}`, []tcase{
@@ -98,6 +103,8 @@ func TestSchemaConformance(t *testing.T) {
 			{`"123e4567-e89b-12d3-a456-426614174000"`, true}, {`"123e4567e89b12d3a456426614174000"`, false}}},
 		{"format email", Options{}, `{"type":"string","format":"email"}`, []tcase{
 			{`"a.b+c@example.co"`, true}, {`"a@b"`, false}, {`".a@b.co"`, false}, {`"a@-b.co"`, false}}},
+		{"format time", Options{}, `{"type":"string","format":"time"}`, []tcase{{`"23:59:59Z"`, true}, {`"12:00:00.5-07:00"`, true}, {`"24:00:00Z"`, false}, {`"12:00"`, false}}},
+		{"format hostname", Options{}, `{"type":"string","format":"hostname"}`, []tcase{{`"a-b.example"`, true}, {`"localhost"`, true}, {`"-a.b"`, false}, {`"a..b"`, false}}},
 		{"format ipv4", Options{}, `{"type":"string","format":"ipv4"}`, []tcase{{`"192.168.0.255"`, true}, {`"256.1.1.1"`, false}, {`"01.1.1.1"`, false}}},
 		{"unknown format ignored", Options{}, `{"type":"string","format":"color"}`, []tcase{{`"anything"`, true}}},
 		{"integer bounds", Options{}, `{"type":"integer","minimum":-5,"exclusiveMaximum":100}`, []tcase{
@@ -125,7 +132,9 @@ func TestSchemaErrors(t *testing.T) {
 		{`{"not":{"type":"null"}}`, `"not" is not supported`},
 		{`{"type":"array","uniqueItems":true}`, `"uniqueItems" is not supported`},
 		{`{"if":{},"then":{}}`, "not supported"},
-		{`{"oneOf":[{"type":"integer"},{"type":"string"}]}`, "oneOf with several subschemas"},
+		{`{"oneOf":[{"type":"integer"},{"type":"number"}]}`, "oneOf is supported only when"},
+		{`{"oneOf":[{"properties":{"k":{"const":1}},"required":["k"]},{"properties":{"k":{"const":1}},"required":["k"]}]}`, "oneOf is supported only when"},
+		{`{"oneOf":[{"properties":{"k":{"const":1}}},{"properties":{"k":{"const":2}}}]}`, "oneOf is supported only when"},
 		{`{"allOf":[{"type":"integer"},{"minimum":1}]}`, "allOf is supported only"},
 		{`{"$ref":"other.json#/a"}`, "only references inside the schema"},
 		{`{"$ref":"#/$defs/missing"}`, "no such schema"},
