@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/bits"
 	"slices"
-	"strconv"
 	"strings"
 )
 
@@ -187,7 +186,6 @@ const (
 	nByte
 	nCall
 	nAccept
-	nDead
 )
 
 type nstate struct {
@@ -318,7 +316,7 @@ func (b *nfaBuilder) build1(n *node, k int32) (int32, error) {
 				if b.total++; b.total > maxNFAStates {
 					return -1, errTooLarge
 				}
-				body, err := b.buildFresh(x, s)
+				body, err := b.build(x, s)
 				if err != nil {
 					return -1, err
 				}
@@ -330,19 +328,13 @@ func (b *nfaBuilder) build1(n *node, k int32) (int32, error) {
 				return -1, errTooLarge
 			}
 			var err error
-			if s, err = b.buildFresh(x, s); err != nil {
+			if s, err = b.build(x, s); err != nil {
 				return -1, err
 			}
 		}
 		return s, nil
 	}
 	return -1, fmt.Errorf("unknown node kind %d", n.kind)
-}
-
-// buildFresh is build for a repetition body: the continuation differs on
-// every copy, so memoization cannot help and is skipped.
-func (b *nfaBuilder) buildFresh(n *node, k int32) (int32, error) {
-	return b.build(n, k)
 }
 
 // determinize runs the subset construction for one rule's NFA and appends
@@ -609,28 +601,4 @@ func rangeIntersects(s *byteSet, lo, hi byte) bool {
 		}
 	}
 	return false
-}
-
-// describe renders the program's automata, for debugging and tests.
-func (p *program) describe() string {
-	var sb strings.Builder
-	for r, s := range p.ruleStart {
-		fmt.Fprintf(&sb, "rule %d %s start %d\n", r, p.ruleName[r], s)
-	}
-	for i, st := range p.states {
-		fmt.Fprintf(&sb, "%d", i)
-		if st.final {
-			sb.WriteString(" final")
-		}
-		for _, rg := range p.ranges[st.r0:st.r1] {
-			var s byteSet
-			s.addRange(rg.lo, rg.hi)
-			sb.WriteString(" " + s.String() + "→" + strconv.Itoa(int(rg.to)))
-		}
-		for _, c := range p.calls[st.c0:st.c1] {
-			fmt.Fprintf(&sb, " call %d→%d", c.rule, c.ret)
-		}
-		sb.WriteByte('\n')
-	}
-	return sb.String()
 }

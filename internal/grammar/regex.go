@@ -70,7 +70,7 @@ func anchored(re *syntax.Regexp) (*node, error) {
 		atEnd, subs = true, subs[:len(subs)-1]
 	}
 	parts := make([]*node, 0, len(subs)+2)
-	anything := repeat(anyJSONChar(), 0, -1)
+	anything := repeat(jsonChar(), 0, -1)
 	if !atStart {
 		parts = append(parts, anything)
 	}
@@ -117,7 +117,7 @@ func regexNode(re *syntax.Regexp) (*node, error) {
 		}
 		return charClassNode(ranges), nil
 	case syntax.OpAnyChar:
-		return anyJSONChar(), nil
+		return jsonChar(), nil
 	case syntax.OpAnyCharNotNL:
 		return charClassNode([][2]rune{{0, '\n' - 1}, {'\n' + 1, unicode.MaxRune}}), nil
 	case syntax.OpCapture:
@@ -152,9 +152,6 @@ func regexNode(re *syntax.Regexp) (*node, error) {
 	}
 	return nil, fmt.Errorf("%s is supported only at the start or end of the pattern", re)
 }
-
-// anyJSONChar matches any one character as written in a JSON string.
-func anyJSONChar() *node { return jsonChar() }
 
 // charClassNode matches the JSON encoding of one character from ranges:
 // printable characters raw, '"', '\' and control characters as their
