@@ -32,6 +32,20 @@
 //     structural hashes of the reachable automaton, so the string-content
 //     states of every JSON grammar share one entry.
 //
+// Use: build one Vocab per tokenizer and keep it (it holds the shared mask
+// cache); build JSONValue/JSONObject grammars once and reuse them; schema
+// grammars are cheap to build per request (a typical tool schema compiles
+// in well under a millisecond) but worth caching by schema text when
+// clients repeat them. Masking costs about 2-5 µs per token inside strings
+// and 0.1-0.5 ms elsewhere for a 152k vocabulary once masks are cached; a
+// cache miss walks the trie (about 3 ms for the string-content state of a
+// 152k vocabulary, once per vocabulary).
+//
+// Limits, all errors rather than hangs: schema documents nest at most 256
+// deep, counts (minItems, maxLength, ...) at most 4096, automata at most
+// 131072 DFA states; objects with thousands of optional properties compile
+// in time quadratic in their number (1000: about 0.3 s).
+//
 // A Grammar is safe for concurrent use; a Matcher serves one sample.
 package grammar
 
