@@ -156,6 +156,72 @@ var (
 	q6KAVX2 = &kTiles{[5]kFn{nil, q6KAVX2_1, q6KAVX2_2, q6KAVX2_3, q6KAVX2_4}}
 )
 
+type bf16Fn func(w *byte, rowBytes, groups int, y *uint16, yStride int, steps int, dst *float32, ldBytes int)
+
+// bf16Tiles drives the AVX512-BF16 kernels: r4[T] for groups of 4 rows,
+// r1[T] for single rows, T <= 4. Columns beyond the last multiple of 16 are
+// added in Go.
+type bf16Tiles struct{ r4, r1 [5]bf16Fn }
+
+func (k *bf16Tiles) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int) {
+	cols := w.Cols
+	steps := cols / 16
+	rb := w.RowBytes()
+	if steps > 0 {
+		r := r0
+		// As for the float kernels: four-row tiles only from cache.
+		if g := (r1 - r) / 4; g > 0 && t1-t0 >= 3 {
+			for t := t0; t < t1; {
+				T := min(4, t1-t)
+				k.r4[T](&w.Data[r*rb], rb, g, &a.h[t*cols], cols*2, steps, &dst[t*ld+r], ld*4)
+				t += T
+			}
+			r += 4 * g
+		}
+		if r < r1 {
+			for t := t0; t < t1; {
+				T := min(4, t1-t)
+				k.r1[T](&w.Data[r*rb], rb, r1-r, &a.h[t*cols], cols*2, steps, &dst[t*ld+r], ld*4)
+				t += T
+			}
+		}
+	}
+	if tail := steps * 16; tail < cols {
+		for r := r0; r < r1; r++ {
+			row := w.Row(r)
+			for t := t0; t < t1; t++ {
+				y := a.f[t*cols : (t+1)*cols]
+				var sum float32
+				if steps == 0 {
+					dst[t*ld+r] = 0
+				}
+				for c := tail; c < cols; c++ {
+					sum += BF16ToF32(binary.LittleEndian.Uint16(row[2*c:])) * y[c]
+				}
+				dst[t*ld+r] += sum
+			}
+		}
+	}
+}
+
+// hasBF16 reports whether the CPU has AVX512-BF16 (vdpbf16ps).
+var hasBF16 = cpuISA == isaVNNI && cpu.X86.HasAVX512BF16
+
+var (
+	bf16DP = &bf16Tiles{
+		r4: [5]bf16Fn{nil, bf16DP_4x1, bf16DP_4x2, bf16DP_4x3, bf16DP_4x4},
+		r1: [5]bf16Fn{nil, bf16DP_1x1, bf16DP_1x2, bf16DP_1x3, bf16DP_1x4},
+	}
+	// bf16VNNI is the BF16 kernel of the AVX-512 level: vdpbf16ps where
+	// the CPU has it, else the FMA kernel.
+	bf16VNNI = func() kernel {
+		if hasBF16 {
+			return bf16DP.run
+		}
+		return bf16FMA.run
+	}()
+)
+
 var (
 	q80VNNI = &q8Tiles{
 		r4:  [5]q8Fn{nil, q80VNNI_4x1, q80VNNI_4x2, q80VNNI_4x3, q80VNNI_4x4},
@@ -190,7 +256,7 @@ var isaKernels = [isaVNNI + 1]kernelTable{
 		Q4_K: q4KAVX2.run, Q6_K: q6KAVX2.run,
 	},
 	isaVNNI: {
-		F32: f32FMA.run, F16: f16FMA.run, BF16: bf16FMA.run,
+		F32: f32FMA.run, F16: f16FMA.run, BF16: bf16VNNI,
 		Q8_0: q80VNNI.run, Q4_0: q40VNNI.run,
 		Q4_K: q4KVNNI.run, Q6_K: q6KVNNI.run,
 	},

@@ -204,6 +204,46 @@ func q6KAVX2_3(w *byte, rows int, y *int8, yStride int, d *float32, dStride int,
 //go:noescape
 func q6KAVX2_4(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
 
+// bf16DP_1x1 computes a 1-row × 1-token tile of BF16 weights × BF16 activations over steps×16 columns (AVX512-BF16).
+//
+//go:noescape
+func bf16DP_1x1(w *byte, rowBytes, groups int, y *uint16, yStride int, steps int, dst *float32, ldBytes int)
+
+// bf16DP_1x2 computes a 1-row × 2-token tile of BF16 weights × BF16 activations over steps×16 columns (AVX512-BF16).
+//
+//go:noescape
+func bf16DP_1x2(w *byte, rowBytes, groups int, y *uint16, yStride int, steps int, dst *float32, ldBytes int)
+
+// bf16DP_1x3 computes a 1-row × 3-token tile of BF16 weights × BF16 activations over steps×16 columns (AVX512-BF16).
+//
+//go:noescape
+func bf16DP_1x3(w *byte, rowBytes, groups int, y *uint16, yStride int, steps int, dst *float32, ldBytes int)
+
+// bf16DP_1x4 computes a 1-row × 4-token tile of BF16 weights × BF16 activations over steps×16 columns (AVX512-BF16).
+//
+//go:noescape
+func bf16DP_1x4(w *byte, rowBytes, groups int, y *uint16, yStride int, steps int, dst *float32, ldBytes int)
+
+// bf16DP_4x1 computes a 4-row × 1-token tile of BF16 weights × BF16 activations over steps×16 columns (AVX512-BF16).
+//
+//go:noescape
+func bf16DP_4x1(w *byte, rowBytes, groups int, y *uint16, yStride int, steps int, dst *float32, ldBytes int)
+
+// bf16DP_4x2 computes a 4-row × 2-token tile of BF16 weights × BF16 activations over steps×16 columns (AVX512-BF16).
+//
+//go:noescape
+func bf16DP_4x2(w *byte, rowBytes, groups int, y *uint16, yStride int, steps int, dst *float32, ldBytes int)
+
+// bf16DP_4x3 computes a 4-row × 3-token tile of BF16 weights × BF16 activations over steps×16 columns (AVX512-BF16).
+//
+//go:noescape
+func bf16DP_4x3(w *byte, rowBytes, groups int, y *uint16, yStride int, steps int, dst *float32, ldBytes int)
+
+// bf16DP_4x4 computes a 4-row × 4-token tile of BF16 weights × BF16 activations over steps×16 columns (AVX512-BF16).
+//
+//go:noescape
+func bf16DP_4x4(w *byte, rowBytes, groups int, y *uint16, yStride int, steps int, dst *float32, ldBytes int)
+
 // f32FMA_4x1 computes a 4-row × 1-token tile of F32 weights × f32 activations over steps×8 columns.
 //
 //go:noescape
