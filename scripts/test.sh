@@ -4,6 +4,14 @@
 # keep the run quick; the full versions ran in the plain pass).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The SDK integration tests (tests/sdk) run the real npm client packages,
+# pinned in tests/sdk/package-lock.json. Without Node they fail; a
+# developer may set KVSERVE_SKIP_NODE=1 to skip them (ignored in CI).
+if [ "${KVSERVE_SKIP_NODE:-}" = 1 ] && [ -z "${CI:-}" ]; then
+	echo "test.sh: KVSERVE_SKIP_NODE=1: not installing the SDK test packages" >&2
+elif command -v npm >/dev/null 2>&1; then
+	npm ci --prefix tests/sdk --no-audit --no-fund
+fi
 go vet ./...
 go test -count=1 ./...
 go test -count=1 -race -short ./internal/kv/... ./internal/engine/... ./internal/tensor/... ./internal/api/...

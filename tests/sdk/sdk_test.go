@@ -1,0 +1,272 @@
+package sdk_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvserve/kvserve/internal/chat"
+	"github.com/kvserve/kvserve/tests/sdk"
+)
+
+// script is one Node test script and how its SDK finds the server.
+type script struct {
+	name string // tenant name and file stem
+	file string
+	env  func(url, key string) []string
+}
+
+var scripts = []script{
+	{name: "openai", file: "openai.mjs", env: func(url, key string) []string {
+		return []string{"OPENAI_BASE_URL=" + url + "/v1", "OPENAI_API_KEY=" + key}
+	}},
+}
+
+// scriptTimeout bounds one script's run.
+const scriptTimeout = 2 * time.Minute
+
+// TestSDKs runs every script against one kvserve server, each under its
+// own API key (so its own tenant: cached-token counts of one script are
+// not disturbed by another's prompts).
+func TestSDKs(t *testing.T) {
+	node := findNode(t)
+	dir := filepath.Join(sdk.RepoRoot(t), "tests", "sdk")
+	checkInstalled(t, dir)
+
+	var keys []string
+	for _, s := range scripts {
+		keys = append(keys, apiKey(s.name)+"="+s.name)
+	}
+	srv := sdk.Start(t, sdk.Options{APIKeys: keys})
+	for _, s := range scripts {
+		t.Run(s.name, func(t *testing.T) {
+			fx := fixture(t, srv, s.name)
+			raw, err := json.Marshal(fx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			env := append(sdk.CleanEnv("OPENAI_", "ANTHROPIC_", "GEMINI_", "GOOGLE_", "KVSERVE_", "NODE_OPTIONS="),
+				"KVSERVE_SDK_FIXTURE="+string(raw), "NO_PROXY=127.0.0.1,localhost", "no_proxy=127.0.0.1,localhost")
+			env = append(env, s.env(srv.URL, fx.APIKey)...)
+			out := runNode(t, node, dir, env, s.file)
+			t.Logf("%s: %s", s.file, summaryLine(out))
+		})
+	}
+}
+
+// fixtureJSON is what a script receives in KVSERVE_SDK_FIXTURE: where the
+// server is and the exact token counts it must report.
+type fixtureJSON struct {
+	URL       string `json:"url"`
+	Model     string `json:"model"`
+	APIKey    string `json:"apiKey"`
+	BlockSize int    `json:"blockSize"`
+	// Hello is a one-message conversation, its prompt length and its
+	// cached tokens when it is sent again.
+	Hello struct {
+		Messages     []message `json:"messages"`
+		PromptTokens int       `json:"promptTokens"`
+		CachedTokens int       `json:"cachedTokens"`
+	} `json:"hello"`
+	// Cache is two conversations with one long system prompt: their
+	// prompt lengths, and the cached tokens of the second after the first.
+	Cache struct {
+		System       string   `json:"system"`
+		Users        []string `json:"users"`
+		PromptTokens []int    `json:"promptTokens"`
+		CachedTokens int      `json:"cachedTokens"`
+	} `json:"cache"`
+}
+
+type message struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+func apiKey(tenant string) string { return "sk-kvserve-sdk-test-" + tenant }
+
+// fixture computes the token counts for one script's conversations with
+// the server's own prompt builder. Each script gets its own system prompt,
+// so even under one tenant no script could reuse another's blocks.
+func fixture(t *testing.T, srv *sdk.Server, name string) *fixtureJSON {
+	fx := &fixtureJSON{URL: srv.URL, Model: sdk.ModelID, APIKey: apiKey(name), BlockSize: sdk.BlockSize}
+	fx.Hello.Messages = []message{{Role: "user", Content: "Hello"}}
+	hello := srv.PromptTokens(t, []chat.Message{{Role: "user", Content: "Hello"}})
+	fx.Hello.PromptTokens = len(hello)
+	fx.Hello.CachedTokens = sdk.SharedBlockTokens(hello, hello)
+
+	system := longSystemPrompt(name)
+	fx.Cache.System = system
+	fx.Cache.Users = []string{"What is the capital of France?", "Name three prime numbers."}
+	var prompts [][]int32
+	for _, u := range fx.Cache.Users {
+		p := srv.PromptTokens(t, []chat.Message{{Role: "system", Content: system}, {Role: "user", Content: u}})
+		prompts = append(prompts, p)
+		fx.Cache.PromptTokens = append(fx.Cache.PromptTokens, len(p))
+	}
+	fx.Cache.CachedTokens = sdk.SharedBlockTokens(prompts[0], prompts[1])
+	if fx.Cache.CachedTokens < 8*sdk.BlockSize {
+		t.Fatalf("the shared system prompt covers only %d cached tokens; make it longer", fx.Cache.CachedTokens)
+	}
+	t.Logf("fixture: hello %d prompt tokens (%d cached when repeated); shared system prompt: %v prompt tokens, %d cached",
+		fx.Hello.PromptTokens, fx.Hello.CachedTokens, fx.Cache.PromptTokens, fx.Cache.CachedTokens)
+	return fx
+}
+
+// longSystemPrompt is a system prompt of a few hundred tokens, different
+// for every name from its first words.
+func longSystemPrompt(name string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "You are %s-bot, the assistant that the kvserve %s SDK test talks to.", name, name)
+	rules := []string{
+		"Answer in one short paragraph.", "Never invent facts; say when you do not know.",
+		"Prefer metric units and ISO dates.", "When a tool fits the question, call it instead of guessing.",
+		"Keep code samples under twenty lines.", "Quote numbers with their units.",
+		"Do not repeat the question back.", "Ask one clarifying question when the request is ambiguous.",
+	}
+	for i := 0; i < 2; i++ {
+		for j, r := range rules {
+			fmt.Fprintf(&b, " Rule %d: %s", i*len(rules)+j+1, r)
+		}
+	}
+	return b.String()
+}
+
+// findNode returns the node binary. Without one the test fails: CI must
+// run these tests. A developer without Node may set KVSERVE_SKIP_NODE=1
+// to skip them; CI (CI set) ignores that.
+func findNode(t *testing.T) string {
+	t.Helper()
+	node, err := exec.LookPath("node")
+	if err == nil {
+		out, verr := exec.Command(node, "--version").Output()
+		v := strings.TrimPrefix(strings.TrimSpace(string(out)), "v")
+		major, _ := strconv.Atoi(strings.SplitN(v, ".", 2)[0])
+		if verr == nil && major >= 20 {
+			return node
+		}
+		err = fmt.Errorf("%s --version = %q (%v); Node.js 20 or later is needed", node, out, verr)
+	}
+	if os.Getenv("KVSERVE_SKIP_NODE") == "1" {
+		if os.Getenv("CI") == "" {
+			t.Skipf("KVSERVE_SKIP_NODE=1: skipping the Node SDK tests (%v)", err)
+		}
+		t.Logf("KVSERVE_SKIP_NODE is ignored in CI")
+	}
+	t.Fatalf("Node.js is needed for the SDK integration tests: %v. Install Node.js 20+ and run ./scripts/test.sh "+
+		"(it runs npm ci --prefix tests/sdk); developers without Node may set KVSERVE_SKIP_NODE=1 (never in CI)", err)
+	return ""
+}
+
+// checkInstalled fails unless node_modules holds exactly the versions that
+// package.json pins (npm ci has run since the last change).
+func checkInstalled(t *testing.T, dir string) {
+	t.Helper()
+	var pkg struct {
+		Dependencies map[string]string `json:"dependencies"`
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, "package.json"))
+	if err == nil {
+		err = json.Unmarshal(raw, &pkg)
+	}
+	if err != nil || len(pkg.Dependencies) == 0 {
+		t.Fatalf("tests/sdk/package.json: %v", err)
+	}
+	for name, want := range pkg.Dependencies {
+		var got struct {
+			Version string `json:"version"`
+		}
+		raw, err := os.ReadFile(filepath.Join(dir, "node_modules", filepath.FromSlash(name), "package.json"))
+		if err == nil {
+			err = json.Unmarshal(raw, &got)
+		}
+		if err != nil || got.Version != want {
+			t.Fatalf("npm package %s@%s is not installed (found %q, %v): run npm ci --prefix tests/sdk --no-audit --no-fund "+
+				"(./scripts/test.sh does)", name, want, got.Version, err)
+		}
+	}
+}
+
+// runNode runs one script with node's test runner and fails t unless every
+// test in it ran and passed.
+func runNode(t *testing.T, node, dir string, env []string, file string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), scriptTimeout)
+	defer cancel()
+	cmd := sdk.Command(ctx, node, "--test", "--test-reporter=tap", file)
+	cmd.Dir = dir
+	cmd.Env = env
+	start := time.Now()
+	outb, err := cmd.CombinedOutput()
+	out := string(outb)
+	if err != nil {
+		t.Fatalf("node --test %s: %v after %s\n%s", file, err, time.Since(start).Round(time.Millisecond), out)
+	}
+	sum, err := parseSummary(out)
+	if err != nil {
+		t.Fatalf("node --test %s: %v\n%s", file, err, out)
+	}
+	if sum["pass"] == 0 || sum["pass"] != sum["tests"] {
+		t.Fatalf("node --test %s: %d of %d tests passed (%v)\n%s", file, sum["pass"], sum["tests"], sum, out)
+	}
+	if testing.Verbose() {
+		t.Logf("%s in %s:\n%s", file, time.Since(start).Round(time.Millisecond), out)
+	}
+	return out
+}
+
+var summaryRE = regexp.MustCompile(`(?m)^# (tests|suites|pass|fail|cancelled|skipped|todo) (\d+)$`)
+
+// parseSummary reads the counts at the end of node's TAP output and checks
+// that nothing failed, was cancelled, skipped or left to do.
+func parseSummary(out string) (map[string]int, error) {
+	sum := map[string]int{}
+	for _, m := range summaryRE.FindAllStringSubmatch(out, -1) {
+		n, _ := strconv.Atoi(m[2])
+		sum[m[1]] = n
+	}
+	if _, ok := sum["tests"]; !ok {
+		return nil, fmt.Errorf("no TAP summary in the output")
+	}
+	for _, k := range []string{"fail", "cancelled", "skipped", "todo"} {
+		if sum[k] != 0 {
+			return sum, fmt.Errorf("%d tests %s", sum[k], k)
+		}
+	}
+	return sum, nil
+}
+
+func summaryLine(out string) string {
+	sum, _ := parseSummary(out)
+	return fmt.Sprintf("%d tests, %d passed", sum["tests"], sum["pass"])
+}
+
+func TestParseSummary(t *testing.T) {
+	tests := []struct {
+		name, out string
+		pass      int
+		err       bool
+	}{
+		{"ok", "ok 1 - a\n# tests 2\n# suites 0\n# pass 2\n# fail 0\n# cancelled 0\n# skipped 0\n# todo 0\n", 2, false},
+		{"failed", "not ok 1 - a\n# tests 2\n# pass 1\n# fail 1\n", 1, true},
+		{"skipped", "# tests 2\n# pass 1\n# fail 0\n# skipped 1\n", 1, true},
+		{"cancelled", "# tests 1\n# pass 0\n# cancelled 1\n", 0, true},
+		{"no summary", "Error: Cannot find module 'openai'\n", 0, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			sum, err := parseSummary(tc.out)
+			if (err != nil) != tc.err || sum["pass"] != tc.pass {
+				t.Errorf("parseSummary = %v, %v; want pass %d, error %v", sum, err, tc.pass, tc.err)
+			}
+		})
+	}
+}
