@@ -339,9 +339,7 @@ func (r *Runner) attendHead(l int, batch []Seq, t, head int, ws *attnScratch) {
 	clear(out)
 	if r.kvType == tensor.F16 {
 		// ... and the softmax weights to f16 for the product with f16 values.
-		for j, p := range scores {
-			scores[j] = tensor.F16ToF32(tensor.F32ToF16(p))
-		}
+		tensor.RoundF16(scores)
 	}
 	for b := 0; b*bs < n; b++ {
 		_, vb := cache.Block(l, b)
