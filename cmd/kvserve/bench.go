@@ -51,6 +51,10 @@ func newBenchModelCmd() *cobra.Command {
 			fmt.Fprintf(out, "| model | threads | test | t/s |\n|---|---:|---|---:|\n")
 			fmt.Fprintf(out, "| %s | %d | pp%d | %.1f ± %.1f |\n", modelPath, res.Threads, res.PromptTokens, res.PrefillTokS, res.PrefillStd)
 			fmt.Fprintf(out, "| %s | %d | tg%d | %.1f ± %.1f |\n", modelPath, res.Threads, res.GenerateTokens, res.DecodeTokS, res.DecodeStd)
+			if o.Bandwidth {
+				fmt.Fprintf(out, "\nmemory bandwidth %.1f GB/s (%d threads); decode reads %.1f GB/s of weights; limit %.1f tok/s, decode at %.0f%% of it\n",
+					res.MemoryGBPerSec, res.Threads, res.DecodeGBPerSec, res.DecodeLimitTokS, 100*res.DecodeTokS/res.DecodeLimitTokS)
+			}
 			return nil
 		},
 	}
@@ -61,6 +65,7 @@ func newBenchModelCmd() *cobra.Command {
 	f.IntVarP(&o.Threads, "threads", "t", 0, "compute threads (default: all cores)")
 	f.IntVarP(&o.Repetitions, "repetitions", "r", 3, "measured repetitions")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object")
+	f.BoolVar(&o.Bandwidth, "bandwidth", false, "also measure memory bandwidth and the decode limit it sets")
 	_ = cmd.MarkFlagRequired("model")
 	return cmd
 }

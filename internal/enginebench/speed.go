@@ -17,6 +17,8 @@ type SpeedOptions struct {
 	Prompt, Generate int // default 512 and 128
 	Threads          int
 	Repetitions      int // default 3
+	// Bandwidth also measures memory bandwidth and the decode limit it sets.
+	Bandwidth bool
 }
 
 // SpeedResult is tokens per second, mean and standard deviation over the
@@ -31,6 +33,10 @@ type SpeedResult struct {
 	Threads        int     `json:"threads"`
 	WeightBytes    int64   `json:"weight_bytes"`
 	DecodeGBPerSec float64 `json:"decode_weight_gb_s"` // weight bytes read per second while decoding
+	// MemoryGBPerSec is the machine's copy bandwidth with the same threads,
+	// measured in the same run; DecodeLimitTokS = it ÷ weight bytes per token.
+	MemoryGBPerSec  float64 `json:"memory_gb_s,omitempty"`
+	DecodeLimitTokS float64 `json:"decode_limit_tok_s,omitempty"`
 }
 
 // Speed measures prefill and decode speed of m.
@@ -86,6 +92,10 @@ func Speed(ctx context.Context, m *model.Model, o SpeedOptions) (SpeedResult, er
 	res.PrefillTokS, res.PrefillStd = round(res.PrefillTokS, 1), round(res.PrefillStd, 1)
 	res.DecodeTokS, res.DecodeStd = round(res.DecodeTokS, 1), round(res.DecodeStd, 1)
 	res.DecodeGBPerSec = round(res.DecodeTokS*float64(decodeBytes(m))/1e9, 2)
+	if o.Bandwidth {
+		res.MemoryGBPerSec = round(MemoryBandwidth(pool.Threads()), 1)
+		res.DecodeLimitTokS = round(res.MemoryGBPerSec*1e9/float64(decodeBytes(m)), 1)
+	}
 	return res, nil
 }
 
