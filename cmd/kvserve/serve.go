@@ -20,6 +20,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kvserve/kvserve/internal/api"
+	"github.com/kvserve/kvserve/internal/api/anthropic"
 	"github.com/kvserve/kvserve/internal/api/openai"
 	"github.com/kvserve/kvserve/internal/chat"
 	"github.com/kvserve/kvserve/internal/engine"
@@ -133,6 +134,9 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 		return fmt.Errorf("serve: %w", err)
 	}
 	if err := srv.Register(openai.New()); err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	if err := srv.Register(anthropic.New(anthropic.Options{Registerer: reg})); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
 
