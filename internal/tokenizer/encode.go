@@ -1,5 +1,10 @@
 package tokenizer
 
+import (
+	"hash/maphash"
+	"unicode/utf8"
+)
+
 // encodeState is the working memory of one Encode call. States are pooled
 // per Tokenizer, so a steady stream of Encode calls reuses their buffers.
 type encodeState struct {
@@ -12,6 +17,8 @@ type encodeState struct {
 	bpeHeap       []bpeBigram
 	split         splitText
 	segs, segs2   []int
+
+	wordHits, wordMisses uint64 // word cache counters, added to the cache's once per call
 }
 
 // symbol is one piece of a fragment (SPM) or word (BPE) during merging.
@@ -30,24 +37,56 @@ type symbol struct {
 // tokens; without it they are tokenised as ordinary text. User-defined
 // tokens are always recognised, as in llama.cpp.
 func (t *Tokenizer) Encode(text string, addSpecial, parseSpecial bool) []int32 {
-	return t.AppendEncode(nil, text, addSpecial, parseSpecial)
+	return t.AppendEncodeWith(nil, text, EncodeOptions{AddSpecial: addSpecial, ParseSpecial: parseSpecial})
 }
 
 // AppendEncode is Encode appending to dst, for callers that reuse buffers.
 func (t *Tokenizer) AppendEncode(dst []int32, text string, addSpecial, parseSpecial bool) []int32 {
+	return t.AppendEncodeWith(dst, text, EncodeOptions{AddSpecial: addSpecial, ParseSpecial: parseSpecial})
+}
+
+// EncodeOptions are the options of AppendEncodeWith.
+type EncodeOptions struct {
+	// AddSpecial adds BOS and EOS as the vocabulary's
+	// add_bos_token/add_eos_token say.
+	AddSpecial bool
+	// ParseSpecial turns the texts of control tokens into those tokens.
+	ParseSpecial bool
+	// ReuseFragments lets the call reuse, and remember, the tokens of whole
+	// text fragments (the texts between special tokens, of at least
+	// MinFragmentBytes) encoded before in the same Scope. An agent's system
+	// prompt, tools and earlier turns then cost a hash and a compare.
+	ReuseFragments bool
+	// Scope names whom the text belongs to (a tenant): fragments
+	// remembered in one scope are never reused in another, so one tenant's
+	// prompt is never tokenised faster because another tenant sent the
+	// same text. Used only with ReuseFragments; "" is a scope like any
+	// other.
+	Scope string
+}
+
+// AppendEncodeWith tokenises text as Encode does, appending to dst. The
+// tokens depend only on text, AddSpecial and ParseSpecial: the caches
+// change the time it takes, never the result.
+func (t *Tokenizer) AppendEncodeWith(dst []int32, text string, opts EncodeOptions) []int32 {
 	st, _ := t.scratch.Get().(*encodeState)
 	if st == nil {
 		st = new(encodeState)
 	}
 	defer t.scratch.Put(st)
 
-	if addSpecial && t.addBOS {
+	if opts.AddSpecial && t.addBOS {
 		dst = append(dst, t.bos)
 	}
 	var frags []fragment
 	if text != "" {
-		frags = t.partition(st, text, parseSpecial)
+		frags = t.partition(st, text, opts.ParseSpecial)
 	}
+	fc := t.frags
+	if !opts.ReuseFragments {
+		fc = nil
+	}
+	var fragHits, fragMisses uint64
 	prevSpecial := true // SPM: a space is prefixed to text at the start and after special tokens
 	for _, f := range frags {
 		if f.tok >= 0 {
@@ -55,15 +94,40 @@ func (t *Tokenizer) AppendEncode(dst []int32, text string, addSpecial, parseSpec
 			prevSpecial = true
 			continue
 		}
-		if t.kind == KindSPM {
-			dst = t.encodeSPM(st, dst, text[f.start:f.end], t.addSpacePrefix && prevSpecial)
-		} else {
-			dst = t.encodeBPE(st, dst, text[f.start:f.end])
-		}
+		frag := text[f.start:f.end]
+		prefix := t.kind == KindSPM && t.addSpacePrefix && prevSpecial
 		prevSpecial = false
+		var h uint64
+		if fc != nil && len(frag) >= MinFragmentBytes {
+			h = fc.hash(opts.Scope, prefix, frag)
+			if ids, ok := fc.get(h, opts.Scope, prefix, frag); ok {
+				dst = append(dst, ids...)
+				fragHits++
+				continue
+			}
+			fragMisses++
+		}
+		start := len(dst)
+		if t.kind == KindSPM {
+			dst = t.encodeSPM(st, dst, frag, prefix)
+		} else {
+			dst = t.encodeBPE(st, dst, frag)
+		}
+		if fc != nil && len(frag) >= MinFragmentBytes {
+			fc.put(h, opts.Scope, prefix, frag, dst[start:])
+		}
 	}
-	if addSpecial && t.addEOS {
+	if opts.AddSpecial && t.addEOS {
 		dst = append(dst, t.eos)
+	}
+	if fc != nil {
+		fc.hits.Add(fragHits)
+		fc.misses.Add(fragMisses)
+	}
+	if c := t.words; c != nil && st.wordHits+st.wordMisses > 0 {
+		c.hits.Add(st.wordHits)
+		c.misses.Add(st.wordMisses)
+		st.wordHits, st.wordMisses = 0, 0
 	}
 	return dst
 }
@@ -87,6 +151,10 @@ func spmBefore(a, b *spmBigram) bool {
 // token is merged until no pair is in the vocabulary. Pieces that are not
 // tokens (single characters missing from the vocabulary) become byte
 // tokens.
+//
+// With the word cache, the escaped text is first cut before each ▁ that no
+// merge can cross (see spmJoins) and each piece is looked up, and merged
+// on its own when missing; the result is the same as merging the whole.
 func (t *Tokenizer) encodeSPM(st *encodeState, dst []int32, text string, prefix bool) []int32 {
 	buf := st.buf[:0]
 	if prefix {
@@ -103,6 +171,40 @@ func (t *Tokenizer) encodeSPM(st *encodeState, dst []int32, text string, prefix 
 	if len(buf) == 0 {
 		return dst
 	}
+	if t.words == nil {
+		return t.mergeSPM(st, dst, buf)
+	}
+	start, prev := 0, 0 // current piece, previous symbol
+	for off := 0; off < len(buf); {
+		n := min(utf8Len(buf[off]), len(buf)-off)
+		if n == 3 && off > start && buf[off] == 0xE2 && buf[off+1] == 0x96 && buf[off+2] == 0x81 {
+			if _, join := t.spmJoin[packSym(buf[prev:off])]; !join {
+				dst = t.spmPiece(st, dst, buf[start:off])
+				start = off
+			}
+		}
+		prev = off
+		off += n
+	}
+	return t.spmPiece(st, dst, buf[start:])
+}
+
+// spmPiece encodes one piece of SPM text through the word cache.
+func (t *Tokenizer) spmPiece(st *encodeState, dst []int32, piece []byte) []int32 {
+	h := maphash.Bytes(t.words.seed, piece)
+	if ids, ok := lookupWord(t.words, h, piece); ok {
+		st.wordHits++
+		return append(dst, ids...)
+	}
+	st.wordMisses++
+	start := len(dst)
+	dst = t.mergeSPM(st, dst, piece)
+	t.words.insert(h, piece, dst[start:])
+	return dst
+}
+
+// mergeSPM runs the SentencePiece merges over escaped text.
+func (t *Tokenizer) mergeSPM(st *encodeState, dst []int32, buf []byte) []int32 {
 	syms := st.syms[:0]
 	for off := 0; off < len(buf); {
 		n := min(utf8Len(buf[off]), len(buf)-off)
@@ -212,7 +314,8 @@ func bpeBefore(a, b *bpeBigram) bool {
 }
 
 // encodeBPE tokenises one text fragment with byte-level BPE: the
-// pre-tokenizer splits it into words and each word is merged on its own.
+// pre-tokenizer splits it into words and each word is merged on its own,
+// or found in the word cache.
 func (t *Tokenizer) encodeBPE(st *encodeState, dst []int32, text string) []int32 {
 	sp := &st.split
 	sp.reset(text, cpClassTable())
@@ -223,15 +326,49 @@ func (t *Tokenizer) encodeBPE(st *encodeState, dst []int32, text string) []int32
 		segs = out
 	}
 	st.segs = segs
+	wc := t.words
+	// Valid UTF-8 re-encodes to itself, so a word's bytes are a substring
+	// of text; otherwise they are rebuilt from the decoded code points,
+	// which is where U+FFFD replaces invalid bytes.
+	valid := wc != nil && utf8.ValidString(text)
 	pos := 0
 	for _, n := range segs {
+		if valid {
+			word := text[sp.offs[pos]:sp.offs[pos+n]]
+			pos += n
+			h := maphash.String(wc.seed, word)
+			if ids, ok := lookupWord(wc, h, word); ok {
+				st.wordHits++
+				dst = append(dst, ids...)
+				continue
+			}
+			st.wordMisses++
+			st.buf = append(st.buf[:0], word...)
+			start := len(dst)
+			dst = t.encodeWord(st, dst, st.buf)
+			wc.insert(h, st.buf, dst[start:])
+			continue
+		}
 		word := st.buf[:0]
 		for _, cp := range sp.cps[pos : pos+n] {
 			word = appendCodePoint(word, cp)
 		}
 		pos += n
 		st.buf = word
+		if wc == nil {
+			dst = t.encodeWord(st, dst, word)
+			continue
+		}
+		h := maphash.Bytes(wc.seed, word)
+		if ids, ok := lookupWord(wc, h, word); ok {
+			st.wordHits++
+			dst = append(dst, ids...)
+			continue
+		}
+		st.wordMisses++
+		start := len(dst)
 		dst = t.encodeWord(st, dst, word)
+		wc.insert(h, word, dst[start:])
 	}
 	return dst
 }

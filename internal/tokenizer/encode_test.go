@@ -18,14 +18,17 @@ var fuzzVocabNames = []string{"llama-spm", "gpt-2", "starcoder", "deepseek-llm",
 var fuzzVocabs struct {
 	once sync.Once
 	toks []*Tokenizer
+	sets []cachedSet // the same vocabularies without caches, with default and with tiny ones
 	err  error
 }
 
 func loadFuzzVocabs(t testing.TB) []*Tokenizer {
 	fuzzVocabs.once.Do(func() {
 		for _, name := range fuzzVocabNames {
-			tok := loadTokenizer(t, sharedPath(t, "testdata", "vocab", "ggml-vocab-"+name+".gguf"))
-			fuzzVocabs.toks = append(fuzzVocabs.toks, tok)
+			path := sharedPath(t, "testdata", "vocab", "ggml-vocab-"+name+".gguf")
+			set := loadCachedSet(t, name, func(o Options) *Tokenizer { return loadTokenizerOptions(t, path, o) })
+			fuzzVocabs.sets = append(fuzzVocabs.sets, set)
+			fuzzVocabs.toks = append(fuzzVocabs.toks, set.cached)
 		}
 	})
 	if len(fuzzVocabs.toks) != len(fuzzVocabNames) {
@@ -104,7 +107,11 @@ func FuzzEncode(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, text string, which uint8, addSpecial, parseSpecial bool) {
 		toks := loadFuzzVocabs(t)
-		checkEncode(t, toks[int(which)%len(toks)], text, addSpecial, parseSpecial)
+		i := int(which) % len(toks)
+		checkEncode(t, toks[i], text, addSpecial, parseSpecial)
+		// The caches never change a token: cold and warm, word cache and
+		// fragment cache, roomy and tiny (always evicting).
+		checkCached(t, fuzzVocabs.sets[i], text)
 	})
 }
 

@@ -126,10 +126,16 @@ func PreTokenizers() []string {
 // lengths, duplicate token texts or a special-token id outside the
 // vocabulary is an error, never a panic.
 func FromMetadata(md Metadata) (*Tokenizer, error) {
+	return FromMetadataOptions(md, Options{})
+}
+
+// FromMetadataOptions is FromMetadata with cache options.
+func FromMetadataOptions(md Metadata, opts Options) (*Tokenizer, error) {
 	t, err := load(md)
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: %w", err)
 	}
+	t.setupCaches(opts)
 	return t, nil
 }
 

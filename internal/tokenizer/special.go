@@ -17,6 +17,7 @@ type fragment struct {
 // per-token partition below does no work at all.
 type trie struct {
 	root  [256]int32 // child of the root per byte, or 0
+	lead  int        // the first byte of every text when they share one, else -1
 	nodes []trieNode // nodes[0] is the root
 	edges []trieEdge // children, sorted by byte within each node
 }
@@ -54,7 +55,12 @@ func newTrie(t *Tokenizer, special []int32) trie {
 		}
 		nodes[cur].match = int32(i)
 	}
-	var tr trie
+	tr := trie{lead: -1}
+	if len(nodes[0].kids) == 1 {
+		for b := range nodes[0].kids {
+			tr.lead = int(b)
+		}
+	}
 	tr.nodes = make([]trieNode, len(nodes))
 	for i, n := range nodes {
 		keys := make([]byte, 0, len(n.kids))
@@ -92,6 +98,15 @@ func (tr *trie) child(n int32, b byte) int32 {
 // mark sets occ[i] for every special token i whose text occurs in text.
 func (tr *trie) mark(text string, occ []bool) {
 	for i := 0; i < len(text); i++ {
+		if tr.lead >= 0 {
+			// Special tokens usually all start with '<': jump from one to
+			// the next.
+			j := strings.IndexByte(text[i:], byte(tr.lead))
+			if j < 0 {
+				return
+			}
+			i += j
+		}
 		n := tr.root[text[i]]
 		for j := i + 1; n != 0; j++ {
 			if m := tr.nodes[n].match; m >= 0 {

@@ -23,26 +23,43 @@ type splitter interface {
 type splitText struct {
 	cps       []rune
 	cls       []uint8 // class byte of each code point (see cpClassTable)
+	offs      []int32 // byte offset of each code point in the text, and the text's length
 	collapsed []rune  // every code point as one ASCII-range stand-in
 	wide      []rune  // code points, non-ASCII whitespace as \v
 }
 
 func (s *splitText) reset(text string, table []uint8) {
-	s.cps, s.cls = s.cps[:0], s.cls[:0]
-	s.collapsed, s.wide = s.collapsed[:0], s.wide[:0]
-	for i := 0; i < len(text); {
+	// Sized for the worst case (one code point per byte) and written by
+	// index: this loop sees every byte of every prompt.
+	n := len(text)
+	cps, cls, offs := grow(s.cps, n), grow(s.cls, n), grow(s.offs, n+1)
+	ascii := table[:0x80:0x80]
+	k := 0
+	for i := 0; i < len(text) && k < len(cps) && k < len(cls) && k < len(offs); k++ {
 		c := text[i]
+		offs[k] = int32(i)
 		if c < 0x80 {
-			s.cps = append(s.cps, rune(c))
-			s.cls = append(s.cls, table[c])
+			cps[k] = rune(c)
+			cls[k] = ascii[c]
 			i++
 			continue
 		}
-		cp, n := decodeCodePoint(text, i)
-		i += n
-		s.cps = append(s.cps, cp)
-		s.cls = append(s.cls, cpFlags(table, cp))
+		cp, w := decodeCodePoint(text, i)
+		i += w
+		cps[k] = cp
+		cls[k] = cpFlags(table, cp)
 	}
+	offs[k] = int32(n)
+	s.cps, s.cls, s.offs = cps[:k], cls[:k], offs[:k+1]
+	s.collapsed, s.wide = s.collapsed[:0], s.wide[:0]
+}
+
+// grow returns b resized to n elements, reusing its array when it can.
+func grow[T any](b []T, n int) []T {
+	if cap(b) < n {
+		return make([]T, n, n+n/4)
+	}
+	return b[:n]
 }
 
 // Stand-ins for non-ASCII code points in llama.cpp's "collapsed" text, so

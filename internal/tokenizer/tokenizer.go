@@ -39,9 +39,28 @@
 // documented. Code point classes come from Go's Unicode 15.0 tables, patched
 // with the 15.1 additions so that they equal llama.cpp's.
 //
-// A Tokenizer is immutable after loading and safe for concurrent use. Encode
-// keeps its working memory in a per-Tokenizer pool, so steady-state encoding
-// allocates only the returned slice; AppendEncode avoids even that.
+// A Tokenizer's vocabulary is immutable after loading and it is safe for
+// concurrent use. Encode keeps its working memory in a per-Tokenizer pool,
+// so steady-state encoding allocates only the returned slice; AppendEncode
+// avoids even that.
+//
+// Prompts repeat: an agent re-sends its system prompt, tools and history
+// with every turn, and most words of any text were seen before. Two
+// bounded caches, shared by all calls on a Tokenizer, make repeated text
+// cheap without changing a token (every cache compares its whole key, and
+// tests compare cached with uncached encodings):
+//
+//   - the word cache maps a pre-tokenized BPE word, or an SPM piece (text
+//     cut before a ▁ that no merge can cross), to its tokens; every Encode
+//     uses it, and a hit costs a hash and a compare instead of a merge;
+//   - the fragment cache maps a whole text between special tokens (a
+//     system prompt, a tool block, an earlier turn) to its tokens, per
+//     scope (a tenant), for calls that ask for it (EncodeOptions); a hit
+//     skips pre-tokenization too.
+//
+// On a 16k-token agent prompt this takes encoding from about 5 ms to about
+// 0.5 ms with the word cache and under 0.1 ms with both (BenchmarkAgentPrompt).
+// Options size the caches; CacheStats reports their use.
 package tokenizer
 
 import (
@@ -141,6 +160,14 @@ type Tokenizer struct {
 	byteText  [256]string      // UTF-8 of each byte's GPT-2 code point
 	rawByte   [256]int32       // token whose text is that single raw byte, or -1
 
+	// Caches (nil when disabled): see Options. spmJoin holds the byte
+	// strings (1 to 4 bytes, packed by packSym) that some SPM token
+	// contains right before a ▁: SPM text may be cut into pieces before a
+	// ▁ whose preceding character is not among them.
+	words   *wordCache
+	frags   *fragCache
+	spmJoin map[uint64]struct{}
+
 	scratch sync.Pool // *encodeState
 }
 
@@ -159,9 +186,10 @@ type Metadata interface {
 
 var _ Metadata = (*gguf.File)(nil)
 
-// FromGGUF loads the tokenizer described by a GGUF file's metadata.
+// FromGGUF loads the tokenizer described by a GGUF file's metadata, with
+// the default caches.
 func FromGGUF(f *gguf.File) (*Tokenizer, error) {
-	return FromMetadata(f)
+	return FromMetadataOptions(f, Options{})
 }
 
 // Kind returns the tokenizer model (SPM or BPE).
