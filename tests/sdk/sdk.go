@@ -260,6 +260,26 @@ func SharedBlockTokens(a, b []int32) int {
 	return n / BlockSize * BlockSize
 }
 
+// LongSystemPrompt returns a system prompt of a few hundred tokens (over
+// twenty blocks), different for every name from its first words, for tests
+// of cached-token counts.
+func LongSystemPrompt(name string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "You are %s-bot, the assistant that the kvserve %s SDK test talks to.", name, name)
+	rules := []string{
+		"Answer in one short paragraph.", "Never invent facts; say when you do not know.",
+		"Prefer metric units and ISO dates.", "When a tool fits the question, call it instead of guessing.",
+		"Keep code samples under twenty lines.", "Quote numbers with their units.",
+		"Do not repeat the question back.", "Ask one clarifying question when the request is ambiguous.",
+	}
+	for i := 0; i < 2; i++ {
+		for j, r := range rules {
+			fmt.Fprintf(&b, " Rule %d: %s", i*len(rules)+j+1, r)
+		}
+	}
+	return b.String()
+}
+
 // Command is exec.CommandContext for a child process of a test: cancelling
 // ctx interrupts it (SIGINT, so a server shuts down gracefully) and kills
 // it ten seconds later, and on Linux the kernel kills it if the test

@@ -103,7 +103,7 @@ func fixture(t *testing.T, srv *sdk.Server, name string) *fixtureJSON {
 	fx.Hello.PromptTokens = len(hello)
 	fx.Hello.CachedTokens = sdk.SharedBlockTokens(hello, hello)
 
-	system := longSystemPrompt(name)
+	system := sdk.LongSystemPrompt(name)
 	fx.Cache.System = system
 	fx.Cache.Users = []string{"What is the capital of France?", "Name three prime numbers."}
 	var prompts [][]int32
@@ -119,25 +119,6 @@ func fixture(t *testing.T, srv *sdk.Server, name string) *fixtureJSON {
 	t.Logf("fixture: hello %d prompt tokens (%d cached when repeated); shared system prompt: %v prompt tokens, %d cached",
 		fx.Hello.PromptTokens, fx.Hello.CachedTokens, fx.Cache.PromptTokens, fx.Cache.CachedTokens)
 	return fx
-}
-
-// longSystemPrompt is a system prompt of a few hundred tokens, different
-// for every name from its first words.
-func longSystemPrompt(name string) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "You are %s-bot, the assistant that the kvserve %s SDK test talks to.", name, name)
-	rules := []string{
-		"Answer in one short paragraph.", "Never invent facts; say when you do not know.",
-		"Prefer metric units and ISO dates.", "When a tool fits the question, call it instead of guessing.",
-		"Keep code samples under twenty lines.", "Quote numbers with their units.",
-		"Do not repeat the question back.", "Ask one clarifying question when the request is ambiguous.",
-	}
-	for i := 0; i < 2; i++ {
-		for j, r := range rules {
-			fmt.Fprintf(&b, " Rule %d: %s", i*len(rules)+j+1, r)
-		}
-	}
-	return b.String()
 }
 
 // findNode returns the node binary. Without one the test fails: CI must
