@@ -21,6 +21,7 @@ import (
 
 	"github.com/kvserve/kvserve/internal/api"
 	"github.com/kvserve/kvserve/internal/api/anthropic"
+	"github.com/kvserve/kvserve/internal/api/gemini"
 	"github.com/kvserve/kvserve/internal/api/openai"
 	"github.com/kvserve/kvserve/internal/chat"
 	"github.com/kvserve/kvserve/internal/engine"
@@ -137,6 +138,9 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 		return fmt.Errorf("serve: %w", err)
 	}
 	if err := srv.Register(anthropic.New(anthropic.Options{Registerer: reg})); err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	if err := srv.Register(gemini.New()); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
 

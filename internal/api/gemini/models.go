@@ -1,0 +1,104 @@
+package gemini
+
+import (
+	"fmt"
+
+	"github.com/kvserve/kvserve/internal/api"
+)
+
+// modelJSON is Gemini's Model resource.
+type modelJSON struct {
+	Name                       string   `json:"name"`
+	Version                    string   `json:"version"`
+	DisplayName                string   `json:"displayName"`
+	Description                string   `json:"description,omitempty"`
+	InputTokenLimit            int      `json:"inputTokenLimit"`
+	OutputTokenLimit           int      `json:"outputTokenLimit"`
+	SupportedGenerationMethods []string `json:"supportedGenerationMethods"`
+	Temperature                float64  `json:"temperature"`
+	MaxTemperature             float64  `json:"maxTemperature"`
+	TopP                       float64  `json:"topP"`
+	Thinking                   bool     `json:"thinking,omitempty"`
+}
+
+// methods are the generation methods every served model supports
+// (streamGenerateContent is implied by generateContent, as at Google).
+var methods = []string{methodGenerate, methodCountTokens}
+
+func toModelJSON(m *api.Model) modelJSON {
+	thinking := false
+	if m.Template != nil {
+		_, _, thinking = m.Template.ReasoningTags()
+	}
+	return modelJSON{
+		Name: "models/" + m.ID, Version: "kvserve", DisplayName: m.ID, Description: m.Description,
+		// One context holds prompt and output: each limit is all of it.
+		InputTokenLimit: m.ContextLength, OutputTokenLimit: m.ContextLength,
+		SupportedGenerationMethods: methods,
+		Temperature:                1, MaxTemperature: 2, TopP: 1, Thinking: thinking,
+	}
+}
+
+// listModels serves GET /v1beta/models ({"models": [...]}: one page, no
+// nextPageToken).
+func listModels(c *api.Call) error {
+	models := []modelJSON{}
+	for _, m := range c.Models() {
+		models = append(models, toModelJSON(m))
+	}
+	return api.WriteJSON(c.W, 200, map[string]any{"models": models})
+}
+
+// getModel serves GET /v1beta/models/{model}.
+func getModel(c *api.Call) error {
+	id := trimModelPrefix(c.R.PathValue("rest"))
+	for _, m := range c.Models() {
+		if m.ID == id {
+			return api.WriteJSON(c.W, 200, toModelJSON(m))
+		}
+	}
+	if !c.Ready() {
+		_, err := c.Model(id)
+		return err
+	}
+	return &api.Error{Code: api.CodeNotFound, Param: "name",
+		Message: fmt.Sprintf("models/%s is not found for API version v1beta; call ListModels to see the available models", id)}
+}
+
+// countRequest is the body of countTokens: contents alone, or a whole
+// generateContentRequest (with its system instruction and tools).
+type countRequest struct {
+	Contents               repeated[contentJSON] `json:"contents"`
+	GenerateContentRequest *generateRequest      `json:"generateContentRequest"`
+}
+
+// countTokens serves POST /v1beta/models/{model}:countTokens: the tokens of
+// the prompt the request would run, as the chat template renders it.
+func countTokens(c *api.Call, model string) error {
+	var body countRequest
+	if err := decodeBody(c.R, &body); err != nil {
+		return err
+	}
+	g := body.GenerateContentRequest
+	switch {
+	case g != nil && len(body.Contents) > 0:
+		return api.InvalidParam("contents", "give contents or generateContentRequest, not both")
+	case g == nil:
+		g = &generateRequest{Contents: body.Contents}
+	case g.Model != "" && trimModelPrefix(g.Model) != model:
+		return api.InvalidParam("generateContentRequest.model", "generateContentRequest.model %q differs from the model of the path %q", g.Model, model)
+	}
+	req, _, err := g.toRequest(model)
+	if err != nil {
+		return err
+	}
+	p, err := c.Tokenize(req)
+	if err != nil {
+		return err
+	}
+	n := len(p.Tokens)
+	return api.WriteJSON(c.W, 200, map[string]any{
+		"totalTokens":         n,
+		"promptTokensDetails": []modalityCount{{"TEXT", n}},
+	})
+}
