@@ -243,6 +243,40 @@ func (s *Server) PromptTokens(t testing.TB, msgs []chat.Message) []int32 {
 	return p.Tokens
 }
 
+// PrefixTokens returns how many leading tokens of the prompt for full are
+// the tokens of the conversation prefix rendered on its own (no generation
+// prompt): where a cache_control breakpoint after prefix ends. It fails t
+// if the prefix's tokens are not a prefix of the prompt's (the boundary
+// would fall inside a token).
+func (s *Server) PrefixTokens(t testing.TB, prefix, full []chat.Message) int {
+	t.Helper()
+	tok := s.model.Tokenizer
+	var opts chat.RenderOptions
+	if tok.BOS() >= 0 {
+		opts.BOS = tok.TokenText(tok.BOS())
+	}
+	if tok.EOS() >= 0 {
+		opts.EOS = tok.TokenText(tok.EOS())
+	}
+	text, err := s.model.Template.Render(prefix, opts)
+	if err != nil {
+		t.Fatalf("sdk: render: %v", err)
+	}
+	ids := tok.Encode(text, false, true)
+	if tok.AddBOS() && (len(ids) == 0 || ids[0] != tok.BOS()) {
+		ids = append([]int32{tok.BOS()}, ids...)
+	}
+	prompt := s.PromptTokens(t, full)
+	n := 0
+	for n < len(ids) && n < len(prompt) && ids[n] == prompt[n] {
+		n++
+	}
+	if n != len(ids) {
+		t.Fatalf("sdk: the prefix's %d tokens share only %d with the prompt", len(ids), n)
+	}
+	return n
+}
+
 // SharedBlockTokens returns the cached tokens that a request with prompt b
 // reports after a request with prompt a (in one tenant, with nothing
 // evicted): the full blocks of their common token prefix, except that b's

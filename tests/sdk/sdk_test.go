@@ -28,6 +28,9 @@ var scripts = []script{
 	{name: "openai", file: "openai.mjs", env: func(url, key string) []string {
 		return []string{"OPENAI_BASE_URL=" + url + "/v1", "OPENAI_API_KEY=" + key}
 	}},
+	{name: "anthropic", file: "anthropic.mjs", env: func(url, key string) []string {
+		return []string{"ANTHROPIC_BASE_URL=" + url, "ANTHROPIC_API_KEY=" + key}
+	}},
 }
 
 // scriptTimeout bounds one script's run.
@@ -83,6 +86,9 @@ type fixtureJSON struct {
 		Users        []string `json:"users"`
 		PromptTokens []int    `json:"promptTokens"`
 		CachedTokens int      `json:"cachedTokens"`
+		// SystemTokens is where the system prompt ends in the prompts:
+		// where a cache_control breakpoint on it ends.
+		SystemTokens int `json:"systemTokens"`
 	} `json:"cache"`
 }
 
@@ -113,11 +119,13 @@ func fixture(t *testing.T, srv *sdk.Server, name string) *fixtureJSON {
 		fx.Cache.PromptTokens = append(fx.Cache.PromptTokens, len(p))
 	}
 	fx.Cache.CachedTokens = sdk.SharedBlockTokens(prompts[0], prompts[1])
+	sys := []chat.Message{{Role: "system", Content: system}}
+	fx.Cache.SystemTokens = srv.PrefixTokens(t, sys, append(sys, chat.Message{Role: "user", Content: fx.Cache.Users[0]}))
 	if fx.Cache.CachedTokens < 8*sdk.BlockSize {
 		t.Fatalf("the shared system prompt covers only %d cached tokens; make it longer", fx.Cache.CachedTokens)
 	}
-	t.Logf("fixture: hello %d prompt tokens (%d cached when repeated); shared system prompt: %v prompt tokens, %d cached",
-		fx.Hello.PromptTokens, fx.Hello.CachedTokens, fx.Cache.PromptTokens, fx.Cache.CachedTokens)
+	t.Logf("fixture: hello %d prompt tokens (%d cached when repeated); shared system prompt: %d tokens, %v prompt tokens, %d cached",
+		fx.Hello.PromptTokens, fx.Hello.CachedTokens, fx.Cache.SystemTokens, fx.Cache.PromptTokens, fx.Cache.CachedTokens)
 	return fx
 }
 
