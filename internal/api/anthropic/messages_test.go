@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kvserve/kvserve/internal/api/apitest"
 	"github.com/kvserve/kvserve/internal/chat"
@@ -272,5 +273,21 @@ func TestClientDisconnectFreesBlocks(t *testing.T) {
 		t.Fatalf("no blocks active while streaming: %+v", st)
 	}
 	resp.Body.Close()
+	env.WaitIdle(t)
+}
+
+func TestKvserveExtension(t *testing.T) {
+	env := newEnv(t, apitest.Options{})
+	postMessage(t, env, map[string]any{
+		"model": apitest.ModelName, "max_tokens": 1,
+		"system":   []map[string]any{{"type": "text", "text": "Rules.", "cache_control": map[string]any{"type": "ephemeral", "ttl": "1h"}}},
+		"messages": userMsg("Hi"),
+		"kvserve":  map[string]any{"session_id": "s-1", "ttl": "10m", "priority": 3, "expected_output_tokens": 50},
+	})
+	r := env.Recorder.Last(t)
+	// The extension's TTL wins over the breakpoints'.
+	if r.Hints.SessionID != "s-1" || r.Hints.TTL != 10*time.Minute || r.Priority != 3 || r.Hints.ExpectedOutputTokens != 50 {
+		t.Fatalf("hints not passed: %+v priority %d", r.Hints, r.Priority)
+	}
 	env.WaitIdle(t)
 }
