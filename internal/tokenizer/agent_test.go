@@ -3,6 +3,7 @@ package tokenizer
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -134,6 +135,34 @@ func agentPrompt(tb testing.TB, tok *Tokenizer, turns int) string {
 	return text
 }
 
+// llama2Prompt renders an agent conversation in Llama 2's chat format by
+// hand, for the SentencePiece test vocabulary (which has no template).
+func llama2Prompt(tb testing.TB, turns int) string {
+	msgs, tools := agentConversation(tb, turns)
+	var b strings.Builder
+	b.WriteString("<s>[INST] <<SYS>>\n")
+	b.WriteString(msgs[0].Content)
+	b.WriteString("\n\nYou can call these tools:\n")
+	for _, t := range tools {
+		fmt.Fprintf(&b, "- %s: %s Parameters: %s\n", t.Name, t.Description, t.Parameters)
+	}
+	b.WriteString("<</SYS>>\n\n")
+	for _, m := range msgs[1:] {
+		switch m.Role {
+		case "user":
+			b.WriteString(m.Content + " [/INST]")
+		case "assistant":
+			for _, c := range m.ToolCalls {
+				fmt.Fprintf(&b, ` {"name": %q, "arguments": %s} </s><s>[INST] `, c.Name, c.Arguments)
+			}
+		case "tool":
+			b.WriteString("Result of " + m.Name + ":\n" + m.Content + "\n\n")
+		}
+	}
+	b.WriteString("Continue. [/INST]")
+	return b.String()
+}
+
 // agentTurns is the number of turns of the benchmarked agent prompt:
 // with the synthetic vocabularies it is then about 16k tokens.
 const agentTurns = 12
@@ -150,16 +179,31 @@ const agentTurns = 12
 //   - next-turn: the prompt of turn n+1 after turn n's was encoded with
 //     ReuseFragments into empty caches: an agent's next request.
 func BenchmarkAgentPrompt(b *testing.B) {
+	type model struct {
+		name       string
+		load       func(Options) *Tokenizer
+		text, prev func(*Tokenizer) string
+	}
+	var models []model
 	for _, shape := range []string{"smollm2-135m", "qwen2.5-0.5b", "llama-3.2-1b"} {
-		tok := synthTokenizer(b, shape, Options{})
-		text := agentPrompt(b, tok, agentTurns)
-		prev := agentPrompt(b, tok, agentTurns-1)
-		uncached := synthTokenizer(b, shape, Options{WordCacheBytes: -1, FragmentCacheBytes: -1})
+		models = append(models, model{shape, func(o Options) *Tokenizer { return synthTokenizer(b, shape, o) },
+			func(t *Tokenizer) string { return agentPrompt(b, t, agentTurns) },
+			func(t *Tokenizer) string { return agentPrompt(b, t, agentTurns-1) }})
+	}
+	spm := sharedPath(b, "testdata", "vocab", "ggml-vocab-llama-spm.gguf")
+	models = append(models, model{"llama-spm", func(o Options) *Tokenizer { return loadTokenizerOptions(b, spm, o) },
+		func(*Tokenizer) string { return llama2Prompt(b, agentTurns) },
+		func(*Tokenizer) string { return llama2Prompt(b, agentTurns-1) }})
+
+	for _, m := range models {
+		tok := m.load(Options{})
+		text, prev := m.text(tok), m.prev(tok)
+		uncached := m.load(noCaches)
 		reuse := EncodeOptions{ParseSpecial: true, ReuseFragments: true}
 		plain := EncodeOptions{ParseSpecial: true}
-		want := uncached.Encode(text, false, true)
+		want := uncached.AppendEncodeWith(nil, text, plain)
 		run := func(name string, tok *Tokenizer, opts EncodeOptions, before func()) {
-			b.Run(shape+"/"+name, func(b *testing.B) {
+			b.Run(m.name+"/"+name, func(b *testing.B) {
 				ids := make([]int32, 0, len(want))
 				if before == nil {
 					ids = tok.AppendEncodeWith(ids, text, opts) // warm up
@@ -182,13 +226,50 @@ func BenchmarkAgentPrompt(b *testing.B) {
 			})
 		}
 		run("uncached", uncached, plain, nil)
-		run("cold", tok, reuse, func() { tok.resetCaches(Options{}) })
+		// The untimed set-up collects its garbage, so that the timed encode
+		// does not pay for it.
+		run("cold", tok, reuse, func() {
+			tok.resetCaches(Options{})
+			runtime.GC()
+		})
 		tok.resetCaches(Options{})
 		run("warm-words", tok, plain, nil)
 		run("warm-fragments", tok, reuse, nil)
 		run("next-turn", tok, reuse, func() {
 			tok.resetCaches(Options{})
 			tok.AppendEncodeWith(nil, prev, reuse)
+			runtime.GC()
+		})
+	}
+}
+
+// BenchmarkAgentPromptParallel encodes the agent prompt from 64
+// goroutines at once with warm caches, as 64 concurrent streams would:
+// ns/op is wall time per prompt over all of them.
+func BenchmarkAgentPromptParallel(b *testing.B) {
+	tok := synthTokenizer(b, "qwen2.5-0.5b", Options{})
+	text := agentPrompt(b, tok, agentTurns)
+	for _, opts := range []EncodeOptions{{ParseSpecial: true}, {ParseSpecial: true, ReuseFragments: true}} {
+		name := "words"
+		if opts.ReuseFragments {
+			name = "fragments"
+		}
+		b.Run(name, func(b *testing.B) {
+			want := tok.AppendEncodeWith(nil, text, opts)
+			b.SetParallelism(64 / max(1, runtime.GOMAXPROCS(0)))
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				var ids []int32
+				n := 0
+				for pb.Next() {
+					ids = tok.AppendEncodeWith(ids[:0], text, opts)
+					n++
+				}
+				if n > 0 && !slices.Equal(ids, want) {
+					b.Error("encodings differ")
+				}
+			})
+			b.ReportMetric(b.Elapsed().Seconds()*1e3/float64(b.N), "ms/prompt")
 		})
 	}
 }

@@ -19,24 +19,34 @@ func benchText(b *testing.B) string {
 	return strings.Repeat(s, 40000/len(s)+1)
 }
 
-// BenchmarkEncode tokenises ~40 kB with each test vocabulary and reports
-// tokens per second.
+// BenchmarkEncode tokenises ~40 kB with each test vocabulary, with a warm
+// word cache and without caches, and reports tokens per second.
 func BenchmarkEncode(b *testing.B) {
 	text := benchText(b)
 	for _, name := range []string{"llama-spm", "gpt-2", "starcoder", "deepseek-coder", "deepseek-llm"} {
-		b.Run(name, func(b *testing.B) {
-			tok := loadTokenizer(b, filepath.Join(sharedDir(b), "testdata", "vocab", "ggml-vocab-"+name+".gguf"))
-			ids := tok.Encode(text, false, false)
-			b.SetBytes(int64(len(text)))
-			b.ReportAllocs()
-			b.ResetTimer()
-			for b.Loop() {
-				ids = tok.AppendEncode(ids[:0], text, false, false)
-			}
-			b.ReportMetric(float64(len(ids))*float64(b.N)/b.Elapsed().Seconds(), "tok/s")
-			b.ReportMetric(float64(len(ids)), "tokens")
-		})
+		for _, cache := range []string{"cached", "uncached"} {
+			b.Run(name+"/"+cache, func(b *testing.B) {
+				opts := Options{}
+				if cache == "uncached" {
+					opts = noCaches
+				}
+				tok := loadTokenizerOptions(b, filepath.Join(sharedDir(b), "testdata", "vocab", "ggml-vocab-"+name+".gguf"), opts)
+				benchEncode(b, tok, text)
+			})
+		}
 	}
+}
+
+func benchEncode(b *testing.B, tok *Tokenizer, text string) {
+	ids := tok.Encode(text, false, false)
+	b.SetBytes(int64(len(text)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		ids = tok.AppendEncode(ids[:0], text, false, false)
+	}
+	b.ReportMetric(float64(len(ids))*float64(b.N)/b.Elapsed().Seconds(), "tok/s")
+	b.ReportMetric(float64(len(ids)), "tokens")
 }
 
 // BenchmarkDecode renders ~10k tokens back to text.

@@ -30,6 +30,12 @@ type Options struct {
 	// every Encode. 0 means DefaultWordCacheBytes; negative disables it.
 	// The bound counts entries (keys, ids and their headers); the table
 	// itself adds about 1/6 of it.
+	//
+	// The word cache is shared by all callers: a word one tenant sent
+	// makes the same word a little faster for the next (a microsecond,
+	// once, since the probe itself caches it). That reveals at most that
+	// a single word was seen recently; deployments that want no shared
+	// tokenizer state at all disable the cache.
 	WordCacheBytes int
 	// FragmentCacheBytes bounds the fragment cache, which remembers the
 	// tokens of whole text fragments (the text between two special

@@ -58,10 +58,11 @@ type EncodeOptions struct {
 	// prompt, tools and earlier turns then cost a hash and a compare.
 	ReuseFragments bool
 	// Scope names whom the text belongs to (a tenant): fragments
-	// remembered in one scope are never reused in another, so one tenant's
-	// prompt is never tokenised faster because another tenant sent the
-	// same text. Used only with ReuseFragments; "" is a scope like any
-	// other.
+	// remembered in one scope are never reused in another, so a tenant
+	// cannot learn by timing whether another tenant sent a whole text
+	// (a system prompt, a document). Used only with ReuseFragments; "" is
+	// a scope like any other. The word cache is shared by all scopes (see
+	// Options.WordCacheBytes).
 	Scope string
 }
 
