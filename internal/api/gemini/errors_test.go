@@ -48,6 +48,9 @@ func TestErrorStatuses(t *testing.T) {
 		{"bad function name", url, `{` + hi + `,"tools":[{"functionDeclarations":[{"name":"1 bad"}]}]}`, 400, "INVALID_ARGUMENT", "tools[0].functionDeclarations[0].name"},
 		{"unknown schema field", url, `{` + hi + `,"tools":[{"functionDeclarations":[{"name":"f","parameters":{"type":"OBJECT","const":1}}]}]}`, 400, "INVALID_ARGUMENT", "tools[0].functionDeclarations[0].parameters"},
 		{"unknown schema type", url, `{` + hi + `,"tools":[{"functionDeclarations":[{"name":"f","parameters":{"type":"WIDGET"}}]}]}`, 400, "INVALID_ARGUMENT", "tools[0].functionDeclarations[0].parameters.type"},
+		{"duplicate function", url, `{` + hi + `,"tools":[{"functionDeclarations":[{"name":"f"}]},{"functionDeclarations":[{"name":"f"}]}]}`, 400, "INVALID_ARGUMENT", "tools[1].functionDeclarations[0].name"},
+		{"ANY with JSON mode", url, `{` + hi + `,"tools":[{"functionDeclarations":[{"name":"f"}]}],"toolConfig":{"functionCallingConfig":{"mode":"ANY"}},"generationConfig":{"responseMimeType":"application/json"}}`, 400, "INVALID_ARGUMENT", "toolConfig.functionCallingConfig.mode"},
+		{"unenforceable schema", url, `{` + hi + `,"generationConfig":{"responseMimeType":"application/json","responseJsonSchema":{"not":{}}}}`, 400, "INVALID_ARGUMENT", "generationConfig.responseSchema"},
 		{"ANY without functions", url, `{` + hi + `,"toolConfig":{"functionCallingConfig":{"mode":"ANY"}}}`, 400, "INVALID_ARGUMENT", "toolConfig.functionCallingConfig.mode"},
 		{"unknown allowed name", url, `{` + hi + `,"tools":[{"functionDeclarations":[{"name":"f"}]}],"toolConfig":{"functionCallingConfig":{"mode":"ANY","allowedFunctionNames":["g"]}}}`, 400, "INVALID_ARGUMENT", "toolConfig.functionCallingConfig.allowedFunctionNames[0]"},
 		{"bad mode", url, `{` + hi + `,"toolConfig":{"functionCallingConfig":{"mode":"SOMETIMES"}}}`, 400, "INVALID_ARGUMENT", "toolConfig.functionCallingConfig.mode"},
@@ -66,7 +69,7 @@ func TestErrorStatuses(t *testing.T) {
 		{"no method", env.URL("/v1beta/models/tiny-chat"), `{` + hi + `}`, 404, "NOT_FOUND", ""},
 		{"unknown route", env.URL("/v1beta/files"), `{}`, 404, "NOT_FOUND", ""},
 		// Google answers a prompt or a body too large with 400 INVALID_ARGUMENT.
-		{"prompt too long", url, `{"contents":[{"parts":[{"text":"` + long + `"}]}]}`, 400, "INVALID_ARGUMENT", "messages"},
+		{"prompt too long", url, `{"contents":[{"parts":[{"text":"` + long + `"}]}]}`, 400, "INVALID_ARGUMENT", "contents"},
 		{"body too large", url, `{"contents":[{"parts":[{"text":"` + strings.Repeat("x", 70<<10) + `"}]}]}`, 400, "INVALID_ARGUMENT", ""},
 		{"countTokens both inputs", gen(env, "countTokens"), `{` + hi + `,"generateContentRequest":{` + hi + `}}`, 400, "INVALID_ARGUMENT", "contents"},
 		{"countTokens other model", gen(env, "countTokens"), `{"generateContentRequest":{"model":"models/x",` + hi + `}}`, 400, "INVALID_ARGUMENT", "generateContentRequest.model"},

@@ -168,14 +168,27 @@ func status(e *api.Error) int {
 	return e.Status()
 }
 
+// coreParams renames the request fields the core blames (in OpenAI's
+// terms) to the Gemini fields they came from.
+var coreParams = map[string]string{
+	"messages":                           "contents",
+	"response_format":                    "generationConfig.responseMimeType",
+	"response_format.json_schema.schema": "generationConfig.responseSchema",
+	"tool_choice":                        "toolConfig.functionCallingConfig",
+}
+
 // toErrorBody builds Gemini's error object for e.
 func toErrorBody(e *api.Error) errorBody {
 	st := status(e)
 	obj := errorObject{Code: st, Message: e.Message, Status: e.Code.Kind().GeminiStatus}
 	if e.Param != "" {
+		field := e.Param
+		if f, ok := coreParams[field]; ok {
+			field = f
+		}
 		obj.Details = append(obj.Details, errorDetail{
 			Type:            "type.googleapis.com/google.rpc.BadRequest",
-			FieldViolations: []fieldViolation{{Field: e.Param, Description: e.Message}},
+			FieldViolations: []fieldViolation{{Field: field, Description: e.Message}},
 		})
 	}
 	if e.RetryAfter > 0 {

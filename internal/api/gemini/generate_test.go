@@ -416,6 +416,15 @@ func TestCountTokens(t *testing.T) {
 	if want := len(env.ChatPrompt(t, msgs, nil)); resp.TotalTokens != want {
 		t.Fatalf("totalTokens %d with a system instruction, want %d", resp.TotalTokens, want)
 	}
+	// Vertex's spelling: the system instruction beside the contents.
+	resp.TotalTokens = 0
+	postOK(t, gen(env, "countTokens"), map[string]any{
+		"systemInstruction": map[string]any{"parts": []any{map[string]any{"text": "Count well."}}},
+		"contents":          userContents("How many tokens is this?"),
+	}, &resp)
+	if want := len(env.ChatPrompt(t, msgs, nil)); resp.TotalTokens != want {
+		t.Fatalf("totalTokens %d with a system instruction beside the contents, want %d", resp.TotalTokens, want)
+	}
 	if n := len(env.Recorder.Requests()); n != 0 {
 		t.Fatalf("countTokens ran %d requests on the engine", n)
 	}

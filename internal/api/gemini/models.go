@@ -65,11 +65,12 @@ func getModel(c *api.Call) error {
 		Message: fmt.Sprintf("models/%s is not found for API version v1beta; call ListModels to see the available models", id)}
 }
 
-// countRequest is the body of countTokens: contents alone, or a whole
-// generateContentRequest (with its system instruction and tools).
+// countRequest is the body of countTokens: contents alone (with, as
+// Vertex sends them, a system instruction and tools beside them), or a
+// whole generateContentRequest.
 type countRequest struct {
-	Contents               repeated[contentJSON] `json:"contents"`
-	GenerateContentRequest *generateRequest      `json:"generateContentRequest"`
+	generateRequest
+	GenerateContentRequest *generateRequest `json:"generateContentRequest"`
 }
 
 // countTokens serves POST /v1beta/models/{model}:countTokens: the tokens of
@@ -84,7 +85,7 @@ func countTokens(c *api.Call, model string) error {
 	case g != nil && len(body.Contents) > 0:
 		return api.InvalidParam("contents", "give contents or generateContentRequest, not both")
 	case g == nil:
-		g = &generateRequest{Contents: body.Contents}
+		g = &body.generateRequest
 	case g.Model != "" && trimModelPrefix(g.Model) != model:
 		return api.InvalidParam("generateContentRequest.model", "generateContentRequest.model %q differs from the model of the path %q", g.Model, model)
 	}

@@ -194,6 +194,9 @@ func (g *generateRequest) toRequest(model string) (*api.Request, options, error)
 			return nil, o, err
 		}
 	}
+	if r.ResponseFormat.Type != api.FormatText && (r.ToolChoice.Mode == api.ToolRequired || r.ToolChoice.Mode == api.ToolNamed) {
+		return nil, o, api.InvalidParam("toolConfig.functionCallingConfig.mode", "function calling mode ANY cannot be combined with responseMimeType \"application/json\"")
+	}
 	if err := g.Kvserve.Apply(r); err != nil {
 		return nil, o, err
 	}
@@ -352,6 +355,7 @@ func validFunctionName(name string) bool {
 // onto JSON Schema.
 func convertTools(tools []toolJSON) ([]chat.Tool, error) {
 	var out []chat.Tool
+	seen := map[string]bool{}
 	for i, t := range tools {
 		if len(t.others) > 0 {
 			return nil, api.InvalidParam(fmt.Sprintf("tools[%d].%s", i, t.others[0]), "tool %q is not supported: this server serves functionDeclarations only", t.others[0])
@@ -361,6 +365,10 @@ func convertTools(tools []toolJSON) ([]chat.Tool, error) {
 			if !validFunctionName(fd.Name) {
 				return nil, api.InvalidParam(param+".name", "invalid function name %q: it must start with a letter or underscore and hold at most 64 letters, digits, underscores, dots, colons or dashes", fd.Name)
 			}
+			if seen[fd.Name] {
+				return nil, api.InvalidParam(param+".name", "duplicate function name %q", fd.Name)
+			}
+			seen[fd.Name] = true
 			tool := chat.Tool{Name: fd.Name, Description: fd.Description}
 			switch {
 			case !isNull(fd.Parameters) && !isNull(fd.ParametersJSONSchema):
