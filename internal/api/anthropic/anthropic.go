@@ -85,6 +85,7 @@ type Options struct {
 // Dialect serves the Anthropic Messages API.
 type Dialect struct {
 	versions *prometheus.CounterVec
+	marks    markFinder
 }
 
 // New returns the Anthropic dialect.

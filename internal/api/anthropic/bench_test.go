@@ -3,11 +3,16 @@ package anthropic
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/kvserve/kvserve/internal/api"
 	"github.com/kvserve/kvserve/internal/api/apitest"
+	"github.com/kvserve/kvserve/internal/chat"
 )
 
 // BenchmarkMessagesStream streams 64 tokens per request through the whole
@@ -41,4 +46,33 @@ func BenchmarkMessagesStream(b *testing.B) {
 	}
 	b.ReportMetric(overhead/float64(n), "overhead-ms/req")
 	b.ReportMetric(overhead/float64(n)/64*1000, "overhead-µs/token")
+}
+
+// BenchmarkCacheMarks measures finding the breakpoint positions of an
+// agent-like request: a long system prompt, tools and 40 turns of history,
+// with breakpoints on the tools (1h) and the last message (5m).
+func BenchmarkCacheMarks(b *testing.B) {
+	env := newEnv(b, apitest.Options{})
+	req := &api.Request{Model: apitest.ModelName, Tools: []chat.Tool{{Name: "read_file", Description: "Reads a file.",
+		Parameters: []byte(`{"type":"object","properties":{"path":{"type":"string"}},"required":["path"]}`)}}}
+	req.Messages = append(req.Messages, chat.Message{Role: "system", Content: strings.Repeat("Follow the repository's conventions. ", 80)})
+	for i := range 20 {
+		req.Messages = append(req.Messages, chat.Message{Role: "user", Content: fmt.Sprintf("Step %d: look at the file list and continue.", i)},
+			chat.Message{Role: "assistant", Content: "Looking at the files now; the next step follows."})
+	}
+	req.Messages = append(req.Messages, chat.Message{Role: "user", Content: "Go on."})
+	req.Breakpoints = []api.Breakpoint{{Message: -1, TTL: time.Hour}, {Message: len(req.Messages) - 1, TTL: 5 * time.Minute}}
+	p, err := env.Model.BuildPrompt(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var f markFinder
+	var m cacheMarks
+	for b.Loop() {
+		m = f.find(env.Model, req, p)
+	}
+	if m.end1h == 0 || m.end <= m.end1h || m.end >= len(p.Tokens) {
+		b.Fatalf("marks %+v of %d tokens", m, len(p.Tokens))
+	}
+	b.ReportMetric(float64(len(p.Tokens)), "prompt-tokens")
 }

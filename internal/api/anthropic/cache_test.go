@@ -3,6 +3,7 @@ package anthropic
 import (
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/kvserve/kvserve/internal/api"
 	"strings"
@@ -178,6 +179,39 @@ func TestTokensThrough(t *testing.T) {
 			}
 			if prev >= len(p.Tokens) || prev < len(p.Tokens)-64 {
 				t.Fatalf("the whole conversation ends at token %d of %d", prev, len(p.Tokens))
+			}
+
+			// The tail walk after the generation prompt agrees, with
+			// thinking on, off and by default, and where the conversation
+			// ends in a tool turn (no fixed generation prompt in R1).
+			var f markFinder
+			on, off := true, false
+			for _, reasoning := range []*bool{nil, &on, &off} {
+				for _, tail := range [][]chat.Message{nil, {
+					{Role: "assistant", ToolCalls: []chat.ToolCall{{ID: "call_1", Name: "f", Arguments: `{"a":1}`}}},
+					{Role: "tool", ToolCallID: "call_1", Content: "42"},
+				}} {
+					r := *req
+					r.Messages = append(slices.Clip(req.Messages), tail...)
+					r.Reasoning = reasoning
+					r.Tools = []chat.Tool{{Name: "f", Parameters: []byte(`{"type":"object"}`)}}
+					r.Breakpoints = []api.Breakpoint{{Message: len(r.Messages) - 1, TTL: 5 * time.Minute}}
+					p, err := env.Model.BuildPrompt(&r)
+					if err != nil {
+						t.Fatal(err)
+					}
+					slow := tokensThrough(env.Model, &r, p, len(r.Messages)-1)
+					if got := f.find(env.Model, &r, p); got.end != slow || got.end1h != 0 {
+						t.Fatalf("reasoning %v, %d tail turns: marks %+v, the render says %d", reasoning, len(tail), got, slow)
+					}
+					// The tiny vocabulary spells ASCII generation prompts:
+					// there the tail walk must be what answered.
+					if suffix := f.suffix(env.Model, &r); len(tail) == 0 && !strings.Contains(tmpl, "DeepSeek") {
+						if n, ok := tokensBeforeTail(env.Tokenizer, p.Tokens, p.Text, len(p.Text)-len(suffix)); suffix == "" || !ok || n != slow {
+							t.Fatalf("tail walk after %q: %d, %v", suffix, n, ok)
+						}
+					}
+				}
 			}
 		})
 	}

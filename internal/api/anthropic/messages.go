@@ -38,7 +38,7 @@ func (d *Dialect) messages(c *api.Call) error {
 		return err
 	}
 	// Rendered while the engine prefills.
-	marks := findCacheMarks(run.Model(), conv.req, run.Prompt())
+	marks := d.marks.find(run.Model(), conv.req, run.Prompt())
 	if body.Stream {
 		return streamMessage(c, run, conv, marks)
 	}

@@ -3,6 +3,7 @@ package anthropic
 import (
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/kvserve/kvserve/internal/api"
@@ -51,9 +52,29 @@ func usage(u api.Usage, m cacheMarks) usageJSON {
 	}
 }
 
-// findCacheMarks returns where the spans of req's last breakpoint and last
-// 1h breakpoint end in prompt p.
-func findCacheMarks(m *api.Model, req *api.Request, p *api.Prompt) cacheMarks {
+// markFinder finds breakpoint positions in prompts. It remembers, per
+// template and thinking setting, the text a generation prompt appends, so
+// that the commonest breakpoint — on the last message, as Claude Code puts
+// it — costs a walk over the last few tokens rather than a render of the
+// whole conversation and a walk over all of it.
+type markFinder struct {
+	mu       sync.Mutex
+	suffixes map[suffixKey]string // "" when the template has no fixed one
+}
+
+// suffixKey identifies a template and its thinking setting.
+type suffixKey struct {
+	t         *chat.Template
+	reasoning int8 // -1 off, 0 default, 1 on
+}
+
+// maxSuffixes bounds markFinder's cache (one entry per served template and
+// thinking setting in practice).
+const maxSuffixes = 64
+
+// find returns where the spans of req's last breakpoint and last 1h
+// breakpoint end in prompt p.
+func (f *markFinder) find(m *api.Model, req *api.Request, p *api.Prompt) cacheMarks {
 	if len(req.Breakpoints) == 0 || p.Text == "" || m.Template == nil {
 		return cacheMarks{}
 	}
@@ -66,7 +87,18 @@ func findCacheMarks(m *api.Model, req *api.Request, p *api.Prompt) cacheMarks {
 		}
 	}
 	var out cacheMarks
-	out.end = tokensThrough(m, req, p, last)
+	out.end = -1
+	if last == len(req.Messages)-1 {
+		// The whole conversation: the prompt without its generation prompt.
+		if suffix := f.suffix(m, req); suffix != "" && strings.HasSuffix(p.Text, suffix) {
+			if n, ok := tokensBeforeTail(m.Tokenizer, p.Tokens, p.Text, len(p.Text)-len(suffix)); ok {
+				out.end = n
+			}
+		}
+	}
+	if out.end < 0 {
+		out.end = tokensThrough(m, req, p, last)
+	}
 	switch {
 	case last1h == last:
 		out.end1h = out.end
@@ -74,6 +106,57 @@ func findCacheMarks(m *api.Model, req *api.Request, p *api.Prompt) cacheMarks {
 		out.end1h = tokensThrough(m, req, p, last1h)
 	}
 	return out
+}
+
+// suffix returns the text the generation prompt appends to a conversation
+// with req's template and thinking setting, or "" when rendering with it is
+// not rendering without it plus a fixed suffix.
+func (f *markFinder) suffix(m *api.Model, req *api.Request) string {
+	key := suffixKey{t: m.Template}
+	if req.Reasoning != nil {
+		key.reasoning = -1
+		if *req.Reasoning {
+			key.reasoning = 1
+		}
+	}
+	f.mu.Lock()
+	s, ok := f.suffixes[key]
+	f.mu.Unlock()
+	if ok {
+		return s
+	}
+	probe := []chat.Message{{Role: "user", Content: "\x00\x01"}}
+	opts := renderOptions(m, req)
+	without, err1 := m.Template.Render(probe, opts)
+	opts.AddGenerationPrompt = true
+	with, err2 := m.Template.Render(probe, opts)
+	if err1 == nil && err2 == nil && len(with) > len(without) && strings.HasPrefix(with, without) {
+		s = with[len(without):]
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.suffixes == nil || len(f.suffixes) >= maxSuffixes {
+		f.suffixes = map[suffixKey]string{}
+	}
+	f.suffixes[key] = s
+	return s
+}
+
+// renderOptions are the options the core renders req's prompt with, less
+// the generation prompt.
+func renderOptions(m *api.Model, req *api.Request) chat.RenderOptions {
+	tok := m.Tokenizer
+	opts := chat.RenderOptions{Tools: req.Tools, Now: time.Now()}
+	if tok.BOS() >= 0 {
+		opts.BOS = tok.TokenText(tok.BOS())
+	}
+	if tok.EOS() >= 0 {
+		opts.EOS = tok.TokenText(tok.EOS())
+	}
+	if req.Reasoning != nil {
+		opts.Extra = map[string]any{"enable_thinking": *req.Reasoning}
+	}
+	return opts
 }
 
 // tokensThrough returns how many leading tokens of p lie within the prompt
@@ -93,17 +176,7 @@ func tokensThrough(m *api.Model, req *api.Request, p *api.Prompt, msg int) int {
 	} else {
 		prefix = msgs[:min(msg+1, len(msgs))]
 	}
-	tok := m.Tokenizer
-	opts := chat.RenderOptions{Tools: req.Tools, Now: time.Now()}
-	if tok.BOS() >= 0 {
-		opts.BOS = tok.TokenText(tok.BOS())
-	}
-	if tok.EOS() >= 0 {
-		opts.EOS = tok.TokenText(tok.EOS())
-	}
-	if req.Reasoning != nil {
-		opts.Extra = map[string]any{"enable_thinking": *req.Reasoning}
-	}
+	opts := renderOptions(m, req)
 	text, err := m.Template.Render(prefix, opts)
 	if err != nil || text == "" {
 		// Some templates need a user turn: add one that cannot occur in
@@ -117,7 +190,7 @@ func tokensThrough(m *api.Model, req *api.Request, p *api.Prompt, msg int) int {
 	for n < len(text) && n < len(p.Text) && text[n] == p.Text[n] {
 		n++
 	}
-	return tokensBefore(tok, p.Tokens, p.Text, n)
+	return tokensBefore(m.Tokenizer, p.Tokens, p.Text, n)
 }
 
 // tokensBefore returns how many leading tokens of ids have pieces lying
@@ -161,6 +234,44 @@ func tokensBefore(tok *tokenizer.Tokenizer, ids []int32, text string, limit int)
 		}
 	}
 	return len(ids)
+}
+
+// tokensBeforeTail counts what tokensBefore counts, walking back from the
+// end of the prompt: its cost is the tokens after limit. ok is false where
+// the pieces do not spell the text's tail plainly (an unknown token, or the
+// walk reaching the first token), and the caller walks forward instead.
+func tokensBeforeTail(tok *tokenizer.Tokenizer, ids []int32, text string, limit int) (n int, ok bool) {
+	var scratch [64]byte
+	pos := len(text)
+	for j := len(ids) - 1; j > 0; j-- {
+		id := ids[j]
+		if id == tok.UNK() {
+			return 0, false
+		}
+		piece := tok.AppendPiece(scratch[:0], id, true)
+		head := text[:pos]
+		switch {
+		case hasSuffix(head, piece):
+		case len(piece) > 0 && piece[0] == ' ' && hasSuffix(head, piece[1:]):
+			piece = piece[1:] // SentencePiece's inserted space
+		default:
+			return 0, false
+		}
+		start := pos - len(piece)
+		if start < limit {
+			if pos <= limit {
+				return j + 1, true
+			}
+			return j, true // token j straddles limit
+		}
+		pos = start
+	}
+	return 0, false
+}
+
+// hasSuffix reports whether s ends with b, without converting b.
+func hasSuffix(s string, b []byte) bool {
+	return len(s) >= len(b) && s[len(s)-len(b):] == string(b)
 }
 
 // hasPrefix reports whether s begins with b, without converting b.
