@@ -31,6 +31,11 @@ var scripts = []script{
 	{name: "anthropic", file: "anthropic.mjs", env: func(url, key string) []string {
 		return []string{"ANTHROPIC_BASE_URL=" + url, "ANTHROPIC_API_KEY=" + key}
 	}},
+	// @google/genai reads its key from the environment but takes the
+	// server from httpOptions.baseUrl (the fixture's url).
+	{name: "genai", file: "genai.mjs", env: func(_, key string) []string {
+		return []string{"GEMINI_API_KEY=" + key}
+	}},
 }
 
 // scriptTimeout bounds one script's run.
