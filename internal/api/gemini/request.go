@@ -60,7 +60,6 @@ type partJSON struct {
 	FileData            json.RawMessage `json:"fileData"`
 	ExecutableCode      json.RawMessage `json:"executableCode"`
 	CodeExecutionResult json.RawMessage `json:"codeExecutionResult"`
-	VideoMetadata       json.RawMessage `json:"videoMetadata"`
 }
 
 // systemInstruction is a Content whose role is ignored; a plain string is
