@@ -54,7 +54,10 @@
 // B is found as the core finds segment boundaries: the conversation up to
 // the breakpoint is rendered without a generation prompt, its common prefix
 // with the prompt text taken, and the prompt tokens lying wholly inside it
-// counted.
+// counted. For the commonest case, a breakpoint on the last message (as
+// Claude Code sends), the span is the prompt less its generation prompt,
+// whose text is learnt once per template: the tokens are counted back from
+// the end, without rendering the conversation again.
 //
 // # Headers
 //
