@@ -104,7 +104,8 @@ type wordCache struct {
 	seed      maphash.Seed
 	mask      uint64
 	perBucket int64
-	buckets   []wordBucket
+	alloc     sync.Once    // allocates buckets on first use (ready)
+	buckets   []wordBucket // after ready
 
 	hits, misses  atomic.Uint64
 	entries, used atomic.Int64
@@ -145,8 +146,15 @@ func newWordCache(budget int) *wordCache {
 		seed:      maphash.MakeSeed(),
 		mask:      uint64(n - 1),
 		perBucket: int64(budget / n),
-		buckets:   make([]wordBucket, n),
 	}
+}
+
+// ready allocates the table on first use, so that a tokenizer loaded and
+// never used to encode (model inspection, metadata fuzzing) does not pay
+// for it. Every call that uses the cache calls ready first.
+func (c *wordCache) ready() *wordCache {
+	c.alloc.Do(func() { c.buckets = make([]wordBucket, c.mask+1) })
+	return c
 }
 
 func wordCost(keyLen, nids int) int64 {

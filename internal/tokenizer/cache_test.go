@@ -269,7 +269,7 @@ func TestFragmentScopes(t *testing.T) {
 
 func TestWordCacheBounds(t *testing.T) {
 	for _, budget := range []int{600, 4096, 1 << 16} {
-		c := newWordCache(budget)
+		c := newWordCache(budget).ready()
 		if n := len(c.buckets); n&(n-1) != 0 || int64(n)*c.perBucket > int64(budget) {
 			t.Fatalf("budget %d: %d buckets of %d bytes", budget, n, c.perBucket)
 		}
@@ -348,7 +348,7 @@ func loadTokenizerOptions(t testing.TB, path string, opts Options) *Tokenizer {
 // TestWordCacheClock fills one bucket, references half of it and checks
 // that inserting evicts the unreferenced half first.
 func TestWordCacheClock(t *testing.T) {
-	c := newWordCache(8 * int(wordCost(2, 1)))
+	c := newWordCache(8 * int(wordCost(2, 1))).ready()
 	if len(c.buckets) != 1 {
 		t.Fatalf("%d buckets", len(c.buckets))
 	}

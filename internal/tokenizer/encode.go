@@ -76,6 +76,9 @@ func (t *Tokenizer) AppendEncodeWith(dst []int32, text string, opts EncodeOption
 	}
 	defer t.scratch.Put(st)
 
+	if t.words != nil {
+		t.words.ready()
+	}
 	if opts.AddSpecial && t.addBOS {
 		dst = append(dst, t.bos)
 	}
