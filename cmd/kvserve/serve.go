@@ -60,9 +60,13 @@ func newServeCmd() *cobra.Command {
 	var o serveOptions
 	cmd := &cobra.Command{
 		Use:   "serve [--model FILE] [--addr 127.0.0.1:8080] [--data-dir DIR] [--config FILE] [flags]",
-		Short: "Serve a model over the OpenAI-compatible HTTP API",
-		Long: `Loads a GGUF model and serves it over HTTP: /v1/chat/completions, /v1/completions,
-/v1/responses and /v1/models (OpenAI), plus /health, /ready and /metrics.
+		Short: "Serve a model over OpenAI-, Anthropic- and Gemini-compatible HTTP APIs",
+		Long: `Loads a GGUF model and serves it over HTTP:
+  OpenAI     /v1/chat/completions, /v1/completions, /v1/responses, /v1/models
+  Anthropic  /v1/messages, /v1/messages/count_tokens
+  Gemini     /v1beta/models/{model}:generateContent, :streamGenerateContent, :countTokens,
+             /v1beta/models
+  operations /health, /ready, /metrics
 
 With no --model, a synthetic model with SmolLM2-135M's shape and random weights is
 generated once into the data directory and served. Its output is NOT language: it is
