@@ -114,8 +114,9 @@ func (k Kind) String() string {
 }
 
 // Tokenizer encodes text to token ids and decodes ids to text for one
-// vocabulary. It is immutable after FromGGUF/FromMetadata and safe for
-// concurrent use.
+// vocabulary. It is safe for concurrent use: everything but its caches is
+// immutable after loading, and the caches synchronise themselves (see
+// wordCache and fragCache).
 //
 // Layout: token texts live in one byte slice (texts, offsets in textOff) and
 // so do the decoded pieces (pieces, pieceOff), so a 150k-token vocabulary
