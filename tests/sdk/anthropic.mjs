@@ -5,7 +5,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import Anthropic from '@anthropic-ai/sdk';
-import { fixture, weatherTool, assertWeatherArgs, assertOutputTokens } from './common.mjs';
+import { fixture, weatherTool, assertWeatherArgs, assertOutputTokens, constrainedMaxTokens } from './common.mjs';
 
 const fx = fixture();
 const client = new Anthropic({ maxRetries: 0, timeout: 60_000 });
@@ -131,7 +131,7 @@ test('messages.countTokens counts the prompt a messages request runs', async () 
 });
 
 test('forced tool_choice {type: tool}: a tool_use block whose input follows the schema', async () => {
-  const maxTokens = 200;
+  const maxTokens = constrainedMaxTokens;
   const msg = await client.messages.create({
     model, max_tokens: maxTokens, tools: [tool], tool_choice: { type: 'tool', name: tool.name },
     messages: [{ role: 'user', content: 'What will the weather be in Lima this week?' }],
@@ -148,7 +148,7 @@ test('forced tool_choice {type: tool}: a tool_use block whose input follows the 
 
 test('tool_choice {type: any}, streamed: input_json deltas assemble into the final tool_use input', async () => {
   const stream = client.messages.stream({
-    model, max_tokens: 200, tools: [tool], tool_choice: { type: 'any' },
+    model, max_tokens: constrainedMaxTokens, tools: [tool], tool_choice: { type: 'any' },
     messages: [{ role: 'user', content: 'Forecast for Paris, please.' }],
   });
   let partial = '';

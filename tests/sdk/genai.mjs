@@ -6,7 +6,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { GoogleGenAI, FunctionCallingConfigMode, Type, ApiError } from '@google/genai';
-import { fixture, weatherTool, assertWeatherArgs, assertOutputTokens } from './common.mjs';
+import { fixture, weatherTool, assertWeatherArgs, assertOutputTokens, constrainedMaxTokens } from './common.mjs';
 
 const fx = fixture();
 const ai = new GoogleGenAI({ httpOptions: { baseUrl: fx.url, timeout: 60_000 } });
@@ -87,7 +87,7 @@ test('function calling with mode ANY: a functionCall whose args follow the schem
   const res = await ai.models.generateContent({
     model, contents: 'What will the weather be in Lima this week?',
     config: {
-      maxOutputTokens: 200,
+      maxOutputTokens: constrainedMaxTokens,
       tools: [{
         functionDeclarations: [{
           name: weatherTool.name, description: weatherTool.description,
@@ -110,14 +110,14 @@ test('function calling with mode ANY: a functionCall whose args follow the schem
   assert.equal(calls?.length, 1, `parts ${JSON.stringify(res.candidates[0].content?.parts)}`);
   assert.equal(calls[0].name, weatherTool.name);
   assertWeatherArgs(calls[0].args);
-  assertOutputTokens(res.usageMetadata.candidatesTokenCount, 200, false, 'usageMetadata.candidatesTokenCount');
+  assertOutputTokens(res.usageMetadata.candidatesTokenCount, constrainedMaxTokens, false, 'usageMetadata.candidatesTokenCount');
 });
 
 test('function calling with mode ANY, streamed, parametersJsonSchema: the call arrives whole', async () => {
   const stream = await ai.models.generateContentStream({
     model, contents: 'Forecast for Paris, please.',
     config: {
-      maxOutputTokens: 200,
+      maxOutputTokens: constrainedMaxTokens,
       tools: [{ functionDeclarations: [{ name: weatherTool.name, description: weatherTool.description, parametersJsonSchema: weatherTool.parameters }] }],
       toolConfig: { functionCallingConfig: { mode: FunctionCallingConfigMode.ANY } },
     },

@@ -5,7 +5,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
-import { fixture, weatherTool, assertWeatherArgs, parseJSON, assertCount, assertOutputTokens } from './common.mjs';
+import { fixture, weatherTool, assertWeatherArgs, parseJSON, assertCount, assertOutputTokens, constrainedMaxTokens } from './common.mjs';
 
 const fx = fixture();
 const client = new OpenAI({ maxRetries: 0, timeout: 60_000 });
@@ -105,7 +105,7 @@ test('chat.completions.stream accumulates into finalChatCompletion', async () =>
 });
 
 test('forced tool_choice: a parsed tool call whose JSON arguments follow the schema', async () => {
-  const maxTokens = 200;
+  const maxTokens = constrainedMaxTokens;
   const res = await client.chat.completions.create({
     model, max_tokens: maxTokens, seed,
     messages: [{ role: 'user', content: 'What will the weather be in Lima this week?' }],
@@ -127,7 +127,7 @@ test('forced tool_choice: a parsed tool call whose JSON arguments follow the sch
 });
 
 test('tool_choice required, streamed: argument deltas assemble into schema-valid JSON', async () => {
-  const maxTokens = 200;
+  const maxTokens = constrainedMaxTokens;
   const stream = await client.chat.completions.create({
     model, max_tokens: maxTokens, seed, stream: true,
     messages: [{ role: 'user', content: 'Forecast for Paris, please.' }],
@@ -158,7 +158,7 @@ test('tool_choice required, streamed: argument deltas assemble into schema-valid
 
 test('response_format json_schema: the content is JSON that follows the schema', async () => {
   const res = await client.chat.completions.create({
-    model, max_tokens: 200, seed,
+    model, max_tokens: constrainedMaxTokens, seed,
     messages: [{ role: 'user', content: 'Pick a city and a number of days.' }],
     response_format: { type: 'json_schema', json_schema: { name: 'forecast', schema: weatherTool.parameters, strict: true } },
   });

@@ -21,6 +21,11 @@ import (
 
 const apiKey = "sk-kvserve-sdkgo-test"
 
+// constrainedMaxTokens is max_tokens for forced tool calls: a call takes
+// 58-82 tokens on the synthetic model, and the grammar bounds whitespace
+// and the schema the values, so this limit never ends one.
+const constrainedMaxTokens = 300
+
 // weather is the arguments of the weather tool; its schema leaves the
 // model a bounded choice so a random-weight model finishes the call.
 type weather struct {
@@ -180,7 +185,7 @@ func TestOpenAIGo(t *testing.T) {
 
 	t.Run("forced tool_choice", func(t *testing.T) {
 		res, err := client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
-			Model: sdk.ModelID, MaxTokens: openai.Int(200), Seed: openai.Int(seed),
+			Model: sdk.ModelID, MaxTokens: openai.Int(constrainedMaxTokens), Seed: openai.Int(seed),
 			Messages:   []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Weather in Tokyo for the weekend?")},
 			Tools:      []openai.ChatCompletionToolUnionParam{weatherTool},
 			ToolChoice: forced,
@@ -201,7 +206,7 @@ func TestOpenAIGo(t *testing.T) {
 
 	t.Run("forced tool_choice streamed into an accumulator", func(t *testing.T) {
 		stream := client.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{
-			Model: sdk.ModelID, MaxTokens: openai.Int(200), Seed: openai.Int(seed),
+			Model: sdk.ModelID, MaxTokens: openai.Int(constrainedMaxTokens), Seed: openai.Int(seed),
 			Messages:   []openai.ChatCompletionMessageParamUnion{openai.UserMessage("And in Lima?")},
 			Tools:      []openai.ChatCompletionToolUnionParam{weatherTool},
 			ToolChoice: forced,
