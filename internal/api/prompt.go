@@ -31,7 +31,7 @@ func (c *Call) Tokenize(req *Request) (*Prompt, error) {
 	if err != nil {
 		return nil, err
 	}
-	return buildPrompt(m, req)
+	return buildPrompt(m, req, c.fragmentScope())
 }
 
 // BuildPrompt renders, tokenizes and segments req's prompt for m, as Start
@@ -40,11 +40,14 @@ func (m *Model) BuildPrompt(req *Request) (*Prompt, error) {
 	if err := req.validate(); err != nil {
 		return nil, err
 	}
-	return buildPrompt(m, req)
+	return buildPrompt(m, req, nil)
 }
 
-// buildPrompt renders, tokenizes and segments req's prompt.
-func buildPrompt(m *Model, req *Request) (*Prompt, error) {
+// buildPrompt renders, tokenizes and segments req's prompt. With a scope,
+// tokenization reuses the token ids of text fragments (between special
+// tokens) that the same scope sent before, such as an agent's system prompt
+// and tool definitions, re-sent every turn.
+func buildPrompt(m *Model, req *Request, scope *string) (*Prompt, error) {
 	tok := m.Tokenizer
 	p := &Prompt{}
 	switch {
@@ -66,10 +69,10 @@ func buildPrompt(m *Model, req *Request) (*Prompt, error) {
 			return nil, &Error{Code: CodeInvalidRequest, Param: "messages", Message: "the chat template refused the conversation: " + strings.TrimPrefix(err.Error(), "chat: render: "), Err: err}
 		}
 		p.Text = text
-		p.Tokens = encode(tok, text)
+		p.Tokens = encode(tok, text, scope)
 	default:
 		p.Text = req.Prompt
-		p.Tokens = encode(tok, req.Prompt)
+		p.Tokens = encode(tok, req.Prompt, scope)
 	}
 	if len(p.Tokens) == 0 {
 		return nil, Errorf(CodeInvalidRequest, "the prompt is empty")
@@ -80,8 +83,15 @@ func buildPrompt(m *Model, req *Request) (*Prompt, error) {
 
 // encode tokenizes text with special tokens parsed, adding BOS only where
 // the vocabulary wants one and the text (the template) did not write it.
-func encode(tok *tokenizer.Tokenizer, text string) []int32 {
-	ids := tok.Encode(text, false, true)
+func encode(tok *tokenizer.Tokenizer, text string, scope *string) []int32 {
+	opts := tokenizer.EncodeOptions{ParseSpecial: true}
+	if scope != nil {
+		// Fragments are cached per tenant: a fragment another tenant sent
+		// must not tokenize measurably faster (DESIGN.md: no cross-tenant
+		// timing signal).
+		opts.ReuseFragments, opts.Scope = true, *scope
+	}
+	ids := tok.AppendEncodeWith(nil, text, opts)
 	if tok.AddBOS() && tok.BOS() >= 0 && (len(ids) == 0 || ids[0] != tok.BOS()) {
 		ids = slices.Insert(ids, 0, tok.BOS())
 	}

@@ -143,6 +143,12 @@ type sampleState struct {
 	stopSeq   string
 }
 
+// fragmentScope is the tokenizer fragment-cache scope of the call's tenant.
+func (c *Call) fragmentScope() *string {
+	s := "tenant:" + c.Identity.Tenant
+	return &s
+}
+
 // Start renders, tokenizes and submits req, returning the Run to read its
 // events from. Errors (unknown model, a prompt too long, a full queue) come
 // back before anything is written, so the caller can still send a status.
@@ -154,7 +160,7 @@ func (c *Call) Start(req *Request) (*Run, error) {
 	if err != nil {
 		return nil, err
 	}
-	p, err := buildPrompt(m, req)
+	p, err := buildPrompt(m, req, c.fragmentScope())
 	if err != nil {
 		return nil, err
 	}
