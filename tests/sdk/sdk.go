@@ -154,8 +154,12 @@ func Start(t testing.TB, o Options) *Server {
 		stop()
 		t.Fatalf("sdk: start kvserve serve: %v", err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	exited := make(chan struct{}) // closed when the process has exited
+	var waitErr error
+	go func() {
+		waitErr = cmd.Wait()
+		close(exited)
+	}()
 	t.Cleanup(func() {
 		stop()
 		select {
@@ -170,13 +174,13 @@ func Start(t testing.TB, o Options) *Server {
 
 	select {
 	case s.URL = <-listening:
-	case err := <-exited:
-		t.Fatalf("sdk: kvserve serve exited before listening (%v):\n%s", err, s.log.String())
+	case <-exited:
+		t.Fatalf("sdk: kvserve serve exited before listening: %v", waitErr)
 	case <-ctx.Done():
-		t.Fatalf("sdk: kvserve serve did not listen within %s:\n%s", startTimeout, s.log.String())
+		t.Fatalf("sdk: kvserve serve did not listen within %s", startTimeout)
 	}
 	if err := waitReady(ctx, s.URL, exited); err != nil {
-		t.Fatalf("sdk: %v\n%s", err, s.log.String())
+		t.Fatalf("sdk: %v", err)
 	}
 
 	paths, _ := filepath.Glob(filepath.Join(dataDir, "models", "*.gguf"))
@@ -192,7 +196,7 @@ func Start(t testing.TB, o Options) *Server {
 func (s *Server) Log() string { return s.log.String() }
 
 // waitReady polls /ready until it answers 200 or the server exits.
-func waitReady(ctx context.Context, url string, exited <-chan error) error {
+func waitReady(ctx context.Context, url string, exited <-chan struct{}) error {
 	for {
 		req, _ := http.NewRequestWithContext(ctx, "GET", url+"/ready", nil)
 		resp, err := http.DefaultClient.Do(req)
@@ -203,8 +207,8 @@ func waitReady(ctx context.Context, url string, exited <-chan error) error {
 			}
 		}
 		select {
-		case err := <-exited:
-			return fmt.Errorf("kvserve serve exited before it was ready: %v", err)
+		case <-exited:
+			return errors.New("kvserve serve exited before it was ready")
 		case <-ctx.Done():
 			return fmt.Errorf("kvserve serve not ready: %w", ctx.Err())
 		case <-time.After(100 * time.Millisecond):
