@@ -185,7 +185,21 @@ func (t *Template) Source() string { return t.src }
 // Render renders msgs into prompt text. Errors raised by the template itself
 // (raise_exception: "System role not supported", roles that do not
 // alternate…) are returned with their message.
+//
+// For a template that cannot render tools, the tools are described in the
+// system prompt instead, and earlier tool calls and results are written as
+// text (see toolFallback).
 func (t *Template) Render(msgs []Message, opts RenderOptions) (string, error) {
+	msgs, opts, err := t.toolFallback(msgs, opts)
+	if err != nil {
+		return "", err
+	}
+	return t.renderTemplate(msgs, opts)
+}
+
+// renderTemplate renders exactly what the template itself produces (what
+// Python's Jinja2 would), without the tool fallback.
+func (t *Template) renderTemplate(msgs []Message, opts RenderOptions) (string, error) {
 	data, err := t.renderData(msgs, opts, t.caps)
 	if err != nil {
 		return "", err

@@ -97,7 +97,9 @@ func TestChatMLFallback(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<|im_end|>\n<|im_start|>assistant\n"
+	// ChatML has no tool syntax: the call is written in the Hermes format
+	// the parser reads (toolFallback).
+	want := "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call><|im_end|>\n<|im_start|>assistant\n"
 	if got != want {
 		t.Fatalf("got %q\nwant %q", got, want)
 	}
