@@ -3,6 +3,8 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"os"
+	"runtime/pprof"
 	"sort"
 	"strings"
 
@@ -71,7 +73,7 @@ func newBenchModelCmd() *cobra.Command {
 }
 
 func newBenchEngineCmd() *cobra.Command {
-	var modelPath, scenario string
+	var modelPath, scenario, cpuProfile string
 	var asJSON bool
 	var o enginebench.Options
 	var names []string
@@ -99,6 +101,17 @@ func newBenchEngineCmd() *cobra.Command {
 			}
 			defer mf.Close()
 			o.Log = func(format string, args ...any) { fmt.Fprintf(cmd.ErrOrStderr(), format+"\n", args...) }
+			if cpuProfile != "" {
+				pf, err := os.Create(cpuProfile)
+				if err != nil {
+					return err
+				}
+				defer pf.Close()
+				if err := pprof.StartCPUProfile(pf); err != nil {
+					return err
+				}
+				defer pprof.StopCPUProfile()
+			}
 			out := cmd.OutOrStdout()
 			for _, s := range scenarios {
 				res, err := s.Run(cmd.Context(), mf.Model, o)
@@ -132,6 +145,7 @@ func newBenchEngineCmd() *cobra.Command {
 	f := cmd.Flags()
 	f.StringVarP(&modelPath, "model", "m", "", "GGUF model file (required)")
 	f.StringVar(&scenario, "scenario", "", "run only this scenario")
+	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile to this file (for developers)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object per scenario")
 	f.IntVarP(&o.Threads, "threads", "t", 0, "compute threads (default: all cores)")
 	f.Float64Var(&o.Scale, "scale", 1, "scale the heavier scenarios' request counts")

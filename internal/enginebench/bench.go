@@ -105,6 +105,7 @@ type outcome struct {
 	ttft      time.Duration
 	first     time.Time // when the first token arrived
 	end       time.Time
+	arrivals  []time.Time // when each token arrived (runs that ask for it)
 	generated int
 	usage     engine.Usage
 }
@@ -112,6 +113,11 @@ type outcome struct {
 // run submits r and reads its stream; it cancels the request once stopAfter
 // tokens arrived (0: never), as a client that got what it wanted would.
 func run(ctx context.Context, e *engine.Engine, r engine.Request, stopAfter int) (outcome, error) {
+	return runTimed(ctx, e, r, stopAfter, false)
+}
+
+// runTimed is run that can also record each token's arrival time.
+func runTimed(ctx context.Context, e *engine.Engine, r engine.Request, stopAfter int, record bool) (outcome, error) {
 	var out outcome
 	start := time.Now()
 	st, err := e.Submit(ctx, r)
@@ -128,9 +134,13 @@ func run(ctx context.Context, e *engine.Engine, r engine.Request, stopAfter int)
 			if o.Token < 0 {
 				continue
 			}
+			now := time.Now()
 			if out.generated == 0 {
-				out.first = time.Now()
-				out.ttft = out.first.Sub(start)
+				out.first = now
+				out.ttft = now.Sub(start)
+			}
+			if record {
+				out.arrivals = append(out.arrivals, now)
 			}
 			out.generated++
 			if stopAfter > 0 && out.generated == stopAfter {
@@ -151,6 +161,10 @@ func run(ctx context.Context, e *engine.Engine, r engine.Request, stopAfter int)
 // runAll runs requests with at most concurrency in flight and returns their
 // outcomes in order.
 func runAll(ctx context.Context, e *engine.Engine, reqs []engine.Request, stopAfter []int, concurrency int) ([]outcome, error) {
+	return runAllTimed(ctx, e, reqs, stopAfter, concurrency, false)
+}
+
+func runAllTimed(ctx context.Context, e *engine.Engine, reqs []engine.Request, stopAfter []int, concurrency int, record bool) ([]outcome, error) {
 	outs := make([]outcome, len(reqs))
 	errs := make([]error, len(reqs))
 	sem := make(chan struct{}, concurrency)
@@ -165,7 +179,7 @@ func runAll(ctx context.Context, e *engine.Engine, reqs []engine.Request, stopAf
 			if stopAfter != nil {
 				stop = stopAfter[i]
 			}
-			outs[i], errs[i] = run(ctx, e, reqs[i], stop)
+			outs[i], errs[i] = runTimed(ctx, e, reqs[i], stop, record)
 		}()
 	}
 	wg.Wait()

@@ -174,8 +174,11 @@ func concurrency(ctx context.Context, m *model.Model, o Options) (Result, error)
 	return res, nil
 }
 
-// batchDecode: decode throughput of 1 and of 16 concurrent sequences
-// (128-token prompts, 128 generated tokens each).
+// batchDecode: steady-state decode throughput of 1 and of 16 concurrent
+// sequences (128-token prompts, 128 generated tokens each), like
+// llama-batched-bench's decode figure: tokens that arrive while every
+// sequence is decoding — after the last one's first token (all prefills
+// done), before the first one ends — divided by that window.
 func batchDecode(ctx context.Context, m *model.Model, o Options) (Result, error) {
 	if err := needContext(m, 256); err != nil {
 		return nil, err
@@ -192,26 +195,32 @@ func batchDecode(ctx context.Context, m *model.Model, o Options) (Result, error)
 			reqs[i] = engine.Request{Prompt: tokens(rng, m, 128), MaxTokens: 128, IgnoreEOS: true}
 		}
 		o.logf("batch-decode: %d", n)
-		outs, err := runAll(ctx, e, reqs, nil, n)
+		outs, err := runAllTimed(ctx, e, reqs, nil, n, true)
 		e.Close()
 		if err != nil {
 			return nil, err
 		}
-		// Decode window: from the first token of the earliest request to the
-		// end of the last; tokens: all but each request's first (which came
-		// from its prefill).
-		first, end := outs[0].first, outs[0].end
-		decoded := 0
+		from, to := outs[0].first, outs[0].end
 		for _, out := range outs {
-			if out.first.Before(first) {
-				first = out.first
+			if out.first.After(from) {
+				from = out.first
 			}
-			if out.end.After(end) {
-				end = out.end
+			if out.end.Before(to) {
+				to = out.end
 			}
-			decoded += out.generated - 1
 		}
-		res[fmt.Sprintf("batch%d_tok_s", n)] = round(float64(decoded)/end.Sub(first).Seconds(), 1)
+		count := 0
+		for _, out := range outs {
+			for _, at := range out.arrivals {
+				if at.After(from) && !at.After(to) {
+					count++
+				}
+			}
+		}
+		if !to.After(from) || count == 0 {
+			return nil, fmt.Errorf("enginebench: batch-decode %d: no window where all sequences decode", n)
+		}
+		res[fmt.Sprintf("batch%d_tok_s", n)] = round(float64(count)/to.Sub(from).Seconds(), 1)
 	}
 	res["ratio"] = round(res["batch16_tok_s"].(float64)/res["batch1_tok_s"].(float64), 2)
 	return res, nil
