@@ -116,8 +116,9 @@ type Engine struct {
 	salts   sync.Map // scope → kv.Hash
 	m       *metrics
 
-	submit  chan *request
-	waiting atomic.Int64 // requests submitted and not yet finished admission
+	inbox   inbox
+	wake    chan struct{} // a submission arrived (capacity 1)
+	waiting atomic.Int64  // requests submitted and not yet finished admission
 	stop    context.CancelFunc
 	done    chan struct{}
 
@@ -141,6 +142,15 @@ type Engine struct {
 type occupancy struct {
 	used, allocated atomic.Int64
 	peakRunning     atomic.Int64
+}
+
+// inbox holds submissions until the step loop takes them. Once closed (the
+// loop has ended), Submit refuses: no request can slip in after the final
+// drain and wait forever.
+type inbox struct {
+	mu     sync.Mutex
+	reqs   []*request
+	closed bool
 }
 
 // request is a submitted Request with its stream.
@@ -199,7 +209,7 @@ func New(m *model.Model, cfg Config) (*Engine, error) {
 		cfg: cfg, model: m, runner: runner, compute: compute, kv: pool,
 		eog:      map[int32]bool{},
 		inflight: map[kv.Hash]int{},
-		submit:   make(chan *request, 64),
+		wake:     make(chan struct{}, 1),
 		done:     make(chan struct{}),
 	}
 	for _, t := range cfg.EndOfGeneration {
@@ -242,18 +252,36 @@ func (e *Engine) Submit(ctx context.Context, r Request) (*Stream, error) {
 		e.waiting.Add(-1)
 		return nil, ErrQueueFull
 	}
+	if err := ctx.Err(); err != nil {
+		e.waiting.Add(-1)
+		return nil, err
+	}
 	req := &request{Request: r, stream: newStream(ctx, r.N)}
 	req.stream.usage.PromptTokens = len(r.Prompt)
-	select {
-	case e.submit <- req:
-		return req.stream, nil
-	case <-e.done:
+	e.inbox.mu.Lock()
+	if e.inbox.closed {
+		e.inbox.mu.Unlock()
 		e.waiting.Add(-1)
 		return nil, ErrClosed
-	case <-ctx.Done():
-		e.waiting.Add(-1)
-		return nil, ctx.Err()
 	}
+	e.inbox.reqs = append(e.inbox.reqs, req)
+	e.inbox.mu.Unlock()
+	select {
+	case e.wake <- struct{}{}:
+	default: // a wake-up is already pending
+	}
+	return req.stream, nil
+}
+
+// takeSubmissions returns the requests submitted since the last call and,
+// with close set, refuses all later ones.
+func (e *Engine) takeSubmissions(close bool) []*request {
+	e.inbox.mu.Lock()
+	defer e.inbox.mu.Unlock()
+	reqs := e.inbox.reqs
+	e.inbox.reqs = nil
+	e.inbox.closed = e.inbox.closed || close
+	return reqs
 }
 
 func (e *Engine) validate(r *Request) error {
@@ -309,8 +337,7 @@ func (e *Engine) loop(ctx context.Context) {
 			e.m.running.Set(0)
 			e.m.waitingGauge.Set(0)
 			select {
-			case r := <-e.submit:
-				e.enqueue(r)
+			case <-e.wake:
 			case <-ctx.Done():
 				return
 			}
@@ -342,13 +369,8 @@ func (e *Engine) loop(ctx context.Context) {
 }
 
 func (e *Engine) drainSubmissions() {
-	for {
-		select {
-		case r := <-e.submit:
-			e.enqueue(r)
-		default:
-			return
-		}
+	for _, r := range e.takeSubmissions(false) {
+		e.enqueue(r)
 	}
 }
 
@@ -449,18 +471,13 @@ func (e *Engine) failAll(err error) {
 		e.finish(s, FinishError, err)
 	}
 	e.running, e.queue = nil, nil
-	for {
-		select {
-		case r := <-e.submit:
-			e.enqueue(r)
-			for _, s := range e.queue {
-				e.finish(s, FinishError, err)
-			}
-			e.queue = nil
-		default:
-			return
-		}
+	for _, r := range e.takeSubmissions(true) {
+		e.enqueue(r)
 	}
+	for _, s := range e.queue {
+		e.finish(s, FinishError, err)
+	}
+	e.queue = nil
 }
 
 func (e *Engine) failBatch(err error) {

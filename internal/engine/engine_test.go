@@ -421,3 +421,46 @@ func TestLogitsProcessorConstrainsEachSample(t *testing.T) {
 		}
 	}
 }
+
+// TestCloseFailsEverySubmission submits from many goroutines while the
+// engine closes: every request that Submit accepted must end (with an error
+// or normally), none may hang.
+func TestCloseFailsEverySubmission(t *testing.T) {
+	m := sharedModel(t, "tiny-f32.gguf")
+	for round := 0; round < 5; round++ {
+		e, err := New(m, Config{Threads: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		for i := 0; i < 16; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				st, err := e.Submit(context.Background(), Request{Prompt: []int32{5, 6, 7}, MaxTokens: 50, IgnoreEOS: true})
+				if err != nil {
+					if !errors.Is(err, ErrClosed) {
+						t.Errorf("Submit: %v", err)
+					}
+					return
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				var buf []Output
+				for {
+					buf, err = st.Recv(ctx, buf[:0])
+					if errors.Is(err, ErrDone) {
+						return
+					}
+					if err != nil {
+						t.Errorf("stream did not end after Close: %v", err)
+						return
+					}
+				}
+			}()
+		}
+		time.Sleep(time.Duration(round) * time.Millisecond)
+		e.Close()
+		wg.Wait()
+	}
+}
