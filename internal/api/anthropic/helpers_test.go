@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
-	"io"
-	"net/http"
 	"strings"
 	"testing"
 
@@ -13,48 +11,13 @@ import (
 	"github.com/kvserve/kvserve/internal/api/apitest"
 )
 
+// post and postOK are apitest.Post and apitest.PostOK.
+var post = apitest.Post
+
 func newEnv(t testing.TB, o apitest.Options) *apitest.Env {
 	t.Helper()
 	o.Dialects = append([]api.Dialect{New(Options{})}, o.Dialects...)
 	return apitest.New(t, o)
-}
-
-// post sends body as JSON with an anthropic-version header (plus header
-// pairs) and returns the response status, body and headers.
-func post(t testing.TB, url string, body any, header ...string) (int, []byte, http.Header) {
-	t.Helper()
-	var rd io.Reader
-	switch b := body.(type) {
-	case string:
-		rd = strings.NewReader(b)
-	case []byte:
-		rd = bytes.NewReader(b)
-	default:
-		data, err := json.Marshal(body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rd = bytes.NewReader(data)
-	}
-	req, err := http.NewRequest("POST", url, rd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Anthropic-Version", "2023-06-01")
-	for i := 0; i+1 < len(header); i += 2 {
-		req.Header.Set(header[i], header[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, data, resp.Header
 }
 
 // blockOut is a decoded response content block.

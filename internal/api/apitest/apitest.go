@@ -14,15 +14,20 @@
 package apitest
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -330,4 +335,55 @@ func (e *Env) ChatPrompt(t testing.TB, msgs []chat.Message, tools []chat.Tool) [
 		ids = append([]int32{e.Tokenizer.BOS()}, ids...)
 	}
 	return ids
+}
+
+// Post sends body (a string, []byte, or a value marshalled as JSON) to url
+// with the given header name/value pairs and returns the response status,
+// body and header.
+func Post(t testing.TB, url string, body any, header ...string) (int, []byte, http.Header) {
+	t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case string:
+		rd = strings.NewReader(b)
+	case []byte:
+		rd = bytes.NewReader(b)
+	default:
+		data, err := json.Marshal(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rd = bytes.NewReader(data)
+	}
+	req, err := http.NewRequest("POST", url, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, data, resp.Header
+}
+
+// PostOK posts body and decodes a 200 response into out, failing the test
+// on any other status.
+func PostOK(t testing.TB, url string, body any, out any) {
+	t.Helper()
+	status, data, _ := Post(t, url, body)
+	if status != 200 {
+		t.Fatalf("status %d: %s", status, data)
+	}
+	if err := json.Unmarshal(data, out); err != nil {
+		t.Fatalf("decode %s: %v", data, err)
+	}
 }

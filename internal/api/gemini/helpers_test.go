@@ -1,15 +1,18 @@
 package gemini
 
 import (
-	"bytes"
 	"encoding/json"
-	"io"
-	"net/http"
 	"strings"
 	"testing"
 
 	"github.com/kvserve/kvserve/internal/api"
 	"github.com/kvserve/kvserve/internal/api/apitest"
+)
+
+// post and postOK are apitest.Post and apitest.PostOK.
+var (
+	post   = apitest.Post
+	postOK = apitest.PostOK
 )
 
 func newEnv(t testing.TB, o apitest.Options) *apitest.Env {
@@ -22,55 +25,6 @@ func newEnv(t testing.TB, o apitest.Options) *apitest.Env {
 // "streamGenerateContent" or "countTokens".
 func gen(env *apitest.Env, method string) string {
 	return env.URL("/v1beta/models/" + apitest.ModelName + ":" + method)
-}
-
-// post sends body (a string, bytes, or a value encoded as JSON) and
-// returns the status, body and headers.
-func post(t testing.TB, url string, body any, header ...string) (int, []byte, http.Header) {
-	t.Helper()
-	var rd io.Reader
-	switch b := body.(type) {
-	case string:
-		rd = strings.NewReader(b)
-	case []byte:
-		rd = bytes.NewReader(b)
-	default:
-		data, err := json.Marshal(body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rd = bytes.NewReader(data)
-	}
-	req, err := http.NewRequest("POST", url, rd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	for i := 0; i+1 < len(header); i += 2 {
-		req.Header.Set(header[i], header[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, data, resp.Header
-}
-
-// postOK posts and decodes a 200 response into out.
-func postOK(t testing.TB, url string, body any, out any) {
-	t.Helper()
-	status, data, _ := post(t, url, body)
-	if status != 200 {
-		t.Fatalf("status %d: %s", status, data)
-	}
-	if err := json.Unmarshal(data, out); err != nil {
-		t.Fatalf("decode %s: %v", data, err)
-	}
 }
 
 // gResp is a GenerateContentResponse as a client reads it.
