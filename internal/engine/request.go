@@ -143,7 +143,8 @@ type Stream struct {
 	cancel   context.CancelFunc
 	ctx      context.Context
 
-	// Timing, for metrics.
+	// Timing, for metrics. admitted is guarded by mu (QueueTime reads it);
+	// the others are written and read by the step loop only.
 	arrival, admitted, firstToken, lastToken time.Time
 }
 
@@ -207,6 +208,17 @@ func (s *Stream) Usage() Usage {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.usage
+}
+
+// QueueTime is how long the request waited before it was first admitted
+// (0 while it still waits).
+func (s *Stream) QueueTime() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.admitted.IsZero() {
+		return 0
+	}
+	return s.admitted.Sub(s.arrival)
 }
 
 // Cancel stops the request; its blocks are freed at the next step (full

@@ -153,8 +153,8 @@ func (e *Engine) admit(s *seqState) (ok, deferred bool) {
 		r.admitted = true
 		e.waiting.Add(-1)
 		now := time.Now()
-		r.stream.admitted = now
 		r.stream.mu.Lock()
+		r.stream.admitted = now
 		r.stream.usage.CachedTokens = hit
 		r.stream.mu.Unlock()
 		e.m.queueTime.Observe(now.Sub(r.stream.arrival).Seconds())
