@@ -6,6 +6,10 @@ package tensor
 
 func (i isa) String() string { return "portable" }
 
+// q80GroupLayout says the Q8_0 conversion must fill the group layout of the
+// amd64 kernels (it need not here).
+const q80GroupLayout = false
+
 // cpuISA is the only level of the portable build.
 const cpuISA = isaPortable
 

@@ -33,11 +33,11 @@ var cpuISA = func() isa {
 
 type q8Fn func(w *byte, rowBytes, groups int, y *int8, yStride int, d *float32, s *int32, dStride, nb int, dst *float32, ldBytes int)
 
-// q8Tiles drives the Q8_0 / Q4_0 tile kernels: r4[T] computes groups of 4
-// rows × T tokens (nil when the level has none), r1[T] single rows.
+// q8Tiles drives the Q4_0 (and AVX2 Q8_0) tile kernels: r4[T] computes
+// groups of 4 rows × T tokens (nil when the level has none), r1[T] single
+// rows.
 type q8Tiles struct {
 	r4, r1 [5]q8Fn
-	s16    bool // the kernels want the ×16 offset corrections (Q8_0)
 }
 
 func (k *q8Tiles) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int) {
@@ -52,9 +52,6 @@ func (k *q8Tiles) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t
 	for t := t0; t < t1; {
 		T := min(4, t1-t)
 		y, d, s := &a.q[t*cols], &a.d[t*nb], &a.s[t*nb]
-		if k.s16 {
-			s = &a.s16[t*nb]
-		}
 		r := r0
 		if wide && k.r4[T] != nil && r1-r >= 4 {
 			g := (r1 - r) / 4
@@ -67,6 +64,36 @@ func (k *q8Tiles) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t
 		t += T
 	}
 }
+
+// q8GroupFn is a Q8_0 group kernel (see asmgen/q80group.go).
+type q8GroupFn func(w *byte, rowBytes, rows int, y *int8, yStride int, grp *byte, gStride, groups, last int, dst *float32, ldBytes int)
+
+// q80Groups drives the VNNI Q8_0 kernels, which work on groups of eight
+// blocks: t[T] computes all rows of a range for T ≤ 16 tokens, on the
+// natural activations for T ≤ 2 (decode) and the transposed group layout
+// above. All of them add a given output's products in the same order, so
+// results do not depend on T (batch invariance).
+type q80Groups struct{ t [17]q8GroupFn }
+
+// q80GroupLayout says the Q8_0 conversion must fill the group layout.
+const q80GroupLayout = true
+
+func (k *q80Groups) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int) {
+	cols := w.Cols
+	nb := cols / qk80
+	groups := (nb + 7) / 8
+	last := nb - 8*(groups-1)
+	rb := w.RowBytes()
+	for t := t0; t < t1; {
+		T := min(16, t1-t)
+		k.t[T](&w.Data[r0*rb], rb, r1-r0, &a.q[t*cols], cols, &a.g[t*a.gs], a.gs, groups, last, &dst[t*ld+r0], ld*4)
+		t += T
+	}
+}
+
+var q80VNNI = &q80Groups{[17]q8GroupFn{nil, q80VNNIN_1, q80VNNIN_2,
+	q80VNNIT_3, q80VNNIT_4, q80VNNIT_5, q80VNNIT_6, q80VNNIT_7, q80VNNIT_8, q80VNNIT_9,
+	q80VNNIT_10, q80VNNIT_11, q80VNNIT_12, q80VNNIT_13, q80VNNIT_14, q80VNNIT_15, q80VNNIT_16}}
 
 type floatFn func(w *byte, rowBytes, groups int, y *float32, yStride int, steps int, dst *float32, ldBytes int)
 
@@ -223,11 +250,6 @@ var (
 )
 
 var (
-	q80VNNI = &q8Tiles{
-		r4:  [5]q8Fn{nil, q80VNNI_4x1, q80VNNI_4x2, q80VNNI_4x3, q80VNNI_4x4},
-		r1:  [5]q8Fn{nil, q80VNNI_1x1, q80VNNI_1x2, q80VNNI_1x3, q80VNNI_1x4},
-		s16: true,
-	}
 	q40VNNI = &q8Tiles{
 		r4: [5]q8Fn{nil, q40VNNI_4x1, q40VNNI_4x2, q40VNNI_4x3, q40VNNI_4x4},
 		r1: [5]q8Fn{nil, q40VNNI_1x1, q40VNNI_1x2, q40VNNI_1x3, q40VNNI_1x4},

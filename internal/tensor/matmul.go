@@ -34,7 +34,8 @@ type actBuf struct {
 	q    []int8    // Q8_0 / Q8_K values, cols per token
 	d    []float32 // per-block scale: Q8_0 rounded through f16, Q8_K f32
 	s    []int32   // Q8_0: per-block offset correction −Σq (Q4_0 kernels)
-	s16  []int32   // Q8_0: −16·Σq (Q8_0 kernels; see q8Kernel in asmgen)
+	g    []byte    // Q8_0: the group layout of the VNNI kernels (see fillQ80Groups)
+	gs   int       // bytes of g per token
 	bs   []int16   // Q8_K: sums of each 16 values (16 per block)
 	f    []float32 // F16/BF16-rounded activations widened to f32
 	x    []float32 // F32 weights: the caller's activations, unconverted
@@ -91,6 +92,13 @@ func growI16(s []int16, n int) []int16 {
 	return s[:n]
 }
 
+func growBytes(s []byte, n int) []byte {
+	if cap(s) < n {
+		return make([]byte, n)
+	}
+	return s[:n]
+}
+
 func growU16(s []uint16, n int) []uint16 {
 	if cap(s) < n {
 		return make([]uint16, n)
@@ -107,7 +115,10 @@ func (a *actBuf) prepare(vt DType, cols, n int) {
 		a.q = growI8(a.q, n*cols)
 		a.d = growF32(a.d, n*cols/qk80)
 		a.s = growI32(a.s, n*cols/qk80)
-		a.s16 = growI32(a.s16, n*cols/qk80)
+		if q80GroupLayout {
+			a.gs = q80GroupBytes * ((cols/qk80 + 7) / 8)
+			a.g = growBytes(a.g, n*a.gs)
+		}
 	case Q8_K:
 		a.q = growI8(a.q, n*cols)
 		a.d = growF32(a.d, n*cols/qkK)
@@ -128,11 +139,8 @@ func (a *actBuf) convertTokens(vt DType, x []float32, t0, t1 int) {
 			nb := c / qk80
 			s := a.s[tok*nb : (tok+1)*nb]
 			quantizeActQ80(a.q[tok*c:(tok+1)*c], a.d[tok*nb:(tok+1)*nb], s, xs)
-			// The assembly kernels offset Q8_0 weights by 128 and spread
-			// the correction over 8 lanes: 128/8 = 16.
-			s16 := a.s16[tok*nb : (tok+1)*nb]
-			for i, v := range s {
-				s16[i] = 16 * v
+			if q80GroupLayout {
+				fillQ80Groups(a.g[tok*a.gs:(tok+1)*a.gs], a.q[tok*c:(tok+1)*c], a.d[tok*nb:(tok+1)*nb], s)
 			}
 		case Q8_K:
 			nb := c / qkK
@@ -148,6 +156,40 @@ func (a *actBuf) convertTokens(vt DType, x []float32, t0, t1 int) {
 				h[i] = F32ToBF16(v)
 				f[i] = BF16ToF32(h[i])
 			}
+		}
+	}
+}
+
+// The group layout of one token's Q8_0 activations, read by the VNNI Q8_0
+// kernels (asmgen/q80group.go): for each group of eight blocks, 320 bytes —
+// the quantized values transposed (dword k of block 8g+i at bytes
+// 32k+4i..32k+4i+3), then the eight blocks' offsets −128·Σq (int32, the
+// correction for weights made unsigned by adding 128) and their scales (f32).
+// Blocks past the last one are zero in all three parts, so they add nothing.
+const (
+	q80GroupBytes  = 320
+	q80GroupOffset = 256
+	q80GroupScale  = 288
+)
+
+// fillQ80Groups writes one token's group layout into g from its quantized
+// values q, scales d and negated block sums s.
+func fillQ80Groups(g []byte, q []int8, d []float32, s []int32) {
+	nb := len(d)
+	for gi := 0; gi*8 < nb; gi++ {
+		out := g[gi*q80GroupBytes : (gi+1)*q80GroupBytes]
+		n := min(8, nb-8*gi)
+		if n < 8 {
+			clear(out)
+		}
+		for i := 0; i < n; i++ {
+			b := 8*gi + i
+			blk := unsafe.Slice((*byte)(unsafe.Pointer(&q[b*qk80])), qk80)
+			for k := 0; k < 8; k++ {
+				copy(out[32*k+4*i:32*k+4*i+4], blk[4*k:4*k+4])
+			}
+			binary.LittleEndian.PutUint32(out[q80GroupOffset+4*i:], uint32(128*s[b]))
+			binary.LittleEndian.PutUint32(out[q80GroupScale+4*i:], math.Float32bits(d[b]))
 		}
 	}
 }

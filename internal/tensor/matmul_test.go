@@ -190,12 +190,14 @@ func TestMatMulKernelsAgree(t *testing.T) {
 		case 256:
 			colsList = []int{256, 1024}
 		case 32:
-			colsList = []int{32, 32 * 37}
+			// Q8_0's VNNI kernels work in groups of 8 blocks: one partial
+			// group, one full, full groups plus a partial one of 2 or 5.
+			colsList = []int{32, 256, 576, 32 * 37}
 		}
 		for _, cols := range colsList {
 			for _, rows := range []int{1, 3, 4, 13, 64, 67} {
 				m, wd := randMatrix(t, rng, typ, rows, cols)
-				for _, n := range []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 65} {
+				for _, n := range []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 16, 18, 31, 65} {
 					x := randVec(rng, n*cols, 1)
 					ref := newMatMulRef(typ, wd, x, rows, cols, n)
 					for _, level := range availableISAs() {
@@ -368,8 +370,11 @@ func TestMatMulBatchInvariant(t *testing.T) {
 	}()
 	for _, typ := range allTypes {
 		cols := 512
-		if typ.BlockSize() == 1 {
+		switch typ.BlockSize() {
+		case 1:
 			cols = 300 // a column tail for the float kernels
+		case 32:
+			cols = 32 * 37 // a partial group of blocks for the Q8_0 kernels
 		}
 		const rows, n = 37, 150
 		m, _ := randMatrix(t, rng, typ, rows, cols)
@@ -381,7 +386,7 @@ func TestMatMulBatchInvariant(t *testing.T) {
 				pools[0].matMul(want[tok*rows:(tok+1)*rows], m, x[tok*cols:(tok+1)*cols], 1, kern)
 			}
 			for _, p := range pools {
-				for _, batch := range []int{2, 3, 4, 5, 16, 17, 64, 150} {
+				for _, batch := range []int{2, 3, 4, 5, 13, 16, 17, 18, 64, 150} {
 					got := make([]float32, n*rows)
 					for t0 := 0; t0 < n; t0 += batch {
 						nb := min(batch, n-t0)

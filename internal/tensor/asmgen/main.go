@@ -93,15 +93,14 @@ func reduceStoreTmp(a *asm, R, t, tmp int) {
 //
 // y holds T tokens' int8 values (yStride bytes apart), d their per-block
 // scales and s per-block offset corrections. vpdpbusd and vpmaddubsw need one
-// unsigned operand, so the weights are made unsigned by an offset (Q8_0
-// bytes xor 0x80 = q+128 with VNNI; Q4_0 nibbles are q+8 already) and each
-// of the 8 int32 lanes of a block's dot product starts from s, which the
-// conversion sets to −16·Σy for Q8_0 weights (the lanes sum to −128·Σy) and
-// −Σy for Q4_0 (−8·Σy): the integer result is exact. AVX2's Q8_0 kernel uses
-// the sign trick instead (|w| × sign(w)·y) and ignores s.
+// unsigned operand: Q4_0 nibbles are q+8, and each of the 8 int32 lanes of a
+// block's dot product starts from s = −Σy (the lanes sum to −8·Σy), so the
+// integer result is exact. AVX2's Q8_0 kernel uses the sign trick instead
+// (|w| × sign(w)·y) and ignores s.
 //
 // vnni selects AVX512-VNNI (vpdpbusd on ymm with EVEX registers and
-// embedded broadcasts) or AVX2 (vpmaddubsw + vpmaddwd; R must be 1).
+// embedded broadcasts; Q4_0 only — Q8_0 has the group kernels of
+// q80group.go) or AVX2 (vpmaddubsw + vpmaddwd; R must be 1).
 // Single-row kernels unroll two blocks per iteration: they serve decode,
 // where the loop must stream weights at memory speed with few µops per byte.
 func q8Kernel(a *asm, d *decl, q4 bool, vnni bool, R, T int) {
@@ -112,6 +111,9 @@ func q8Kernel(a *asm, d *decl, q4 bool, vnni bool, R, T int) {
 	isa := "AVX2"
 	if vnni {
 		isa = "VNNI"
+		if !q4 {
+			log.Fatal("Q8_0 VNNI kernels are the group kernels")
+		}
 	}
 	name := fmt.Sprintf("%s%s_%dx%d", typ, isa, R, T)
 	d.fn(fmt.Sprintf("%s computes a %d-row × %d-token tile of %s weights × Q8_0 activations (%s).", name, R, T, strings.ToUpper(typ[:2])+"_"+typ[2:], isa),
@@ -129,13 +131,8 @@ func q8Kernel(a *asm, d *decl, q4 bool, vnni bool, R, T int) {
 	a.p("MOVQ groups+16(FP), R15")
 	// Constants.
 	if vnni {
-		if q4 {
-			a.p("MOVL $0x0f0f0f0f, CX")
-			a.p("VPBROADCASTD CX, Y30")
-		} else {
-			a.p("MOVL $0x80808080, CX")
-			a.p("VPBROADCASTD CX, Y31")
-		}
+		a.p("MOVL $0x0f0f0f0f, CX")
+		a.p("VPBROADCASTD CX, Y30")
 	} else {
 		a.p("MOVL $0x00010001, CX")
 		a.p("VMOVD CX, X13")
@@ -168,23 +165,18 @@ func q8Kernel(a *asm, d *decl, q4 bool, vnni bool, R, T int) {
 	body := func(k int) {
 		wo, yo, so := k*bsz, k*32, k*4
 		if vnni {
-			// Weights to unsigned bytes in Y16+r, scales in Y20+r.
+			// Weights to unsigned nibbles in Y16+r, scales in Y20+r.
 			for r := 0; r < R; r++ {
-				if q4 {
-					a.p("VMOVDQU32 %s, X%d", rowAddr(wo+2, r), 16+r)
-					a.p("VPSRLW $4, X%d, X24", 16+r)
-					a.p("VINSERTI32X4 $1, X24, Y%d, Y%d", 16+r, 16+r)
-					a.p("VPANDD Y30, Y%d, Y%d", 16+r, 16+r)
-				} else {
-					a.p("VMOVDQU32 %s, Y%d", rowAddr(wo+2, r), 16+r)
-					a.p("VPXORD Y31, Y%d, Y%d", 16+r, 16+r)
-				}
+				a.p("VMOVDQU32 %s, X%d", rowAddr(wo+2, r), 16+r)
+				a.p("VPSRLW $4, X%d, X24", 16+r)
+				a.p("VINSERTI32X4 $1, X24, Y%d, Y%d", 16+r, 16+r)
+				a.p("VPANDD Y30, Y%d, Y%d", 16+r, 16+r)
 				a.p("VPBROADCASTW %s, X%d", rowAddr(wo, r), 20+r)
 				a.p("VCVTPH2PS X%d, Y%d", 20+r, 20+r)
 			}
 			for t := 0; t < T; t++ {
 				for r := 0; r < R; r++ {
-					tmp := 24 + (r+t*R)%6 // Y30, Y31 hold constants
+					tmp := 24 + (r+t*R)%6 // Y30 holds the nibble mask
 					a.p("VPBROADCASTD %s, Y%d", sAddr(so, t), tmp)
 					a.p("VPDPBUSD %s, Y%d, Y%d", tokAddr(yo, t), 16+r, tmp)
 					a.p("VCVTDQ2PS Y%d, Y%d", tmp, tmp)
@@ -833,15 +825,22 @@ func main() {
 	var d decl
 	a.b.WriteString(header + "//go:build amd64 && !purego\n\n#include \"textflag.h\"\n\n")
 	d.b.WriteString(header + "//go:build amd64 && !purego\n\npackage tensor\n\n")
-	for _, q4 := range []bool{false, true} {
-		for _, R := range []int{1, 4} {
-			for T := 1; T <= 4; T++ {
-				q8Kernel(&a, &d, q4, true, R, T)
-			}
+	for _, R := range []int{1, 4} {
+		for T := 1; T <= 4; T++ {
+			q8Kernel(&a, &d, true, true, R, T) // Q4_0 (Q8_0 has the group kernels)
 		}
+	}
+	for _, q4 := range []bool{false, true} {
 		for T := 1; T <= 4; T++ {
 			q8Kernel(&a, &d, q4, false, 1, T)
 		}
+	}
+	q80BiasData(&a)
+	for T := 1; T <= 2; T++ {
+		q80NaturalKernel(&a, &d, T)
+	}
+	for T := 3; T <= 16; T++ {
+		q80TransposedKernel(&a, &d, T)
 	}
 	q6kShufData(&a)
 	for _, q6 := range []bool{false, true} {

@@ -1,0 +1,132 @@
+package model_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kvserve/kvserve/internal/model"
+	"github.com/kvserve/kvserve/internal/synth"
+	"github.com/kvserve/kvserve/internal/tensor"
+)
+
+// benchModel opens the SmolLM2-135M-shaped Q8_0 model the decode benchmarks
+// run on: $KVSERVE_BENCH_MODEL, else the synthetic models directory beside the
+// checkout (../synth-models, as `kvserve model synth` writes it), else a copy
+// synthesized into a temporary directory (a few seconds).
+func benchModel(b *testing.B) *model.Model {
+	b.Helper()
+	path := os.Getenv("KVSERVE_BENCH_MODEL")
+	if path == "" {
+		_, file, _, _ := runtime.Caller(0)
+		path = filepath.Join(filepath.Dir(file), "..", "..", "..", "synth-models", "smollm2-135m-q8_0.gguf")
+		if _, err := os.Stat(path); err != nil {
+			path = synthSmolLM2(b)
+		}
+	}
+	mf, err := model.Open(path, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { mf.Close() })
+	return mf.Model
+}
+
+func synthSmolLM2(b *testing.B) string {
+	shape, err := synth.LookupShape("smollm2-135m", "")
+	if err != nil {
+		b.Fatal(err)
+	}
+	sm, err := synth.New(shape, synth.FileQ8_0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	path := filepath.Join(b.TempDir(), "smollm2-135m-q8_0.gguf")
+	out, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := sm.WriteTo(out, synth.Options{Seed: 1}); err != nil {
+		b.Fatal(err)
+	}
+	if err := out.Close(); err != nil {
+		b.Fatal(err)
+	}
+	return path
+}
+
+// processCPU is the CPU time (user + system) of the whole process so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkDecode measures steady-state batched decode as the engine runs
+// it: n sequences with 128 tokens of context each (prefilled once), then
+// passes of one new token per sequence, every sequence asking for logits.
+// The context stays between 128 and 256 tokens (each sequence's cache is cut
+// back when it fills), as in `kvserve bench engine --scenario batch-decode`.
+// It reports tokens per second of wall time and CPU milliseconds per pass
+// (process CPU time, which includes the pool's spinning; steadier than wall
+// time on a shared machine):
+//
+//	go test ./internal/model -run '^$' -bench Decode -benchtime 100x
+func BenchmarkDecode(b *testing.B) {
+	m := benchModel(b)
+	for _, n := range []int{1, 16} {
+		b.Run(fmt.Sprintf("batch%d", n), func(b *testing.B) {
+			benchDecode(b, m, n)
+		})
+	}
+}
+
+func benchDecode(b *testing.B, m *model.Model, n int) {
+	const prompt, maxCtx = 128, 256
+	ctx := context.Background()
+	pool := tensor.NewPool(2)
+	defer pool.Close()
+	r, err := model.NewRunner(m, pool, 512, tensor.F16)
+	if err != nil {
+		b.Fatal(err)
+	}
+	caches := make([]*model.SeqCache, n)
+	logits := make([][]float32, n)
+	for i := range caches {
+		caches[i] = model.NewSeqCache(&m.Config, tensor.F16, 16)
+		caches[i].Reserve(maxCtx)
+		logits[i] = make([]float32, m.Config.Vocab)
+		p := make([]int32, prompt)
+		for j := range p {
+			p[j] = int32(100 + 7*i + 3*j)
+		}
+		if err := r.Forward(ctx, []model.Seq{{Cache: caches[i], Tokens: p}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	batch := make([]model.Seq, n)
+	pos := prompt
+	cpu0 := processCPU()
+	for b.Loop() {
+		if pos == maxCtx {
+			pos = prompt // rewrite the same positions again
+		}
+		for i := range batch {
+			batch[i] = model.Seq{Cache: caches[i], Pos: pos, Tokens: []int32{int32(200 + i + pos)}, Logits: logits[i]}
+		}
+		if err := r.Forward(ctx, batch); err != nil {
+			b.Fatal(err)
+		}
+		pos++
+	}
+	cpu := processCPU() - cpu0
+	b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "tok/s")
+	b.ReportMetric(float64(cpu.Microseconds())/1e3/float64(b.N), "cpu-ms/pass")
+}

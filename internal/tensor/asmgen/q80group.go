@@ -1,0 +1,331 @@
+package main
+
+import "fmt"
+
+// Q8_0 weight × Q8_0 activation kernels of the AVX512-VNNI level, built
+// around groups of eight blocks (256 columns).
+//
+// Why groups: a block's integer dot product (32 products, |Σ| < 2^24) is
+// exact whichever way its partial sums are added, and so is its conversion
+// to float. The float work per block — convert, scale by dw·dy, accumulate —
+// is what bounds a tile kernel when the weights come from cache, and done
+// on a vector holding one block's eight partial sums it is eight times the
+// work needed. These kernels first make one int32 lane per block (lane i of
+// a group holds block 8g+i) and then do the float work once per eight
+// blocks:
+//
+//	x = float32(S_b)            exact
+//	D = dw_b · dy_b             f32 product of the two scales
+//	acc[b mod 8] = fma(x, D, acc[b mod 8])
+//
+// and finally sum the eight lanes as ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)).
+// Every kernel of the family follows exactly these float steps, so a
+// token's results are bit-identical whatever the tile (batch invariance).
+// Groups past the row's last block are padded: zero activations, scales and
+// offsets, which add exactly zero.
+//
+// Two ways to get one lane per block:
+//   - transposed (T ≥ 3 tokens): the activations are stored transposed per
+//     group by the conversion (dword k of block 8g+i at lane i of vector k),
+//     the kernel transposes each group of eight weight blocks the same way
+//     (24 shuffles, shared by all T tokens), and eight vpdpbusd accumulate
+//     all eight blocks of a token at once;
+//   - natural (T ≤ 2, decode): the activations keep their natural layout,
+//     each block gets its own vpdpbusd and the eight results are reduced
+//     horizontally (vphaddd), cheaper than a transpose for one or two
+//     tokens.
+//
+// Activations: g holds, per token and group, 320 bytes: the transposed
+// quantized values (256), the offsets −128·Σy of the eight blocks (int32,
+// for the weights made unsigned by xor 0x80) and their scales dy (f32).
+// The natural kernels read y (natural quantized values) and the offsets and
+// scales from g.
+//
+// Arguments: w *byte, rowBytes, rows int, y *int8, yStride int, grp *byte,
+// gStride, groups, last int, dst *float32, ldBytes int. groups = ⌈nb/8⌉,
+// last = blocks in the final group (1..8). Results: dst[t*ld + r].
+const q80GroupSig = "(w *byte, rowBytes, rows int, y *int8, yStride int, grp *byte, gStride, groups, last int, dst *float32, ldBytes int)"
+
+// q80GroupBytes is the bytes of one token's group in g; q80GroupOffset and
+// q80GroupScale the offsets of its int32 offsets and f32 scales.
+const (
+	q80GroupBytes  = 320
+	q80GroupOffset = 256
+	q80GroupScale  = 288
+)
+
+func q80BiasData(a *asm) {
+	a.b.WriteString("DATA q80Bias<>+0(SB)/4, $0x80808080\nGLOBL q80Bias<>(SB), RODATA|NOPTR, $4\n\n")
+}
+
+// q80GroupProlog loads the arguments shared by both kernel kinds and opens
+// the row loop.
+func q80GroupProlog(a *asm, d *decl, name, doc string) {
+	d.fn(doc, name, q80GroupSig)
+	fmt.Fprintf(&a.b, "// func %s%s\n", name, q80GroupSig)
+	fmt.Fprintf(&a.b, "TEXT ·%s(SB), NOSPLIT, $0-88\n", name)
+	a.p("MOVQ w+0(FP), SI")
+	a.p("MOVQ rowBytes+8(FP), R8")
+	a.p("MOVQ rows+16(FP), R15")
+	a.p("MOVQ yStride+32(FP), R10")
+	a.p("MOVQ gStride+48(FP), R11")
+	a.p("MOVQ dst+72(FP), DX")
+}
+
+// q80GroupCount sets R9 to the number of blocks in the current group: 8, or
+// last when CX (groups left) is 1.
+func q80GroupCount(a *asm) {
+	a.p("MOVQ $8, R9")
+	a.p("MOVQ last+64(FP), R12")
+	a.p("CMPQ CX, $1")
+	a.p("CMOVQEQ R12, R9")
+}
+
+// q80Scale adds the f16 scale of block i of the group at DI to the packed
+// scales: blocks 0-3 in AX, 4-7 in BX (BX must start at zero). R12 is
+// scratch.
+func q80Scale(a *asm, i int) {
+	reg := "AX"
+	if i >= 4 {
+		reg = "BX"
+	}
+	if i%4 == 0 {
+		a.p("MOVWLZX %d(DI), %s", 34*i, reg)
+		return
+	}
+	a.p("MOVWLZX %d(DI), R12", 34*i)
+	a.p("SHLQ $%d, R12", 16*(i%4))
+	a.p("ORQ R12, %s", reg)
+}
+
+// q80Scales converts the packed scales into f32 lanes of Y(dst).
+func q80Scales(a *asm, dst int) {
+	a.p("VMOVQ AX, X%d", dst)
+	a.p("VPINSRQ $1, BX, X%d, X%d", dst, dst)
+	a.p("VCVTPH2PS X%d, Y%d", dst, dst)
+}
+
+// q80Reduce4 sums the lanes of Y0..Y3 (tokens t..t+3) in the family's order
+// and stores the four results at (R12), (R12)+ld, … advancing R12 past them.
+func q80Reduce4(a *asm) {
+	a.p("VHADDPS Y1, Y0, Y0")
+	a.p("VHADDPS Y3, Y2, Y2")
+	a.p("VHADDPS Y2, Y0, Y0")
+	a.p("VEXTRACTF128 $1, Y0, X1")
+	a.p("VADDPS X1, X0, X0")
+	a.p("VMOVSS X0, (R12)")
+	a.p("ADDQ ldBytes+80(FP), R12")
+	for j := 1; j < 4; j++ {
+		a.p("VEXTRACTPS $%d, X0, (R12)", j)
+		a.p("ADDQ ldBytes+80(FP), R12")
+	}
+}
+
+// q80Reduce1 sums the lanes of Y0 in the same order and stores the result
+// at (R12), advancing R12 by ld.
+func q80Reduce1(a *asm) {
+	a.p("VHADDPS Y0, Y0, Y0")
+	a.p("VHADDPS Y0, Y0, Y0")
+	a.p("VEXTRACTF128 $1, Y0, X1")
+	a.p("VADDSS X1, X0, X0")
+	a.p("VMOVSS X0, (R12)")
+	a.p("ADDQ ldBytes+80(FP), R12")
+}
+
+// q80Store reduces the float accumulators Y16..Y16+T-1 and stores them for
+// the current row (DX), then moves to the next row.
+func q80Store(a *asm, name string, T int) {
+	a.p("MOVQ DX, R12")
+	t := 0
+	for ; t+4 <= T; t += 4 {
+		for j := 0; j < 4; j++ {
+			a.p("VMOVAPS Y%d, Y%d", 16+t+j, j)
+		}
+		q80Reduce4(a)
+	}
+	for ; t < T; t++ {
+		a.p("VMOVAPS Y%d, Y0", 16+t)
+		q80Reduce1(a)
+	}
+	a.p("ADDQ $4, DX")
+	a.p("ADDQ R8, SI")
+	a.p("DECQ R15")
+	a.p("JNZ %s_row", name)
+	a.p("VZEROUPPER")
+	a.p("RET")
+	a.b.WriteString("\n")
+}
+
+// q80TransposedKernel generates the 1-row × T-token kernel on transposed
+// activations (3 ≤ T ≤ 16).
+//
+// Registers: Y0-Y7 the group's weights transposed (lane i = block i, vector
+// k = dword k), made unsigned; Y8 the weight scales; Y9-Y14 per-token
+// scratch; Y15 the 0x80 bytes; Y16+t token t's float accumulator. During the
+// transpose Y8-Y15 hold the loaded blocks and Y0-Y15 the stages.
+// GPRs: SI row, DI group weights, R14 group activations, R10 token cursor,
+// R11 gStride, CX groups left, R9 blocks in group, AX/BX/R12 scales.
+func q80TransposedKernel(a *asm, d *decl, T int) {
+	name := fmt.Sprintf("q80VNNIT_%d", T)
+	q80GroupProlog(a, d, name, fmt.Sprintf("%s computes rows × %d tokens of Q8_0 weights × Q8_0 activations in groups of 8 blocks, on transposed activations (VNNI).", name, T))
+	a.label(name + "_row")
+	for t := 0; t < T; t++ {
+		a.p("VPXORD Y%d, Y%d, Y%d", 16+t, 16+t, 16+t)
+	}
+	a.p("MOVQ SI, DI")
+	a.p("MOVQ grp+40(FP), R14")
+	a.p("MOVQ groups+56(FP), CX")
+	a.label(name + "_group")
+	q80GroupCount(a)
+	// Load the group's blocks (missing ones stay zero) and scales.
+	for i := 1; i < 8; i++ {
+		a.p("VPXOR Y%d, Y%d, Y%d", 8+i, 8+i, 8+i)
+	}
+	a.p("XORL BX, BX")
+	for i := 0; i < 8; i++ {
+		if i > 0 {
+			a.p("CMPQ R9, $%d", i)
+			a.p("JLE %s_loaded", name)
+		}
+		a.p("VMOVDQU %d(DI), Y%d", 34*i+2, 8+i)
+		q80Scale(a, i)
+	}
+	a.label(name + "_loaded")
+	// Transpose the 8×8 dwords of Y8..Y15 into Y0..Y7.
+	for p := 0; p < 4; p++ {
+		a.p("VPUNPCKLDQ Y%d, Y%d, Y%d", 9+2*p, 8+2*p, 2*p)
+		a.p("VPUNPCKHDQ Y%d, Y%d, Y%d", 9+2*p, 8+2*p, 2*p+1)
+	}
+	for h := 0; h < 2; h++ { // blocks 0-3, then 4-7
+		b := 4 * h
+		a.p("VPUNPCKLQDQ Y%d, Y%d, Y%d", b+2, b, 8+b)
+		a.p("VPUNPCKHQDQ Y%d, Y%d, Y%d", b+2, b, 9+b)
+		a.p("VPUNPCKLQDQ Y%d, Y%d, Y%d", b+3, b+1, 10+b)
+		a.p("VPUNPCKHQDQ Y%d, Y%d, Y%d", b+3, b+1, 11+b)
+	}
+	for k := 0; k < 4; k++ {
+		a.p("VPERM2I128 $0x20, Y%d, Y%d, Y%d", 12+k, 8+k, k)
+		a.p("VPERM2I128 $0x31, Y%d, Y%d, Y%d", 12+k, 8+k, k+4)
+	}
+	a.p("VPBROADCASTD q80Bias<>(SB), Y15")
+	for k := 0; k < 8; k++ {
+		a.p("VPXOR Y15, Y%d, Y%d", k, k)
+	}
+	q80Scales(a, 8)
+	// Tokens.
+	a.p("MOVQ R14, R10")
+	for t := 0; t < T; t++ {
+		ti := 9 + 2*(t%3)
+		td := ti + 1
+		a.p("VMOVDQU %d(R10), Y%d", q80GroupOffset, ti)
+		for k := 0; k < 8; k++ {
+			a.p("VPDPBUSD %d(R10), Y%d, Y%d", 32*k, k, ti)
+		}
+		a.p("VCVTDQ2PS Y%d, Y%d", ti, ti)
+		a.p("VMULPS %d(R10), Y8, Y%d", q80GroupScale, td)
+		a.p("VFMADD231PS Y%d, Y%d, Y%d", td, ti, 16+t)
+		if t+1 < T {
+			a.p("ADDQ R11, R10")
+		}
+	}
+	a.p("ADDQ $%d, DI", 8*34)
+	a.p("ADDQ $%d, R14", q80GroupBytes)
+	a.p("DECQ CX")
+	a.p("JNZ %s_group", name)
+	q80Store(a, name, T)
+}
+
+// q80NaturalKernel generates the 1-row × T-token kernel on natural
+// activations (T ≤ 2): per block and token one vpdpbusd into its own
+// register, then each half group of four blocks is reduced with vphaddd to
+// [lo sums of blocks 0-3 | hi sums of blocks 0-3], and the two halves are
+// recombined into one lane per block.
+//
+// Registers: Y(4t+j) the integer sums of token t, block j of the current
+// half; Y8+t / Y10+t token t's reduced halves; Y12, Y13 scratch; Y14 the
+// unsigned weights, then the scales; Y15 the 0x80 bytes; Y16+t the float
+// accumulators. GPRs: as the transposed kernel, plus R13 the natural
+// activations of the group and R10 yStride.
+func q80NaturalKernel(a *asm, d *decl, T int) {
+	name := fmt.Sprintf("q80VNNIN_%d", T)
+	q80GroupProlog(a, d, name, fmt.Sprintf("%s computes rows × %d tokens of Q8_0 weights × Q8_0 activations in groups of 8 blocks, on natural activations (VNNI).", name, T))
+	a.p("VPBROADCASTD q80Bias<>(SB), Y15")
+	a.label(name + "_row")
+	for t := 0; t < T; t++ {
+		a.p("VPXORD Y%d, Y%d, Y%d", 16+t, 16+t, 16+t)
+	}
+	a.p("MOVQ SI, DI")
+	a.p("MOVQ y+24(FP), R13")
+	a.p("MOVQ grp+40(FP), R14")
+	a.p("MOVQ groups+56(FP), CX")
+	sum := func(t, j int) int { return 4*t + j }
+	yAddr := func(off, t int) string {
+		if t == 0 {
+			return fmt.Sprintf("%d(R13)", off)
+		}
+		return fmt.Sprintf("%d(R13)(R10*1)", off)
+	}
+	gAddr := func(off, t int) string {
+		if t == 0 {
+			return fmt.Sprintf("%d(R14)", off)
+		}
+		return fmt.Sprintf("%d(R14)(R11*1)", off)
+	}
+	zeroSums := func() {
+		for t := 0; t < T; t++ {
+			for j := 0; j < 4; j++ {
+				a.p("VPXOR Y%d, Y%d, Y%d", sum(t, j), sum(t, j), sum(t, j))
+			}
+		}
+	}
+	reduceHalf := func(h int) {
+		for t := 0; t < T; t++ {
+			a.p("VPHADDD Y%d, Y%d, Y%d", sum(t, 1), sum(t, 0), sum(t, 0))
+			a.p("VPHADDD Y%d, Y%d, Y%d", sum(t, 3), sum(t, 2), sum(t, 2))
+			a.p("VPHADDD Y%d, Y%d, Y%d", sum(t, 2), sum(t, 0), 8+2*h+t)
+		}
+	}
+	a.label(name + "_group")
+	q80GroupCount(a)
+	a.p("XORL BX, BX")
+	zeroSums()
+	for i := 0; i < 8; i++ {
+		if i == 4 {
+			a.label(name + "_halfa")
+			reduceHalf(0)
+			zeroSums()
+			a.p("CMPQ R9, $4")
+			a.p("JLE %s_halfb", name)
+		} else if i > 0 {
+			a.p("CMPQ R9, $%d", i)
+			if i < 4 {
+				a.p("JLE %s_halfa", name)
+			} else {
+				a.p("JLE %s_halfb", name)
+			}
+		}
+		a.p("VPXOR %d(DI), Y15, Y14", 34*i+2)
+		q80Scale(a, i)
+		for t := 0; t < T; t++ {
+			a.p("VPDPBUSD %s, Y14, Y%d", yAddr(32*i, t), sum(t, i%4))
+		}
+	}
+	a.label(name + "_halfb")
+	reduceHalf(1)
+	q80Scales(a, 14)
+	for t := 0; t < T; t++ {
+		a.p("VPERM2I128 $0x20, Y%d, Y%d, Y12", 10+t, 8+t)
+		a.p("VPERM2I128 $0x31, Y%d, Y%d, Y13", 10+t, 8+t)
+		a.p("VPADDD Y13, Y12, Y12")
+		a.p("VPADDD %s, Y12, Y12", gAddr(q80GroupOffset, t))
+		a.p("VCVTDQ2PS Y12, Y12")
+		a.p("VMULPS %s, Y14, Y13", gAddr(q80GroupScale, t))
+		a.p("VFMADD231PS Y13, Y12, Y%d", 16+t)
+	}
+	a.p("ADDQ $%d, DI", 8*34)
+	a.p("ADDQ $256, R13")
+	a.p("ADDQ $%d, R14", q80GroupBytes)
+	a.p("DECQ CX")
+	a.p("JNZ %s_group", name)
+	q80Store(a, name, T)
+}
