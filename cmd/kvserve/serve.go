@@ -50,6 +50,7 @@ type serveOptions struct {
 	apiKeys         []string
 	bodyLimit       byteSize
 	shutdownTimeout time.Duration
+	pprofAddr       string
 }
 
 // syntheticShape is the shape of the model generated when no --model is
@@ -107,6 +108,7 @@ Each tenant's KV cache is isolated from every other's.`,
 	o.bodyLimit = api.DefaultBodyLimit
 	f.Var(&o.bodyLimit, "body-limit", "largest request body")
 	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long in-flight requests may run on after SIGINT/SIGTERM")
+	f.StringVar(&o.pprofAddr, "pprof-addr", "", "serve Go's profiling endpoints (/debug/pprof/: CPU, block, mutex, heap, execution trace) on this separate address, e.g. 127.0.0.1:6060 (default: off)")
 	return cmd
 }
 
@@ -130,6 +132,14 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 	secret, err := loadSecret(filepath.Join(dataDir, "secret"))
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
+	}
+
+	if o.pprofAddr != "" {
+		dbg, err := startDebugServer(o.pprofAddr, log, stderr)
+		if err != nil {
+			return err
+		}
+		defer dbg.Close()
 	}
 
 	reg := prometheus.NewRegistry()
