@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"time"
 
@@ -46,6 +47,7 @@ type serveOptions struct {
 	maxRunning      int
 	maxWaiting      int
 	threads         int
+	computeNice     int
 	noPrefixCache   bool
 	apiKeys         []string
 	bodyLimit       byteSize
@@ -103,6 +105,7 @@ Each tenant's KV cache is isolated from every other's.`,
 	f.IntVar(&o.maxRunning, "max-running", 256, "sequences running at once")
 	f.IntVar(&o.maxWaiting, "max-waiting", 4096, "queued requests before new ones get 429")
 	f.IntVarP(&o.threads, "threads", "t", 0, "compute threads (default: all cores)")
+	f.IntVar(&o.computeNice, "compute-nice", 0, "run the compute threads below normal priority so request handling waits less behind forward passes: 1-19 raise their Linux nice value, 20 puts them under SCHED_IDLE (lowest tail latency; for machines not shared with other busy processes); 0: off")
 	f.BoolVar(&o.noPrefixCache, "no-prefix-cache", false, "disable prefix caching (every prompt is computed in full)")
 	f.StringArrayVar(&o.apiKeys, "api-key", nil, "accepted API key, KEY or KEY=TENANT (repeatable; none: no authentication)")
 	o.bodyLimit = api.DefaultBodyLimit
@@ -179,6 +182,21 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 	if kvMemory == 0 {
 		kvMemory = defaultKVMemory(memAvailable())
 	}
+	if o.computeNice > 0 {
+		// Background compute threads hold their Ps while they spin, so
+		// request goroutines get Ps of their own, one per core: a burst of
+		// streams (every running stream gets a token each step) is then
+		// written out on all cores at once, the OS giving those threads
+		// the CPU the moment they have work because the compute threads
+		// run at lower priority.
+		threads := o.threads
+		if threads <= 0 {
+			threads = runtime.NumCPU()
+		}
+		if runtime.GOMAXPROCS(0) <= threads {
+			runtime.GOMAXPROCS(threads + runtime.NumCPU())
+		}
+	}
 	e, err := engine.New(loaded.file.Model, engine.Config{
 		MaxBatchTokens:     o.maxBatchTokens,
 		MaxRunning:         o.maxRunning,
@@ -188,6 +206,8 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 		KVType:             kvType,
 		DisablePrefixCache: o.noPrefixCache,
 		Threads:            o.threads,
+		ComputeNice:        o.computeNice,
+		Logger:             log,
 		Secret:             secret,
 		ModelID:            loaded.id,
 		EndOfGeneration:    loaded.tok.EOGs(),

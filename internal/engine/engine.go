@@ -27,6 +27,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -66,6 +67,13 @@ type Config struct {
 	Contiguous bool
 	// Threads for the compute pool (default: all cores).
 	Threads int
+	// ComputeNice, when positive, runs the compute threads (the pool's
+	// workers and the step loop that drives them) as background threads
+	// whose Linux nice value is raised by this much (tensor.PoolOptions.Nice):
+	// a server's request goroutines then take the CPU the moment they
+	// wake instead of waiting out a compute thread's time slice. The
+	// process needs GOMAXPROCS above Threads for them to find a P.
+	ComputeNice int
 	// Secret keys the per-scope hash salts (default: a fixed development
 	// key; servers must set a random one).
 	Secret []byte
@@ -74,6 +82,8 @@ type Config struct {
 	// EndOfGeneration lists the tokens that end a sample (the tokenizer's
 	// end-of-generation set).
 	EndOfGeneration []int32
+	// Logger receives the engine's warnings (default: discarded).
+	Logger *slog.Logger
 	// Registerer receives the engine's Prometheus metrics (optional).
 	Registerer prometheus.Registerer
 	// Events receives the KV pool's block events (optional).
@@ -101,6 +111,9 @@ func (c Config) withDefaults(m *model.Model) Config {
 	}
 	if c.Secret == nil {
 		c.Secret = []byte("kvserve-development-secret")
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	return c
 }
@@ -199,7 +212,7 @@ func New(m *model.Model, cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
-	compute := tensor.NewPool(cfg.Threads)
+	compute := tensor.NewPoolWith(tensor.PoolOptions{Threads: cfg.Threads, Nice: cfg.ComputeNice})
 	runner, err := model.NewRunner(m, compute, cfg.MaxBatchTokens, cfg.KVType.DType())
 	if err != nil {
 		compute.Close()
@@ -332,6 +345,12 @@ func (e *Engine) salt(scope string) kv.Hash {
 func (e *Engine) loop(ctx context.Context) {
 	defer close(e.done)
 	defer e.failAll(ErrClosed)
+	// The loop drives the compute pool from this goroutine's thread, so
+	// a background pool needs this thread lowered too; it stays locked
+	// and exits with the loop.
+	if err := e.compute.LockBackground(); err != nil {
+		e.cfg.Logger.Warn("engine: compute threads keep normal priority", "err", err)
+	}
 	for {
 		if len(e.running) == 0 && len(e.queue) == 0 {
 			e.m.running.Set(0)

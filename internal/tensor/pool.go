@@ -35,6 +35,7 @@ import (
 // must not call back into the same Pool (it would deadlock).
 type Pool struct {
 	threads int
+	nice    int // > 0: background threads (see PoolOptions.Nice)
 	mu      sync.Mutex
 
 	_     cacheLinePad
@@ -102,21 +103,77 @@ const (
 
 // NewPool starts a pool of threads workers (the caller counts as one).
 // threads <= 0 means runtime.NumCPU().
-func NewPool(threads int) *Pool {
+func NewPool(threads int) *Pool { return NewPoolWith(PoolOptions{Threads: threads}) }
+
+// PoolOptions configures NewPoolWith. The zero value of each field means
+// its default.
+type PoolOptions struct {
+	// Threads is the number of threads that share each job, the caller
+	// included (default runtime.NumCPU()).
+	Threads int
+	// Nice, when positive, makes the pool's threads background threads:
+	// each worker goroutine is locked to its own OS thread whose
+	// scheduling priority is lowered (Linux: 1..19 raise the nice value
+	// by that much; 20 moves the threads to the SCHED_IDLE policy;
+	// elsewhere the threads are locked but keep their priority), and no
+	// pool thread ever hands its P to other goroutines while it spins.
+	// The caller that drives the pool should make its own thread a
+	// background thread too, with LockBackground.
+	//
+	// Why: a server runs latency-sensitive goroutines (HTTP handlers
+	// writing each token to its client) beside the compute threads, which
+	// are busy or spinning through every forward pass. At equal priority
+	// the OS time-slices them, and a handler thread that wakes may wait a
+	// slice (milliseconds) behind the compute threads. A nice value only
+	// shortens that wait under Linux's EEVDF scheduler (a running thread
+	// may keep the CPU to the end of its slice); under SCHED_IDLE any
+	// normal thread that wakes takes the CPU at once. SCHED_IDLE threads
+	// run only when nothing else wants the core, so it suits dedicated
+	// machines, not ones shared with other busy processes.
+	//
+	// The pool's threads then occupy Threads Ps without yielding them, so
+	// GOMAXPROCS must exceed Threads for other goroutines to run promptly
+	// (they would otherwise wait for the runtime's 10 ms preemption).
+	Nice int
+}
+
+// NewPoolWith starts a pool configured by o.
+func NewPoolWith(o PoolOptions) *Pool {
+	threads := o.Threads
 	if threads <= 0 {
 		threads = runtime.NumCPU()
 	}
-	p := &Pool{threads: threads, workers: make([]poolWorker, threads-1)}
+	p := &Pool{threads: threads, nice: max(o.Nice, 0), workers: make([]poolWorker, threads-1)}
+	// Background workers lower their threads before NewPoolWith returns,
+	// so no job ever runs on a worker thread at normal priority.
+	var lowered sync.WaitGroup
+	lowered.Add(len(p.workers))
 	for i := range p.workers {
 		p.workers[i].wake = make(chan struct{}, 1)
 		p.wg.Add(1)
-		go p.work(i + 1)
+		go p.work(i+1, &lowered)
 	}
+	lowered.Wait()
 	return p
 }
 
 // Threads returns the number of threads that share each job.
 func (p *Pool) Threads() int { return p.threads }
+
+// LockBackground makes the calling goroutine's thread a background thread
+// like the pool's workers (PoolOptions.Nice): it locks the goroutine to its
+// OS thread for good and lowers the thread's scheduling priority. The
+// goroutine that drives a background pool calls it once; when that
+// goroutine exits, its thread exits too. On a pool without Nice it does
+// nothing. The error says why the priority could not be lowered (the
+// thread stays locked).
+func (p *Pool) LockBackground() error {
+	if p.nice == 0 {
+		return nil
+	}
+	runtime.LockOSThread()
+	return lowerThreadPriority(p.nice)
+}
 
 // Close stops the workers and waits for them to exit. Later calls run
 // serially on the caller.
@@ -143,8 +200,15 @@ func (p *Pool) wakeAll() {
 }
 
 // work is the loop of worker id (1-based; the caller is 0).
-func (p *Pool) work(id int) {
+func (p *Pool) work(id int, lowered *sync.WaitGroup) {
 	defer p.wg.Done()
+	if p.nice > 0 {
+		// Never unlocked: the thread exits with the goroutine, so its
+		// lowered priority never passes to a thread that runs other code.
+		runtime.LockOSThread()
+		_ = lowerThreadPriority(p.nice)
+	}
+	lowered.Done()
 	w := &p.workers[id-1]
 	// gen is 0 when the pool is created; a worker that starts late must
 	// still look at the jobs dispatched before it first looked.
@@ -162,7 +226,7 @@ func (p *Pool) work(id int) {
 				}
 				<-w.wake
 				spins = 0
-			} else if spins%64 == 63 {
+			} else if spins%64 == 63 && p.nice == 0 {
 				runtime.Gosched() // let goroutines queued on this P run
 			} else if spins < spinPause {
 				cpuRelax()
@@ -219,7 +283,7 @@ func (p *Pool) dispatch(items int) {
 	// regularly to let it (or anything else this P owes time to) run.
 	for spins := 1; p.fin.Load() != int64(items); spins++ {
 		switch {
-		case spins%64 == 0:
+		case spins%64 == 0 && p.nice == 0:
 			runtime.Gosched()
 		case spins < 256:
 			cpuRelax()
