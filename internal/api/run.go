@@ -195,6 +195,7 @@ func (c *Call) Start(req *Request) (*Run, error) {
 		Scope:        c.Identity.Tenant,
 		Hints:        req.Hints,
 	}
+	c.submitted = time.Now()
 	st, err := m.Backend.Submit(c.Context(), er)
 	if err != nil {
 		return nil, AsError(err)

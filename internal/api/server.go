@@ -336,8 +336,10 @@ type Call struct {
 	rec     *recorder
 	start   time.Time
 	blocked time.Duration // waiting for engine outputs
-	first   time.Time     // first generated token received
-	run     *Run
+	// submitted is when the request was handed to the engine.
+	submitted time.Time
+	first     time.Time // first generated token received
+	run       *Run
 }
 
 // Context is the request's context: it ends when the client goes away,
@@ -398,16 +400,25 @@ func (c *Call) Models() []*Model {
 }
 
 // Timings are the per-request times reported to clients in the "kvserve"
-// response object.
+// response object. A request's wall time splits into OverheadMS + EngineMS.
 type Timings struct {
-	// OverheadMS is the server's own time so far: wall time minus time
-	// spent waiting for the engine.
+	// OverheadMS is the time the server added outside the engine so far:
+	// from the request's arrival until it was submitted to the engine
+	// (reading, parsing, templating, tokenizing), plus, once the engine
+	// has queued its last output, the time since then (delivering what is
+	// left and ending the response). The handler's work between the two
+	// overlaps with the engine's and is in HandlerMS.
 	OverheadMS float64 `json:"overhead_ms"`
 	// TTFTMS is the time from the request's arrival to its first generated
 	// token (0 before then).
 	TTFTMS float64 `json:"ttft_ms"`
-	// EngineMS is the time spent waiting for the engine's outputs.
+	// EngineMS is the engine's span so far: from the request's submission
+	// until its last output was queued (or until now while it runs).
 	EngineMS float64 `json:"engine_ms"`
+	// HandlerMS is the time the handler was busy so far (wall time minus
+	// time spent waiting for the engine's outputs): parsing, writing every
+	// event, flushing. Most of it overlaps with the engine's work.
+	HandlerMS float64 `json:"handler_ms"`
 	// QueueMS is the time the request waited for admission in the engine,
 	// when the backend's stream reports it (see queueTimer).
 	QueueMS *float64 `json:"queue_ms,omitempty"`
@@ -421,13 +432,35 @@ type queueTimer interface {
 	QueueTime() time.Duration
 }
 
-// Overhead is the call's own time so far: wall time minus time blocked on
-// the engine.
-func (c *Call) Overhead() time.Duration { return time.Since(c.start) - c.blocked }
+// Overhead is the time the server added outside the engine so far (see
+// Timings.OverheadMS).
+func (c *Call) Overhead() time.Duration {
+	now := time.Now()
+	if c.run == nil {
+		return now.Sub(c.start)
+	}
+	return c.submitted.Sub(c.start) + now.Sub(c.engineEnd(now))
+}
+
+// engineEnd is when the engine queued the call's last output, or now while
+// it still runs.
+func (c *Call) engineEnd(now time.Time) time.Time {
+	if end := c.run.stream.Ended(); !end.IsZero() {
+		return end
+	}
+	return now
+}
+
+// Handler is the time the call's handler was busy so far: wall time minus
+// time blocked on the engine.
+func (c *Call) Handler() time.Duration { return time.Since(c.start) - c.blocked }
 
 // Timings returns the call's timings so far.
 func (c *Call) Timings() Timings {
-	t := Timings{OverheadMS: ms(c.Overhead()), EngineMS: ms(c.blocked)}
+	t := Timings{OverheadMS: ms(c.Overhead()), HandlerMS: ms(c.Handler())}
+	if c.run != nil {
+		t.EngineMS = ms(c.engineEnd(time.Now()).Sub(c.submitted))
+	}
 	if !c.first.IsZero() {
 		t.TTFTMS = ms(c.first.Sub(c.start))
 	}
@@ -458,8 +491,8 @@ func newHTTPMetrics(reg prometheus.Registerer) (*httpMetrics, error) {
 			Help:    "Wall time of HTTP API requests, streamed ones to their last byte.",
 			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300}}, []string{"dialect", "route"}),
 		overhead: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "kvserve_api_overhead_seconds",
-			Help: "Server time per generation request outside the engine: parsing, templating, tokenizing, " +
-				"detokenizing, encoding and writing (wall time minus time waiting for engine outputs).",
+			Help: "Latency the server adds to a generation request outside the engine: from arrival to submission " +
+				"(parsing, templating, tokenizing) plus from the engine's last output to the response's end.",
 			Buckets: []float64{.00005, .0001, .00025, .0005, .001, .002, .005, .01, .025, .05, .1, .25, 1}}, []string{"dialect"}),
 		inflight: prometheus.NewGauge(prometheus.GaugeOpts{Name: "kvserve_http_requests_in_flight",
 			Help: "HTTP API requests being served."}),

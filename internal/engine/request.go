@@ -143,9 +143,11 @@ type Stream struct {
 	cancel   context.CancelFunc
 	ctx      context.Context
 
-	// Timing, for metrics. admitted is guarded by mu (QueueTime reads it);
-	// the others are written and read by the step loop only.
+	// Timing, for metrics. admitted and ended are guarded by mu (QueueTime
+	// and Ended read them); the others are written and read by the step
+	// loop only.
 	arrival, admitted, firstToken, lastToken time.Time
+	ended                                    time.Time // the last sample's final output was queued
 }
 
 func newStream(ctx context.Context, n int) *Stream {
@@ -158,6 +160,9 @@ func (s *Stream) push(o Output) {
 	s.queue = append(s.queue, o)
 	if o.Finish != FinishNone {
 		s.finished++
+		if s.finished == s.n {
+			s.ended = time.Now()
+		}
 	}
 	if o.Token >= 0 {
 		s.usage.CompletionTokens++
@@ -208,6 +213,15 @@ func (s *Stream) Usage() Usage {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.usage
+}
+
+// Ended returns when the engine queued the stream's last output: every
+// sample had finished (zero until then). From then on the request waits
+// only for its reader.
+func (s *Stream) Ended() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ended
 }
 
 // QueueTime is how long the request waited before it was first admitted

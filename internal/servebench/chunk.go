@@ -71,15 +71,18 @@ func (u *Usage) CachedTokens() int {
 }
 
 // ServerTiming is kvserve's per-request timing extension, in milliseconds:
-// the server's own overhead (wall time not spent waiting for the engine:
-// parsing, templating, tokenizing, routing, streaming), time queued before
-// the engine admitted the request, server time to the first token, and
-// time spent waiting for the engine. Each field is optional.
+// the latency the server added outside the engine (arrival to submission,
+// plus the engine's last output to the response's end), time queued before
+// the engine admitted the request, server time to the first token, the
+// engine's span (submission to its last output; overhead + engine = the
+// server's wall time), and the handler's busy time (mostly overlapping the
+// engine's). Each field is optional.
 type ServerTiming struct {
 	OverheadMS *float64 `json:"overhead_ms"`
 	QueueMS    *float64 `json:"queue_ms"`
 	TTFTMS     *float64 `json:"ttft_ms"`
 	EngineMS   *float64 `json:"engine_ms"`
+	HandlerMS  *float64 `json:"handler_ms"`
 }
 
 // StreamError is an error object sent inside an event stream.

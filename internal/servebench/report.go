@@ -75,6 +75,7 @@ type ServerReport struct {
 	Queue    Dist `json:"queue_ms"`
 	TTFT     Dist `json:"ttft_ms"`
 	Engine   Dist `json:"engine_ms"`
+	Handler  Dist `json:"handler_ms"`
 }
 
 // LabelReport is one label's share of a run.
@@ -116,7 +117,7 @@ func (r *runner) result() *Result {
 func (rep *Report) Fill(records []Record) {
 	var ttft, itl, e2e, tpot []float64
 	var srv ServerReport
-	var ovh, que, sttft, eng []float64
+	var ovh, que, sttft, eng, hnd []float64
 	labels := map[string]*labelAcc{}
 	for i := range records {
 		rec := &records[i]
@@ -167,6 +168,9 @@ func (rep *Report) Fill(records []Record) {
 			if s.EngineMS != nil {
 				eng = append(eng, *s.EngineMS)
 			}
+			if s.HandlerMS != nil {
+				hnd = append(hnd, *s.HandlerMS)
+			}
 		}
 		la := labels[rec.Label]
 		if la == nil {
@@ -185,7 +189,7 @@ func (rep *Report) Fill(records []Record) {
 		rep.RequestsPerS = float64(rep.Succeeded) / rep.WallS
 	}
 	if srv.Count > 0 {
-		srv.Overhead, srv.Queue, srv.TTFT, srv.Engine = Summarize(ovh), Summarize(que), Summarize(sttft), Summarize(eng)
+		srv.Overhead, srv.Queue, srv.TTFT, srv.Engine, srv.Handler = Summarize(ovh), Summarize(que), Summarize(sttft), Summarize(eng), Summarize(hnd)
 		rep.Server = &srv
 	}
 	names := make([]string, 0, len(labels))
@@ -288,7 +292,7 @@ func (rep *Report) WriteTable(w io.Writer) error {
 		for _, r := range []struct {
 			name string
 			d    Dist
-		}{{"server overhead", s.Overhead}, {"server queue", s.Queue}, {"server TTFT", s.TTFT}, {"server engine wait", s.Engine}} {
+		}{{"server overhead", s.Overhead}, {"server queue", s.Queue}, {"server TTFT", s.TTFT}, {"server engine span", s.Engine}, {"server handler busy", s.Handler}} {
 			if r.d.Count > 0 {
 				row(r.name, r.d)
 			}
