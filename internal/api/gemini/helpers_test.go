@@ -64,6 +64,7 @@ type gResp struct {
 	ResponseID   string `json:"responseId"`
 	Kvserve      *struct {
 		OverheadMS float64 `json:"overhead_ms"`
+		HandlerMS  float64 `json:"handler_ms"`
 		TTFTMS     float64 `json:"ttft_ms"`
 	} `json:"kvserve"`
 }
