@@ -37,6 +37,7 @@ import (
 type serveOptions struct {
 	modelPath       string
 	modelID         string
+	modelAliases    []string
 	addr            string
 	dataDir         string
 	configPath      string
@@ -95,6 +96,7 @@ Each tenant's KV cache is isolated from every other's.`,
 	f := cmd.Flags()
 	f.StringVarP(&o.modelPath, "model", "m", "", "GGUF model file (default: a synthetic random-weight model, generated into the data directory)")
 	f.StringVar(&o.modelID, "model-id", "", "model name clients use (default: the file name without .gguf)")
+	f.StringArrayVar(&o.modelAliases, "model-alias", nil, "another model name to accept, exact or a pattern like 'claude-*' or 'gpt-*' (repeatable), for clients that send their own model names")
 	f.StringVar(&o.addr, "addr", "127.0.0.1:8080", "listen address")
 	f.StringVar(&o.dataDir, "data-dir", "", "data directory: server secret, synthetic model (default $XDG_DATA_HOME/kvserve or ~/.local/share/kvserve)")
 	f.StringVar(&o.configPath, "config", "", "YAML file with settings (keys are these flag names)")
@@ -124,6 +126,11 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 	keys, err := parseAPIKeys(o.apiKeys)
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
+	}
+	for _, a := range o.modelAliases {
+		if err := api.ValidAlias(a); err != nil {
+			return fmt.Errorf("serve: --model-alias: %w", err)
+		}
 	}
 	dataDir := o.dataDir
 	if dataDir == "" {
@@ -220,7 +227,7 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 	ec := e.Config()
 	ctxLen := min(ec.MaxContext, e.KV().NumBlocks()*ec.BlockSize)
 	served := &api.Model{
-		ID: loaded.id, Description: loaded.description, Synthetic: loaded.synthetic,
+		ID: loaded.id, Aliases: o.modelAliases, Description: loaded.description, Synthetic: loaded.synthetic,
 		ContextLength: ctxLen, Backend: e, Tokenizer: loaded.tok, Template: loaded.tmpl,
 	}
 	if loaded.synthetic {

@@ -2,10 +2,12 @@ package api
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"path"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -33,6 +35,11 @@ var _ Backend = (*engine.Engine)(nil)
 type Model struct {
 	// ID is the name clients use in the model field.
 	ID string
+	// Aliases are other names accepted for the model: exact names or
+	// path.Match patterns ("claude-*"), so clients that insist on their
+	// own model names (agents written for a hosted API) work unmodified.
+	// Responses and listings use ID. See ValidAlias.
+	Aliases []string
 	// Description is shown in the model listing.
 	Description string
 	// OwnedBy is the listing's owned_by ("kvserve" by default).
@@ -379,7 +386,7 @@ func (c *Call) Model(name string) (*Model, error) {
 	if m == nil {
 		return nil, &Error{Code: CodeUnavailable, Message: "the model is still loading; retry shortly", RetryAfter: 2 * time.Second}
 	}
-	if name != "" && name != m.ID {
+	if name != "" && name != m.ID && !m.hasAlias(name) {
 		return nil, &Error{Code: CodeNotFound, Param: "model", OpenAICode: "model_not_found",
 			Message: fmt.Sprintf("the model %q does not exist; this server serves %q", name, m.ID)}
 	}
@@ -387,6 +394,29 @@ func (c *Call) Model(name string) (*Model, error) {
 		return nil, &Error{Code: CodeForbidden, Param: "model", Message: fmt.Sprintf("this API key may not use the model %q", m.ID)}
 	}
 	return m, nil
+}
+
+// hasAlias reports whether name is one of m's aliases or matches one of
+// its patterns.
+func (m *Model) hasAlias(name string) bool {
+	for _, a := range m.Aliases {
+		if ok, err := path.Match(a, name); a == name || (err == nil && ok) {
+			return true
+		}
+	}
+	return false
+}
+
+// ValidAlias checks that alias is a usable Model alias: not empty, and a
+// well-formed path.Match pattern.
+func ValidAlias(alias string) error {
+	if alias == "" {
+		return errors.New("api: empty model alias")
+	}
+	if _, err := path.Match(alias, ""); err != nil {
+		return fmt.Errorf("api: model alias %q: %w", alias, err)
+	}
+	return nil
 }
 
 // Models returns the served models the caller may use (empty while

@@ -293,3 +293,25 @@ func TestKvserveExtension(t *testing.T) {
 	}
 	env.WaitIdle(t)
 }
+
+// TestModelAlias: with aliases set, an agent's own model names reach the
+// served model (answered under its real name); other names are still 404.
+func TestModelAlias(t *testing.T) {
+	env := newEnv(t, apitest.Options{})
+	m := *env.Model
+	m.Aliases = []string{"claude-*", "my-model"}
+	env.Server.SetModel(&m)
+	for _, name := range []string{"claude-sonnet-4-5-20250929", "claude-3-5-haiku-latest", "my-model"} {
+		resp := postMessage(t, env, map[string]any{"model": name, "max_tokens": 2, "messages": userMsg("hi")})
+		if resp.Model != apitest.ModelName {
+			t.Fatalf("%s: answered as %q, want the served model %q", name, resp.Model, apitest.ModelName)
+		}
+	}
+	for _, name := range []string{"gpt-4o", "my-model-2", "xclaude-3"} {
+		status, data, _ := post(t, env.URL("/v1/messages"), map[string]any{"model": name, "max_tokens": 2, "messages": userMsg("hi")})
+		if status != 404 {
+			t.Fatalf("%s: status %d (%s), want 404", name, status, data)
+		}
+	}
+	env.WaitIdle(t)
+}
