@@ -467,3 +467,55 @@ func TestCloseFailsEverySubmission(t *testing.T) {
 		wg.Wait()
 	}
 }
+
+// TestRetentionClassesRecorded: the pool records each block's retention
+// class from the request's segments (raised to the class of any later
+// block, since blocks are reused only as prefixes), and a later request
+// that shares the blocks with a higher class raises them.
+func TestRetentionClassesRecorded(t *testing.T) {
+	m := sharedModel(t, "tiny-f32.gguf")
+	e, err := New(m, Config{Threads: 2, BlockSize: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	prompt := randomPrompts(5, 1, 80, 80, m.Config.Vocab, nil)[0]
+	run := func(segs []Segment, hints Hints) [NumRetention]int {
+		t.Helper()
+		// 8 generated tokens: 87 positions computed, 5 full blocks.
+		st, err := e.Submit(context.Background(), Request{Prompt: prompt, MaxTokens: 8, IgnoreEOS: true, Segments: segs, Hints: hints})
+		if err != nil {
+			t.Fatal(err)
+		}
+		collect(t, st, 1)
+		if err := e.KV().CheckInvariants(); err != nil {
+			t.Fatal(err)
+		}
+		var got [NumRetention]int
+		byClass := e.KV().Stats().ByClass
+		copy(got[:], byClass[:NumRetention])
+		return got
+	}
+	// Blocks 0-1 persistent, 2 session, 3-4 ephemeral.
+	got := run([]Segment{{0, 32, RetentionPersistent}, {32, 48, RetentionSession}, {48, 80, RetentionEphemeral}}, Hints{})
+	if want := [NumRetention]int{RetentionEphemeral: 2, RetentionSession: 1, RetentionPersistent: 2}; got != want {
+		t.Fatalf("blocks by class %v, want %v", got, want)
+	}
+	// A session tail after persistent blocks lifts nothing above it, but an
+	// ephemeral block followed by a persistent one is kept as persistent.
+	e.KV().Clear()
+	got = run([]Segment{{0, 16, RetentionEphemeral}, {16, 80, RetentionPersistent}}, Hints{Retention: RetentionEphemeral})
+	if want := [NumRetention]int{RetentionPersistent: 5}; got != want {
+		t.Fatalf("blocks by class %v, want %v", got, want)
+	}
+	// The same prompt pinned: every shared block rises to pinned.
+	got = run([]Segment{{0, 80, RetentionPinned}}, Hints{})
+	if want := [NumRetention]int{RetentionPinned: 5}; got != want {
+		t.Fatalf("after a pinned request: blocks by class %v, want %v", got, want)
+	}
+	// Unsegmented tokens take the hint.
+	e.KV().Clear()
+	if got = run(nil, Hints{Retention: RetentionPersistent}); got != [NumRetention]int{RetentionPersistent: 5} {
+		t.Fatalf("hinted request: blocks by class %v", got)
+	}
+}

@@ -20,6 +20,7 @@ type metrics struct {
 	finished                       *prometheus.CounterVec
 	running, waitingGauge, kvUsage prometheus.Gauge
 	blocks                         *prometheus.GaugeVec
+	blocksByRetention              *prometheus.GaugeVec
 	runningCount                   atomic.Int64
 }
 
@@ -60,13 +61,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Fraction of KV blocks referenced by running sequences (0-1)."}),
 		blocks: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "kvserve_kv_blocks",
 			Help: "KV blocks by state: free, active (referenced), cached (unreferenced, findable)."}, []string{"state"}),
+		blocksByRetention: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "kvserve_kv_prefix_blocks",
+			Help: "Findable KV blocks (active or cached) by retention class: the highest class any request gave them."}, []string{"retention"}),
 	}
 	if reg == nil {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{m.ttft, m.itl, m.queueTime, m.e2e, m.stepTime, m.batchSeqs, m.batchTokens,
 		m.prefixQueries, m.prefixHits, m.preemptions, m.promptTokens, m.generatedTokens, m.finished,
-		m.running, m.waitingGauge, m.kvUsage, m.blocks} {
+		m.running, m.waitingGauge, m.kvUsage, m.blocks, m.blocksByRetention} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("engine: register metrics: %w", err)
 		}
@@ -97,6 +100,9 @@ func (e *Engine) updateGauges() {
 	e.m.blocks.WithLabelValues("free").Set(float64(st.Free))
 	e.m.blocks.WithLabelValues("active").Set(float64(st.Active))
 	e.m.blocks.WithLabelValues("cached").Set(float64(st.Cached))
+	for c := RetentionEphemeral; c <= RetentionPinned; c++ {
+		e.m.blocksByRetention.WithLabelValues(c.String()).Set(float64(st.ByClass[c]))
+	}
 
 	var used, allocated int64
 	for _, s := range e.running {

@@ -33,6 +33,9 @@ const (
 	RetentionSession                     // conversation history
 	RetentionPersistent                  // system prompt, tool definitions
 	RetentionPinned                      // context-cache resources
+
+	// NumRetention is the number of retention classes.
+	NumRetention = iota
 )
 
 var retentionNames = [...]string{"default", "ephemeral", "session", "persistent", "pinned"}
@@ -73,8 +76,9 @@ type LogitsProcessor interface {
 type Request struct {
 	// Prompt is the full prompt, special tokens included.
 	Prompt []int32
-	// Segments classify spans of Prompt (optional; recorded for the tiering
-	// work).
+	// Segments classify spans of Prompt (optional). The KV pool records
+	// each block's class (kv.Class, see blockClasses) for the tiering
+	// work's eviction; tokens outside every segment take Hints.Retention.
 	Segments []Segment
 	// MaxTokens bounds the generated tokens of each sample (required, ≥ 1).
 	MaxTokens int

@@ -114,6 +114,8 @@ func (e *Engine) reserve(s *seqState, n int) bool {
 func (e *Engine) admit(s *seqState) (ok, deferred bool) {
 	r := s.req
 	seq := e.kv.NewSequence(e.salt(r.Scope), []byte(e.cfg.ModelID))
+	perBlock, rest := blockClasses(&r.Request, len(s.tokens), e.cfg.BlockSize)
+	seq.SetClasses(perBlock, rest)
 	hit := 0
 	var hashes []kv.Hash
 	caching := !e.cfg.DisablePrefixCache && !e.cfg.Contiguous
@@ -320,4 +322,39 @@ func (e *Engine) sampleNext(s *seqState, logits []float32) {
 	out.Finish = FinishNone
 	st.push(out)
 	e.finish(s, reason, nil)
+}
+
+// blockClasses gives each full block of a request's first n tokens its
+// retention class for the KV pool: the highest class of the tokens in it
+// (segments classify prompt spans; other tokens, generated ones included,
+// take the request's retention hint, or session), then raised to the
+// highest class of any later block, because a block is only reused as part
+// of a prefix: keeping a persistent block is worthless if the session block
+// before it is evicted. rest is the class of the blocks past n.
+func blockClasses(r *Request, n, blockSize int) ([]kv.Class, kv.Class) {
+	rest := r.Hints.Retention
+	if rest == RetentionDefault {
+		rest = RetentionSession
+	}
+	tokens := make([]kv.Class, n/blockSize*blockSize)
+	for i := range tokens {
+		tokens[i] = kv.Class(rest)
+	}
+	for _, sg := range r.Segments {
+		c := sg.Retention
+		if c == RetentionDefault {
+			c = RetentionSession
+		}
+		for i := max(sg.Start, 0); i < min(sg.End, len(tokens)); i++ {
+			tokens[i] = kv.Class(c)
+		}
+	}
+	classes := make([]kv.Class, n/blockSize)
+	for b := range classes {
+		classes[b] = slices.Max(tokens[b*blockSize : (b+1)*blockSize])
+	}
+	for i := len(classes) - 2; i >= 0; i-- {
+		classes[i] = max(classes[i], classes[i+1])
+	}
+	return classes, kv.Class(rest)
 }

@@ -63,6 +63,7 @@ type Event struct {
 	Parent    Hash    // parent of Hashes[0] (stored only)
 	Tokens    []int32 // the tokens of the stored blocks, BlockSize per block
 	BlockSize int
+	Class     Class // retention class of the stored blocks when stored (it may rise later)
 }
 
 // EventLog is an in-process, bounded stream of events: publishers append,

@@ -138,10 +138,22 @@ func (c *Config) withDefaults() (Config, error) {
 	return out, nil
 }
 
+// Class is a block's retention class: how much it is worth keeping
+// (DESIGN.md: pinned > persistent > session > ephemeral). The engine assigns
+// the values, higher meaning worth keeping longer; 0 is unclassified. A
+// findable block shared by several requests has the highest class any of
+// them gave it. The pool records classes (per block, counted in Stats, sent
+// with stored events); the tiering work's eviction policy will act on them.
+type Class uint8
+
+// NumClasses bounds the class values (0 ≤ Class < NumClasses).
+const NumClasses = 8
+
 // blockMeta is the pool's bookkeeping for one block.
 type blockMeta struct {
 	refs   int32
 	hashed bool
+	class  Class // of a hashed block
 	hash   Hash
 }
 
@@ -158,6 +170,7 @@ type Pool struct {
 	index   map[Hash]BlockID
 	evictor Evictor
 	stats   Stats
+	classes [NumClasses]int // hashed blocks by class
 }
 
 // Stats counts blocks by state and prefix-cache traffic.
@@ -166,6 +179,9 @@ type Stats struct {
 	// Queries and Hits count tokens looked up and found by MatchPrefix.
 	QueryTokens, HitTokens int64
 	Evictions              int64
+	// ByClass counts the findable (hashed) blocks, active or cached, by
+	// retention class.
+	ByClass [NumClasses]int
 }
 
 // NewPool allocates a pool.
@@ -225,7 +241,26 @@ func (p *Pool) Stats() Stats {
 	s.Free = len(p.free)
 	s.Cached = p.evictor.Len()
 	s.Active = s.Total - s.Free - s.Cached
+	s.ByClass = p.classes
 	return s
+}
+
+// Class returns a block's retention class (0 unless it is findable).
+func (p *Pool) Class(id BlockID) Class {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.meta[id].class
+}
+
+// raiseLocked lifts a findable block's class to at least c.
+func (p *Pool) raiseLocked(id BlockID, c Class) {
+	m := &p.meta[id]
+	if !m.hashed || c <= m.class {
+		return
+	}
+	p.classes[m.class]--
+	m.class = c
+	p.classes[c]++
 }
 
 // Available is the number of blocks that can be allocated now: free plus
@@ -265,6 +300,8 @@ func (p *Pool) unindexLocked(id BlockID) {
 		return
 	}
 	delete(p.index, m.hash)
+	p.classes[m.class]--
+	m.class = 0
 	if p.cfg.Events != nil {
 		p.cfg.Events.Publish(Event{Kind: BlockRemoved, Tier: TierPool, Hashes: []Hash{m.hash}, BlockSize: p.cfg.BlockSize})
 	}
@@ -302,11 +339,12 @@ func (p *Pool) releaseLocked(id BlockID) {
 // commitLocked registers a full block's hash. If a block with that hash is
 // already known, the caller's block is released and the known one returned
 // with a reference taken, so equal content is kept once.
-func (p *Pool) commitLocked(id BlockID, h Hash, parent Hash, tokens []int32) BlockID {
+func (p *Pool) commitLocked(id BlockID, h Hash, parent Hash, tokens []int32, class Class) BlockID {
 	if p.cfg.DisableIndex {
 		return id
 	}
 	if other, ok := p.index[h]; ok {
+		p.raiseLocked(other, class)
 		if other == id {
 			return id
 		}
@@ -318,11 +356,12 @@ func (p *Pool) commitLocked(id BlockID, h Hash, parent Hash, tokens []int32) Blo
 	if m.hashed {
 		panic(fmt.Sprintf("kv: block %d committed twice", id))
 	}
-	m.hashed, m.hash = true, h
+	m.hashed, m.hash, m.class = true, h, class
+	p.classes[class]++
 	p.index[h] = id
 	if p.cfg.Events != nil {
 		p.cfg.Events.Publish(Event{Kind: BlockStored, Tier: TierPool, Hashes: []Hash{h}, Parent: parent,
-			Tokens: append([]int32(nil), tokens...), BlockSize: p.cfg.BlockSize})
+			Tokens: append([]int32(nil), tokens...), BlockSize: p.cfg.BlockSize, Class: class})
 	}
 	return id
 }
@@ -339,16 +378,17 @@ func (p *Pool) Clear() {
 		}
 		m := &p.meta[id]
 		delete(p.index, m.hash)
-		m.hashed, m.hash = false, Hash{}
+		m.hashed, m.hash, m.class = false, Hash{}, 0
 		p.free = append(p.free, id)
 	}
 	for id := range p.meta {
 		m := &p.meta[id]
 		if m.hashed {
 			delete(p.index, m.hash)
-			m.hashed, m.hash = false, Hash{}
+			m.hashed, m.hash, m.class = false, Hash{}, 0
 		}
 	}
+	p.classes = [NumClasses]int{}
 	if p.cfg.Events != nil {
 		p.cfg.Events.Publish(Event{Kind: AllCleared, Tier: TierPool, BlockSize: p.cfg.BlockSize})
 	}
@@ -377,8 +417,14 @@ func (p *Pool) CheckInvariants() error {
 		onFree[id] = true
 	}
 	free, active, cached := 0, 0, 0
+	var classes [NumClasses]int
 	for i := range p.meta {
 		id, m := BlockID(i), &p.meta[i]
+		if m.hashed {
+			classes[m.class]++
+		} else if m.class != 0 {
+			return fmt.Errorf("kv: unhashed block %d has class %d", id, m.class)
+		}
 		switch {
 		case m.refs < 0:
 			return fmt.Errorf("kv: block %d has %d references", id, m.refs)
@@ -408,6 +454,9 @@ func (p *Pool) CheckInvariants() error {
 	}
 	if free+active+cached != len(p.meta) {
 		return fmt.Errorf("kv: free %d + active %d + cached %d != total %d", free, active, cached, len(p.meta))
+	}
+	if classes != p.classes {
+		return fmt.Errorf("kv: hashed blocks by class %v, counted %v", classes, p.classes)
 	}
 	return nil
 }

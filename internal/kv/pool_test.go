@@ -259,6 +259,11 @@ func runRandomOps(t *testing.T, seed uint64, steps int) {
 	}
 	admit := func(prompt []int32) {
 		s := p.NewSequence(Hash{byte(rng.IntN(2))}, nil)
+		classes := make([]Class, rng.IntN(4))
+		for i := range classes {
+			classes[i] = Class(rng.IntN(NumClasses + 2)) // past the top: clamped
+		}
+		s.SetClasses(classes, Class(rng.IntN(NumClasses)))
 		hit := s.MatchPrefix(prompt)
 		if err := extend(s, prompt[hit:]); err != nil {
 			s.Release()
@@ -299,6 +304,13 @@ func runRandomOps(t *testing.T, seed uint64, steps int) {
 		}
 		for _, s := range live {
 			checkContent(t, s)
+			// A findable block is classed at least as high as every
+			// live sequence holding it asks.
+			for i := range s.hashes {
+				if got := p.Class(s.blocks[i]); got < s.classOf(i) {
+					t.Fatalf("seed %d step %d: block %d has class %d, below its sequence's %d", seed, step, i, got, s.classOf(i))
+				}
+			}
 		}
 		checkCachedContent(t, p, book)
 	}

@@ -17,12 +17,37 @@ type Sequence struct {
 	hashes []Hash  // hashes of blocks[0:len(hashes)], all full and committed
 	tokens []int32 // the tokens at positions [0, Len())
 	known  []Hash  // precomputed hashes of the prompt's full blocks (MatchPrefixHashes)
+	// classes[i] is the retention class of full block i, rest that of the
+	// blocks beyond (SetClasses).
+	classes []Class
+	rest    Class
 }
 
 // NewSequence starts an empty sequence whose block hashes are salted with
 // scope and bound to extra (model identity).
 func (p *Pool) NewSequence(scope Hash, extra []byte) *Sequence {
 	return &Sequence{pool: p, hasher: NewHasher(extra), scope: scope}
+}
+
+// SetClasses sets the retention classes the sequence gives its full
+// blocks: perBlock[i] for block i, rest for the blocks past perBlock. A
+// block found in or committed to the prefix index takes the higher of its
+// class and the sequence's. Call it before MatchPrefix so the blocks it
+// finds are classed too. Classes ≥ NumClasses count as NumClasses-1.
+func (s *Sequence) SetClasses(perBlock []Class, rest Class) {
+	s.classes = s.classes[:0]
+	for _, c := range perBlock {
+		s.classes = append(s.classes, min(c, NumClasses-1))
+	}
+	s.rest = min(rest, NumClasses-1)
+}
+
+// classOf is the class the sequence gives its full block i.
+func (s *Sequence) classOf(i int) Class {
+	if i < len(s.classes) {
+		return s.classes[i]
+	}
+	return s.rest
 }
 
 // Len is the number of positions with computed KV.
@@ -77,6 +102,7 @@ func (s *Sequence) MatchPrefixHashes(prompt []int32, hashes []Hash) int {
 			break
 		}
 		p.acquireLocked(id)
+		p.raiseLocked(id, s.classOf(i))
 		s.blocks = append(s.blocks, id)
 		s.hashes = append(s.hashes, hashes[i])
 	}
@@ -179,7 +205,7 @@ func (s *Sequence) Commit(tokens []int32) {
 		} else {
 			h = s.hasher.Block(parent, blockTokens)
 		}
-		s.blocks[i] = p.commitLocked(s.blocks[i], h, parent, blockTokens)
+		s.blocks[i] = p.commitLocked(s.blocks[i], h, parent, blockTokens, s.classOf(i))
 		s.hashes = append(s.hashes, h)
 	}
 }
@@ -195,13 +221,15 @@ func (s *Sequence) Fork() *Sequence {
 		p.acquireLocked(id)
 	}
 	return &Sequence{
-		pool:   p,
-		hasher: NewHasher(s.hasher.extra),
-		scope:  s.scope,
-		blocks: append([]BlockID(nil), s.blocks...),
-		hashes: append([]Hash(nil), s.hashes...),
-		tokens: append([]int32(nil), s.tokens...),
-		known:  s.known,
+		pool:    p,
+		hasher:  NewHasher(s.hasher.extra),
+		scope:   s.scope,
+		blocks:  append([]BlockID(nil), s.blocks...),
+		hashes:  append([]Hash(nil), s.hashes...),
+		tokens:  append([]int32(nil), s.tokens...),
+		known:   s.known,
+		classes: append([]Class(nil), s.classes...),
+		rest:    s.rest,
 	}
 }
 
@@ -216,4 +244,5 @@ func (s *Sequence) Release() {
 	}
 	p.mu.Unlock()
 	s.blocks, s.hashes, s.tokens, s.known = s.blocks[:0], s.hashes[:0], s.tokens[:0], nil
+	s.classes, s.rest = s.classes[:0], 0
 }
