@@ -47,8 +47,8 @@ type Runner struct {
 
 // attnScratch is one worker's attention scratch.
 type attnScratch struct {
-	scores []float32
-	q16    []uint16  // the query rounded to f16 (F16 KV)
+	scores []float32 // one row per query head of a KV group
+	q16    []uint16  // the queries rounded to f16 (F16 KV)
 	qf     []float32 // ... and widened back
 	q8     []byte    // the query quantized to Q8_0 (Q8_0 KV)
 }
@@ -87,8 +87,8 @@ func NewRunner(m *Model, pool *tensor.Pool, maxTokens int, kvType tensor.DType) 
 		workers: make([]attnScratch, pool.Threads()),
 	}
 	for i := range r.workers {
-		r.workers[i].q16 = make([]uint16, c.HeadDim)
-		r.workers[i].qf = make([]float32, c.HeadDim)
+		r.workers[i].q16 = make([]uint16, c.Heads/c.KVHeads*c.HeadDim)
+		r.workers[i].qf = make([]float32, c.Heads/c.KVHeads*c.HeadDim)
 		if kvType == tensor.Q8_0 {
 			r.workers[i].q8 = make([]byte, kvType.RowBytes(c.HeadDim))
 		}
@@ -184,6 +184,7 @@ func (r *Runner) growScores(batch []Seq) {
 	for i := range batch {
 		longest = max(longest, batch[i].Pos+len(batch[i].Tokens))
 	}
+	longest *= r.m.Config.Heads / r.m.Config.KVHeads
 	for i := range r.workers {
 		if len(r.workers[i].scores) < longest {
 			r.workers[i].scores = make([]float32, max(longest, 2*len(r.workers[i].scores)))
@@ -281,10 +282,26 @@ func (r *Runner) layer(l int, batch []Seq, T int) {
 // Per llama.cpp's non-flash CPU path: the query is rounded to f16 and dotted
 // with the f16 keys in f32, scores are scaled and soft-maxed in f32, and the
 // softmax weights are rounded to f16 before weighting the f16 values.
+//
+// With f16 keys and values and enough tokens to keep every worker busy, a
+// task is a (token, KV head) pair: the query heads sharing the KV head are
+// computed together, each key and value row read and converted once for
+// all of them (same results as one head at a time, bit for bit).
 func (r *Runner) attention(l int, batch []Seq, T int) {
 	c := &r.m.Config
-	tasks := T * c.Heads
 	nw := len(r.workers)
+	if r.kvType == tensor.F16 && T*c.KVHeads >= 4*nw {
+		tasks := T * c.KVHeads
+		r.pool.Parallel(nw, func(lo, hi int) {
+			for w := lo; w < hi; w++ {
+				for task := tasks * w / nw; task < tasks*(w+1)/nw; task++ {
+					r.attendGroup(l, batch, task/c.KVHeads, task%c.KVHeads, &r.workers[w])
+				}
+			}
+		})
+		return
+	}
+	tasks := T * c.Heads
 	r.pool.Parallel(nw, func(lo, hi int) {
 		for w := lo; w < hi; w++ {
 			for task := tasks * w / nw; task < tasks*(w+1)/nw; task++ {
@@ -292,6 +309,56 @@ func (r *Runner) attention(l int, batch []Seq, T int) {
 			}
 		}
 	})
+}
+
+// attendGroup computes the query heads of token t that share KV head kvh,
+// for f16 keys and values.
+func (r *Runner) attendGroup(l int, batch []Seq, t, kvh int, ws *attnScratch) {
+	c := &r.m.Config
+	hd, hdv, kvDim, vDim := c.HeadDim, c.HeadDimV, c.KVDim(), c.KVHeads*c.HeadDimV
+	G := c.Heads / c.KVHeads
+	cache := batch[r.taskSeq[t]].Cache
+	bs := cache.BlockSize()
+	n := r.taskPos[t] + 1                        // attend to positions [0, pos]
+	scale := 1 / float32(math.Sqrt(float64(hd))) // as llama.cpp: 1.0f/sqrtf(head_dim)
+
+	// llama.cpp rounds the queries to f16 for the product with f16 keys.
+	q := r.q[(t*c.Heads+kvh*G)*hd : (t*c.Heads+(kvh+1)*G)*hd]
+	tensor.F32ToF16Slice(ws.q16, q)
+	tensor.F16ToF32Slice(ws.qf, ws.q16)
+	q = ws.qf[:G*hd]
+
+	// The blocks live at unrelated addresses and, for long contexts, in
+	// DRAM: ask for the head's rows of the next key block and of this
+	// value block while the keys of this one are dotted.
+	kOff, kLen, kRow := 2*kvh*hd, 2*hd, 2*kvDim
+	vOff, vLen, vRow := 2*kvh*hdv, 2*hdv, 2*vDim
+	kb0, _ := cache.Block(l, 0)
+	tensor.PrefetchRows(kb0[kOff:], min(n, bs), kLen, kRow)
+	scores := ws.scores[:G*n] // head g's scores at [g*n, (g+1)*n)
+	for b := 0; b*bs < n; b++ {
+		kb, vb := cache.Block(l, b)
+		if (b+1)*bs < n {
+			nk, _ := cache.Block(l, b+1)
+			tensor.PrefetchRows(nk[kOff:], min(n-(b+1)*bs, bs), kLen, kRow)
+		}
+		tensor.PrefetchRows(vb[vOff:], min(n-b*bs, bs), vLen, vRow)
+		tensor.DotsF16Heads(scores[b*bs:], n, min(n-b*bs, bs), q, hd, f16View(kb)[kvh*hd:], kvDim)
+	}
+	for g := range G {
+		s := scores[g*n : (g+1)*n]
+		tensor.Scale(s, scale)
+		tensor.Softmax(s)
+		// ... and the softmax weights to f16 for the product with f16 values.
+		tensor.RoundF16(s)
+	}
+
+	out := r.attnOut[(t*c.Heads+kvh*G)*hdv : (t*c.Heads+(kvh+1)*G)*hdv]
+	clear(out)
+	for b := 0; b*bs < n; b++ {
+		_, vb := cache.Block(l, b)
+		tensor.AxpysF16Heads(out, hdv, scores[b*bs:], n, min(n-b*bs, bs), f16View(vb)[kvh*hdv:], vDim)
+	}
 }
 
 func (r *Runner) attendHead(l int, batch []Seq, t, head int, ws *attnScratch) {
@@ -307,17 +374,29 @@ func (r *Runner) attendHead(l int, batch []Seq, t, head int, ws *attnScratch) {
 	switch r.kvType {
 	case tensor.F16:
 		// llama.cpp rounds the query to f16 for the product with f16 keys.
-		tensor.F32ToF16Slice(ws.q16, q)
-		tensor.F16ToF32Slice(ws.qf, ws.q16)
-		q = ws.qf
+		tensor.F32ToF16Slice(ws.q16[:hd], q)
+		tensor.F16ToF32Slice(ws.qf[:hd], ws.q16[:hd])
+		q = ws.qf[:hd]
 	case tensor.Q8_0:
 		// ... and quantizes it to Q8_0 for the product with Q8_0 keys.
 		tensor.QuantizeQ80(ws.q8, q)
 	}
 	kRow, vRow := r.kvType.RowBytes(kvDim), r.kvType.RowBytes(vDim)
+	// The blocks live at unrelated addresses and, for long contexts, in
+	// DRAM: ask for the head's rows of the next key block and of this
+	// value block while the keys of this one are dotted.
+	kOff, kLen := r.kvType.RowBytes(kvh*hd), r.kvType.RowBytes(hd)
+	vOff, vLen := r.kvType.RowBytes(kvh*hdv), r.kvType.RowBytes(hdv)
+	kb0, _ := cache.Block(l, 0)
+	tensor.PrefetchRows(kb0[kOff:], min(n, bs), kLen, kRow)
 	scores := ws.scores[:n]
 	for b := 0; b*bs < n; b++ {
-		kb, _ := cache.Block(l, b)
+		kb, vb := cache.Block(l, b)
+		if (b+1)*bs < n {
+			nk, _ := cache.Block(l, b+1)
+			tensor.PrefetchRows(nk[kOff:], min(n-(b+1)*bs, bs), kLen, kRow)
+		}
+		tensor.PrefetchRows(vb[vOff:], min(n-b*bs, bs), vLen, vRow)
 		dst := scores[b*bs : min(n, (b+1)*bs)]
 		switch r.kvType {
 		case tensor.F16:

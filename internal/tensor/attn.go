@@ -52,3 +52,60 @@ func axpysF16Generic(out, p []float32, v []uint16, stride int) {
 		}
 	}
 }
+
+// PrefetchRows asks the processor to start loading into its caches the
+// rows of rowBytes bytes at b[i*strideBytes:], for i < rows (rows that do
+// not fit in b are left out). It changes nothing and returns at once: it
+// is for data that will be read soon from scattered places the hardware
+// prefetcher cannot predict, such as the next block of a sequence's keys
+// and values during attention.
+func PrefetchRows(b []byte, rows, rowBytes, strideBytes int) {
+	if rows <= 0 || rowBytes <= 0 || strideBytes < 0 || len(b) < rowBytes {
+		return
+	}
+	if strideBytes > 0 {
+		rows = min(rows, (len(b)-rowBytes)/strideBytes+1)
+	}
+	prefetchRows(&b[0], rows, rowBytes, strideBytes)
+}
+
+// DotsF16Heads is DotsF16 for the len(q)/hd queries of a grouped-query
+// attention group, which share their keys: for g < len(q)/hd and j < n it
+// sets dst[g*ds+j] to the dot product of q[g*hd:(g+1)*hd] with the f16 row
+// at k[j*stride:]. Every result equals DotsF16's bit for bit; the kernels
+// just convert each key row once for several queries.
+func DotsF16Heads(dst []float32, ds, n int, q []float32, hd int, k []uint16, stride int) {
+	if n <= 0 || hd <= 0 || len(q) < hd {
+		return
+	}
+	g := len(q) / hd
+	_ = dst[(g-1)*ds+n-1]
+	_ = k[(n-1)*stride+hd-1]
+	dotsF16Heads(dst, ds, n, q[:g*hd], hd, k, stride)
+}
+
+func dotsF16HeadsGeneric(dst []float32, ds, n int, q []float32, hd int, k []uint16, stride int) {
+	for g := 0; g*hd < len(q); g++ {
+		dotsF16(dst[g*ds:g*ds+n], q[g*hd:(g+1)*hd], k, stride)
+	}
+}
+
+// AxpysF16Heads is AxpysF16 for the len(out)/hd outputs of a grouped-query
+// attention group, which share their values: for g < len(out)/hd it adds
+// to out[g*hd:(g+1)*hd], for j < n, p[g*ps+j] times the f16 row at
+// v[j*stride:]. Every result equals AxpysF16's bit for bit.
+func AxpysF16Heads(out []float32, hd int, p []float32, ps, n int, v []uint16, stride int) {
+	if n <= 0 || hd <= 0 || len(out) < hd {
+		return
+	}
+	g := len(out) / hd
+	_ = p[(g-1)*ps+n-1]
+	_ = v[(n-1)*stride+hd-1]
+	axpysF16Heads(out[:g*hd], hd, p, ps, n, v, stride)
+}
+
+func axpysF16HeadsGeneric(out []float32, hd int, p []float32, ps, n int, v []uint16, stride int) {
+	for g := 0; g*hd < len(out); g++ {
+		axpysF16(out[g*hd:(g+1)*hd], p[g*ps:g*ps+n], v, stride)
+	}
+}

@@ -27,3 +27,44 @@ func axpysF16(out, p []float32, v []uint16, stride int) {
 	}
 	axpysF16AVX2(&out[0], len(out), &p[0], len(p), &v[0], 2*stride)
 }
+
+// prefetchRows issues a PREFETCHT0 for every 64-byte line of each row.
+//
+//go:noescape
+func prefetchRows(b *byte, rows, rowBytes, strideBytes int)
+
+//go:noescape
+func dotsF16x3AVX2(dst *float32, dstStride, n int, q *float32, qStride, hd int, k *uint16, strideBytes int)
+
+//go:noescape
+func axpysF16x3AVX2(out *float32, outStride, hd int, p *float32, pStride, n int, v *uint16, strideBytes int)
+
+// dotsF16Heads takes the queries three at a time, the rest one at a time.
+func dotsF16Heads(dst []float32, ds, n int, q []float32, hd int, k []uint16, stride int) {
+	if cpuISA == isaPortable || hd%8 != 0 {
+		dotsF16HeadsGeneric(dst, ds, n, q, hd, k, stride)
+		return
+	}
+	g := 0
+	for ; (g+3)*hd <= len(q); g += 3 {
+		dotsF16x3AVX2(&dst[g*ds], 4*ds, n, &q[g*hd], 4*hd, hd, &k[0], 2*stride)
+	}
+	for ; g*hd < len(q); g++ {
+		dotsF16AVX2(&dst[g*ds], n, &q[g*hd], hd, &k[0], 2*stride)
+	}
+}
+
+// axpysF16Heads takes the outputs three at a time, the rest one at a time.
+func axpysF16Heads(out []float32, hd int, p []float32, ps, n int, v []uint16, stride int) {
+	if cpuISA == isaPortable || hd%64 != 0 { // as axpysF16: identical FMAs
+		axpysF16HeadsGeneric(out, hd, p, ps, n, v, stride)
+		return
+	}
+	g := 0
+	for ; (g+3)*hd <= len(out); g += 3 {
+		axpysF16x3AVX2(&out[g*hd], 4*hd, hd, &p[g*ps], 4*ps, n, &v[0], 2*stride)
+	}
+	for ; g*hd < len(out); g++ {
+		axpysF16(out[g*hd:(g+1)*hd], p[g*ps:g*ps+n], v, stride)
+	}
+}

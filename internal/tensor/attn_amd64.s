@@ -150,3 +150,244 @@ rows:
 adone:
 	VZEROUPPER
 	RET
+
+// func prefetchRows(b *byte, rows, rowBytes, strideBytes int)
+// One PREFETCHT0 per 64 bytes of each row, and one for its last byte (a
+// row that does not start on a line boundary spans one more line).
+TEXT ·prefetchRows(SB), NOSPLIT, $0-32
+	MOVQ b+0(FP), DI
+	MOVQ rows+8(FP), CX
+	MOVQ rowBytes+16(FP), R8
+	MOVQ strideBytes+24(FP), R9
+	DECQ R8                       // offset of a row's last byte
+
+prow:
+	XORQ AX, AX
+
+pline:
+	PREFETCHT0 (DI)(AX*1)
+	ADDQ $64, AX
+	CMPQ AX, R8
+	JBE  pline
+	PREFETCHT0 (DI)(R8*1)
+	ADDQ R9, DI
+	DECQ CX
+	JNZ  prow
+	RET
+
+// func dotsF16x3AVX2(dst *float32, dstStride, n int, q *float32, qStride, hd int, k *uint16, strideBytes int)
+// The three queries at q, q+qStride, q+2·qStride (bytes) of one key row
+// set: dst[g·dstStride/4 + j] = sum_d q_g[d] * f16(k[j*stride + d]).
+// Each key row is converted once for the three queries; every (query, row)
+// sum is added in the same order as dotsF16AVX2 (same accumulator lanes,
+// same four-row and single-row reductions), so the results are identical.
+TEXT ·dotsF16x3AVX2(SB), NOSPLIT, $0-64
+	MOVQ dst+0(FP), DI
+	MOVQ dstStride+8(FP), BX
+	MOVQ n+16(FP), CX
+	MOVQ q+24(FP), SI
+	MOVQ qStride+32(FP), R14
+	MOVQ hd+40(FP), R8
+	MOVQ k+48(FP), DX
+	MOVQ strideBytes+56(FP), R9
+	LEAQ (R9)(R9*2), R13          // 3*stride
+
+quad3:
+	CMPQ CX, $4
+	JL   single3
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	MOVQ DX, R10                  // row 0 cursor
+	MOVQ SI, R11                  // q cursor
+	XORQ AX, AX
+
+quad3loop:
+	VMOVUPS (R11), Y12
+	VMOVUPS (R11)(R14*1), Y13
+	VMOVUPS (R11)(R14*2), Y14
+	VCVTPH2PS (R10), Y15
+	VFMADD231PS Y12, Y15, Y0
+	VFMADD231PS Y13, Y15, Y4
+	VFMADD231PS Y14, Y15, Y8
+	VCVTPH2PS (R10)(R9*1), Y15
+	VFMADD231PS Y12, Y15, Y1
+	VFMADD231PS Y13, Y15, Y5
+	VFMADD231PS Y14, Y15, Y9
+	VCVTPH2PS (R10)(R9*2), Y15
+	VFMADD231PS Y12, Y15, Y2
+	VFMADD231PS Y13, Y15, Y6
+	VFMADD231PS Y14, Y15, Y10
+	VCVTPH2PS (R10)(R13*1), Y15
+	VFMADD231PS Y12, Y15, Y3
+	VFMADD231PS Y13, Y15, Y7
+	VFMADD231PS Y14, Y15, Y11
+	ADDQ $16, R10
+	ADDQ $32, R11
+	ADDQ $8, AX
+	CMPQ AX, R8
+	JB   quad3loop
+
+	// Reduce each query's four accumulators as dotsF16AVX2 does.
+	VHADDPS Y1, Y0, Y0
+	VHADDPS Y3, Y2, Y2
+	VHADDPS Y2, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VMOVUPS X0, (DI)
+	VHADDPS Y5, Y4, Y4
+	VHADDPS Y7, Y6, Y6
+	VHADDPS Y6, Y4, Y4
+	VEXTRACTF128 $1, Y4, X5
+	VADDPS X5, X4, X4
+	VMOVUPS X4, (DI)(BX*1)
+	VHADDPS Y9, Y8, Y8
+	VHADDPS Y11, Y10, Y10
+	VHADDPS Y10, Y8, Y8
+	VEXTRACTF128 $1, Y8, X9
+	VADDPS X9, X8, X8
+	VMOVUPS X8, (DI)(BX*2)
+	ADDQ $16, DI
+	LEAQ (DX)(R9*4), DX
+	SUBQ $4, CX
+	JMP  quad3
+
+single3:
+	TESTQ CX, CX
+	JZ    done3
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	MOVQ DX, R10
+	MOVQ SI, R11
+	XORQ AX, AX
+
+single3loop:
+	VCVTPH2PS (R10), Y5
+	VFMADD231PS (R11), Y5, Y0
+	VFMADD231PS (R11)(R14*1), Y5, Y1
+	VFMADD231PS (R11)(R14*2), Y5, Y2
+	ADDQ $16, R10
+	ADDQ $32, R11
+	ADDQ $8, AX
+	CMPQ AX, R8
+	JB   single3loop
+
+	VEXTRACTF128 $1, Y0, X3
+	VADDPS X3, X0, X0
+	VHADDPS X0, X0, X0
+	VHADDPS X0, X0, X0
+	VMOVSS X0, (DI)
+	VEXTRACTF128 $1, Y1, X3
+	VADDPS X3, X1, X1
+	VHADDPS X1, X1, X1
+	VHADDPS X1, X1, X1
+	VMOVSS X1, (DI)(BX*1)
+	VEXTRACTF128 $1, Y2, X3
+	VADDPS X3, X2, X2
+	VHADDPS X2, X2, X2
+	VHADDPS X2, X2, X2
+	VMOVSS X2, (DI)(BX*2)
+	ADDQ $4, DI
+	ADDQ R9, DX
+	DECQ CX
+	JMP  single3
+
+done3:
+	VZEROUPPER
+	RET
+
+// func axpysF16x3AVX2(out *float32, outStride, hd int, p *float32, pStride, n int, v *uint16, strideBytes int)
+// The three weighted sums out_g[d] += sum_j p_g[j] * f16(v[j*stride + d])
+// of one value row set (out_g at out+g·outStride, p_g at p+g·pStride,
+// bytes); hd % 32 == 0. For each 32-wide slice, the twelve accumulators of
+// the three outputs stay in registers while every row is converted once.
+// Each output element gets the same FMAs in the same order as with
+// axpysF16AVX2.
+TEXT ·axpysF16x3AVX2(SB), NOSPLIT, $0-64
+	MOVQ out+0(FP), DI
+	MOVQ outStride+8(FP), BX
+	MOVQ hd+16(FP), R8
+	MOVQ p+24(FP), SI
+	MOVQ pStride+32(FP), R14
+	MOVQ n+40(FP), CX
+	MOVQ v+48(FP), DX
+	MOVQ strideBytes+56(FP), R9
+	LEAQ (DI)(BX*1), R15          // out_1
+	LEAQ (DI)(BX*2), BX           // out_2
+
+chunk3:
+	TESTQ R8, R8
+	JZ    adone3
+	VMOVUPS 0(DI), Y0
+	VMOVUPS 32(DI), Y1
+	VMOVUPS 64(DI), Y2
+	VMOVUPS 96(DI), Y3
+	VMOVUPS 0(R15), Y4
+	VMOVUPS 32(R15), Y5
+	VMOVUPS 64(R15), Y6
+	VMOVUPS 96(R15), Y7
+	VMOVUPS 0(BX), Y8
+	VMOVUPS 32(BX), Y9
+	VMOVUPS 64(BX), Y10
+	VMOVUPS 96(BX), Y11
+	MOVQ DX, R10                  // row cursor
+	MOVQ SI, R11                  // weight cursor
+	MOVQ CX, R12                  // rows left
+
+rows3:
+	VBROADCASTSS (R11), Y12
+	VBROADCASTSS (R11)(R14*1), Y13
+	VBROADCASTSS (R11)(R14*2), Y14
+	VCVTPH2PS 0(R10), Y15
+	VFMADD231PS Y12, Y15, Y0
+	VFMADD231PS Y13, Y15, Y4
+	VFMADD231PS Y14, Y15, Y8
+	VCVTPH2PS 16(R10), Y15
+	VFMADD231PS Y12, Y15, Y1
+	VFMADD231PS Y13, Y15, Y5
+	VFMADD231PS Y14, Y15, Y9
+	VCVTPH2PS 32(R10), Y15
+	VFMADD231PS Y12, Y15, Y2
+	VFMADD231PS Y13, Y15, Y6
+	VFMADD231PS Y14, Y15, Y10
+	VCVTPH2PS 48(R10), Y15
+	VFMADD231PS Y12, Y15, Y3
+	VFMADD231PS Y13, Y15, Y7
+	VFMADD231PS Y14, Y15, Y11
+	ADDQ R9, R10
+	ADDQ $4, R11
+	DECQ R12
+	JNZ  rows3
+
+	VMOVUPS Y0, 0(DI)
+	VMOVUPS Y1, 32(DI)
+	VMOVUPS Y2, 64(DI)
+	VMOVUPS Y3, 96(DI)
+	VMOVUPS Y4, 0(R15)
+	VMOVUPS Y5, 32(R15)
+	VMOVUPS Y6, 64(R15)
+	VMOVUPS Y7, 96(R15)
+	VMOVUPS Y8, 0(BX)
+	VMOVUPS Y9, 32(BX)
+	VMOVUPS Y10, 64(BX)
+	VMOVUPS Y11, 96(BX)
+	ADDQ $128, DI                 // next 32 outputs
+	ADDQ $128, R15
+	ADDQ $128, BX
+	ADDQ $64, DX                  // next 32 halves of each row
+	SUBQ $32, R8
+	JMP  chunk3
+
+adone3:
+	VZEROUPPER
+	RET

@@ -4,3 +4,13 @@ package tensor
 
 func dotsF16(dst, q []float32, k []uint16, stride int)  { dotsF16Generic(dst, q, k, stride) }
 func axpysF16(out, p []float32, v []uint16, stride int) { axpysF16Generic(out, p, v, stride) }
+
+func prefetchRows(b *byte, rows, rowBytes, strideBytes int) {}
+
+func dotsF16Heads(dst []float32, ds, n int, q []float32, hd int, k []uint16, stride int) {
+	dotsF16HeadsGeneric(dst, ds, n, q, hd, k, stride)
+}
+
+func axpysF16Heads(out []float32, hd int, p []float32, ps, n int, v []uint16, stride int) {
+	axpysF16HeadsGeneric(out, hd, p, ps, n, v, stride)
+}
