@@ -93,7 +93,10 @@ func TestStreamGenerateContent(t *testing.T) {
 				}
 				chunks = arrayChunks(t, data)
 			}
-			if len(chunks) < 3 {
+			// Tokens that arrive while a chunk is written go out together in
+			// the next one, so how many chunks a fast engine yields varies;
+			// a response that was not streamed is one.
+			if len(chunks) < 2 {
 				t.Fatalf("%d chunks: not streamed", len(chunks))
 			}
 			text, _, finish, last := streamed(t, chunks, 2)
