@@ -127,6 +127,9 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
+	if o.computeNice < 0 || o.computeNice > 20 {
+		return fmt.Errorf("serve: --compute-nice %d: want 0 (off), 1-19 (nice) or 20 (SCHED_IDLE)", o.computeNice)
+	}
 	for _, a := range o.modelAliases {
 		if err := api.ValidAlias(a); err != nil {
 			return fmt.Errorf("serve: --model-alias: %w", err)

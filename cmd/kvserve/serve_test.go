@@ -193,3 +193,27 @@ func TestServeEndToEnd(t *testing.T) {
 		t.Fatal("serve did not shut down")
 	}
 }
+
+// TestServeRejectsBadSettings: settings that cannot work stop the command
+// at once with an error naming them, before anything is loaded.
+func TestServeRejectsBadSettings(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--compute-nice", "21"}, "--compute-nice"},
+		{[]string{"--compute-nice", "-1"}, "--compute-nice"},
+		{[]string{"--model-alias", "claude-["}, "--model-alias"},
+		{[]string{"--model-alias", ""}, "--model-alias"},
+	}
+	for _, tt := range tests {
+		cmd := newServeCmd()
+		cmd.SetErr(io.Discard)
+		cmd.SetOut(io.Discard)
+		cmd.SetArgs(append([]string{"--model", "/nonexistent.gguf", "--data-dir", t.TempDir()}, tt.args...))
+		err := cmd.ExecuteContext(context.Background())
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%v: error %v, want one naming %s", tt.args, err, tt.want)
+		}
+	}
+}

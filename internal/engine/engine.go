@@ -68,11 +68,10 @@ type Config struct {
 	// Threads for the compute pool (default: all cores).
 	Threads int
 	// ComputeNice, when positive, runs the compute threads (the pool's
-	// workers and the step loop that drives them) as background threads
-	// whose Linux nice value is raised by this much (tensor.PoolOptions.Nice):
-	// a server's request goroutines then take the CPU the moment they
-	// wake instead of waiting out a compute thread's time slice. The
-	// process needs GOMAXPROCS above Threads for them to find a P.
+	// workers and the step loop that drives them) as background threads:
+	// Linux nice raised by 1..19, or SCHED_IDLE at 20 (tensor.PoolOptions.Nice),
+	// so a server's request goroutines get the CPU sooner when they wake.
+	// The process needs GOMAXPROCS above Threads for them to find a P.
 	ComputeNice int
 	// Secret keys the per-scope hash salts (default: a fixed development
 	// key; servers must set a random one).
