@@ -311,6 +311,33 @@ func (r *Runner) attention(l int, batch []Seq, T int) {
 	})
 }
 
+// rowSpan locates one KV head's rows in a cache block, in bytes: where the
+// first starts, how long each is, and how far apart they are.
+type rowSpan struct{ off, len, stride int }
+
+// headRows prefetches one KV head's key and value rows. The blocks live at
+// unrelated addresses and, for long contexts, in DRAM: while the keys of
+// block b are dotted, the rows of the next key block and of block b's
+// values are requested.
+type headRows struct{ k, v rowSpan }
+
+// first requests the key rows of block 0 of a sequence of n positions.
+func (h headRows) first(cache Cache, l, n int) {
+	kb, _ := cache.Block(l, 0)
+	tensor.PrefetchRows(kb[h.k.off:], min(n, cache.BlockSize()), h.k.len, h.k.stride)
+}
+
+// next requests the key rows of block b+1 and the value rows of block b.
+func (h headRows) next(cache Cache, l, b, n int) {
+	bs := cache.BlockSize()
+	if (b+1)*bs < n {
+		nk, _ := cache.Block(l, b+1)
+		tensor.PrefetchRows(nk[h.k.off:], min(n-(b+1)*bs, bs), h.k.len, h.k.stride)
+	}
+	_, vb := cache.Block(l, b)
+	tensor.PrefetchRows(vb[h.v.off:], min(n-b*bs, bs), h.v.len, h.v.stride)
+}
+
 // attendGroup computes the query heads of token t that share KV head kvh,
 // for f16 keys and values.
 func (r *Runner) attendGroup(l int, batch []Seq, t, kvh int, ws *attnScratch) {
@@ -328,21 +355,12 @@ func (r *Runner) attendGroup(l int, batch []Seq, t, kvh int, ws *attnScratch) {
 	tensor.F16ToF32Slice(ws.qf, ws.q16)
 	q = ws.qf[:G*hd]
 
-	// The blocks live at unrelated addresses and, for long contexts, in
-	// DRAM: ask for the head's rows of the next key block and of this
-	// value block while the keys of this one are dotted.
-	kOff, kLen, kRow := 2*kvh*hd, 2*hd, 2*kvDim
-	vOff, vLen, vRow := 2*kvh*hdv, 2*hdv, 2*vDim
-	kb0, _ := cache.Block(l, 0)
-	tensor.PrefetchRows(kb0[kOff:], min(n, bs), kLen, kRow)
+	pf := headRows{k: rowSpan{2 * kvh * hd, 2 * hd, 2 * kvDim}, v: rowSpan{2 * kvh * hdv, 2 * hdv, 2 * vDim}}
+	pf.first(cache, l, n)
 	scores := ws.scores[:G*n] // head g's scores at [g*n, (g+1)*n)
 	for b := 0; b*bs < n; b++ {
-		kb, vb := cache.Block(l, b)
-		if (b+1)*bs < n {
-			nk, _ := cache.Block(l, b+1)
-			tensor.PrefetchRows(nk[kOff:], min(n-(b+1)*bs, bs), kLen, kRow)
-		}
-		tensor.PrefetchRows(vb[vOff:], min(n-b*bs, bs), vLen, vRow)
+		kb, _ := cache.Block(l, b)
+		pf.next(cache, l, b, n)
 		tensor.DotsF16Heads(scores[b*bs:], n, min(n-b*bs, bs), q, hd, f16View(kb)[kvh*hd:], kvDim)
 	}
 	for g := range G {
@@ -382,21 +400,13 @@ func (r *Runner) attendHead(l int, batch []Seq, t, head int, ws *attnScratch) {
 		tensor.QuantizeQ80(ws.q8, q)
 	}
 	kRow, vRow := r.kvType.RowBytes(kvDim), r.kvType.RowBytes(vDim)
-	// The blocks live at unrelated addresses and, for long contexts, in
-	// DRAM: ask for the head's rows of the next key block and of this
-	// value block while the keys of this one are dotted.
-	kOff, kLen := r.kvType.RowBytes(kvh*hd), r.kvType.RowBytes(hd)
-	vOff, vLen := r.kvType.RowBytes(kvh*hdv), r.kvType.RowBytes(hdv)
-	kb0, _ := cache.Block(l, 0)
-	tensor.PrefetchRows(kb0[kOff:], min(n, bs), kLen, kRow)
+	kt := r.kvType
+	pf := headRows{k: rowSpan{kt.RowBytes(kvh * hd), kt.RowBytes(hd), kRow}, v: rowSpan{kt.RowBytes(kvh * hdv), kt.RowBytes(hdv), vRow}}
+	pf.first(cache, l, n)
 	scores := ws.scores[:n]
 	for b := 0; b*bs < n; b++ {
-		kb, vb := cache.Block(l, b)
-		if (b+1)*bs < n {
-			nk, _ := cache.Block(l, b+1)
-			tensor.PrefetchRows(nk[kOff:], min(n-(b+1)*bs, bs), kLen, kRow)
-		}
-		tensor.PrefetchRows(vb[vOff:], min(n-b*bs, bs), vLen, vRow)
+		kb, _ := cache.Block(l, b)
+		pf.next(cache, l, b, n)
 		dst := scores[b*bs : min(n, (b+1)*bs)]
 		switch r.kvType {
 		case tensor.F16:
