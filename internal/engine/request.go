@@ -123,6 +123,9 @@ type Output struct {
 	Token    int32 // -1 when the event carries no token
 	Logprobs *sample.Logprobs
 	Finish   FinishReason
+	// Time is when the engine sampled Token (zero on events without one):
+	// exact token timings, whenever the reader gets to them.
+	Time time.Time
 	Err      error
 }
 

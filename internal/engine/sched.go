@@ -288,7 +288,8 @@ func (e *Engine) sampleNext(s *seqState, logits []float32) {
 	if s.proc != nil {
 		s.proc.Accept(tok)
 	}
-	out := Output{Index: s.index, Token: tok}
+	now := time.Now()
+	out := Output{Index: s.index, Token: tok, Time: now}
 	if r.Sampling.Logprobs || r.Sampling.TopLogprobs > 0 {
 		c := lp
 		c.Top = slices.Clone(lp.Top)
@@ -296,7 +297,6 @@ func (e *Engine) sampleNext(s *seqState, logits []float32) {
 	}
 	s.tokens = append(s.tokens, tok)
 	s.generated++
-	now := time.Now()
 	st := r.stream
 	if st.firstToken.IsZero() {
 		st.firstToken = now

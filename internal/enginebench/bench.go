@@ -102,10 +102,10 @@ func newEngine(m *model.Model, o Options, cfg engine.Config) (*engine.Engine, er
 
 // outcome is what one request did.
 type outcome struct {
-	ttft      time.Duration
-	first     time.Time // when the first token arrived
-	end       time.Time
-	arrivals  []time.Time // when each token arrived (runs that ask for it)
+	ttft      time.Duration // submission to the first token's sampling
+	first     time.Time     // when the engine sampled the first token
+	end       time.Time     // ... and the last
+	arrivals  []time.Time   // ... and each (runs that ask for it)
 	generated int
 	usage     engine.Usage
 }
@@ -118,13 +118,19 @@ func run(ctx context.Context, e *engine.Engine, r engine.Request, stopAfter int)
 
 // runTimed is run that can also record each token's arrival time.
 func runTimed(ctx context.Context, e *engine.Engine, r engine.Request, stopAfter int, record bool) (outcome, error) {
-	var out outcome
 	start := time.Now()
 	st, err := e.Submit(ctx, r)
 	if err != nil {
-		return out, err
+		return outcome{}, err
 	}
+	return readTimed(ctx, st, start, stopAfter, record)
+}
+
+// readTimed reads a submitted request's stream (see runTimed).
+func readTimed(ctx context.Context, st *engine.Stream, start time.Time, stopAfter int, record bool) (outcome, error) {
+	var out outcome
 	var buf []engine.Output
+	var err error
 	for {
 		buf, err = st.Recv(ctx, buf[:0])
 		for _, o := range buf {
@@ -134,7 +140,10 @@ func runTimed(ctx context.Context, e *engine.Engine, r engine.Request, stopAfter
 			if o.Token < 0 {
 				continue
 			}
-			now := time.Now()
+			// The engine's own timestamps: a reader that falls behind
+			// (a loaded machine, a tiny model's microsecond steps) does
+			// not skew them.
+			now := o.Time
 			if out.generated == 0 {
 				out.first = now
 				out.ttft = now.Sub(start)
@@ -142,13 +151,13 @@ func runTimed(ctx context.Context, e *engine.Engine, r engine.Request, stopAfter
 			if record {
 				out.arrivals = append(out.arrivals, now)
 			}
+			out.end = now
 			out.generated++
 			if stopAfter > 0 && out.generated == stopAfter {
 				st.Cancel()
 			}
 		}
 		if errors.Is(err, engine.ErrDone) {
-			out.end = time.Now()
 			out.usage = st.Usage()
 			return out, nil
 		}
@@ -167,19 +176,40 @@ func runAll(ctx context.Context, e *engine.Engine, reqs []engine.Request, stopAf
 func runAllTimed(ctx context.Context, e *engine.Engine, reqs []engine.Request, stopAfter []int, concurrency int, record bool) ([]outcome, error) {
 	outs := make([]outcome, len(reqs))
 	errs := make([]error, len(reqs))
-	sem := make(chan struct{}, concurrency)
+	stop := func(i int) int {
+		if stopAfter == nil {
+			return 0
+		}
+		return stopAfter[i]
+	}
 	var wg sync.WaitGroup
+	if concurrency >= len(reqs) {
+		// All at once: submit every request before reading any, so they
+		// reach the engine together however the readers get scheduled.
+		for i := range reqs {
+			start := time.Now()
+			st, err := e.Submit(ctx, reqs[i])
+			if err != nil {
+				errs[i] = err
+				continue
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				outs[i], errs[i] = readTimed(ctx, st, start, stop(i), record)
+			}()
+		}
+		wg.Wait()
+		return outs, errors.Join(errs...)
+	}
+	sem := make(chan struct{}, concurrency)
 	for i := range reqs {
 		sem <- struct{}{}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			stop := 0
-			if stopAfter != nil {
-				stop = stopAfter[i]
-			}
-			outs[i], errs[i] = runTimed(ctx, e, reqs[i], stop, record)
+			outs[i], errs[i] = runTimed(ctx, e, reqs[i], stop(i), record)
 		}()
 	}
 	wg.Wait()
