@@ -43,6 +43,10 @@ type Runner struct {
 	workers  []attnScratch
 	taskSeq  []int // token index → sequence index in the batch
 	taskPos  []int // token index → position
+	// rope holds each token's RoPE angle table (ropeLen values), computed
+	// once per pass instead of twice per layer.
+	rope    []float32
+	ropeLen int
 }
 
 // attnScratch is one worker's attention scratch.
@@ -84,8 +88,10 @@ func NewRunner(m *Model, pool *tensor.Pool, maxTokens int, kvType tensor.DType) 
 		up:      make([]float32, maxTokens*c.FFN),
 		taskSeq: make([]int, maxTokens),
 		taskPos: make([]int, maxTokens),
+		ropeLen: c.Rope.TableLen(c.HeadDim),
 		workers: make([]attnScratch, pool.Threads()),
 	}
+	r.rope = make([]float32, maxTokens*r.ropeLen)
 	for i := range r.workers {
 		r.workers[i].q16 = make([]uint16, c.Heads/c.KVHeads*c.HeadDim)
 		r.workers[i].qf = make([]float32, c.Heads/c.KVHeads*c.HeadDim)
@@ -142,6 +148,9 @@ func (r *Runner) Forward(ctx context.Context, batch []Seq) error {
 		}
 	}
 	r.growScores(batch)
+	for t := range T {
+		c.Rope.Angles(r.rope[t*r.ropeLen:(t+1)*r.ropeLen], c.HeadDim, r.taskPos[t])
+	}
 
 	for l := range r.m.Layers {
 		if err := ctx.Err(); err != nil {
@@ -243,8 +252,9 @@ func (r *Runner) layer(l int, batch []Seq, T int) {
 			}
 		}
 		pos := r.taskPos[t]
-		c.Rope.Apply(q, c.Heads, c.HeadDim, pos)
-		c.Rope.Apply(k, c.KVHeads, c.HeadDim, pos)
+		angles := r.rope[t*r.ropeLen : (t+1)*r.ropeLen]
+		c.Rope.ApplyAngles(q, angles, c.Heads, c.HeadDim)
+		c.Rope.ApplyAngles(k, angles, c.KVHeads, c.HeadDim)
 		// Store this token's keys and values as f16 at its position.
 		cache := batch[r.taskSeq[t]].Cache
 		bs := cache.BlockSize()

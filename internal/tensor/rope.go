@@ -51,6 +51,10 @@ func (r *RoPE) Apply(x []float32, nHeads, headDim, pos int) {
 	r.ApplyAngles(x, cs, nHeads, headDim)
 }
 
+// TableLen is the length of the angle table Angles writes for heads of
+// headDim values.
+func (r *RoPE) TableLen(headDim int) int { return r.dims(headDim) }
+
 func (r *RoPE) dims(headDim int) int {
 	d := r.Dims
 	if d <= 0 || d > headDim {
