@@ -176,54 +176,75 @@ func concurrency(ctx context.Context, m *model.Model, o Options) (Result, error)
 
 // batchDecode: steady-state decode throughput of 1 and of 16 concurrent
 // sequences (128-token prompts, 128 generated tokens each), like
-// llama-batched-bench's decode figure: tokens that arrive while every
-// sequence is decoding — after the last one's first token (all prefills
-// done), before the first one ends — divided by that window.
+// llama-batched-bench's decode figure: tokens sampled while every sequence
+// is decoding — after the last one's first token (all prefills done),
+// before the first one ends — divided by that window. The two sizes run in
+// alternation, batchDecodeRounds times, and each figure is the median of
+// its rounds, so a machine whose speed drifts between phases moves both.
 func batchDecode(ctx context.Context, m *model.Model, o Options) (Result, error) {
 	if err := needContext(m, 256); err != nil {
 		return nil, err
 	}
 	rng := rand.New(rand.NewPCG(6, 6))
+	sizes := []int{1, 16}
+	rates := make([][]float64, len(sizes))
+	for round := range batchDecodeRounds {
+		for i, n := range sizes {
+			o.logf("batch-decode: %d (round %d of %d)", n, round+1, batchDecodeRounds)
+			r, err := decodeRate(ctx, m, o, rng, n)
+			if err != nil {
+				return nil, err
+			}
+			rates[i] = append(rates[i], r)
+		}
+	}
 	res := Result{}
-	for _, n := range []int{1, 16} {
-		e, err := newEngine(m, o, engine.Config{})
-		if err != nil {
-			return nil, err
-		}
-		reqs := make([]engine.Request, n)
-		for i := range reqs {
-			reqs[i] = engine.Request{Prompt: tokens(rng, m, 128), MaxTokens: 128, IgnoreEOS: true}
-		}
-		o.logf("batch-decode: %d", n)
-		outs, err := runAllTimed(ctx, e, reqs, nil, n, true)
-		e.Close()
-		if err != nil {
-			return nil, err
-		}
-		from, to := outs[0].first, outs[0].end
-		for _, out := range outs {
-			if out.first.After(from) {
-				from = out.first
-			}
-			if out.end.Before(to) {
-				to = out.end
-			}
-		}
-		count := 0
-		for _, out := range outs {
-			for _, at := range out.arrivals {
-				if at.After(from) && !at.After(to) {
-					count++
-				}
-			}
-		}
-		if !to.After(from) || count == 0 {
-			return nil, fmt.Errorf("enginebench: batch-decode %d: no window where all sequences decode", n)
-		}
-		res[fmt.Sprintf("batch%d_tok_s", n)] = round(float64(count)/to.Sub(from).Seconds(), 1)
+	for i, n := range sizes {
+		res[fmt.Sprintf("batch%d_tok_s", n)] = round(median(rates[i]), 1)
 	}
 	res["ratio"] = round(res["batch16_tok_s"].(float64)/res["batch1_tok_s"].(float64), 2)
 	return res, nil
+}
+
+// batchDecodeRounds is how many times batchDecode measures each size.
+const batchDecodeRounds = 3
+
+// decodeRate is one steady-state measurement of n concurrent sequences.
+func decodeRate(ctx context.Context, m *model.Model, o Options, rng *rand.Rand, n int) (float64, error) {
+	e, err := newEngine(m, o, engine.Config{})
+	if err != nil {
+		return 0, err
+	}
+	reqs := make([]engine.Request, n)
+	for i := range reqs {
+		reqs[i] = engine.Request{Prompt: tokens(rng, m, 128), MaxTokens: 128, IgnoreEOS: true}
+	}
+	outs, err := runAllTimed(ctx, e, reqs, nil, n, true)
+	e.Close()
+	if err != nil {
+		return 0, err
+	}
+	from, to := outs[0].first, outs[0].end
+	for _, out := range outs {
+		if out.first.After(from) {
+			from = out.first
+		}
+		if out.end.Before(to) {
+			to = out.end
+		}
+	}
+	count := 0
+	for _, out := range outs {
+		for _, at := range out.arrivals {
+			if at.After(from) && !at.After(to) {
+				count++
+			}
+		}
+	}
+	if !to.After(from) || count == 0 {
+		return 0, fmt.Errorf("enginebench: batch-decode %d: no window where all sequences decode", n)
+	}
+	return float64(count) / to.Sub(from).Seconds(), nil
 }
 
 // sharedPrefix: groups of prompts sharing a 2,048-token system prompt, each
