@@ -35,11 +35,11 @@ func tinyModel(t *testing.T) *model.Model {
 // 256-token context end to end and checks its figures are sane.
 func TestBatchDecodeRuns(t *testing.T) {
 	m := tinyModel(t)
-	// The tiny model decodes a step in microseconds: on a loaded machine
-	// the engine loop itself can be descheduled long enough between the
-	// admissions of the 16 sequences for the first to finish before the
-	// last starts. Real models' steps take milliseconds; here a run may be
-	// retried.
+	// The tiny model decodes a whole sequence in milliseconds: on a loaded
+	// machine the goroutine submitting the 16 requests can be descheduled
+	// between two submissions long enough for the first to finish before
+	// the last starts. Real models' sequences take seconds; here a run may
+	// be retried.
 	var res Result
 	var err error
 	for try := 0; try < 3; try++ {
