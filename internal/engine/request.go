@@ -126,7 +126,7 @@ type Output struct {
 	// Time is when the engine sampled Token (zero on events without one):
 	// exact token timings, whenever the reader gets to them.
 	Time time.Time
-	Err      error
+	Err  error
 }
 
 // Usage counts a request's tokens.
