@@ -3,8 +3,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"os"
-	"runtime/pprof"
 	"sort"
 	"strings"
 
@@ -101,17 +99,11 @@ func newBenchEngineCmd() *cobra.Command {
 			}
 			defer mf.Close()
 			o.Log = func(format string, args ...any) { fmt.Fprintf(cmd.ErrOrStderr(), format+"\n", args...) }
-			if cpuProfile != "" {
-				pf, err := os.Create(cpuProfile)
-				if err != nil {
-					return err
-				}
-				defer pf.Close()
-				if err := pprof.StartCPUProfile(pf); err != nil {
-					return err
-				}
-				defer pprof.StopCPUProfile()
+			stopProfile, err := startCPUProfile(cpuProfile)
+			if err != nil {
+				return err
 			}
+			defer stopProfile()
 			out := cmd.OutOrStdout()
 			for _, s := range scenarios {
 				res, err := s.Run(cmd.Context(), mf.Model, o)

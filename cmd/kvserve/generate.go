@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
-	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -130,17 +128,11 @@ func runGenerate(cmd *cobra.Command, o *generateOptions) error {
 	cache.Reserve(len(prompt) + o.maxTokens)
 	logits := make([]float32, m.Config.Vocab)
 
-	if o.cpuProfile != "" {
-		pf, err := os.Create(o.cpuProfile)
-		if err != nil {
-			return err
-		}
-		defer pf.Close()
-		if err := pprof.StartCPUProfile(pf); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+	stopProfile, err := startCPUProfile(o.cpuProfile)
+	if err != nil {
+		return err
 	}
+	defer stopProfile()
 
 	// Prefill in chunks of --batch tokens; the last chunk yields the logits.
 	start := time.Now()
