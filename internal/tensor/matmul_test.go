@@ -368,14 +368,28 @@ func TestMatMulBatchInvariant(t *testing.T) {
 			p.Close()
 		}
 	}()
+	type shape struct {
+		typ  DType
+		cols int
+	}
+	var shapes []shape
 	for _, typ := range allTypes {
-		cols := 512
 		switch typ.BlockSize() {
 		case 1:
-			cols = 300 // a column tail for the float kernels
+			shapes = append(shapes, shape{typ, 300}) // a column tail for the float kernels
 		case 32:
-			cols = 32 * 37 // a partial group of blocks for the Q8_0 kernels
+			// The Q8_0 kernels work on groups of eight blocks, padding a
+			// partial last one: rows of 1, 3, 12, 18 (SmolLM2's 576 columns)
+			// and 37 blocks end in groups of 1, 3, 4, 2 and 5.
+			for _, blocks := range []int{37, 18, 1, 3, 12} {
+				shapes = append(shapes, shape{typ, 32 * blocks})
+			}
+		default:
+			shapes = append(shapes, shape{typ, 512})
 		}
+	}
+	for _, sh := range shapes {
+		typ, cols := sh.typ, sh.cols
 		const rows, n = 37, 150
 		m, _ := randMatrix(t, rng, typ, rows, cols)
 		x := randVec(rng, n*cols, 1)
@@ -394,8 +408,8 @@ func TestMatMulBatchInvariant(t *testing.T) {
 					}
 					for i := range got {
 						if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
-							t.Fatalf("%v %v threads=%d batch=%d: token %d row %d = %v, alone %v",
-								level, typ, p.Threads(), batch, i/rows, i%rows, got[i], want[i])
+							t.Fatalf("%v %v cols=%d threads=%d batch=%d: token %d row %d = %v, alone %v",
+								level, typ, cols, p.Threads(), batch, i/rows, i%rows, got[i], want[i])
 						}
 					}
 				}
