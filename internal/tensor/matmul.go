@@ -182,14 +182,18 @@ func fillQ80Groups(g []byte, q []int8, d []float32, s []int32) {
 		if n < 8 {
 			clear(out)
 		}
+		// As dwords (x86 is little-endian and allows unaligned access, and
+		// the group layout exists only there): copying 4-byte slices made
+		// this a memmove per dword: 2.6% → 1.2% of batch 16 decode CPU.
+		out32 := unsafe.Slice((*uint32)(unsafe.Pointer(&out[0])), q80GroupBytes/4)
 		for i := 0; i < n; i++ {
 			b := 8*gi + i
-			blk := unsafe.Slice((*byte)(unsafe.Pointer(&q[b*qk80])), qk80)
-			for k := 0; k < 8; k++ {
-				copy(out[32*k+4*i:32*k+4*i+4], blk[4*k:4*k+4])
+			blk := unsafe.Slice((*uint32)(unsafe.Pointer(&q[b*qk80])), qk80/4)
+			for k, v := range blk {
+				out32[8*k+i] = v
 			}
-			binary.LittleEndian.PutUint32(out[q80GroupOffset+4*i:], uint32(128*s[b]))
-			binary.LittleEndian.PutUint32(out[q80GroupScale+4*i:], math.Float32bits(d[b]))
+			out32[q80GroupOffset/4+i] = uint32(128 * s[b])
+			out32[q80GroupScale/4+i] = math.Float32bits(d[b])
 		}
 	}
 }
