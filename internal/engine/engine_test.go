@@ -519,3 +519,45 @@ func TestRetentionClassesRecorded(t *testing.T) {
 		t.Fatalf("hinted request: blocks by class %v", got)
 	}
 }
+
+// TestSamplingIndependentOfBatch checks that seeded sampling gives each
+// request the same tokens whether it runs alone (its draws made one at a
+// time on the engine's thread) or among others (draws split over the
+// compute pool), and that samples ending at different steps all finish.
+func TestSamplingIndependentOfBatch(t *testing.T) {
+	m := sharedModel(t, "tiny-f32.gguf")
+	e, err := New(m, Config{Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	prompts := randomPrompts(11, 6, 20, 50, m.Config.Vocab, nil)
+	req := func(i int) Request {
+		return Request{Prompt: prompts[i], MaxTokens: 6 + 2*i, IgnoreEOS: true,
+			Sampling: sample.Params{Temperature: 0.9, TopP: 0.95, TopK: 40, Seed: uint64(100 + i)}}
+	}
+	alone := make([][]int32, len(prompts))
+	for i := range prompts {
+		st, err := e.Submit(context.Background(), req(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		toks, _ := collect(t, st, 1)
+		alone[i] = toks[0]
+	}
+	streams := make([]*Stream, len(prompts))
+	for i := range prompts {
+		if streams[i], err = e.Submit(context.Background(), req(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, st := range streams {
+		toks, fins := collect(t, st, 1)
+		if fins[0] != FinishLength || len(toks[0]) != 6+2*i {
+			t.Fatalf("request %d: %d tokens, finish %v", i, len(toks[0]), fins[0])
+		}
+		if !slices.Equal(toks[0], alone[i]) {
+			t.Fatalf("request %d: %v together, %v alone", i, toks[0], alone[i])
+		}
+	}
+}

@@ -227,6 +227,7 @@ func (e *Engine) forward(ctx context.Context) error {
 func (e *Engine) afterForward() {
 	vocab := e.model.Config.Vocab
 	li := 0
+	jobs := e.samples[:0]
 	for _, en := range e.entries {
 		s := en.s
 		s.kv.Commit(s.tokens[s.kv.Len() : s.kv.Len()+en.n])
@@ -236,17 +237,28 @@ func (e *Engine) afterForward() {
 		e.unannounce(s) // the prompt is computed: its blocks are cached now
 		logits := e.logits[li*vocab : (li+1)*vocab]
 		li++
-		samples := []*seqState{s}
+		jobs = append(jobs, sampleJob{s: s, logits: logits})
 		if r := s.req; !r.forked {
 			r.forked = true
 			for i := 1; i < r.N; i++ {
-				samples = append(samples, e.fork(s, i))
+				jobs = append(jobs, sampleJob{s: e.fork(s, i), logits: logits})
 			}
 		}
-		for _, t := range samples {
-			e.sampleNext(t, logits)
+	}
+	e.sampleAll(jobs)
+	// Samples that end first: each delivery wakes a handler, the handlers
+	// run in about the order they were woken once the loop yields, and a
+	// stream's last chunk is what its client waits for to finish.
+	for pass := range 2 {
+		for i := range jobs {
+			j := &jobs[i]
+			if (e.stopReason(j.s, j.tok) != FinishNone) == (pass == 0) {
+				e.deliver(j.s, j.tok, j.lp)
+			}
 		}
 	}
+	clear(jobs) // drop the references until the next step
+	e.samples = jobs[:0]
 	// Drop finished sequences from the running set.
 	keep := e.running[:0]
 	for _, s := range e.running {
@@ -256,6 +268,54 @@ func (e *Engine) afterForward() {
 	}
 	clear(e.running[len(keep):])
 	e.running = keep
+}
+
+// sampleJob is one sample's next token to draw from a pass's logits.
+type sampleJob struct {
+	s      *seqState
+	logits []float32 // shared by the samples of one request: read only
+	tok    int32
+	lp     sample.Logprobs
+}
+
+// parallelSamples is the fewest unconstrained samples worth splitting over
+// the compute pool: drawing one from a large vocabulary (top-p, logprobs)
+// takes a good part of a millisecond, and while the engine's thread drew
+// them one by one the rest of the pool idled and the handlers woken by
+// earlier samples waited for a processor.
+const parallelSamples = 4
+
+// sampleAll draws every job's token: the constrained ones one by one (they
+// share the engine's scratch copy of the logits), the others split over
+// the compute pool. Each job touches only its own sequence's sampler and
+// history, so the draws do not depend on the split.
+func (e *Engine) sampleAll(jobs []sampleJob) {
+	free := 0
+	for i := range jobs {
+		j := &jobs[i]
+		s := j.s
+		if s.proc == nil {
+			free++
+			continue
+		}
+		e.scratch = append(e.scratch[:0], j.logits...)
+		s.proc.Process(e.scratch)
+		j.tok, j.lp = s.sampler.Sample(e.scratch, s.tokens[len(s.req.Prompt):])
+		s.proc.Accept(j.tok)
+	}
+	draw := func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			j := &jobs[i]
+			if s := j.s; s.proc == nil {
+				j.tok, j.lp = s.sampler.Sample(j.logits, s.tokens[len(s.req.Prompt):])
+			}
+		}
+	}
+	if free >= parallelSamples {
+		e.compute.Parallel(len(jobs), draw)
+	} else {
+		draw(0, len(jobs))
+	}
 }
 
 // fork creates sample i of s's request, sharing s's blocks.
@@ -273,21 +333,10 @@ func (e *Engine) fork(s *seqState, i int) *seqState {
 	return t
 }
 
-// sampleNext samples one token for s from logits, delivers it, and ends the
-// sample when it stops.
-func (e *Engine) sampleNext(s *seqState, logits []float32) {
+// deliver appends tok to s, delivers it, and ends the sample when it
+// stops.
+func (e *Engine) deliver(s *seqState, tok int32, lp sample.Logprobs) {
 	r := s.req
-	promptLen := len(r.Prompt)
-	if s.proc != nil {
-		// The logits may be shared with sibling samples: constrain a copy.
-		e.scratch = append(e.scratch[:0], logits...)
-		logits = e.scratch
-		s.proc.Process(logits)
-	}
-	tok, lp := s.sampler.Sample(logits, s.tokens[promptLen:])
-	if s.proc != nil {
-		s.proc.Accept(tok)
-	}
 	now := time.Now()
 	out := Output{Index: s.index, Token: tok, Time: now}
 	if r.Sampling.Logprobs || r.Sampling.TopLogprobs > 0 {
@@ -307,21 +356,30 @@ func (e *Engine) sampleNext(s *seqState, logits []float32) {
 	st.lastToken = now
 	e.m.generatedTokens.Inc()
 
+	st.push(out)
+	if reason := e.stopReason(s, -1); reason != FinishNone {
+		e.finish(s, reason, nil) // right after the token: delivered together
+	}
+}
+
+// stopReason says whether s stops once tok is appended, and why; tok < 0
+// asks about s as it is, its last token already appended.
+func (e *Engine) stopReason(s *seqState, tok int32) FinishReason {
+	r := s.req
+	n, generated := len(s.tokens), s.generated
+	if tok < 0 {
+		tok = s.tokens[n-1]
+	} else {
+		n++
+		generated++
+	}
 	switch {
 	case (e.eog[tok] && !r.IgnoreEOS) || slices.Contains(r.StopTokens, tok):
-		out.Finish = FinishStop
-	case s.generated >= r.MaxTokens || len(s.tokens) >= e.cfg.MaxContext:
-		out.Finish = FinishLength
+		return FinishStop
+	case generated >= r.MaxTokens || n >= e.cfg.MaxContext:
+		return FinishLength
 	}
-	if out.Finish == FinishNone {
-		st.push(out)
-		return
-	}
-	// Deliver the token and the finish together.
-	reason := out.Finish
-	out.Finish = FinishNone
-	st.push(out)
-	e.finish(s, reason, nil)
+	return FinishNone
 }
 
 // blockClasses gives each full block of a request's first n tokens its
