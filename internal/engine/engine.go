@@ -358,6 +358,10 @@ func (e *Engine) loop(ctx context.Context) {
 			e.m.waitingGauge.Set(0)
 			select {
 			case <-e.wake:
+				// Requests often arrive together: let the handlers still
+				// parsing and tokenizing theirs submit before the first
+				// pass takes the processors.
+				runtime.Gosched()
 			case <-ctx.Done():
 				return
 			}
