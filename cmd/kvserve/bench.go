@@ -22,7 +22,7 @@ func newBenchCmd() *cobra.Command {
 }
 
 func newBenchModelCmd() *cobra.Command {
-	var modelPath string
+	var modelPath, modelMemory string
 	var asJSON bool
 	var o enginebench.SpeedOptions
 	cmd := &cobra.Command{
@@ -30,7 +30,7 @@ func newBenchModelCmd() *cobra.Command {
 		Short: "Forward-pass speed like llama-bench: prefill of -p tokens in one pass (pp), -n tokens decoded one by one (tg)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			mf, err := openModelWithProgress(modelPath, cmd.ErrOrStderr())
+			mf, err := openModelWithProgress(modelPath, modelMemory, cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
@@ -60,6 +60,7 @@ func newBenchModelCmd() *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVarP(&modelPath, "model", "m", "", "GGUF model file (required)")
+	modelMemoryFlag(f, &modelMemory)
 	f.IntVarP(&o.Prompt, "prompt", "p", 512, "prefill tokens (pp)")
 	f.IntVarP(&o.Generate, "n", "n", 128, "decoded tokens (tg)")
 	f.IntVarP(&o.Threads, "threads", "t", 0, "compute threads (default: all cores)")
@@ -71,7 +72,7 @@ func newBenchModelCmd() *cobra.Command {
 }
 
 func newBenchEngineCmd() *cobra.Command {
-	var modelPath, scenario, cpuProfile string
+	var modelPath, modelMemory, scenario, cpuProfile string
 	var asJSON bool
 	var o enginebench.Options
 	var names []string
@@ -93,7 +94,7 @@ func newBenchEngineCmd() *cobra.Command {
 				}
 				scenarios = []enginebench.Scenario{s}
 			}
-			mf, err := openModelWithProgress(modelPath, cmd.ErrOrStderr())
+			mf, err := openModelWithProgress(modelPath, modelMemory, cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
@@ -136,6 +137,7 @@ func newBenchEngineCmd() *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVarP(&modelPath, "model", "m", "", "GGUF model file (required)")
+	modelMemoryFlag(f, &modelMemory)
 	f.StringVar(&scenario, "scenario", "", "run only this scenario")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile to this file (for developers)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object per scenario")

@@ -21,6 +21,7 @@ import (
 
 type generateOptions struct {
 	modelPath    string
+	modelMemory  string
 	prompt       string
 	promptTokens string
 	system       string
@@ -46,6 +47,7 @@ func newGenerateCmd() *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVarP(&o.modelPath, "model", "m", "", "GGUF model file (required)")
+	modelMemoryFlag(f, &o.modelMemory)
 	f.StringVarP(&o.prompt, "prompt", "p", "", "prompt text")
 	f.StringVar(&o.promptTokens, "prompt-tokens", "", "prompt as comma-separated token ids, used as given (no BOS added)")
 	f.BoolVar(&o.chat, "chat", false, "render the prompt as a user message with the model's chat template")
@@ -91,7 +93,7 @@ func runGenerate(cmd *cobra.Command, o *generateOptions) error {
 	if o.maxTokens < 0 {
 		return fmt.Errorf("-n must be at least 0")
 	}
-	mf, err := openModelWithProgress(o.modelPath, stderr)
+	mf, err := openModelWithProgress(o.modelPath, o.modelMemory, stderr)
 	if err != nil {
 		return err
 	}
@@ -260,9 +262,14 @@ func parseTokenList(s string, vocab int) ([]int32, error) {
 	return ids, nil
 }
 
-// openModelWithProgress opens a model, showing a progress bar on w while the
-// weights are paged in when they are large enough for it to matter.
-func openModelWithProgress(path string, w io.Writer) (*model.File, error) {
+// openModelWithProgress opens a model with its weights placed as the
+// --model-memory setting says, showing a progress bar on w while the
+// weights are read or paged in when they are large enough for it to matter.
+func openModelWithProgress(path, memory string, w io.Writer) (*model.File, error) {
+	placement, err := modelPlacement(path, memory)
+	if err != nil {
+		return nil, err
+	}
 	var bar *progressbar.ProgressBar
 	progress := func(done, total int64) {
 		if total < 256<<20 {
@@ -277,7 +284,7 @@ func openModelWithProgress(path string, w io.Writer) (*model.File, error) {
 		}
 		_ = bar.Set64(done)
 	}
-	mf, err := model.Open(path, progress)
+	mf, err := model.Open(path, placement, progress)
 	if bar != nil {
 		_ = bar.Finish()
 	}

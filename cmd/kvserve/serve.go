@@ -36,6 +36,7 @@ import (
 // serveOptions are the settings of `kvserve serve`.
 type serveOptions struct {
 	modelPath       string
+	modelMemory     string
 	modelID         string
 	modelAliases    []string
 	addr            string
@@ -95,6 +96,7 @@ Each tenant's KV cache is isolated from every other's.`,
 	}
 	f := cmd.Flags()
 	f.StringVarP(&o.modelPath, "model", "m", "", "GGUF model file (default: a synthetic random-weight model, generated into the data directory)")
+	modelMemoryFlag(f, &o.modelMemory)
 	f.StringVar(&o.modelID, "model-id", "", "model name clients use (default: the file name without .gguf)")
 	f.StringArrayVar(&o.modelAliases, "model-alias", nil, "another model name to accept, exact or a pattern like 'claude-*' or 'gpt-*' (repeatable), for clients that send their own model names")
 	f.StringVar(&o.addr, "addr", "127.0.0.1:8080", "listen address")
@@ -291,7 +293,7 @@ func loadServedModel(ctx context.Context, o *serveOptions, dataDir string, stder
 		sm.description = "synthetic model with SmolLM2-135M's shape and random weights: its output is not language"
 		fmt.Fprintf(stderr, "kvserve: no --model given: serving a SYNTHETIC random-weight model (%s); its output is not language\n", path)
 	}
-	mf, err := openModelWithProgress(path, stderr)
+	mf, err := openModelWithProgress(path, o.modelMemory, stderr)
 	if err != nil {
 		return nil, fmt.Errorf("serve: %w", err)
 	}

@@ -20,3 +20,9 @@ func Open(path string) (*File, error) {
 	}
 	return f, nil
 }
+
+// OpenPlaced is Open: this build reads every file into ordinary memory.
+func OpenPlaced(path string, _ Placement) (*File, error) { return Open(path) }
+
+// HugePagesAvailable reports false: huge pages are used on Linux only.
+func HugePagesAvailable() bool { return false }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvserve/kvserve/internal/gguf"
 	"github.com/kvserve/kvserve/internal/model"
 	"github.com/kvserve/kvserve/internal/synth"
 	"github.com/kvserve/kvserve/internal/tensor"
@@ -29,7 +30,13 @@ func benchModel(b *testing.B) *model.Model {
 			path = synthSmolLM2(b)
 		}
 	}
-	mf, err := model.Open(path, nil)
+	// The weights as `kvserve serve` places them by default on a machine
+	// with transparent huge pages; KVSERVE_BENCH_MEMORY=mmap for the mapping.
+	placement := gguf.HugePages
+	if os.Getenv("KVSERVE_BENCH_MEMORY") == "mmap" {
+		placement = gguf.Mapped
+	}
+	mf, err := model.Open(path, placement, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvserve/kvserve/internal/gguf"
 	"github.com/kvserve/kvserve/internal/model"
 	"github.com/kvserve/kvserve/internal/synth"
 )
@@ -71,7 +72,7 @@ func TestLoadKeepsWeightsMapped(t *testing.T) {
 	anonBefore, fileBefore := procKB(t, "RssAnon"), procKB(t, "RssFile")
 
 	var total int64
-	mf, err := model.Open(path, func(done, all int64) { total = all })
+	mf, err := model.Open(path, gguf.Mapped, func(done, all int64) { total = all })
 	if err != nil {
 		t.Fatal(err)
 	}

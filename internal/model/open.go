@@ -19,13 +19,14 @@ type File struct {
 // Progress is told how many of the weight bytes have been paged in.
 type Progress func(done, total int64)
 
-// Open maps and loads the model at path. When progress is not nil, Open
-// also pages the weights in before returning, reporting as it goes, so that
-// the first request does not pay for reading the file from disk; the pages
-// belong to the file mapping (page cache), so resident memory is the mapped
-// weights plus the runtime's own small footprint.
-func Open(path string, progress Progress) (*File, error) {
-	f, err := gguf.Open(path)
+// Open loads the model at path, its weights placed in memory as placement
+// says (gguf.Mapped: a view of the file's mapping; gguf.HugePages: a private
+// copy in transparent huge pages, faster to stream through). When progress
+// is not nil, Open also pages the weights in before returning, reporting as
+// it goes, so that the first request does not pay for reading the file from
+// disk.
+func Open(path string, placement gguf.Placement, progress Progress) (*File, error) {
+	f, err := gguf.OpenPlaced(path, placement)
 	if err != nil {
 		return nil, err
 	}
@@ -41,7 +42,7 @@ func Open(path string, progress Progress) (*File, error) {
 	return mf, nil
 }
 
-// Close releases the file mapping.
+// Close releases the weights' memory.
 func (f *File) Close() error { return f.GGUF.Close() }
 
 // prefault reads one byte of every page of the tensor data.

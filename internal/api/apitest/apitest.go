@@ -171,7 +171,7 @@ type Env struct {
 // New starts an Env; everything is stopped at the end of the test.
 func New(t testing.TB, o Options) *Env {
 	t.Helper()
-	mf, err := model.Open(ModelFile(t), nil)
+	mf, err := model.Open(ModelFile(t), gguf.Mapped, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,12 @@
+//go:build unix && !linux
+
+package gguf
+
+import "os"
+
+// readHuge places nothing: this build knows huge pages on Linux only, and
+// the caller maps the file instead.
+func readHuge(*os.File, int) ([]byte, func() error, error) { return nil, nil, nil }
+
+// HugePagesAvailable reports false: huge pages are used on Linux only.
+func HugePagesAvailable() bool { return false }
