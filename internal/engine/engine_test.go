@@ -561,3 +561,53 @@ func TestSamplingIndependentOfBatch(t *testing.T) {
 		}
 	}
 }
+
+// maskAll is a LogitsProcessor that leaves no token possible.
+type maskAll struct{}
+
+func (maskAll) Process(logits []float32) {
+	for i := range logits {
+		logits[i] = float32(math.Inf(-1))
+	}
+}
+func (maskAll) Accept(int32) {}
+
+// TestNoUsableLogitsEndsWithError checks that a sample whose logits hold
+// no number above -Inf (as a broken model's NaNs would) ends with an error
+// instead of bringing the engine down, and that the engine serves on.
+func TestNoUsableLogitsEndsWithError(t *testing.T) {
+	m := sharedModel(t, "tiny-f32.gguf")
+	e, err := New(m, Config{Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	st, err := e.Submit(context.Background(), Request{Prompt: []int32{5, 6, 7}, MaxTokens: 3,
+		NewProcessor: func(int) LogitsProcessor { return maskAll{} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var outs []Output
+	for {
+		var err error
+		outs, err = st.Recv(ctx, outs)
+		if errors.Is(err, ErrDone) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(outs) != 1 || outs[0].Finish != FinishError || !errors.Is(outs[0].Err, errNoLogits) || outs[0].Token != -1 {
+		t.Fatalf("outputs %+v, want one error finish", outs)
+	}
+	st2, err := e.Submit(context.Background(), Request{Prompt: []int32{5, 6, 7}, MaxTokens: 2, IgnoreEOS: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if toks, _ := collect(t, st2, 1); len(toks[0]) != 2 {
+		t.Fatalf("next request got %d tokens, want 2", len(toks[0]))
+	}
+}

@@ -252,7 +252,8 @@ func (e *Engine) afterForward() {
 	for pass := range 2 {
 		for i := range jobs {
 			j := &jobs[i]
-			if (e.stopReason(j.s, j.tok) != FinishNone) == (pass == 0) {
+			ends := j.tok < 0 || e.stopReason(j.s, j.tok) != FinishNone
+			if ends == (pass == 0) {
 				e.deliver(j.s, j.tok, j.lp)
 			}
 		}
@@ -277,6 +278,9 @@ type sampleJob struct {
 	tok    int32
 	lp     sample.Logprobs
 }
+
+// errNoLogits ends a sample whose logits held no number above -Inf.
+var errNoLogits = errors.New("engine: the model produced no usable logits (NaN or -Inf everywhere)")
 
 // parallelSamples is the fewest unconstrained samples worth splitting over
 // the compute pool: drawing one from a large vocabulary (top-p, logprobs)
@@ -336,6 +340,12 @@ func (e *Engine) fork(s *seqState, i int) *seqState {
 // deliver appends tok to s, delivers it, and ends the sample when it
 // stops.
 func (e *Engine) deliver(s *seqState, tok int32, lp sample.Logprobs) {
+	if tok < 0 {
+		// The sampler found no logit above -Inf (NaN weights, a broken
+		// file): end the sample with an error rather than index by -1.
+		e.finish(s, FinishError, errNoLogits)
+		return
+	}
 	r := s.req
 	now := time.Now()
 	out := Output{Index: s.index, Token: tok, Time: now}
