@@ -50,12 +50,20 @@ func TestForcedToolUse(t *testing.T) {
 	}
 	checkWeatherInput(t, call.Input)
 
+	// Tokens that arrive while a delta is written go out together in the
+	// next one, and a handler descheduled for a moment (a loaded CI
+	// machine) can find most of a tiny model's answer ready: the input is
+	// streamed if one of 3 tries has at least 3 input_json_delta events.
 	body["stream"] = true
-	_, data, _ := post(t, env.URL("/v1/messages"), body)
-	s := readStream(t, data)
-	compareMessages(t, full, s.msg)
-	if s.deltas < 3 {
-		t.Fatalf("%d input_json_delta events", s.deltas)
+	deltas := 0
+	for try := 0; try < 3 && deltas < 3; try++ {
+		_, data, _ := post(t, env.URL("/v1/messages"), body)
+		s := readStream(t, data)
+		compareMessages(t, full, s.msg)
+		deltas = s.deltas
+	}
+	if deltas < 3 {
+		t.Fatalf("%d input_json_delta events in the best of 3 tries", deltas)
 	}
 	env.WaitIdle(t)
 }

@@ -130,50 +130,58 @@ func TestForcedToolCall(t *testing.T) {
 
 	// Streamed with the same seed: the same call, with OpenAI's delta shape.
 	body["stream"] = true
-	status, data, _ := post(t, env.URL("/v1/chat/completions"), body)
-	if status != 200 {
-		t.Fatalf("status %d: %s", status, data)
-	}
-	_, events := sseEvents(t, data)
+	// Tokens that arrive while a delta is written go out together in the
+	// next one, and a handler descheduled for a moment (a loaded CI
+	// machine) can find most of a tiny model's answer ready: the arguments
+	// are streamed if one of 3 tries has at least 3 deltas.
 	var streamedArgs strings.Builder
 	deltas, finish := 0, ""
-	for _, ev := range events[:len(events)-1] {
-		var chunk struct {
-			Choices []struct {
-				Delta struct {
-					ToolCalls []struct {
-						Index    *int    `json:"index"`
-						ID       *string `json:"id"`
-						Type     *string `json:"type"`
-						Function struct {
-							Name      *string `json:"name"`
-							Arguments string  `json:"arguments"`
-						} `json:"function"`
-					} `json:"tool_calls"`
-				} `json:"delta"`
-				FinishReason *string `json:"finish_reason"`
-			} `json:"choices"`
+	for try := 0; try < 3 && deltas < 3; try++ {
+		status, data, _ := post(t, env.URL("/v1/chat/completions"), body)
+		if status != 200 {
+			t.Fatalf("status %d: %s", status, data)
 		}
-		if err := json.Unmarshal([]byte(ev), &chunk); err != nil {
-			t.Fatal(err)
-		}
-		for _, c := range chunk.Choices {
-			if c.FinishReason != nil {
-				finish = *c.FinishReason
+		_, events := sseEvents(t, data)
+		streamedArgs.Reset()
+		deltas, finish = 0, ""
+		for _, ev := range events[:len(events)-1] {
+			var chunk struct {
+				Choices []struct {
+					Delta struct {
+						ToolCalls []struct {
+							Index    *int    `json:"index"`
+							ID       *string `json:"id"`
+							Type     *string `json:"type"`
+							Function struct {
+								Name      *string `json:"name"`
+								Arguments string  `json:"arguments"`
+							} `json:"function"`
+						} `json:"tool_calls"`
+					} `json:"delta"`
+					FinishReason *string `json:"finish_reason"`
+				} `json:"choices"`
 			}
-			for _, tc := range c.Delta.ToolCalls {
-				if tc.Index == nil || *tc.Index != 0 {
-					t.Fatalf("tool call delta without index 0: %s", ev)
+			if err := json.Unmarshal([]byte(ev), &chunk); err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range chunk.Choices {
+				if c.FinishReason != nil {
+					finish = *c.FinishReason
 				}
-				first := deltas == 0
-				if (tc.ID != nil) != first || (tc.Type != nil) != first || (tc.Function.Name != nil) != first {
-					t.Fatalf("delta %d: id/type/name must be in the first delta only: %s", deltas, ev)
+				for _, tc := range c.Delta.ToolCalls {
+					if tc.Index == nil || *tc.Index != 0 {
+						t.Fatalf("tool call delta without index 0: %s", ev)
+					}
+					first := deltas == 0
+					if (tc.ID != nil) != first || (tc.Type != nil) != first || (tc.Function.Name != nil) != first {
+						t.Fatalf("delta %d: id/type/name must be in the first delta only: %s", deltas, ev)
+					}
+					if first && (*tc.Function.Name != "get_weather" || *tc.Type != "function") {
+						t.Fatalf("first delta %s", ev)
+					}
+					streamedArgs.WriteString(tc.Function.Arguments)
+					deltas++
 				}
-				if first && (*tc.Function.Name != "get_weather" || *tc.Type != "function") {
-					t.Fatalf("first delta %s", ev)
-				}
-				streamedArgs.WriteString(tc.Function.Arguments)
-				deltas++
 			}
 		}
 	}
