@@ -26,6 +26,7 @@ import (
 	"github.com/kvserve/kvserve/internal/api/openai"
 	"github.com/kvserve/kvserve/internal/chat"
 	"github.com/kvserve/kvserve/internal/engine"
+	"github.com/kvserve/kvserve/internal/gguf"
 	"github.com/kvserve/kvserve/internal/grammar"
 	"github.com/kvserve/kvserve/internal/kv"
 	"github.com/kvserve/kvserve/internal/model"
@@ -131,6 +132,11 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 	}
 	if o.computeNice < 0 || o.computeNice > 20 {
 		return fmt.Errorf("serve: --compute-nice %d: want 0 (off), 1-19 (nice) or 20 (SCHED_IDLE)", o.computeNice)
+	}
+	if o.modelMemory != "auto" {
+		if _, err := gguf.ParsePlacement(o.modelMemory); err != nil {
+			return fmt.Errorf("serve: --model-memory %q: want auto, mmap or hugepages", o.modelMemory)
+		}
 	}
 	for _, a := range o.modelAliases {
 		if err := api.ValidAlias(a); err != nil {

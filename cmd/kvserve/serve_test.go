@@ -202,6 +202,7 @@ func TestServeRejectsBadSettings(t *testing.T) {
 		want string
 	}{
 		{[]string{"--compute-nice", "21"}, "--compute-nice"},
+		{[]string{"--model-memory", "huge"}, "--model-memory"},
 		{[]string{"--compute-nice", "-1"}, "--compute-nice"},
 		{[]string{"--model-alias", "claude-["}, "--model-alias"},
 		{[]string{"--model-alias", ""}, "--model-alias"},
