@@ -432,8 +432,8 @@ func (r *Runner) attendGroup(l int, batch []Seq, t, kvh int, ws *attnScratch) {
 
 	// llama.cpp rounds the queries to f16 for the product with f16 keys.
 	q := r.q[(t*c.Heads+kvh*G)*hd : (t*c.Heads+(kvh+1)*G)*hd]
-	tensor.F32ToF16Slice(ws.q16, q)
-	tensor.F16ToF32Slice(ws.qf, ws.q16)
+	tensor.F32ToF16Slice(ws.q16[:len(q)], q)
+	tensor.F16ToF32Slice(ws.qf[:len(q)], ws.q16[:len(q)])
 	q = ws.qf[:G*hd]
 
 	pf := headRows{k: rowSpan{2 * kvh * hd, 2 * hd, 2 * kvDim}, v: rowSpan{2 * kvh * hdv, 2 * hdv, 2 * vDim}}
