@@ -361,6 +361,25 @@ func (h headRows) next(cache Cache, l, b, n int) {
 	tensor.PrefetchRows(vb[h.v.off:], min(n-b*bs, bs), h.v.len, h.v.stride)
 }
 
+// f16Queries returns q rounded to f16, as llama.cpp rounds the queries for
+// the product with f16 keys, in the worker's scratch.
+func (ws *attnScratch) f16Queries(q []float32) []float32 {
+	tensor.F32ToF16Slice(ws.q16[:len(q)], q)
+	tensor.F16ToF32Slice(ws.qf[:len(q)], ws.q16[:len(q)])
+	return ws.qf[:len(q)]
+}
+
+// f16Weights turns each row of n scores into softmax weights after scaling
+// them, rounded to f16 (as llama.cpp does for the product with f16 values).
+func f16Weights(scores []float32, n int, scale float32) {
+	for lo := 0; lo+n <= len(scores); lo += n {
+		s := scores[lo : lo+n]
+		tensor.Scale(s, scale)
+		tensor.Softmax(s)
+		tensor.RoundF16(s)
+	}
+}
+
 // attendToken computes every query head of token t, for f16 keys and
 // values, a block at a time: each block's keys (and then values) are one
 // contiguous run of bytes for all KV heads, read once while the next
@@ -374,11 +393,7 @@ func (r *Runner) attendToken(l int, batch []Seq, t int, ws *attnScratch) {
 	n := r.taskPos[t] + 1                        // attend to positions [0, pos]
 	scale := 1 / float32(math.Sqrt(float64(hd))) // as llama.cpp: 1.0f/sqrtf(head_dim)
 
-	// llama.cpp rounds the queries to f16 for the product with f16 keys.
-	q := r.q[t*c.Heads*hd : (t+1)*c.Heads*hd]
-	tensor.F32ToF16Slice(ws.q16[:len(q)], q)
-	tensor.F16ToF32Slice(ws.qf[:len(q)], ws.q16[:len(q)])
-	q = ws.qf[:len(q)]
+	q := ws.f16Queries(r.q[t*c.Heads*hd : (t+1)*c.Heads*hd])
 
 	rows := func(b int) int { return min(n-b*bs, bs) }
 	scores := ws.scores[:c.Heads*n] // head h's scores at [h*n, (h+1)*n)
@@ -396,13 +411,7 @@ func (r *Runner) attendToken(l int, batch []Seq, t int, ws *attnScratch) {
 			tensor.DotsF16Heads(scores[kvh*G*n+b*bs:], n, rows(b), q[kvh*G*hd:(kvh+1)*G*hd], hd, kf[kvh*hd:], kvDim)
 		}
 	}
-	for h := range c.Heads {
-		s := scores[h*n : (h+1)*n]
-		tensor.Scale(s, scale)
-		tensor.Softmax(s)
-		// ... and the softmax weights to f16 for the product with f16 values.
-		tensor.RoundF16(s)
-	}
+	f16Weights(scores, n, scale)
 
 	out := r.attnOut[t*c.Heads*hdv : (t+1)*c.Heads*hdv]
 	clear(out)
@@ -430,11 +439,7 @@ func (r *Runner) attendGroup(l int, batch []Seq, t, kvh int, ws *attnScratch) {
 	n := r.taskPos[t] + 1                        // attend to positions [0, pos]
 	scale := 1 / float32(math.Sqrt(float64(hd))) // as llama.cpp: 1.0f/sqrtf(head_dim)
 
-	// llama.cpp rounds the queries to f16 for the product with f16 keys.
-	q := r.q[(t*c.Heads+kvh*G)*hd : (t*c.Heads+(kvh+1)*G)*hd]
-	tensor.F32ToF16Slice(ws.q16[:len(q)], q)
-	tensor.F16ToF32Slice(ws.qf[:len(q)], ws.q16[:len(q)])
-	q = ws.qf[:G*hd]
+	q := ws.f16Queries(r.q[(t*c.Heads+kvh*G)*hd : (t*c.Heads+(kvh+1)*G)*hd])
 
 	pf := headRows{k: rowSpan{2 * kvh * hd, 2 * hd, 2 * kvDim}, v: rowSpan{2 * kvh * hdv, 2 * hdv, 2 * vDim}}
 	pf.first(cache, l, n)
@@ -444,13 +449,7 @@ func (r *Runner) attendGroup(l int, batch []Seq, t, kvh int, ws *attnScratch) {
 		pf.next(cache, l, b, n)
 		tensor.DotsF16Heads(scores[b*bs:], n, min(n-b*bs, bs), q, hd, f16View(kb)[kvh*hd:], kvDim)
 	}
-	for g := range G {
-		s := scores[g*n : (g+1)*n]
-		tensor.Scale(s, scale)
-		tensor.Softmax(s)
-		// ... and the softmax weights to f16 for the product with f16 values.
-		tensor.RoundF16(s)
-	}
+	f16Weights(scores, n, scale)
 
 	out := r.attnOut[(t*c.Heads+kvh*G)*hdv : (t*c.Heads+(kvh+1)*G)*hdv]
 	clear(out)
@@ -472,10 +471,7 @@ func (r *Runner) attendHead(l int, batch []Seq, t, head int, ws *attnScratch) {
 	q := r.q[t*c.Heads*hd+head*hd : t*c.Heads*hd+(head+1)*hd]
 	switch r.kvType {
 	case tensor.F16:
-		// llama.cpp rounds the query to f16 for the product with f16 keys.
-		tensor.F32ToF16Slice(ws.q16[:hd], q)
-		tensor.F16ToF32Slice(ws.qf[:hd], ws.q16[:hd])
-		q = ws.qf[:hd]
+		q = ws.f16Queries(q)
 	case tensor.Q8_0:
 		// ... and quantizes it to Q8_0 for the product with Q8_0 keys.
 		tensor.QuantizeQ80(ws.q8, q)
