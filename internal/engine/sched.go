@@ -249,12 +249,17 @@ func (e *Engine) afterForward() {
 	// Samples that end first: each delivery wakes a handler, the handlers
 	// run in about the order they were woken once the loop yields, and a
 	// stream's last chunk is what its client waits for to finish.
+	for i := range jobs {
+		if j := &jobs[i]; j.tok >= 0 {
+			j.stop = e.stopReason(j.s, j.tok)
+		}
+	}
 	for pass := range 2 {
 		for i := range jobs {
 			j := &jobs[i]
-			ends := j.tok < 0 || e.stopReason(j.s, j.tok) != FinishNone
+			ends := j.tok < 0 || j.stop != FinishNone
 			if ends == (pass == 0) {
-				e.deliver(j.s, j.tok, j.lp)
+				e.deliver(j)
 			}
 		}
 	}
@@ -277,6 +282,7 @@ type sampleJob struct {
 	logits []float32 // shared by the samples of one request: read only
 	tok    int32
 	lp     sample.Logprobs
+	stop   FinishReason // why the sample ends with tok, if it does
 }
 
 // errNoLogits ends a sample whose logits held no number above -Inf.
@@ -337,9 +343,10 @@ func (e *Engine) fork(s *seqState, i int) *seqState {
 	return t
 }
 
-// deliver appends tok to s, delivers it, and ends the sample when it
-// stops.
-func (e *Engine) deliver(s *seqState, tok int32, lp sample.Logprobs) {
+// deliver appends j's token to its sample, delivers it, and ends the
+// sample when it stops.
+func (e *Engine) deliver(j *sampleJob) {
+	s, tok, lp := j.s, j.tok, j.lp
 	if tok < 0 {
 		// The sampler found no logit above -Inf (NaN weights, a broken
 		// file): end the sample with an error rather than index by -1.
@@ -367,22 +374,15 @@ func (e *Engine) deliver(s *seqState, tok int32, lp sample.Logprobs) {
 	e.m.generatedTokens.Inc()
 
 	st.push(out)
-	if reason := e.stopReason(s, -1); reason != FinishNone {
-		e.finish(s, reason, nil) // right after the token: delivered together
+	if j.stop != FinishNone {
+		e.finish(s, j.stop, nil) // right after the token: delivered together
 	}
 }
 
-// stopReason says whether s stops once tok is appended, and why; tok < 0
-// asks about s as it is, its last token already appended.
+// stopReason says whether s stops once tok is appended, and why.
 func (e *Engine) stopReason(s *seqState, tok int32) FinishReason {
 	r := s.req
-	n, generated := len(s.tokens), s.generated
-	if tok < 0 {
-		tok = s.tokens[n-1]
-	} else {
-		n++
-		generated++
-	}
+	n, generated := len(s.tokens)+1, s.generated+1
 	switch {
 	case (e.eog[tok] && !r.IgnoreEOS) || slices.Contains(r.StopTokens, tok):
 		return FinishStop
