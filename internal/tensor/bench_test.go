@@ -93,11 +93,11 @@ var smolLayer = []struct{ cols, rows int }{
 
 // BenchmarkSmolLM2Projections runs all weight products of one SmolLM2-135M
 // token (30 layers plus the 49152-row output) with 2 threads: an upper
-// bound on the model's decode (n=1) and prefill (n=512, no output layer)
-// token rates from the matrix products alone.
+// bound on the model's decode (n=1), batch decode (n=16) and prefill
+// (n=512, no output layer) token rates from the matrix products alone.
 func BenchmarkSmolLM2Projections(b *testing.B) {
 	for _, typ := range []DType{Q8_0, F32} {
-		for _, n := range []int{1, 512} {
+		for _, n := range []int{1, 16, 512} {
 			b.Run(fmt.Sprintf("%v/n%d/t2", typ, n), func(b *testing.B) {
 				var layer []Matrix
 				for _, s := range smolLayer {
@@ -125,8 +125,8 @@ func BenchmarkSmolLM2Projections(b *testing.B) {
 							p.MatMul(dst, m, x, n)
 						}
 					}
-					if n == 1 {
-						p.MatMul(dst, out, x, 1)
+					if n <= 16 {
+						p.MatMul(dst, out, x, n)
 					}
 				}
 				b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "tok/s")

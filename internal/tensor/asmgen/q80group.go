@@ -21,8 +21,17 @@ import "fmt"
 // and finally sum the eight lanes as ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)).
 // Every kernel of the family follows exactly these float steps, so a
 // token's results are bit-identical whatever the tile (batch invariance).
-// Groups past the row's last block are padded: zero activations, scales and
-// offsets, which add exactly zero.
+// Blocks missing from a row's last group are padded: zero activations,
+// scales and offsets, which add exactly zero.
+//
+// A last group of at most four blocks is narrower (see q80TailWidth): with
+// width w ∈ {1, 2, 4} its blocks take 8/w lanes each (lane l of vector k
+// holds block l/m's dword m·k + l mod m, m = 8/w), so a token costs w
+// vpdpbusd instead of eight. Lanes then hold partial sums of a block — still
+// exact integers — and the float steps above run on the lanes as they are,
+// the block's scale product in each of its lanes. Model widths like 576
+// (18 blocks: 2 full groups + 2) spend a quarter of their work on such a
+// group. All kernels take the same steps there, so batch invariance holds.
 //
 // Two ways to get one lane per block:
 //   - transposed (T ≥ 3 tokens): the activations are stored transposed per
@@ -39,7 +48,7 @@ import "fmt"
 // quantized values (256), the offsets −128·Σy of the eight blocks (int32,
 // for the weights made unsigned by xor 0x80) and their scales dy (f32).
 // The natural kernels read y (natural quantized values) and the offsets and
-// scales from g.
+// scales from g, and a narrow last group wholly from g.
 //
 // Arguments: w *byte, rowBytes, rows int, y *int8, yStride int, grp *byte,
 // gStride, groups, last int, dst *float32, ldBytes int. groups = ⌈nb/8⌉,
@@ -87,6 +96,109 @@ func q80Prefetch(a *asm, dist int) {
 
 func q80BiasData(a *asm) {
 	a.b.WriteString("DATA q80Bias<>+0(SB)/4, $0x80808080\nGLOBL q80Bias<>(SB), RODATA|NOPTR, $4\n\n")
+	// vpermps indices spreading the scales of a narrow last group over
+	// their lanes: widths 1, 2 and 4, 32 bytes each.
+	off := 0
+	for _, w := range []int{1, 2, 4} {
+		for l := 0; l < 8; l++ {
+			fmt.Fprintf(&a.b, "DATA q80TailIdx<>+%d(SB)/4, $%d\n", off, l/(8/w))
+			off += 4
+		}
+	}
+	fmt.Fprintf(&a.b, "GLOBL q80TailIdx<>(SB), RODATA|NOPTR, $%d\n\n", off)
+}
+
+// q80TailWidths are the widths of the narrow last groups; a last group of n
+// blocks has width 1 (n = 1), 2 (n = 2), 4 (n = 3, 4) or 8 (the full path).
+var q80TailWidths = []int{1, 2, 4}
+
+// q80TailDispatch jumps to the narrow last-group sections when the group is
+// the row's last (CX = 1) and holds at most four blocks (R9).
+func q80TailDispatch(a *asm, name string) {
+	a.p("CMPQ CX, $1")
+	a.p("JNE %s_full", name)
+	a.p("CMPQ R9, $1")
+	a.p("JEQ %s_tail1", name)
+	a.p("CMPQ R9, $2")
+	a.p("JEQ %s_tail2", name)
+	a.p("CMPQ R9, $4")
+	a.p("JLE %s_tail4", name)
+	a.label(name + "_full")
+}
+
+// q80Tail generates the narrow last-group sections of a kernel for T tokens:
+// each loads the group's blocks in the lane order of its width into Y0..Y(w-1)
+// (unsigned), their scales spread over their lanes into Y8, then runs the
+// tokens exactly as the full group does, and jumps to the row's store.
+// R13 walks the tokens' groups (it is free in both kernel kinds there); R9
+// holds the group's block count; Y9-Y15 are scratch.
+func q80Tail(a *asm, name string, T int) {
+	for i, w := range q80TailWidths {
+		a.label(fmt.Sprintf("%s_tail%d", name, w))
+		a.p("XORL AX, AX")
+		switch w {
+		case 1:
+			a.p("VMOVDQU 2(DI), Y0")
+			q80Scale(a, 0)
+		case 2:
+			a.p("VMOVDQU 2(DI), Y9")
+			a.p("VMOVDQU 36(DI), Y10")
+			a.p("VPERM2I128 $0x20, Y10, Y9, Y0") // [b0 dwords 0-3 | b1 dwords 0-3]
+			a.p("VPERM2I128 $0x31, Y10, Y9, Y1") // [b0 dwords 4-7 | b1 dwords 4-7]
+			q80Scale(a, 0)
+			q80Scale(a, 1)
+		case 4:
+			a.p("VPXOR Y12, Y12, Y12")
+			for b := 0; b < 4; b++ {
+				if b == 3 {
+					a.p("CMPQ R9, $3")
+					a.p("JEQ %s_tail4_loaded", name)
+				}
+				a.p("VMOVDQU %d(DI), Y%d", 34*b+2, 9+b)
+				q80Scale(a, b)
+			}
+			a.label(name + "_tail4_loaded")
+			// Transpose the 4×4 qwords: vector k = qword k of blocks 0-3.
+			a.p("VPUNPCKLQDQ Y10, Y9, Y4")
+			a.p("VPUNPCKHQDQ Y10, Y9, Y5")
+			a.p("VPUNPCKLQDQ Y12, Y11, Y6")
+			a.p("VPUNPCKHQDQ Y12, Y11, Y7")
+			a.p("VPERM2I128 $0x20, Y6, Y4, Y0")
+			a.p("VPERM2I128 $0x20, Y7, Y5, Y1")
+			a.p("VPERM2I128 $0x31, Y6, Y4, Y2")
+			a.p("VPERM2I128 $0x31, Y7, Y5, Y3")
+		}
+		a.p("VPBROADCASTD q80Bias<>(SB), Y15")
+		for k := 0; k < w; k++ {
+			a.p("VPXOR Y15, Y%d, Y%d", k, k)
+		}
+		a.p("VMOVQ AX, X8")
+		a.p("VCVTPH2PS X8, Y8")
+		a.p("VMOVDQU q80TailIdx<>+%d(SB), Y9", 32*i)
+		a.p("VPERMPS Y8, Y9, Y8")
+		a.p("MOVQ R14, R13")
+		q80Tokens(a, "R13", w, T)
+		a.p("JMP %s_store", name)
+	}
+}
+
+// q80Tokens runs T tokens over the group's w weight vectors Y0..Y(w-1) and
+// scales Y8, the tokens' groups at reg (advanced by gStride, R11).
+func q80Tokens(a *asm, reg string, w, T int) {
+	for t := 0; t < T; t++ {
+		ti := 9 + 2*(t%3)
+		td := ti + 1
+		a.p("VMOVDQU %d(%s), Y%d", q80GroupOffset, reg, ti)
+		for k := 0; k < w; k++ {
+			a.p("VPDPBUSD %d(%s), Y%d, Y%d", 32*k, reg, k, ti)
+		}
+		a.p("VCVTDQ2PS Y%d, Y%d", ti, ti)
+		a.p("VMULPS %d(%s), Y8, Y%d", q80GroupScale, reg, td)
+		a.p("VFMADD231PS Y%d, Y%d, Y%d", td, ti, 16+t)
+		if t+1 < T {
+			a.p("ADDQ R11, %s", reg)
+		}
+	}
 }
 
 // q80GroupProlog loads the arguments shared by both kernel kinds and opens
@@ -166,6 +278,7 @@ func q80Reduce1(a *asm) {
 // q80Store reduces the float accumulators Y16..Y16+T-1 and stores them for
 // the current row (DX), then moves to the next row.
 func q80Store(a *asm, name string, T int) {
+	a.label(name + "_store")
 	a.p("MOVQ DX, R12")
 	t := 0
 	for ; t+4 <= T; t += 4 {
@@ -208,6 +321,7 @@ func q80TransposedKernel(a *asm, d *decl, T int) {
 	a.p("MOVQ groups+56(FP), CX")
 	a.label(name + "_group")
 	q80GroupCount(a)
+	q80TailDispatch(a, name)
 	// Load the group's blocks (missing ones stay zero) and scales.
 	for i := 1; i < 8; i++ {
 		a.p("VPXOR Y%d, Y%d, Y%d", 8+i, 8+i, 8+i)
@@ -246,24 +360,13 @@ func q80TransposedKernel(a *asm, d *decl, T int) {
 	q80Scales(a, 8)
 	// Tokens.
 	a.p("MOVQ R14, R10")
-	for t := 0; t < T; t++ {
-		ti := 9 + 2*(t%3)
-		td := ti + 1
-		a.p("VMOVDQU %d(R10), Y%d", q80GroupOffset, ti)
-		for k := 0; k < 8; k++ {
-			a.p("VPDPBUSD %d(R10), Y%d, Y%d", 32*k, k, ti)
-		}
-		a.p("VCVTDQ2PS Y%d, Y%d", ti, ti)
-		a.p("VMULPS %d(R10), Y8, Y%d", q80GroupScale, td)
-		a.p("VFMADD231PS Y%d, Y%d, Y%d", td, ti, 16+t)
-		if t+1 < T {
-			a.p("ADDQ R11, R10")
-		}
-	}
+	q80Tokens(a, "R10", 8, T)
 	a.p("ADDQ $%d, DI", 8*34)
 	a.p("ADDQ $%d, R14", q80GroupBytes)
 	a.p("DECQ CX")
 	a.p("JNZ %s_group", name)
+	a.p("JMP %s_store", name)
+	q80Tail(a, name, T)
 	q80Store(a, name, T)
 }
 
@@ -319,6 +422,7 @@ func q80NaturalKernel(a *asm, d *decl, T int) {
 	}
 	a.label(name + "_group")
 	q80GroupCount(a)
+	q80TailDispatch(a, name)
 	q80Prefetch(a, q80PrefetchN)
 	a.p("XORL BX, BX")
 	zeroSums()
@@ -360,5 +464,7 @@ func q80NaturalKernel(a *asm, d *decl, T int) {
 	a.p("ADDQ $%d, R14", q80GroupBytes)
 	a.p("DECQ CX")
 	a.p("JNZ %s_group", name)
+	a.p("JMP %s_store", name)
+	q80Tail(a, name, T)
 	q80Store(a, name, T)
 }
