@@ -20,6 +20,10 @@ func quantizeActQ80(q []int8, d []float32, s []int32, x []float32) {
 	quantizeActQ80Generic(q, d, s, x)
 }
 
+func fillQ80FullGroups(g []byte, q []int8, d []float32, s []int32, groups int) {
+	fillQ80GroupsGeneric(g, q, d, s, groups)
+}
+
 func quantizeActQ8K(q []int8, d []float32, bs []int16, x []float32) {
 	quantizeActQ8KGeneric(q, d, bs, x)
 }

@@ -1,6 +1,7 @@
 package tensor
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"math"
@@ -572,3 +573,55 @@ func parkAll(p *Pool) {
 }
 
 func sleepBriefly() { time.Sleep(time.Millisecond) }
+
+// TestFillQ80Groups checks the group layout the VNNI kernels read: the
+// assembly for full groups against the Go reference, and every block's
+// values, offset and scale at the place the layout gives them, for rows of
+// 1 to 41 blocks (every last-group width).
+func TestFillQ80Groups(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	for nb := 1; nb <= 41; nb++ {
+		groups := (nb + 7) / 8
+		x := randVec(rng, nb*qk80, 1)
+		q, d, s := make([]int8, nb*qk80), make([]float32, nb), make([]int32, nb)
+		quantizeActQ80Generic(q, d, s, x)
+		got := make([]byte, groups*q80GroupBytes)
+		for i := range got {
+			got[i] = 0xa5 // the layout must overwrite every byte
+		}
+		fillQ80Groups(got, q, d, s)
+		want := make([]byte, len(got))
+		fillQ80GroupsFrom(want, q, d, s, 0, nb)
+		if !bytes.Equal(got, want) {
+			t.Fatalf("nb=%d: assembly and Go layouts differ", nb)
+		}
+		for b := 0; b < nb; b++ {
+			gi, i := b/8, b%8
+			n := min(8, nb-8*gi)
+			m := 8 / q80TailWidth(n)
+			grp := got[gi*q80GroupBytes:]
+			for k := 0; k < 8; k++ {
+				lane := 8*(k/m) + m*i + k%m
+				if g, w := binary.LittleEndian.Uint32(grp[4*lane:]), binary.LittleEndian.Uint32(int8Bytes(q[b*qk80+4*k:b*qk80+4*k+4])); g != w {
+					t.Fatalf("nb=%d block %d dword %d: %#x, want %#x", nb, b, k, g, w)
+				}
+			}
+			if g := int32(binary.LittleEndian.Uint32(grp[q80GroupOffset+4*m*i:])); g != 128*s[b] {
+				t.Fatalf("nb=%d block %d: offset %d, want %d", nb, b, g, 128*s[b])
+			}
+			for j := 0; j < m; j++ {
+				if g := math.Float32frombits(binary.LittleEndian.Uint32(grp[q80GroupScale+4*(m*i+j):])); g != d[b] {
+					t.Fatalf("nb=%d block %d lane %d: scale %g, want %g", nb, b, j, g, d[b])
+				}
+			}
+		}
+	}
+}
+
+func int8Bytes(q []int8) []byte {
+	b := make([]byte, len(q))
+	for i, v := range q {
+		b[i] = byte(v)
+	}
+	return b
+}
