@@ -142,6 +142,10 @@ type Engine struct {
 	logits  []float32   // arena: one Vocab-sized slice per sequence needing logits
 	scratch []float32   // a processor's private copy of one sequence's logits
 	samples []sampleJob // the pass's draws, reused from step to step
+	// ended are the streams whose last output this step queued, and
+	// handoff bounds the wait for their readers (see handOff).
+	ended   []*Stream
+	handoff *time.Timer
 	batch   []model.Seq
 	entries []entry
 	// inflight counts, per block hash, the running sequences whose prefill
@@ -389,14 +393,45 @@ func (e *Engine) loop(ctx context.Context) {
 		}
 		e.afterForward()
 		e.updateGauges()
-		// Let the handlers this step's outputs woke run before the next
-		// pass: they wait in this goroutine's run queue, and while a pass
-		// runs the compute pool keeps every P busy, so a stream's last
-		// chunk could wait milliseconds to be written (kvserve bench
-		// serve, chat, 64 streams: overhead p99 ~2.4 → ~1.9-2.0 ms with
-		// the draws split over the pool and ending samples woken first).
-		runtime.Gosched()
+		e.handOff()
 	}
+}
+
+// maxHandoff bounds how long the loop waits, after a step, for the readers
+// of the streams that step ended (a reader that went away never comes).
+const maxHandoff = time.Millisecond
+
+// handOff lets the handlers this step's outputs woke run before the next
+// pass. They wait in this goroutine's run queue, and while a pass runs the
+// compute pool keeps every P busy, so a stream's last chunk could wait
+// milliseconds to be written. Yielding lets most of them run; a stream that
+// ended is its client's whole wait, so for those the loop also waits —
+// at most maxHandoff — until their readers have taken the last output:
+// a reader that runs then writes its final chunk before the pass can take
+// its processor. (kvserve bench serve, chat, 64 streams: overhead p99
+// ~2.4 → ~1.9-2.0 ms with the yield, the draws split over the pool and
+// ending samples woken first.)
+func (e *Engine) handOff() {
+	runtime.Gosched()
+	if len(e.ended) == 0 {
+		return
+	}
+	if e.handoff == nil {
+		e.handoff = time.NewTimer(maxHandoff)
+	} else {
+		e.handoff.Reset(maxHandoff)
+	}
+wait:
+	for _, st := range e.ended {
+		select {
+		case <-st.drained:
+		case <-e.handoff.C:
+			break wait
+		}
+	}
+	e.handoff.Stop()
+	clear(e.ended)
+	e.ended = e.ended[:0]
 }
 
 func (e *Engine) drainSubmissions() {

@@ -611,3 +611,57 @@ func TestNoUsableLogitsEndsWithError(t *testing.T) {
 		t.Fatalf("next request got %d tokens, want 2", len(toks[0]))
 	}
 }
+
+// TestStreamDrained: a stream's drained signal closes when its reader has
+// taken the last output of every sample, not before.
+func TestStreamDrained(t *testing.T) {
+	st := newStream(context.Background(), 2)
+	isClosed := func() bool {
+		select {
+		case <-st.drained:
+			return true
+		default:
+			return false
+		}
+	}
+	ctx := context.Background()
+	st.push(Output{Index: 0, Token: 7})
+	st.push(Output{Index: 0, Token: -1, Finish: FinishLength})
+	if _, err := st.Recv(ctx, nil); err != nil || isClosed() {
+		t.Fatalf("after sample 0 ended: err %v, drained %v", err, isClosed())
+	}
+	st.push(Output{Index: 1, Token: -1, Finish: FinishStop})
+	if isClosed() {
+		t.Fatal("drained before the reader took the last output")
+	}
+	if outs, err := st.Recv(ctx, nil); err != nil || len(outs) != 1 || !isClosed() {
+		t.Fatalf("reading the last output: %v, err %v, drained %v", outs, err, isClosed())
+	}
+	if _, err := st.Recv(ctx, nil); !errors.Is(err, ErrDone) {
+		t.Fatalf("after the end: err %v, want ErrDone", err)
+	}
+}
+
+// TestHandOffBounded: the loop's wait for the readers of ended streams is
+// bounded, so a stream nobody reads does not hold up the requests after it.
+func TestHandOffBounded(t *testing.T) {
+	m := sharedModel(t, "tiny-f32.gguf")
+	e, err := New(m, Config{Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	for i := range 3 {
+		// Never read: its reader went away.
+		if _, err := e.Submit(context.Background(), Request{Prompt: []int32{5, 6, int32(7 + i)}, MaxTokens: 1, IgnoreEOS: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := e.Submit(context.Background(), Request{Prompt: []int32{5, 6, 7}, MaxTokens: 4, IgnoreEOS: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if toks, _ := collect(t, st, 1); len(toks[0]) != 4 {
+		t.Fatalf("got %d tokens, want 4", len(toks[0]))
+	}
+}

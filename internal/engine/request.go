@@ -144,11 +144,14 @@ type Stream struct {
 	mu       sync.Mutex
 	queue    []Output
 	notify   chan struct{}
-	finished int // samples finished
+	drained  chan struct{} // closed once the reader has taken the last output
+	finished int           // samples finished
 	n        int
 	usage    Usage
 	cancel   context.CancelFunc
 	ctx      context.Context
+	// drainedClosed says drained was closed (guarded by mu).
+	drainedClosed bool
 
 	// Timing, for metrics. admitted and ended are guarded by mu (QueueTime
 	// and Ended read them); the others are written and read by the step
@@ -159,7 +162,7 @@ type Stream struct {
 
 func newStream(ctx context.Context, n int) *Stream {
 	ctx, cancel := context.WithCancel(ctx)
-	return &Stream{notify: make(chan struct{}, 1), n: n, ctx: ctx, cancel: cancel, arrival: time.Now()}
+	return &Stream{notify: make(chan struct{}, 1), drained: make(chan struct{}), n: n, ctx: ctx, cancel: cancel, arrival: time.Now()}
 }
 
 func (s *Stream) push(o Output) {
@@ -187,13 +190,17 @@ func (s *Stream) push(o Output) {
 func (s *Stream) Recv(ctx context.Context, dst []Output) ([]Output, error) {
 	for {
 		s.mu.Lock()
+		done := s.finished >= s.n
+		if done && !s.drainedClosed {
+			s.drainedClosed = true
+			close(s.drained)
+		}
 		if len(s.queue) > 0 {
 			dst = append(dst, s.queue...)
 			s.queue = s.queue[:0]
 			s.mu.Unlock()
 			return dst, nil
 		}
-		done := s.finished >= s.n
 		s.mu.Unlock()
 		if done {
 			return dst, ErrDone

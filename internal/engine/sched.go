@@ -260,6 +260,9 @@ func (e *Engine) afterForward() {
 			ends := j.tok < 0 || j.stop != FinishNone
 			if ends == (pass == 0) {
 				e.deliver(j)
+				if st := j.s.req.stream; ends && st.finishedAll() {
+					e.ended = append(e.ended, st)
+				}
 			}
 		}
 	}
