@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
-	"math/bits"
 	"unsafe"
 )
 
@@ -215,9 +214,11 @@ func fillQ80GroupsFrom(g []byte, q []int8, d []float32, s []int32, first, nb int
 					out32[8*k+i] = v
 				}
 			} else {
-				sh := bits.TrailingZeros(uint(m)) // m is a power of two
-				for k, v := range blk {
-					out32[8*(k>>sh)+m*i+k&(m-1)] = v
+				for c := 0; c < 8/m; c++ { // vector c holds dwords m·c … m·c+m-1
+					o, in := out32[8*c+m*i:8*c+m*i+m], blk[m*c:m*c+m]
+					for j := range o {
+						o[j] = in[j]
+					}
 				}
 			}
 			out32[q80GroupOffset/4+m*i] = uint32(128 * s[b])

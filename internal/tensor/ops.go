@@ -15,10 +15,24 @@ func RMSNorm(dst, x, weight []float32, eps float32) {
 		return
 	}
 	dst = dst[:n]
-	var sum float64
-	for _, v := range x {
-		sum += float64(v * v)
+	// ggml adds the squares in float64 one after the other: one chain of
+	// dependent additions, the bulk of this function's time. Four partial
+	// sums run four times faster; the float64 total differs from the
+	// sequential one in its last bits at most, so the float32 mean is the
+	// same except when it lies that close to a rounding boundary.
+	var s0, s1, s2, s3 float64
+	i := 0
+	for ; i+4 <= n; i += 4 {
+		v := x[i : i+4 : i+4]
+		s0 += float64(v[0] * v[0])
+		s1 += float64(v[1] * v[1])
+		s2 += float64(v[2] * v[2])
+		s3 += float64(v[3] * v[3])
 	}
+	for ; i < n; i++ {
+		s0 += float64(x[i] * x[i])
+	}
+	sum := (s0 + s1) + (s2 + s3)
 	mean := float32(sum / float64(n))
 	scale := 1 / float32(math.Sqrt(float64(mean+eps)))
 	if weight == nil {
