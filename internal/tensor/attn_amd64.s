@@ -152,8 +152,13 @@ adone:
 	RET
 
 // func prefetchRows(b *byte, rows, rowBytes, strideBytes int)
-// One PREFETCHT0 per 64 bytes of each row, and one for its last byte (a
+// One PREFETCHT1 per 64 bytes of each row, and one for its last byte (a
 // row that does not start on a line boundary spans one more line).
+// T1, into L2 rather than L1: the core tracks many more outstanding L2
+// misses than L1 ones, so a whole KV block's lines are in flight at once
+// instead of the prefetches stalling the loop as the L1 miss buffers fill
+// (SmolLM2-135M batch 16 decode, f16 KV, EPYC: +10% tokens/s, batch 1 +4%;
+// the loads then hit L2).
 TEXT ·prefetchRows(SB), NOSPLIT, $0-32
 	MOVQ b+0(FP), DI
 	MOVQ rows+8(FP), CX
@@ -165,11 +170,11 @@ prow:
 	XORQ AX, AX
 
 pline:
-	PREFETCHT0 (DI)(AX*1)
+	PREFETCHT1 (DI)(AX*1)
 	ADDQ $64, AX
 	CMPQ AX, R8
 	JBE  pline
-	PREFETCHT0 (DI)(R8*1)
+	PREFETCHT1 (DI)(R8*1)
 	ADDQ R9, DI
 	DECQ CX
 	JNZ  prow
