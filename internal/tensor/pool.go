@@ -4,6 +4,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Pool is a fixed set of persistent worker goroutines that run the
@@ -85,6 +86,17 @@ type poolWorker struct {
 	wake     chan struct{}
 	_        cacheLinePad
 }
+
+// yieldEvery is how long a thread runs items of one job before it lets the
+// Go scheduler run other goroutines queued on its P. Jobs end in a wait
+// that yields anyway, but one job can be long — the output layer of a
+// 64-sequence decode step is ~10 ms here — and for its whole length every P
+// is held by a compute thread, so an HTTP handler woken meanwhile (a new
+// request to parse and submit, a stream's last chunk to write) would wait
+// for the job's end or the runtime's 10 ms preemption. Checked between
+// items (tens of microseconds each), so a handler waits at most about this
+// long; a yield with nothing else runnable costs well under a microsecond.
+const yieldEvery = 200 * time.Microsecond
 
 // An idle worker first polls for new work with the CPU's spin-wait hint
 // (cpuRelax, tens of nanoseconds) spinPause times, then yields the OS thread
@@ -243,8 +255,11 @@ func (p *Pool) work(id int, lowered *sync.WaitGroup) {
 	}
 }
 
-// runItems claims and runs items of job generation g until none are left.
+// runItems claims and runs items of job generation g until none are left,
+// yielding the P every yieldEvery (unless the threads are background ones,
+// which never hand their P over: see PoolOptions.Nice).
 func (p *Pool) runItems(g uint32, id int) {
+	last := time.Now()
 	for {
 		c := p.claim.Load()
 		if uint32(c>>(2*claimBits))&genMask != g&genMask {
@@ -259,6 +274,12 @@ func (p *Pool) runItems(g uint32, id int) {
 		}
 		p.runItem(int(next), id)
 		p.fin.Add(1)
+		if p.nice == 0 {
+			if now := time.Now(); now.Sub(last) >= yieldEvery {
+				runtime.Gosched()
+				last = now
+			}
+		}
 	}
 }
 
