@@ -410,7 +410,7 @@ const maxHandoff = time.Millisecond
 // a reader that runs then writes its final chunk before the pass can take
 // its processor. (kvserve bench serve, chat, 64 streams: overhead p99
 // ~2.4 → ~1.9-2.0 ms with the yield, the draws split over the pool and
-// ending samples woken first.)
+// ending samples woken first; → ~1.5 ms with the wait, p90 1.05 → 0.75.)
 func (e *Engine) handOff() {
 	runtime.Gosched()
 	if len(e.ended) == 0 {

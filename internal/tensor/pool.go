@@ -94,8 +94,10 @@ type poolWorker struct {
 // is held by a compute thread, so an HTTP handler woken meanwhile (a new
 // request to parse and submit, a stream's last chunk to write) would wait
 // for the job's end or the runtime's 10 ms preemption. Checked between
-// items (tens of microseconds each), so a handler waits at most about this
-// long; a yield with nothing else runnable costs well under a microsecond.
+// items (a matrix product's take tens of microseconds; a Parallel job has
+// one item per thread, so it yields only at its end), so a handler waits
+// about this long at most; a yield with nothing else runnable costs well
+// under a microsecond.
 const yieldEvery = 200 * time.Microsecond
 
 // An idle worker first polls for new work with the CPU's spin-wait hint
