@@ -84,6 +84,11 @@ func q40AVX2_1x3(w *byte, rowBytes, groups int, y *int8, yStride int, d *float32
 //go:noescape
 func q40AVX2_1x4(w *byte, rowBytes, groups int, y *int8, yStride int, d *float32, s *int32, dStride, nb int, dst *float32, ldBytes int)
 
+// q80GroupsAVX2 writes the Q8_0 group layout of groups full groups of eight blocks.
+//
+//go:noescape
+func q80GroupsAVX2(grp *byte, q *int8, d *float32, s *int32, groups int)
+
 // q80VNNIN_1 computes rows × 1 tokens of Q8_0 weights × Q8_0 activations in groups of 8 blocks, on natural activations (VNNI).
 //
 //go:noescape

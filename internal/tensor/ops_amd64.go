@@ -8,9 +8,6 @@ package tensor
 func quantQ80AVX2(x *float32, q *int8, d *float32, s *int32, nb int, smul int32)
 
 //go:noescape
-func q80GroupsAVX2(grp *byte, q *int8, d *float32, s *int32, groups int)
-
-//go:noescape
 func quantQ8KAVX2(x *float32, q *int8, d *float32, nb int)
 
 //go:noescape

@@ -836,6 +836,7 @@ func main() {
 		}
 	}
 	q80BiasData(&a)
+	q80GroupsKernel(&a, &d)
 	for T := 1; T <= 2; T++ {
 		q80NaturalKernel(&a, &d, T)
 	}

@@ -337,22 +337,7 @@ func q80TransposedKernel(a *asm, d *decl, T int) {
 	}
 	a.label(name + "_loaded")
 	q80Prefetch(a, q80PrefetchT)
-	// Transpose the 8×8 dwords of Y8..Y15 into Y0..Y7.
-	for p := 0; p < 4; p++ {
-		a.p("VPUNPCKLDQ Y%d, Y%d, Y%d", 9+2*p, 8+2*p, 2*p)
-		a.p("VPUNPCKHDQ Y%d, Y%d, Y%d", 9+2*p, 8+2*p, 2*p+1)
-	}
-	for h := 0; h < 2; h++ { // blocks 0-3, then 4-7
-		b := 4 * h
-		a.p("VPUNPCKLQDQ Y%d, Y%d, Y%d", b+2, b, 8+b)
-		a.p("VPUNPCKHQDQ Y%d, Y%d, Y%d", b+2, b, 9+b)
-		a.p("VPUNPCKLQDQ Y%d, Y%d, Y%d", b+3, b+1, 10+b)
-		a.p("VPUNPCKHQDQ Y%d, Y%d, Y%d", b+3, b+1, 11+b)
-	}
-	for k := 0; k < 4; k++ {
-		a.p("VPERM2I128 $0x20, Y%d, Y%d, Y%d", 12+k, 8+k, k)
-		a.p("VPERM2I128 $0x31, Y%d, Y%d, Y%d", 12+k, 8+k, k+4)
-	}
+	q80Transpose(a)
 	a.p("VPBROADCASTD q80Bias<>(SB), Y15")
 	for k := 0; k < 8; k++ {
 		a.p("VPXOR Y15, Y%d, Y%d", k, k)
@@ -467,4 +452,65 @@ func q80NaturalKernel(a *asm, d *decl, T int) {
 	a.p("JMP %s_store", name)
 	q80Tail(a, name, T)
 	q80Store(a, name, T)
+}
+
+// q80Transpose transposes the 8×8 dwords of Y8..Y15 (block i in Y8+i) into
+// Y0..Y7 (dword k of the eight blocks in Yk), through Y0-Y15.
+func q80Transpose(a *asm) {
+	for p := 0; p < 4; p++ {
+		a.p("VPUNPCKLDQ Y%d, Y%d, Y%d", 9+2*p, 8+2*p, 2*p)
+		a.p("VPUNPCKHDQ Y%d, Y%d, Y%d", 9+2*p, 8+2*p, 2*p+1)
+	}
+	for h := 0; h < 2; h++ { // blocks 0-3, then 4-7
+		b := 4 * h
+		a.p("VPUNPCKLQDQ Y%d, Y%d, Y%d", b+2, b, 8+b)
+		a.p("VPUNPCKHQDQ Y%d, Y%d, Y%d", b+2, b, 9+b)
+		a.p("VPUNPCKLQDQ Y%d, Y%d, Y%d", b+3, b+1, 10+b)
+		a.p("VPUNPCKHQDQ Y%d, Y%d, Y%d", b+3, b+1, 11+b)
+	}
+	for k := 0; k < 4; k++ {
+		a.p("VPERM2I128 $0x20, Y%d, Y%d, Y%d", 12+k, 8+k, k)
+		a.p("VPERM2I128 $0x31, Y%d, Y%d, Y%d", 12+k, 8+k, k+4)
+	}
+}
+
+// q80GroupsKernel generates q80GroupsAVX2, the activations' group layout of
+// full groups (matmul.go, fillQ80Groups) with the kernels' own transpose:
+// per group the eight blocks' dwords transposed, the offsets 128·s and the
+// scales d. AVX2 only (it runs at the AVX2 level too).
+func q80GroupsKernel(a *asm, d *decl) {
+	const name, sig = "q80GroupsAVX2", "(grp *byte, q *int8, d *float32, s *int32, groups int)"
+	d.fn(name+" writes the Q8_0 group layout of groups full groups of eight blocks.", name, sig)
+	fmt.Fprintf(&a.b, "// func %s%s\n", name, sig)
+	fmt.Fprintf(&a.b, "TEXT ·%s(SB), NOSPLIT, $0-40\n", name)
+	a.p("MOVQ grp+0(FP), DI")
+	a.p("MOVQ q+8(FP), SI")
+	a.p("MOVQ d+16(FP), BX")
+	a.p("MOVQ s+24(FP), DX")
+	a.p("MOVQ groups+32(FP), CX")
+	a.p("TESTQ CX, CX")
+	a.p("JZ %s_done", name)
+	a.label(name + "_group")
+	for i := 0; i < 8; i++ {
+		a.p("VMOVDQU %d(SI), Y%d", 32*i, 8+i)
+	}
+	q80Transpose(a)
+	for k := 0; k < 8; k++ {
+		a.p("VMOVDQU Y%d, %d(DI)", k, 32*k)
+	}
+	a.p("VMOVDQU (DX), Y0")
+	a.p("VPSLLD $7, Y0, Y0")
+	a.p("VMOVDQU Y0, %d(DI)", q80GroupOffset)
+	a.p("VMOVDQU (BX), Y1")
+	a.p("VMOVDQU Y1, %d(DI)", q80GroupScale)
+	a.p("ADDQ $%d, DI", q80GroupBytes)
+	a.p("ADDQ $256, SI")
+	a.p("ADDQ $32, BX")
+	a.p("ADDQ $32, DX")
+	a.p("DECQ CX")
+	a.p("JNZ %s_group", name)
+	a.label(name + "_done")
+	a.p("VZEROUPPER")
+	a.p("RET")
+	a.b.WriteString("\n")
 }
