@@ -309,6 +309,7 @@ func loadServedModel(ctx context.Context, o *serveOptions, dataDir string, stder
 		mf.Close()
 		return nil, fmt.Errorf("serve: tokenizer of %s: %w", path, err)
 	}
+	sm.tok.Prepare()
 	sm.tmpl, err = chat.Parse(sm.tok.ChatTemplate())
 	if err != nil {
 		mf.Close()

@@ -435,3 +435,27 @@ func TestCacheAllocs(t *testing.T) {
 		}
 	}
 }
+
+// TestPrepare: Prepare builds the word cache's table up front (a server's
+// first requests must not wait for it together) and changes no result.
+func TestPrepare(t *testing.T) {
+	prepared := synthTokenizer(t, "smollm2-135m", Options{})
+	lazy := synthTokenizer(t, "smollm2-135m", Options{})
+	if prepared.Kind() != KindBPE {
+		t.Fatalf("smollm2-135m: kind %v, want BPE (the kind with the code point table)", prepared.Kind())
+	}
+	if prepared.words == nil || prepared.words.buckets != nil {
+		t.Fatal("a new tokenizer should have a word cache whose table is not built yet")
+	}
+	prepared.Prepare()
+	if prepared.words.buckets == nil {
+		t.Fatal("Prepare did not build the word cache's table")
+	}
+	prepared.Prepare() // idempotent
+	for _, text := range randomTexts(t, 20, 7) {
+		opts := EncodeOptions{ParseSpecial: true}
+		if got, want := prepared.AppendEncodeWith(nil, text, opts), lazy.AppendEncodeWith(nil, text, opts); !slices.Equal(got, want) {
+			t.Fatalf("%q: prepared %v, lazy %v", text, got, want)
+		}
+	}
+}

@@ -180,6 +180,7 @@ func New(t testing.TB, o Options) *Env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	tok.Prepare()
 	src := tok.ChatTemplate()
 	if o.Template != "" {
 		src = o.Template
