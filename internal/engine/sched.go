@@ -246,6 +246,9 @@ func (e *Engine) afterForward() {
 		}
 	}
 	e.sampleAll(jobs)
+	// The pool's work for this step is done: its idle threads park now, so
+	// their Ps run the handlers the deliveries below wake (see Pool.Rest).
+	e.compute.Rest()
 	// Samples that end first: each delivery wakes a handler, the handlers
 	// run in about the order they were woken once the loop yields, and a
 	// stream's last chunk is what its client waits for to finish.

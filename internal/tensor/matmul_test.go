@@ -592,16 +592,7 @@ func TestPoolYieldsDuringLongJobs(t *testing.T) {
 
 // parkAll waits until every worker of p is parked.
 func parkAll(p *Pool) {
-	for {
-		all := true
-		for i := range p.workers {
-			if p.workers[i].sleeping.Load() == 0 {
-				all = false
-			}
-		}
-		if all {
-			return
-		}
+	for !allParked(p) {
 		sleepBriefly()
 	}
 }
@@ -658,4 +649,36 @@ func int8Bytes(q []int8) []byte {
 		b[i] = byte(v)
 	}
 	return b
+}
+
+// TestPoolRest: after Rest the idle workers park at once instead of
+// spinning out their spin limit (here endless: without Rest they never
+// park), the next job wakes them, and no item is lost or run twice over
+// many Rest/job cycles.
+func TestPoolRest(t *testing.T) {
+	p := NewPoolWith(PoolOptions{Threads: 3, spinLimit: math.MaxInt})
+	defer p.Close()
+	const rounds, n = 50, 300
+	var sum atomic.Int64
+	for round := range rounds {
+		p.Parallel(n, func(lo, hi int) { sum.Add(int64(hi - lo)) })
+		p.Rest()
+		for deadline := time.Now().Add(10 * time.Second); !allParked(p); sleepBriefly() {
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: workers still spinning 10 s after Rest", round)
+			}
+		}
+	}
+	if got := sum.Load(); got != rounds*n {
+		t.Fatalf("items covered %d times in all, want %d", got, rounds*n)
+	}
+}
+
+func allParked(p *Pool) bool {
+	for i := range p.workers {
+		if p.workers[i].sleeping.Load() == 0 {
+			return false
+		}
+	}
+	return true
 }

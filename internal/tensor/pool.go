@@ -48,7 +48,11 @@ type Pool struct {
 	_     cacheLinePad
 
 	quit    atomic.Bool
+	resting atomic.Bool // idle workers park at once (Rest) until the next dispatch
 	closed  bool
+	// spinLimit is the polls an idle worker makes before parking
+	// (spinLimit below; tests raise it).
+	spinLimit int
 	workers []poolWorker
 	wg      sync.WaitGroup
 
@@ -149,6 +153,9 @@ type PoolOptions struct {
 	// GOMAXPROCS must exceed Threads for other goroutines to run promptly
 	// (they would otherwise wait for the runtime's 10 ms preemption).
 	Nice int
+
+	// spinLimit overrides the package's spinLimit (tests only).
+	spinLimit int
 }
 
 // NewPoolWith starts a pool configured by o.
@@ -157,7 +164,10 @@ func NewPoolWith(o PoolOptions) *Pool {
 	if threads <= 0 {
 		threads = runtime.NumCPU()
 	}
-	p := &Pool{threads: threads, nice: max(o.Nice, 0), workers: make([]poolWorker, threads-1)}
+	p := &Pool{threads: threads, nice: max(o.Nice, 0), workers: make([]poolWorker, threads-1), spinLimit: spinLimit}
+	if o.spinLimit > 0 {
+		p.spinLimit = o.spinLimit
+	}
 	// Background workers lower their threads before NewPoolWith returns,
 	// so no job ever runs on a worker thread at normal priority.
 	var lowered sync.WaitGroup
@@ -188,6 +198,18 @@ func (p *Pool) LockBackground() error {
 	runtime.LockOSThread()
 	return lowerThreadPriority(p.nice)
 }
+
+// Rest tells the idle workers to park now instead of spinning for the next
+// job; the next job wakes them. The caller calls it when it leaves the pool
+// for a while — the engine, between a step's last product and its next
+// pass, delivering tokens to the HTTP handlers they wake: a spinning worker
+// keeps its P, and it keeps it from the scheduler's work stealing too (each
+// of its yields puts it on the global run queue, which an idle P looks at
+// before stealing), so every handler woken from the caller's thread would
+// run on the caller's P alone, one after another. A parked worker's P goes
+// idle and takes half of them, and, idle, also polls the network, which
+// a P busy with spinning never does.
+func (p *Pool) Rest() { p.resting.Store(true) }
 
 // Close stops the workers and waits for them to exit. Later calls run
 // serially on the caller.
@@ -230,7 +252,7 @@ func (p *Pool) work(id int, lowered *sync.WaitGroup) {
 	for {
 		g := p.gen.Load()
 		for spins := 0; g == seen; spins++ {
-			if spins >= spinLimit {
+			if spins >= p.spinLimit || p.resting.Load() {
 				w.sleeping.Store(1)
 				if g = p.gen.Load(); g != seen {
 					if !w.sleeping.CompareAndSwap(1, 0) {
@@ -298,6 +320,7 @@ func (p *Pool) dispatch(items int) {
 		p.runItems(g, 0)
 		return
 	}
+	p.resting.Store(false)
 	p.gen.Store(g)
 	p.wakeAll()
 	p.runItems(g, 0)
