@@ -27,6 +27,9 @@ type fakeBackend struct {
 	ITL time.Duration
 	// Timing adds "kvserve": {...} to the usage chunk.
 	Timing bool
+	// ServerLate is how much later than the client's send the timing
+	// extension says the request arrived (its ttft_ms is that much less).
+	ServerLate time.Duration
 	// Split writes each event in pieces with flushes and comment lines in
 	// between; CRLF ends lines with CRLF.
 	Split, CRLF bool
@@ -263,7 +266,7 @@ func (f *fakeBackend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	timing := ""
 	if f.Timing {
 		timing = fmt.Sprintf(`,"kvserve":{"overhead_ms":1.5,"queue_ms":0.25,"ttft_ms":%g,"engine_ms":%g}`,
-			float64(ttft)/1e6, float64(time.Since(start))/1e6)
+			float64(ttft-f.ServerLate)/1e6, float64(time.Since(start))/1e6)
 	}
 	send(`{"id":"x","object":"chat.completion.chunk","choices":[],"usage":` + usage + timing + `}`)
 	send("[DONE]")

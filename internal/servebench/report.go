@@ -76,6 +76,12 @@ type ServerReport struct {
 	TTFT     Dist `json:"ttft_ms"`
 	Engine   Dist `json:"engine_ms"`
 	Handler  Dist `json:"handler_ms"`
+	// ClientExtraTTFT is, per request, the client's TTFT minus the
+	// server's: the part of the wait the server's clock does not see,
+	// which starts when its handler starts — connecting, the request
+	// waiting unread in the server's socket, the first chunk's way back
+	// and the client's own reading of it.
+	ClientExtraTTFT Dist `json:"client_extra_ttft_ms"`
 }
 
 // LabelReport is one label's share of a run.
@@ -117,7 +123,7 @@ func (r *runner) result() *Result {
 func (rep *Report) Fill(records []Record) {
 	var ttft, itl, e2e, tpot []float64
 	var srv ServerReport
-	var ovh, que, sttft, eng, hnd []float64
+	var ovh, que, sttft, eng, hnd, extra []float64
 	labels := map[string]*labelAcc{}
 	for i := range records {
 		rec := &records[i]
@@ -164,6 +170,9 @@ func (rep *Report) Fill(records []Record) {
 			}
 			if s.TTFTMS != nil {
 				sttft = append(sttft, *s.TTFTMS)
+				if rec.OutputChunks > 0 {
+					extra = append(extra, ms(rec.TTFT)-*s.TTFTMS)
+				}
 			}
 			if s.EngineMS != nil {
 				eng = append(eng, *s.EngineMS)
@@ -190,6 +199,7 @@ func (rep *Report) Fill(records []Record) {
 	}
 	if srv.Count > 0 {
 		srv.Overhead, srv.Queue, srv.TTFT, srv.Engine, srv.Handler = Summarize(ovh), Summarize(que), Summarize(sttft), Summarize(eng), Summarize(hnd)
+		srv.ClientExtraTTFT = Summarize(extra)
 		rep.Server = &srv
 	}
 	names := make([]string, 0, len(labels))
@@ -292,7 +302,7 @@ func (rep *Report) WriteTable(w io.Writer) error {
 		for _, r := range []struct {
 			name string
 			d    Dist
-		}{{"server overhead", s.Overhead}, {"server queue", s.Queue}, {"server TTFT", s.TTFT}, {"server engine span", s.Engine}, {"server handler busy", s.Handler}} {
+		}{{"server overhead", s.Overhead}, {"server queue", s.Queue}, {"server TTFT", s.TTFT}, {"server engine span", s.Engine}, {"server handler busy", s.Handler}, {"client TTFT - server's", s.ClientExtraTTFT}} {
 			if r.d.Count > 0 {
 				row(r.name, r.d)
 			}

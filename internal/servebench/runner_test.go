@@ -53,7 +53,7 @@ func run(t *testing.T, c *http.Client, cfg Config) *Result {
 // time per output token against the fake's exact timings: the role chunk
 // (empty content) and the finish and usage chunks must not count.
 func TestRunTimingsExact(t *testing.T) {
-	f := &fakeBackend{Model: "m", TTFT: 100 * time.Millisecond, ITL: 10 * time.Millisecond, Timing: true}
+	f := &fakeBackend{Model: "m", TTFT: 100 * time.Millisecond, ITL: 10 * time.Millisecond, Timing: true, ServerLate: 2 * time.Millisecond}
 	bubble(t, f, func(c *http.Client) {
 		w := mustWorkload(t, "chat", WorkloadOptions{Seed: 1, PromptScale: 0.1})
 		res := run(t, c, Config{Model: "m", Workload: w, Concurrency: 1, Requests: 4, MaxTokens: 5, IgnoreEOS: true})
@@ -83,7 +83,7 @@ func TestRunTimingsExact(t *testing.T) {
 			t.Fatalf("wall %v, output %d, %v tok/s", rep.WallS, rep.OutputTokens, rep.OutputTokensPerS)
 		}
 		if rep.Server == nil || rep.Server.Count != 4 || rep.Server.Overhead.P50 != 1.5 || rep.Server.Queue.P99 != 0.25 ||
-			rep.Server.TTFT.P50 != 100 || rep.Server.Engine.P99 != 140 {
+			rep.Server.TTFT.P50 != 98 || rep.Server.Engine.P99 != 140 || rep.Server.ClientExtraTTFT.P50 != 2 || rep.Server.ClientExtraTTFT.Max != 2 {
 			t.Fatalf("server %+v", rep.Server)
 		}
 		if rep.PromptTokens != int64(f.prompt) || rep.CachedTokens != int64(f.cached) {
