@@ -247,6 +247,9 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 		served.Grammar = grammar.Options{MaxStringLength: 32}
 	}
 	srv.SetModel(served)
+	// Agents' first requests come together and most carry tools: build the
+	// constraint vocabulary now rather than on the first of them.
+	srv.PrepareConstraints()
 	fmt.Fprintf(stderr, "kvserve: serving %q on http://%s: context %d tokens, KV cache %s (%d blocks of %d tokens, %s)\n",
 		loaded.id, ln.Addr(), ctxLen, formatBytes(kvMemory), e.KV().NumBlocks(), ec.BlockSize, kvType)
 	if loaded.synthetic {

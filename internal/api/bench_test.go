@@ -19,7 +19,7 @@ func (m kvMetadata) Get(k string) (gguf.Value, bool) { v, ok := m[k]; return v, 
 
 // synthModel returns an api.Model with a synthetic shape's real tokenizer
 // and chat template (no weights, no backend): enough to build prompts.
-func synthModel(b *testing.B, shape string) *api.Model {
+func synthModel(b testing.TB, shape string) *api.Model {
 	s, err := synth.LookupShape(shape, "")
 	if err != nil {
 		b.Fatal(err)
