@@ -53,8 +53,8 @@ type Pool struct {
 	// spinLimit is the polls an idle worker makes before parking
 	// (spinLimit below; tests raise it).
 	spinLimit int
-	workers []poolWorker
-	wg      sync.WaitGroup
+	workers   []poolWorker
+	wg        sync.WaitGroup
 
 	// The current job; written by the dispatcher before gen is bumped.
 	kind   jobKind
