@@ -36,6 +36,14 @@ func (d *decl) fn(doc, name, sig string) {
 	fmt.Fprintf(&d.b, "// %s\n//\n//go:noescape\nfunc %s%s\n\n", doc, name, sig)
 }
 
+// text opens assembly function name with signature sig and frame (as
+// "$0-88"): its Go declaration, documented by doc, goes to d, and its
+// header comment and TEXT line to a.
+func text(a *asm, d *decl, doc, name, sig, frame string) {
+	d.fn(doc, name, sig)
+	fmt.Fprintf(&a.b, "// func %s%s\nTEXT ·%s(SB), NOSPLIT, %s\n", name, sig, name, frame)
+}
+
 // stride returns the addressing of item i (0..3) given a base register and
 // registers holding 1× and 3× the stride.
 func stride(off int, base, s1, s3 string, i int) string {
@@ -116,10 +124,8 @@ func q8Kernel(a *asm, d *decl, q4 bool, vnni bool, R, T int) {
 		}
 	}
 	name := fmt.Sprintf("%s%s_%dx%d", typ, isa, R, T)
-	d.fn(fmt.Sprintf("%s computes a %d-row × %d-token tile of %s weights × Q8_0 activations (%s).", name, R, T, strings.ToUpper(typ[:2])+"_"+typ[2:], isa),
-		name, "(w *byte, rowBytes, groups int, y *int8, yStride int, d *float32, s *int32, dStride, nb int, dst *float32, ldBytes int)")
-	fmt.Fprintf(&a.b, "// func %s(w *byte, rowBytes, groups int, y *int8, yStride int, d *float32, s *int32, dStride, nb int, dst *float32, ldBytes int)\n", name)
-	fmt.Fprintf(&a.b, "TEXT ·%s(SB), NOSPLIT, $0-88\n", name)
+	text(a, d, fmt.Sprintf("%s computes a %d-row × %d-token tile of %s weights × Q8_0 activations (%s).", name, R, T, strings.ToUpper(typ[:2])+"_"+typ[2:], isa),
+		name, "(w *byte, rowBytes, groups int, y *int8, yStride int, d *float32, s *int32, dStride, nb int, dst *float32, ldBytes int)", "$0-88")
 	a.p("MOVQ w+0(FP), SI")
 	a.p("MOVQ rowBytes+8(FP), R8")
 	a.p("LEAQ (R8)(R8*2), R9")
@@ -281,10 +287,8 @@ func q8Kernel(a *asm, d *decl, q4 bool, vnni bool, R, T int) {
 func floatKernel(a *asm, d *decl, typ string, R, T int) {
 	name := fmt.Sprintf("%sFMA_%dx%d", typ, R, T)
 	esz := map[string]int{"f32": 4, "f16": 2, "bf16": 2}[typ]
-	d.fn(fmt.Sprintf("%s computes a %d-row × %d-token tile of %s weights × f32 activations over steps×8 columns.", name, R, T, strings.ToUpper(typ)),
-		name, "(w *byte, rowBytes, groups int, y *float32, yStride int, steps int, dst *float32, ldBytes int)")
-	fmt.Fprintf(&a.b, "// func %s(w *byte, rowBytes, groups int, y *float32, yStride int, steps int, dst *float32, ldBytes int)\n", name)
-	fmt.Fprintf(&a.b, "TEXT ·%s(SB), NOSPLIT, $0-64\n", name)
+	text(a, d, fmt.Sprintf("%s computes a %d-row × %d-token tile of %s weights × f32 activations over steps×8 columns.", name, R, T, strings.ToUpper(typ)),
+		name, "(w *byte, rowBytes, groups int, y *float32, yStride int, steps int, dst *float32, ldBytes int)", "$0-64")
 	a.p("MOVQ w+0(FP), SI")
 	a.p("MOVQ rowBytes+8(FP), R8")
 	a.p("LEAQ (R8)(R8*2), R9")
@@ -399,9 +403,7 @@ func kKernel(a *asm, d *decl, q6 bool, vnni bool, T int) {
 	}
 	name := fmt.Sprintf("%s%s_%d", typ, isa, T)
 	sig := "(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)"
-	d.fn(fmt.Sprintf("%s computes rows × %d tokens of %s weights × Q8_K activations (%s).", name, T, strings.ToUpper(typ[:2])+"_"+typ[2:], isa), name, sig)
-	fmt.Fprintf(&a.b, "// func %s%s\n", name, sig)
-	fmt.Fprintf(&a.b, "TEXT ·%s(SB), NOSPLIT, $64-88\n", name)
+	text(a, d, fmt.Sprintf("%s computes rows × %d tokens of %s weights × Q8_K activations (%s).", name, T, strings.ToUpper(typ[:2])+"_"+typ[2:], isa), name, sig, "$64-88")
 	a.p("MOVQ w+0(FP), SI")
 	a.p("MOVQ yStride+24(FP), R10")
 	a.p("LEAQ (R10)(R10*2), R11")
@@ -759,10 +761,8 @@ func vdpbf16ps(a *asm, dst, src1, src2 int) {
 // products in the same order (batch invariance).
 func bf16DPKernel(a *asm, d *decl, R, T int) {
 	name := fmt.Sprintf("bf16DP_%dx%d", R, T)
-	d.fn(fmt.Sprintf("%s computes a %d-row × %d-token tile of BF16 weights × BF16 activations over steps×16 columns (AVX512-BF16).", name, R, T),
-		name, "(w *byte, rowBytes, groups int, y *uint16, yStride int, steps int, dst *float32, ldBytes int)")
-	fmt.Fprintf(&a.b, "// func %s(w *byte, rowBytes, groups int, y *uint16, yStride int, steps int, dst *float32, ldBytes int)\n", name)
-	fmt.Fprintf(&a.b, "TEXT ·%s(SB), NOSPLIT, $0-64\n", name)
+	text(a, d, fmt.Sprintf("%s computes a %d-row × %d-token tile of BF16 weights × BF16 activations over steps×16 columns (AVX512-BF16).", name, R, T),
+		name, "(w *byte, rowBytes, groups int, y *uint16, yStride int, steps int, dst *float32, ldBytes int)", "$0-64")
 	a.p("MOVQ w+0(FP), SI")
 	a.p("MOVQ rowBytes+8(FP), R8")
 	a.p("LEAQ (R8)(R8*2), R9")

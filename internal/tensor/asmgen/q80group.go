@@ -204,9 +204,7 @@ func q80Tokens(a *asm, reg string, w, T int) {
 // q80GroupProlog loads the arguments shared by both kernel kinds and opens
 // the row loop.
 func q80GroupProlog(a *asm, d *decl, name, doc string) {
-	d.fn(doc, name, q80GroupSig)
-	fmt.Fprintf(&a.b, "// func %s%s\n", name, q80GroupSig)
-	fmt.Fprintf(&a.b, "TEXT ·%s(SB), NOSPLIT, $0-88\n", name)
+	text(a, d, doc, name, q80GroupSig, "$0-88")
 	a.p("MOVQ w+0(FP), SI")
 	a.p("MOVQ rowBytes+8(FP), R8")
 	a.p("MOVQ rows+16(FP), R15")
@@ -480,9 +478,7 @@ func q80Transpose(a *asm) {
 // scales d. AVX2 only (it runs at the AVX2 level too).
 func q80GroupsKernel(a *asm, d *decl) {
 	const name, sig = "q80GroupsAVX2", "(grp *byte, q *int8, d *float32, s *int32, groups int)"
-	d.fn(name+" writes the Q8_0 group layout of groups full groups of eight blocks.", name, sig)
-	fmt.Fprintf(&a.b, "// func %s%s\n", name, sig)
-	fmt.Fprintf(&a.b, "TEXT ·%s(SB), NOSPLIT, $0-40\n", name)
+	text(a, d, name+" writes the Q8_0 group layout of groups full groups of eight blocks.", name, sig, "$0-40")
 	a.p("MOVQ grp+0(FP), DI")
 	a.p("MOVQ q+8(FP), SI")
 	a.p("MOVQ d+16(FP), BX")
