@@ -217,6 +217,22 @@ func (r *Runner) forTokens(T int, fn func(t int)) {
 	})
 }
 
+// matMuls computes dsts[i] = ws[i]·x for products that share their input,
+// as one pool job when the matrices have one type (see tensor.MatMuls),
+// else one by one (quantization mixes can give V or a feed-forward matrix
+// its own type).
+func (r *Runner) matMuls(dsts [][]float32, ws []tensor.Matrix, x []float32, T int) {
+	for _, w := range ws[1:] {
+		if w.Type != ws[0].Type {
+			for i, w := range ws {
+				r.pool.MatMul(dsts[i], w, x, T)
+			}
+			return
+		}
+	}
+	r.pool.MatMuls(dsts, ws, x, T)
+}
+
 func (r *Runner) layer(l int, batch []Seq, T int) {
 	c := &r.m.Config
 	ly := &r.m.Layers[l]
@@ -227,9 +243,7 @@ func (r *Runner) layer(l int, batch []Seq, T int) {
 		tensor.RMSNorm(r.h[t*E:(t+1)*E], r.x[t*E:(t+1)*E], ly.AttnNorm, c.NormEps)
 	})
 	h := r.h[:T*E]
-	r.pool.MatMul(r.q[:T*qDim], ly.Q, h, T)
-	r.pool.MatMul(r.k[:T*kvDim], ly.K, h, T)
-	r.pool.MatMul(r.v[:T*vDim], ly.V, h, T)
+	r.matMuls([][]float32{r.q[:T*qDim], r.k[:T*kvDim], r.v[:T*vDim]}, []tensor.Matrix{ly.Q, ly.K, ly.V}, h, T)
 	r.forTokens(T, func(t int) {
 		q, k, v := r.q[t*qDim:(t+1)*qDim], r.k[t*kvDim:(t+1)*kvDim], r.v[t*vDim:(t+1)*vDim]
 		if ly.QBias != nil {
@@ -276,8 +290,7 @@ func (r *Runner) layer(l int, batch []Seq, T int) {
 
 	// Feed-forward block (SwiGLU).
 	F := c.FFN
-	r.pool.MatMul(r.gate[:T*F], ly.Gate, h, T)
-	r.pool.MatMul(r.up[:T*F], ly.Up, h, T)
+	r.matMuls([][]float32{r.gate[:T*F], r.up[:T*F]}, []tensor.Matrix{ly.Gate, ly.Up}, h, T)
 	r.forTokens(T, func(t int) {
 		tensor.SwiGLU(r.gate[t*F:(t+1)*F], r.gate[t*F:(t+1)*F], r.up[t*F:(t+1)*F])
 	})

@@ -515,37 +515,58 @@ func dotQ6KRow(row []byte, a *actBuf, tok int) float32 {
 	return sum
 }
 
-// matmulJob is the state of one MatMul shared by the pool's threads.
+// maxMatMuls is the most products one MatMuls call takes.
+const maxMatMuls = 3
+
+// matmulJob is the state of one MatMul (or MatMuls) shared by the pool's
+// threads: the input, and per product its output, weights, kernel and cut
+// into items. Items are numbered across the products, first to last.
 type matmulJob struct {
+	x      []float32
+	n      int
+	parts  [maxMatMuls]matmulPart
+	nparts int
+	items  int
+	// convertItems is the number of token ranges the conversion is cut in.
+	convertItems int
+}
+
+// matmulPart is one product of a job.
+type matmulPart struct {
 	dst        []float32
 	w          Matrix
-	x          []float32
-	n          int
 	kern       kernel
 	rowChunk   int
 	tokChunk   int
 	nRowChunks int
 	nTokChunks int
 	items      int
-	// convertItems is the number of token ranges the conversion is cut in.
-	convertItems int
 }
 
-// runItem computes work item it, a tile of rows × tokens.
+// runItem computes work item it of the job, a tile of rows × tokens of
+// one of its products.
 func (j *matmulJob) runItem(p *Pool, it int) {
-	tc, rc := it%j.nTokChunks, it/j.nTokChunks
-	r0 := rc * j.rowChunk
-	r1 := min(r0+j.rowChunk, j.w.Rows)
-	t0 := tc * j.tokChunk
-	t1 := min(t0+j.tokChunk, j.n)
-	j.kern(j.dst, j.w.Rows, &j.w, r0, r1, &p.act, t0, t1)
+	for i := range j.parts[:j.nparts] {
+		pt := &j.parts[i]
+		if it >= pt.items {
+			it -= pt.items
+			continue
+		}
+		tc, rc := it%pt.nTokChunks, it/pt.nTokChunks
+		r0 := rc * pt.rowChunk
+		r1 := min(r0+pt.rowChunk, pt.w.Rows)
+		t0 := tc * pt.tokChunk
+		t1 := min(t0+pt.tokChunk, j.n)
+		pt.kern(pt.dst, pt.w.Rows, &pt.w, r0, r1, &p.act, t0, t1)
+		return
+	}
 }
 
 // convert converts the activations of item it: one of convertItems
 // contiguous ranges of tokens.
 func (j *matmulJob) convert(p *Pool, it int) {
 	t0, t1 := j.n*it/j.convertItems, j.n*(it+1)/j.convertItems
-	p.act.convertTokens(vecDotType(j.w.Type), j.x, t0, t1)
+	p.act.convertTokens(vecDotType(j.parts[0].w.Type), j.x, t0, t1)
 }
 
 // MatMul computes dst[t*w.Rows + r] = Σ_c W[r][c]·x[t*w.Cols + c] for all
@@ -557,27 +578,59 @@ func (p *Pool) MatMul(dst []float32, w Matrix, x []float32, n int) {
 	p.matMul(dst, w, x, n, nil)
 }
 
+// MatMuls computes, for each i, dsts[i] = ws[i]·x as MatMul does, with
+// results identical to separate MatMul calls, but as one job: the products
+// share one conversion of x and one wait for the pool's threads (a decode
+// step makes hundreds of products, and each job's start and end cost the
+// threads a few µs; Q, K and V, or gate and up, need only one). The
+// matrices must have the same type and number of columns; at most
+// maxMatMuls (3) of them.
+func (p *Pool) MatMuls(dsts [][]float32, ws []Matrix, x []float32, n int) {
+	if len(ws) == 0 || len(ws) > maxMatMuls || len(dsts) != len(ws) {
+		panic(fmt.Sprintf("tensor: MatMuls: %d matrices and %d outputs (1 to %d of each)", len(ws), len(dsts), maxMatMuls))
+	}
+	for _, w := range ws[1:] {
+		if w.Type != ws[0].Type || w.Cols != ws[0].Cols {
+			panic(fmt.Sprintf("tensor: MatMuls: a %v matrix of %d columns with a %v one of %d", w.Type, w.Cols, ws[0].Type, ws[0].Cols))
+		}
+	}
+	p.matMuls(dsts, ws, x, n, nil)
+}
+
 // matMul is MatMul with an optional kernel override (for tests).
 func (p *Pool) matMul(dst []float32, w Matrix, x []float32, n int, kern kernel) {
+	p.matMuls([][]float32{dst}, []Matrix{w}, x, n, kern)
+}
+
+// matMuls runs the products of MatMuls (checked by the caller to share type
+// and columns), with an optional kernel override (for tests).
+func (p *Pool) matMuls(dsts [][]float32, ws []Matrix, x []float32, n int, kern kernel) {
 	if n <= 0 {
 		return
 	}
-	if len(dst) < n*w.Rows || len(x) < n*w.Cols {
-		panic(fmt.Sprintf("tensor: MatMul %v %dx%d, n=%d: dst has %d values (need %d), x %d (need %d)",
-			w.Type, w.Rows, w.Cols, n, len(dst), n*w.Rows, len(x), n*w.Cols))
+	for i, w := range ws {
+		if len(dsts[i]) < n*w.Rows || len(x) < n*w.Cols {
+			panic(fmt.Sprintf("tensor: MatMul %v %dx%d, n=%d: dst has %d values (need %d), x %d (need %d)",
+				w.Type, w.Rows, w.Cols, n, len(dsts[i]), n*w.Rows, len(x), n*w.Cols))
+		}
+		// The assembly kernels trust the layout: check it as NewMatrix
+		// does (a Matrix may be built as a literal).
+		if !w.Type.Supported() || w.Rows <= 0 || w.Cols <= 0 || w.Cols%w.Type.BlockSize() != 0 || len(w.Data) < w.Rows*w.RowBytes() {
+			panic(fmt.Sprintf("tensor: MatMul: invalid matrix %v %dx%d with %d bytes", w.Type, w.Rows, w.Cols, len(w.Data)))
+		}
 	}
-	// The assembly kernels trust the layout: check it as NewMatrix does
-	// (a Matrix may be built as a literal).
-	if !w.Type.Supported() || w.Rows <= 0 || w.Cols <= 0 || w.Cols%w.Type.BlockSize() != 0 || len(w.Data) < w.Rows*w.RowBytes() {
-		panic(fmt.Sprintf("tensor: MatMul: invalid matrix %v %dx%d with %d bytes", w.Type, w.Rows, w.Cols, len(w.Data)))
-	}
-	if kern == nil {
-		kern = kernelFor(w.Type)
-	}
+	w := ws[0]
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	j := &p.mm
-	*j = matmulJob{dst: dst, w: w, x: x, n: n, kern: kern}
+	*j = matmulJob{x: x, n: n, nparts: len(ws)}
+	for i := range ws {
+		pt := &j.parts[i]
+		pt.dst, pt.w, pt.kern = dsts[i], ws[i], kern
+		if kern == nil {
+			pt.kern = kernelFor(ws[i].Type)
+		}
+	}
 
 	// Convert the activations (unless the buffer holds this conversion
 	// already), in parallel when there are many tokens.
@@ -599,10 +652,14 @@ func (p *Pool) matMul(dst []float32, w Matrix, x []float32, n int, kern kernel) 
 		p.act.key, p.act.valid = key, true
 	}
 
-	j.plan(p.threads)
+	for i := range j.parts[:j.nparts] {
+		pt := &j.parts[i]
+		pt.plan(p.threads, n)
+		j.items += pt.items
+	}
 	p.kind = jobMatMul
 	p.dispatch(j.items)
-	j.dst, j.x, j.w.Data = nil, nil, nil
+	*j = matmulJob{} // keep no references to the caller's memory
 	p.act.x = nil
 }
 
@@ -627,8 +684,8 @@ const (
 // Token chunks vary fastest, so consecutive items (taken by different
 // threads at about the same time) share their weight rows: each weight byte
 // comes from memory about once, the activations from the last-level cache.
-func (j *matmulJob) plan(threads int) {
-	w, n := &j.w, j.n
+func (j *matmulPart) plan(threads, n int) {
+	w := &j.w
 	target := 4 * threads // items wanted, for balance
 	if n <= smallN {
 		j.tokChunk, j.nTokChunks = n, 1

@@ -463,6 +463,79 @@ func TestMatMulNoAllocs(t *testing.T) {
 	}
 }
 
+// TestMatMuls checks that one MatMuls job gives, bit for bit, what
+// separate MatMul calls give, for every type and batch size (decode's one
+// pass over the weights, prefill's tiles), with no allocation.
+func TestMatMuls(t *testing.T) {
+	rng := rand.New(rand.NewPCG(27, 28))
+	p := NewPool(2)
+	defer p.Close()
+	for _, typ := range allTypes {
+		cols := 576
+		if typ.BlockSize() == 256 {
+			cols = 512
+		}
+		var ws []Matrix
+		for _, rows := range []int{40, 13, 77} {
+			m, _ := randMatrix(t, rng, typ, rows, cols)
+			ws = append(ws, m)
+		}
+		for _, n := range []int{1, 3, 16, 40} {
+			x := randVec(rng, n*cols, 1)
+			for k := 1; k <= len(ws); k++ {
+				want := make([][]float32, k)
+				got := make([][]float32, k)
+				for i := range k {
+					want[i] = make([]float32, n*ws[i].Rows)
+					got[i] = make([]float32, n*ws[i].Rows)
+					p.MatMul(want[i], ws[i], x, n)
+				}
+				p.MatMuls(got, ws[:k], x, n)
+				for i := range k {
+					for e := range got[i] {
+						if math.Float32bits(got[i][e]) != math.Float32bits(want[i][e]) {
+							t.Fatalf("%v n=%d, %d products: product %d output %d = %v, MatMul %v", typ, n, k, i, e, got[i][e], want[i][e])
+						}
+					}
+				}
+				if a := testing.AllocsPerRun(5, func() { p.MatMuls(got, ws[:k], x, n) }); a != 0 {
+					t.Errorf("%v n=%d, %d products: %v allocations per MatMuls", typ, n, k, a)
+				}
+			}
+		}
+	}
+}
+
+func TestMatMulsPanicsOnMismatch(t *testing.T) {
+	p := NewPool(1)
+	defer p.Close()
+	rng := rand.New(rand.NewPCG(1, 1))
+	a, _ := randMatrix(t, rng, Q8_0, 4, 64)
+	b, _ := randMatrix(t, rng, Q4_0, 4, 64)
+	c, _ := randMatrix(t, rng, Q8_0, 4, 96)
+	out := make([]float32, 4)
+	for _, tc := range []struct {
+		name string
+		dsts [][]float32
+		ws   []Matrix
+	}{
+		{"types", [][]float32{out, out}, []Matrix{a, b}},
+		{"columns", [][]float32{out, out}, []Matrix{a, c}},
+		{"outputs", [][]float32{out}, []Matrix{a, a}},
+		{"none", nil, nil},
+		{"too many", [][]float32{out, out, out, out}, []Matrix{a, a, a, a}},
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%s: no panic", tc.name)
+				}
+			}()
+			p.MatMuls(tc.dsts, tc.ws, make([]float32, 96), 1)
+		}()
+	}
+}
+
 func TestMatMulPanicsOnBadMatrix(t *testing.T) {
 	p := NewPool(1)
 	defer p.Close()
