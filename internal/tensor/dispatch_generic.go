@@ -46,6 +46,10 @@ func scale(x []float32, s float32) {
 	}
 }
 
+func sumSquares(x []float32) float64 { return sumSquaresGeneric(x) }
+
+func scaleMul(dst, x, w []float32, s float32) { scaleMulGeneric(dst, x, w, s) }
+
 func swiglu(dst, gate, up []float32) {
 	for i, g := range gate {
 		dst[i] = silu(g) * up[i]

@@ -15,35 +15,51 @@ func RMSNorm(dst, x, weight []float32, eps float32) {
 		return
 	}
 	dst = dst[:n]
-	// ggml adds the squares in float64 one after the other: one chain of
-	// dependent additions, the bulk of this function's time. Four partial
-	// sums run four times faster; the float64 total differs from the
-	// sequential one in its last bits at most, so the float32 mean is the
-	// same except when it lies that close to a rounding boundary.
-	var s0, s1, s2, s3 float64
-	i := 0
-	for ; i+4 <= n; i += 4 {
-		v := x[i : i+4 : i+4]
-		s0 += float64(v[0] * v[0])
-		s1 += float64(v[1] * v[1])
-		s2 += float64(v[2] * v[2])
-		s3 += float64(v[3] * v[3])
-	}
-	for ; i < n; i++ {
-		s0 += float64(x[i] * x[i])
-	}
-	sum := (s0 + s1) + (s2 + s3)
-	mean := float32(sum / float64(n))
+	mean := float32(sumSquares(x) / float64(n))
 	scale := 1 / float32(math.Sqrt(float64(mean+eps)))
 	if weight == nil {
-		for i, v := range x {
-			dst[i] = v * scale
-		}
+		copy(dst, x)
+		Scale(dst, scale)
 		return
 	}
-	weight = weight[:n]
+	scaleMul(dst, x, weight[:n], scale)
+}
+
+// sumSquaresGeneric returns Σ float64(x[i]·x[i]), each product rounded to
+// float32 as ggml does. ggml adds the squares in float64 one after the
+// other, one chain of dependent additions; here element i of the first
+// len(x)&^15 goes to partial sum i mod 16 (the lanes of the vector kernel,
+// which adds in exactly this order), the sums are combined pairwise and the
+// rest added one by one. The float64 total differs from the sequential one
+// in its last bits at most, so the float32 mean is the same except when it
+// lies that close to a rounding boundary.
+func sumSquaresGeneric(x []float32) float64 {
+	n16 := len(x) &^ 15
+	var s [16]float64
+	for i := 0; i < n16; i += 16 {
+		v := x[i : i+16 : i+16]
+		for k := range s {
+			s[k] += float64(v[k] * v[k])
+		}
+	}
+	var t [4]float64
+	for k := range t {
+		t[k] = (s[k] + s[4+k]) + (s[8+k] + s[12+k])
+	}
+	sum := (t[0] + t[2]) + (t[1] + t[3])
+	for _, v := range x[n16:] {
+		sum += float64(v * v)
+	}
+	return sum
+}
+
+// scaleMulGeneric sets dst[i] = (x[i]·s)·w[i], the scale applied before
+// the weight as ggml's rms_norm then mul do. dst may be x.
+func scaleMulGeneric(dst, x, w []float32, s float32) {
+	w = w[:len(x)]
+	dst = dst[:len(x)]
 	for i, v := range x {
-		dst[i] = float32(v*scale) * weight[i]
+		dst[i] = float32(v*s) * w[i]
 	}
 }
 

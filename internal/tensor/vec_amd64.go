@@ -28,6 +28,12 @@ func f16ToF32AVX2(dst *float32, src *uint16, n int)
 //go:noescape
 func roundF16InPlaceAVX2(x *float32, n int)
 
+//go:noescape
+func sumSquaresAVX2(x *float32, n int) float64
+
+//go:noescape
+func scaleMulAVX2(dst, x, w *float32, n int, s float32)
+
 // vec8 returns the length of x's prefix that the vector kernels handle:
 // a multiple of 8, or 0 when they cannot run.
 func vec8(n int) int {
@@ -64,6 +70,27 @@ func scale(x []float32, s float32) {
 	for i := n8; i < len(x); i++ {
 		x[i] *= s
 	}
+}
+
+func sumSquares(x []float32) float64 {
+	n16 := len(x) &^ 15
+	if !hasAVX2 || n16 == 0 {
+		return sumSquaresGeneric(x)
+	}
+	sum := sumSquaresAVX2(&x[0], n16)
+	for _, v := range x[n16:] {
+		sum += float64(v * v)
+	}
+	return sum
+}
+
+func scaleMul(dst, x, w []float32, s float32) {
+	n8 := vec8(len(x))
+	if n8 > 0 {
+		_, _ = dst[n8-1], w[n8-1]
+		scaleMulAVX2(&dst[0], &x[0], &w[0], n8, s)
+	}
+	scaleMulGeneric(dst[n8:], x[n8:], w[n8:], s)
 }
 
 func swiglu(dst, gate, up []float32) {

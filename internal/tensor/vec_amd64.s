@@ -354,3 +354,76 @@ roundf16loop:
 roundf16done:
 	VZEROUPPER
 	RET
+
+// func sumSquaresAVX2(x *float32, n int) float64
+//
+// Σ float64(x[i]·x[i]) for n a multiple of 16, in sumSquaresGeneric's
+// order: the products in float32, then element i is added in float64 to
+// partial sum i mod 16 (Y0 holds sums 0-3, Y1 4-7, Y2 8-11, Y3 12-15),
+// and the partial sums are combined as t[k] = (s[k]+s[4+k]) +
+// (s[8+k]+s[12+k]), (t0+t2) + (t1+t3).
+TEXT ·sumSquaresAVX2(SB), NOSPLIT, $0-24
+	MOVQ x+0(FP), SI
+	MOVQ n+8(FP), CX
+	VXORPD Y0, Y0, Y0
+	VXORPD Y1, Y1, Y1
+	VXORPD Y2, Y2, Y2
+	VXORPD Y3, Y3, Y3
+	SHRQ $4, CX
+	JZ sumsqdone
+
+sumsqloop:
+	VMOVUPS (SI), Y4
+	VMULPS Y4, Y4, Y4
+	VCVTPS2PD X4, Y5
+	VEXTRACTF128 $1, Y4, X4
+	VCVTPS2PD X4, Y4
+	VADDPD Y5, Y0, Y0
+	VADDPD Y4, Y1, Y1
+	VMOVUPS 32(SI), Y6
+	VMULPS Y6, Y6, Y6
+	VCVTPS2PD X6, Y7
+	VEXTRACTF128 $1, Y6, X6
+	VCVTPS2PD X6, Y6
+	VADDPD Y7, Y2, Y2
+	VADDPD Y6, Y3, Y3
+	ADDQ $64, SI
+	DECQ CX
+	JNZ sumsqloop
+
+sumsqdone:
+	VADDPD Y1, Y0, Y0
+	VADDPD Y3, Y2, Y2
+	VADDPD Y2, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPD X1, X0, X0
+	VHADDPD X0, X0, X0
+	VMOVSD X0, ret+16(FP)
+	VZEROUPPER
+	RET
+
+// func scaleMulAVX2(dst, x, w *float32, n int, s float32)
+//
+// dst[i] = (x[i]·s)·w[i] for n a multiple of 8; dst may be x.
+TEXT ·scaleMulAVX2(SB), NOSPLIT, $0-36
+	MOVQ dst+0(FP), DI
+	MOVQ x+8(FP), SI
+	MOVQ w+16(FP), DX
+	MOVQ n+24(FP), CX
+	VBROADCASTSS s+32(FP), Y1
+	SHRQ $3, CX
+	JZ scalemuldone
+
+scalemulloop:
+	VMULPS (SI), Y1, Y0
+	VMULPS (DX), Y0, Y0
+	VMOVUPS Y0, (DI)
+	ADDQ $32, SI
+	ADDQ $32, DX
+	ADDQ $32, DI
+	DECQ CX
+	JNZ scalemulloop
+
+scalemuldone:
+	VZEROUPPER
+	RET

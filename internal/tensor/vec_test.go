@@ -87,3 +87,49 @@ func TestVectorHelpersMatchScalar(t *testing.T) {
 		}
 	}
 }
+
+// TestRMSNormKernels checks RMSNorm's vector parts against their portable
+// definitions bit for bit (sum of squares in the same lanes and order, scale
+// then weight) at lengths around the vector widths and at model widths, in
+// place and not, and that the results stay within float32 rounding of an
+// exact float64 evaluation.
+func TestRMSNormKernels(t *testing.T) {
+	rng := rand.New(rand.NewPCG(35, 36))
+	for _, n := range []int{0, 1, 7, 8, 15, 16, 17, 31, 32, 33, 100, 576, 896, 2048} {
+		x := randVec(rng, n, 3)
+		w := randVec(rng, n, 1)
+		// Squares spread over many magnitudes make every change in the
+		// order of the float64 additions show in the last bits.
+		spread := make([]float32, n)
+		for i := range spread {
+			spread[i] = x[i] * float32(math.Pow(10, float64(i%7-3)))
+		}
+		for _, v := range [][]float32{x, spread} {
+			if got, want := sumSquares(v), sumSquaresGeneric(v); math.Float64bits(got) != math.Float64bits(want) {
+				t.Fatalf("n=%d: sumSquares %v, portable %v", n, got, want)
+			}
+		}
+		got := make([]float32, n)
+		want := make([]float32, n)
+		scaleMul(got, x, w, 0.37)
+		scaleMulGeneric(want, x, w, 0.37)
+		for i := range got {
+			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+				t.Fatalf("n=%d: scaleMul[%d] = %v, portable %v", n, i, got[i], want[i])
+			}
+		}
+		in := append([]float32(nil), x...)
+		RMSNorm(in, in, w, 1e-5)
+		RMSNorm(got, x, w, 1e-5)
+		var ss float64
+		for _, v := range x {
+			ss += float64(v) * float64(v)
+		}
+		for i := range got {
+			exact := float64(x[i]) / math.Sqrt(ss/float64(n)+1e-5) * float64(w[i])
+			if got[i] != in[i] || math.Abs(float64(got[i])-exact) > 1e-6*math.Abs(exact)+1e-7 {
+				t.Fatalf("n=%d: RMSNorm[%d] = %v (in place %v), exact %v", n, i, got[i], in[i], exact)
+			}
+		}
+	}
+}
