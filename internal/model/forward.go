@@ -238,10 +238,13 @@ func (r *Runner) layer(l int, batch []Seq, T int) {
 	ly := &r.m.Layers[l]
 	E, qDim, kvDim, vDim := c.Embed, c.Heads*c.HeadDim, c.KVDim(), c.KVHeads*c.HeadDimV
 
-	// Attention block.
-	r.forTokens(T, func(t int) {
-		tensor.RMSNorm(r.h[t*E:(t+1)*E], r.x[t*E:(t+1)*E], ly.AttnNorm, c.NormEps)
-	})
+	// Attention block. Its input norm is layer 0's own; every later layer's
+	// was computed by the layer before, with its residual add.
+	if l == 0 {
+		r.forTokens(T, func(t int) {
+			tensor.RMSNorm(r.h[t*E:(t+1)*E], r.x[t*E:(t+1)*E], ly.AttnNorm, c.NormEps)
+		})
+	}
 	h := r.h[:T*E]
 	r.matMuls([][]float32{r.q[:T*qDim], r.k[:T*kvDim], r.v[:T*vDim]}, []tensor.Matrix{ly.Q, ly.K, ly.V}, h, T)
 	r.forTokens(T, func(t int) {
@@ -295,8 +298,15 @@ func (r *Runner) layer(l int, batch []Seq, T int) {
 		tensor.SwiGLU(r.gate[t*F:(t+1)*F], r.gate[t*F:(t+1)*F], r.up[t*F:(t+1)*F])
 	})
 	r.pool.MatMul(r.proj[:T*E], ly.Down, r.gate[:T*F], T)
+	// The residual add, and the next layer's input norm while the token's
+	// row is at hand (one wait for the pool's threads fewer per layer).
+	last := l+1 == len(r.m.Layers)
 	r.forTokens(T, func(t int) {
-		tensor.Add(r.x[t*E:(t+1)*E], r.proj[t*E:(t+1)*E])
+		x := r.x[t*E : (t+1)*E]
+		tensor.Add(x, r.proj[t*E:(t+1)*E])
+		if !last {
+			tensor.RMSNorm(r.h[t*E:(t+1)*E], x, r.m.Layers[l+1].AttnNorm, c.NormEps)
+		}
 	})
 }
 
