@@ -329,8 +329,12 @@ func (r *Runner) attention(l int, batch []Seq, T int) {
 	if r.kvType == tensor.F16 && T >= 4*nw {
 		r.pool.Parallel(nw, func(lo, hi int) {
 			for w := lo; w < hi; w++ {
-				for t := T * w / nw; t < T*(w+1)/nw; t++ {
-					r.attendToken(l, batch, t, &r.workers[w])
+				for t, end := T*w/nw, T*(w+1)/nw; t < end; t++ {
+					next := -1
+					if t+1 < end {
+						next = t + 1
+					}
+					r.attendToken(l, batch, t, next, &r.workers[w])
 				}
 			}
 		})
@@ -407,7 +411,17 @@ func f16Weights(scores []float32, n int, scale float32) {
 // values, a block at a time: each block's keys (and then values) are one
 // contiguous run of bytes for all KV heads, read once while the next
 // block's are requested. Results are attendGroup's, bit for bit.
-func (r *Runner) attendToken(l int, batch []Seq, t int, ws *attnScratch) {
+//
+// The blocks live at unrelated addresses, mostly in DRAM (at batch 16 the
+// pass's keys and values are ~70 MB for SmolLM2-135M), and computing on a
+// block takes far less time than fetching the next, so the request for
+// the next block is spread over the block's work: a third of its lines
+// before each KV head's products. Requesting a whole block at once filled
+// the core's miss queue and stalled it until the lines began to arrive;
+// spread, attention at batch 16 took 15-20% less time (4.9-5.5 → 4.3-4.6
+// ms per pass). The last value block requests the next token's (next, -1
+// for none) first key block, so the worker's next token starts warm.
+func (r *Runner) attendToken(l int, batch []Seq, t, next int, ws *attnScratch) {
 	c := &r.m.Config
 	hd, hdv, kvDim, vDim := c.HeadDim, c.HeadDimV, c.KVDim(), c.KVHeads*c.HeadDimV
 	G := c.Heads / c.KVHeads
@@ -419,18 +433,37 @@ func (r *Runner) attendToken(l int, batch []Seq, t int, ws *attnScratch) {
 	q := ws.f16Queries(r.q[t*c.Heads*hd : (t+1)*c.Heads*hd])
 
 	rows := func(b int) int { return min(n-b*bs, bs) }
+	// request issues part kvh of KVHeads parts of the prefetch of the first
+	// size bytes of b (nil: nothing to request).
+	request := func(b []byte, size, kvh int) {
+		if b == nil {
+			return
+		}
+		per := (size/c.KVHeads + 63) &^ 63 // whole cache lines
+		lo := kvh * per
+		if lo < size {
+			tensor.PrefetchRows(b[lo:], 1, min(per, size-lo), 0)
+		}
+	}
 	scores := ws.scores[:c.Heads*n] // head h's scores at [h*n, (h+1)*n)
 	kb, _ := cache.Block(l, 0)
 	tensor.PrefetchRows(kb, 1, 2*rows(0)*kvDim, 0)
 	for b := 0; b*bs < n; b++ {
-		kb, vb := cache.Block(l, b)
+		kb, _ := cache.Block(l, b)
+		// Next: the following key block, or after the last the first
+		// value block.
+		var nb []byte
+		var size int
 		if (b+1)*bs < n {
-			nk, _ := cache.Block(l, b+1)
-			tensor.PrefetchRows(nk, 1, 2*rows(b+1)*kvDim, 0)
+			nb, _ = cache.Block(l, b+1)
+			size = 2 * rows(b+1) * kvDim
+		} else {
+			_, nb = cache.Block(l, 0)
+			size = 2 * rows(0) * vDim
 		}
-		tensor.PrefetchRows(vb, 1, 2*rows(b)*vDim, 0)
 		kf := f16View(kb)
 		for kvh := range c.KVHeads {
+			request(nb, size, kvh)
 			tensor.DotsF16Heads(scores[kvh*G*n+b*bs:], n, rows(b), q[kvh*G*hd:(kvh+1)*G*hd], hd, kf[kvh*hd:], kvDim)
 		}
 	}
@@ -440,12 +473,21 @@ func (r *Runner) attendToken(l int, batch []Seq, t int, ws *attnScratch) {
 	clear(out)
 	for b := 0; b*bs < n; b++ {
 		_, vb := cache.Block(l, b)
+		// Next: the following value block, or after the last the next
+		// token's first key block.
+		var nb []byte
+		var size int
 		if (b+1)*bs < n {
-			_, nv := cache.Block(l, b+1)
-			tensor.PrefetchRows(nv, 1, 2*rows(b+1)*vDim, 0)
+			_, nb = cache.Block(l, b+1)
+			size = 2 * rows(b+1) * vDim
+		} else if next >= 0 {
+			nc := batch[r.taskSeq[next]].Cache
+			nb, _ = nc.Block(l, 0)
+			size = 2 * min(r.taskPos[next]+1, nc.BlockSize()) * kvDim
 		}
 		vf := f16View(vb)
 		for kvh := range c.KVHeads {
+			request(nb, size, kvh)
 			tensor.AxpysF16Heads(out[kvh*G*hdv:(kvh+1)*G*hdv], hdv, scores[kvh*G*n+b*bs:], n, rows(b), vf[kvh*hdv:], vDim)
 		}
 	}
