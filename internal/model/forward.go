@@ -171,7 +171,10 @@ func (r *Runner) Forward(ctx context.Context, batch []Seq) error {
 		t += len(batch[i].Tokens)
 		if batch[i].Logits != nil {
 			last := t - 1
-			tensor.RMSNorm(r.outRows[o*c.Embed:(o+1)*c.Embed], r.x[last*c.Embed:(last+1)*c.Embed], r.m.OutputNorm, c.NormEps)
+			// The last layer's residual add (see layer), needed only here.
+			x := r.x[last*c.Embed : (last+1)*c.Embed]
+			tensor.Add(x, r.proj[last*c.Embed:(last+1)*c.Embed])
+			tensor.RMSNorm(r.outRows[o*c.Embed:(o+1)*c.Embed], x, r.m.OutputNorm, c.NormEps)
 			o++
 		}
 	}
@@ -217,36 +220,47 @@ func (r *Runner) forTokens(T int, fn func(t int)) {
 	})
 }
 
-// matMuls computes dsts[i] = ws[i]·x for products that share their input,
-// as one pool job when the matrices have one type (see tensor.MatMuls),
-// else one by one (quantization mixes can give V or a feed-forward matrix
-// its own type).
-func (r *Runner) matMuls(dsts [][]float32, ws []tensor.Matrix, x []float32, T int) {
+// matMulsPrep computes dsts[i] = ws[i]·x for products that share their
+// input, which prep writes first (see tensor.MatMulsPrep; prep's thread
+// indexes r.workers): as one pool job when the matrices have one type, else
+// (quantization mixes can give V or a feed-forward matrix its own type) the
+// first with prep and the others after it.
+func (r *Runner) matMulsPrep(dsts [][]float32, ws []tensor.Matrix, x []float32, T int, prep func(t0, t1, thread int)) {
 	for _, w := range ws[1:] {
 		if w.Type != ws[0].Type {
-			for i, w := range ws {
-				r.pool.MatMul(dsts[i], w, x, T)
+			r.pool.MatMulsPrep(dsts[:1], ws[:1], x, T, prep)
+			for i := 1; i < len(ws); i++ {
+				r.pool.MatMul(dsts[i], ws[i], x, T)
 			}
 			return
 		}
 	}
-	r.pool.MatMuls(dsts, ws, x, T)
+	r.pool.MatMulsPrep(dsts, ws, x, T, prep)
 }
 
+// layer runs layer l on the pass's T tokens. The element-wise steps that
+// produce a product's input (a norm, the attention, SwiGLU) run inside the
+// product's job (matMulsPrep), each token range converted right after it is
+// written, so a layer waits for the pool's threads seven times instead of
+// eleven. The residual add after the feed-forward block is done by the
+// next layer (with its input norm), or for the last layer by Forward.
 func (r *Runner) layer(l int, batch []Seq, T int) {
 	c := &r.m.Config
 	ly := &r.m.Layers[l]
 	E, qDim, kvDim, vDim := c.Embed, c.Heads*c.HeadDim, c.KVDim(), c.KVHeads*c.HeadDimV
 
-	// Attention block. Its input norm is layer 0's own; every later layer's
-	// was computed by the layer before, with its residual add.
-	if l == 0 {
-		r.forTokens(T, func(t int) {
-			tensor.RMSNorm(r.h[t*E:(t+1)*E], r.x[t*E:(t+1)*E], ly.AttnNorm, c.NormEps)
-		})
-	}
+	// Attention block: its input is the norm of the residual stream, after
+	// the previous layer's feed-forward output is added.
 	h := r.h[:T*E]
-	r.matMuls([][]float32{r.q[:T*qDim], r.k[:T*kvDim], r.v[:T*vDim]}, []tensor.Matrix{ly.Q, ly.K, ly.V}, h, T)
+	r.matMulsPrep([][]float32{r.q[:T*qDim], r.k[:T*kvDim], r.v[:T*vDim]}, []tensor.Matrix{ly.Q, ly.K, ly.V}, h, T, func(t0, t1, _ int) {
+		for t := t0; t < t1; t++ {
+			x := r.x[t*E : (t+1)*E]
+			if l > 0 {
+				tensor.Add(x, r.proj[t*E:(t+1)*E])
+			}
+			tensor.RMSNorm(r.h[t*E:(t+1)*E], x, ly.AttnNorm, c.NormEps)
+		}
+	})
 	r.forTokens(T, func(t int) {
 		q, k, v := r.q[t*qDim:(t+1)*qDim], r.k[t*kvDim:(t+1)*kvDim], r.v[t*vDim:(t+1)*vDim]
 		if ly.QBias != nil {
@@ -280,34 +294,47 @@ func (r *Runner) layer(l int, batch []Seq, T int) {
 		r.storeKV(kb, off*kvDim, k)
 		r.storeKV(vb, off*vDim, v)
 	})
-	r.attention(l, batch, T)
-	r.pool.MatMul(r.proj[:T*E], ly.O, r.attnOut[:T*c.Heads*c.HeadDimV], T)
-	r.forTokens(T, func(t int) {
-		p := r.proj[t*E : (t+1)*E]
-		if ly.OBias != nil {
-			tensor.Add(p, ly.OBias)
-		}
-		tensor.Add(r.x[t*E:(t+1)*E], p)
-		tensor.RMSNorm(r.h[t*E:(t+1)*E], r.x[t*E:(t+1)*E], ly.FFNNorm, c.NormEps)
-	})
+	attnOut := r.attnOut[:T*c.Heads*c.HeadDimV]
+	if r.byToken(T) {
+		r.matMulsPrep([][]float32{r.proj[:T*E]}, []tensor.Matrix{ly.O}, attnOut, T, func(t0, t1, thread int) {
+			for t := t0; t < t1; t++ {
+				next := -1
+				if t+1 < t1 {
+					next = t + 1
+				}
+				r.attendToken(l, batch, t, next, &r.workers[thread])
+			}
+		})
+	} else {
+		r.attention(l, batch, T)
+		r.pool.MatMul(r.proj[:T*E], ly.O, attnOut, T)
+	}
 
-	// Feed-forward block (SwiGLU).
+	// Feed-forward block (SwiGLU): its input is the norm of the residual
+	// stream after the attention output is added.
 	F := c.FFN
-	r.matMuls([][]float32{r.gate[:T*F], r.up[:T*F]}, []tensor.Matrix{ly.Gate, ly.Up}, h, T)
-	r.forTokens(T, func(t int) {
-		tensor.SwiGLU(r.gate[t*F:(t+1)*F], r.gate[t*F:(t+1)*F], r.up[t*F:(t+1)*F])
-	})
-	r.pool.MatMul(r.proj[:T*E], ly.Down, r.gate[:T*F], T)
-	// The residual add, and the next layer's input norm while the token's
-	// row is at hand (one wait for the pool's threads fewer per layer).
-	last := l+1 == len(r.m.Layers)
-	r.forTokens(T, func(t int) {
-		x := r.x[t*E : (t+1)*E]
-		tensor.Add(x, r.proj[t*E:(t+1)*E])
-		if !last {
-			tensor.RMSNorm(r.h[t*E:(t+1)*E], x, r.m.Layers[l+1].AttnNorm, c.NormEps)
+	r.matMulsPrep([][]float32{r.gate[:T*F], r.up[:T*F]}, []tensor.Matrix{ly.Gate, ly.Up}, h, T, func(t0, t1, _ int) {
+		for t := t0; t < t1; t++ {
+			p := r.proj[t*E : (t+1)*E]
+			if ly.OBias != nil {
+				tensor.Add(p, ly.OBias)
+			}
+			tensor.Add(r.x[t*E:(t+1)*E], p)
+			tensor.RMSNorm(r.h[t*E:(t+1)*E], r.x[t*E:(t+1)*E], ly.FFNNorm, c.NormEps)
 		}
 	})
+	r.matMulsPrep([][]float32{r.proj[:T*E]}, []tensor.Matrix{ly.Down}, r.gate[:T*F], T, func(t0, t1, _ int) {
+		for t := t0; t < t1; t++ {
+			tensor.SwiGLU(r.gate[t*F:(t+1)*F], r.gate[t*F:(t+1)*F], r.up[t*F:(t+1)*F])
+		}
+	})
+}
+
+// byToken reports whether a pass of T tokens computes its attention a token
+// per task (attendToken), with f16 keys and values and enough tokens to
+// keep every worker busy.
+func (r *Runner) byToken(T int) bool {
+	return r.kvType == tensor.F16 && T >= 4*len(r.workers)
 }
 
 // attention computes causal self-attention for every (token, head) of the
@@ -326,7 +353,7 @@ func (r *Runner) layer(l int, batch []Seq, T int) {
 func (r *Runner) attention(l int, batch []Seq, T int) {
 	c := &r.m.Config
 	nw := len(r.workers)
-	if r.kvType == tensor.F16 && T >= 4*nw {
+	if r.byToken(T) {
 		r.pool.Parallel(nw, func(lo, hi int) {
 			for w := lo; w < hi; w++ {
 				for t, end := T*w/nw, T*(w+1)/nw; t < end; t++ {

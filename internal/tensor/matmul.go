@@ -529,6 +529,9 @@ type matmulJob struct {
 	items  int
 	// convertItems is the number of token ranges the conversion is cut in.
 	convertItems int
+	// prep, when set, writes each range's tokens of x before they are
+	// converted (MatMulsPrep).
+	prep func(t0, t1, thread int)
 }
 
 // matmulPart is one product of a job.
@@ -562,11 +565,20 @@ func (j *matmulJob) runItem(p *Pool, it int) {
 	}
 }
 
-// convert converts the activations of item it: one of convertItems
-// contiguous ranges of tokens.
-func (j *matmulJob) convert(p *Pool, it int) {
+// convert converts the activations of item it, one of convertItems
+// contiguous ranges of tokens, on thread id; with a prep function, it first
+// has prep write them.
+func (j *matmulJob) convert(p *Pool, it, id int) {
 	t0, t1 := j.n*it/j.convertItems, j.n*(it+1)/j.convertItems
-	p.act.convertTokens(vecDotType(j.parts[0].w.Type), j.x, t0, t1)
+	if t0 == t1 {
+		return
+	}
+	if j.prep != nil {
+		j.prep(t0, t1, id)
+	}
+	if t := j.parts[0].w.Type; t != F32 {
+		p.act.convertTokens(vecDotType(t), j.x, t0, t1)
+	}
 }
 
 // MatMul computes dst[t*w.Rows + r] = Σ_c W[r][c]·x[t*w.Cols + c] for all
@@ -586,6 +598,12 @@ func (p *Pool) MatMul(dst []float32, w Matrix, x []float32, n int) {
 // matrices must have the same type and number of columns; at most
 // maxMatMuls (3) of them.
 func (p *Pool) MatMuls(dsts [][]float32, ws []Matrix, x []float32, n int) {
+	checkMatMuls(dsts, ws)
+	p.matMuls(dsts, ws, x, n, nil, nil)
+}
+
+// checkMatMuls panics unless ws and dsts suit MatMuls.
+func checkMatMuls(dsts [][]float32, ws []Matrix) {
 	if len(ws) == 0 || len(ws) > maxMatMuls || len(dsts) != len(ws) {
 		panic(fmt.Sprintf("tensor: MatMuls: %d matrices and %d outputs (1 to %d of each)", len(ws), len(dsts), maxMatMuls))
 	}
@@ -594,17 +612,32 @@ func (p *Pool) MatMuls(dsts [][]float32, ws []Matrix, x []float32, n int) {
 			panic(fmt.Sprintf("tensor: MatMuls: a %v matrix of %d columns with a %v one of %d", w.Type, w.Cols, ws[0].Type, ws[0].Cols))
 		}
 	}
-	p.matMuls(dsts, ws, x, n, nil)
+}
+
+// MatMulsPrep is MatMuls on an input that prep writes first: prep(t0, t1,
+// thread) must write tokens [t0, t1) of x (and may do other work for those
+// tokens), on behalf of pool thread thread (0 ≤ thread < Threads(): no two
+// calls with the same thread run at once, so it can index per-thread
+// scratch). The pool calls it once for each token, over disjoint ranges
+// that may run in parallel, each range followed at once by the conversion
+// of its tokens, while they are in that thread's cache; then it computes
+// the products. The same as running prep over all tokens and then
+// MatMuls, with one wait for the threads fewer. prep must not use the
+// Pool.
+func (p *Pool) MatMulsPrep(dsts [][]float32, ws []Matrix, x []float32, n int, prep func(t0, t1, thread int)) {
+	checkMatMuls(dsts, ws)
+	p.matMuls(dsts, ws, x, n, nil, prep)
 }
 
 // matMul is MatMul with an optional kernel override (for tests).
 func (p *Pool) matMul(dst []float32, w Matrix, x []float32, n int, kern kernel) {
-	p.matMuls([][]float32{dst}, []Matrix{w}, x, n, kern)
+	p.matMuls([][]float32{dst}, []Matrix{w}, x, n, kern, nil)
 }
 
 // matMuls runs the products of MatMuls (checked by the caller to share type
-// and columns), with an optional kernel override (for tests).
-func (p *Pool) matMuls(dsts [][]float32, ws []Matrix, x []float32, n int, kern kernel) {
+// and columns), with an optional kernel override (for tests) and prep
+// function (MatMulsPrep).
+func (p *Pool) matMuls(dsts [][]float32, ws []Matrix, x []float32, n int, kern kernel, prep func(t0, t1, thread int)) {
 	if n <= 0 {
 		return
 	}
@@ -635,21 +668,38 @@ func (p *Pool) matMuls(dsts [][]float32, ws []Matrix, x []float32, n int, kern k
 	// Convert the activations (unless the buffer holds this conversion
 	// already), in parallel when there are many tokens.
 	xs := x[:n*w.Cols]
-	if w.Type == F32 {
-		p.act.cols = w.Cols
-		p.act.x = xs
-	} else if key := (convKey{vecDotType(w.Type), w.Cols, n}); !p.act.valid || p.act.key != key || !sameBits(p.act.src, xs) {
-		p.act.valid = false
-		p.act.prepare(key.vt, w.Cols, n)
-		if n >= 4*p.threads && p.threads > 1 {
+	parallel := n >= 4*p.threads && p.threads > 1
+	convert := func(vt DType) {
+		if vt != F32 {
+			p.act.prepare(vt, w.Cols, n)
+		}
+		if parallel {
 			p.kind = jobConvert
 			j.convertItems = 2 * p.threads
 			p.dispatch(j.convertItems)
 		} else {
-			p.act.convertTokens(key.vt, x, 0, n)
+			j.convertItems = 1
+			j.convert(p, 0, 0)
 		}
+	}
+	key := convKey{vecDotType(w.Type), w.Cols, n}
+	switch {
+	case prep != nil:
+		// x is written now: no earlier conversion can hold it, and none
+		// is kept for later calls (they would compare a copy of x).
+		p.act.valid = false
+		j.prep = prep
+		convert(key.vt)
+	case w.Type == F32:
+	case !p.act.valid || p.act.key != key || !sameBits(p.act.src, xs):
+		p.act.valid = false
+		convert(key.vt)
 		p.act.src = append(p.act.src[:0], xs...)
 		p.act.key, p.act.valid = key, true
+	}
+	if w.Type == F32 {
+		p.act.cols = w.Cols
+		p.act.x = xs
 	}
 
 	for i := range j.parts[:j.nparts] {

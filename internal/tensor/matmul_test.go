@@ -506,6 +506,78 @@ func TestMatMuls(t *testing.T) {
 	}
 }
 
+// TestMatMulsPrep checks that MatMulsPrep equals writing the input and
+// then MatMuls, bit for bit, and that it calls prep once per token over
+// disjoint ranges, on valid threads, never twice at once on one thread.
+func TestMatMulsPrep(t *testing.T) {
+	rng := rand.New(rand.NewPCG(29, 30))
+	for _, threads := range []int{1, 2, 3} {
+		p := NewPool(threads)
+		for _, typ := range []DType{Q8_0, Q4_K, F32} {
+			cols := 576
+			if typ.BlockSize() == 256 {
+				cols = 512
+			}
+			var ws []Matrix
+			for _, rows := range []int{40, 13} {
+				m, _ := randMatrix(t, rng, typ, rows, cols)
+				ws = append(ws, m)
+			}
+			for _, n := range []int{1, 3, 8, 16, 40} {
+				src := randVec(rng, n*cols, 1)
+				want := [][]float32{make([]float32, n*ws[0].Rows), make([]float32, n*ws[1].Rows)}
+				got := [][]float32{make([]float32, n*ws[0].Rows), make([]float32, n*ws[1].Rows)}
+				// The input buffer holds stale values until prep writes it.
+				x := randVec(rng, n*cols, 1)
+				p.MatMuls(want, ws, src, n)
+				p.MatMuls(got, ws, x, n) // leaves a conversion of the stale x behind
+				calls := make([]atomic.Int32, n)
+				busy := make([]atomic.Bool, threads)
+				var bad atomic.Value
+				prep := func(t0, t1, thread int) {
+					if thread < 0 || thread >= threads || !busy[thread].CompareAndSwap(false, true) {
+						bad.Store(fmt.Sprintf("prep on thread %d (of %d) while it is busy or out of range", thread, threads))
+						return
+					}
+					defer busy[thread].Store(false)
+					for tok := t0; tok < t1; tok++ {
+						calls[tok].Add(1)
+						copy(x[tok*cols:(tok+1)*cols], src[tok*cols:(tok+1)*cols])
+					}
+				}
+				p.MatMulsPrep(got, ws, x, n, prep)
+				label := fmt.Sprintf("%v threads=%d n=%d", typ, threads, n)
+				if msg := bad.Load(); msg != nil {
+					t.Fatalf("%s: %s", label, msg)
+				}
+				for tok := range calls {
+					if c := calls[tok].Load(); c != 1 {
+						t.Fatalf("%s: token %d prepared %d times", label, tok, c)
+					}
+				}
+				for i := range got {
+					for e := range got[i] {
+						if math.Float32bits(got[i][e]) != math.Float32bits(want[i][e]) {
+							t.Fatalf("%s: product %d output %d = %v, want %v", label, i, e, got[i][e], want[i][e])
+						}
+					}
+				}
+			}
+		}
+		p.Close()
+	}
+	p := NewPool(2)
+	defer p.Close()
+	m, _ := randMatrix(t, rng, Q8_0, 64, 512)
+	x := randVec(rng, 16*512, 1)
+	dst := [][]float32{make([]float32, 16*64)}
+	ws := []Matrix{m}
+	prep := func(t0, t1, _ int) { x[t0*512] = float32(t0) }
+	if a := testing.AllocsPerRun(20, func() { p.MatMulsPrep(dst, ws, x, 16, prep) }); a != 0 {
+		t.Errorf("%v allocations per MatMulsPrep", a)
+	}
+}
+
 func TestMatMulsPanicsOnMismatch(t *testing.T) {
 	p := NewPool(1)
 	defer p.Close()

@@ -350,7 +350,7 @@ func (p *Pool) runItem(i, id int) {
 	case jobMatMul:
 		p.mm.runItem(p, i)
 	case jobConvert:
-		p.mm.convert(p, i)
+		p.mm.convert(p, i, id)
 	}
 }
 
