@@ -114,13 +114,20 @@ type Breakpoint struct {
 // dialect:
 //
 //	{"kvserve": {"session_id": "…", "retention": "ephemeral|session|persistent|pinned",
-//	             "ttl": "5m" | 300, "priority": 1, "expected_output_tokens": 200}}
+//	             "ttl": "5m" | 300, "priority": 1, "expected_output_tokens": 200,
+//	             "ignore_eos": true}}
+//
+// ignore_eos keeps generating past end-of-generation tokens up to the token
+// limit (as vLLM's sampling parameter; OpenAI and Anthropic bodies may also
+// carry it at the top level, Gemini bodies only here): for benchmarks and
+// tests that need replies of a known length.
 type Extension struct {
 	SessionID            string   `json:"session_id"`
 	Retention            string   `json:"retention"`
 	TTL                  Duration `json:"ttl"`
 	Priority             *int     `json:"priority"`
 	ExpectedOutputTokens int      `json:"expected_output_tokens"`
+	IgnoreEOS            bool     `json:"ignore_eos"`
 }
 
 // MaxSessionIDLen bounds the kvserve session_id.
@@ -155,6 +162,9 @@ func (e *Extension) Apply(r *Request) error {
 		return InvalidParam("kvserve.expected_output_tokens", "expected_output_tokens must be ≥ 0")
 	}
 	r.Hints.ExpectedOutputTokens = e.ExpectedOutputTokens
+	if e.IgnoreEOS {
+		r.IgnoreEOS = true
+	}
 	return nil
 }
 

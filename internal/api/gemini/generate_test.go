@@ -586,7 +586,7 @@ func TestSnakeCaseAndSingletons(t *testing.T) {
 	}
 	snake := `{"system_instruction": {"parts": {"text": "Be a cat."}}, "contents": {"parts": {"text": "Hello"}},
 		"generation_config": {"max_output_tokens": 3, "stop_sequences": "\u0000never"},
-		"kvserve": {"session_id": "s-1", "retention": "session"}}`
+		"kvserve": {"session_id": "s-1", "retention": "session", "ignore_eos": true}}`
 	var a, b gResp
 	postOK(t, gen(env, "generateContent"), camel, &a)
 	pa := env.Recorder.Last(t).Prompt
@@ -595,16 +595,19 @@ func TestSnakeCaseAndSingletons(t *testing.T) {
 	if !slices.Equal(pa, last.Prompt) || last.MaxTokens != 3 {
 		t.Fatalf("snake_case prompt %q (max %d), camelCase %q", env.Tokenizer.Decode(last.Prompt), last.MaxTokens, env.Tokenizer.Decode(pa))
 	}
-	if last.Hints.SessionID != "s-1" || last.Hints.Retention != engine.RetentionSession {
-		t.Fatalf("kvserve hints %+v", last.Hints)
+	if last.Hints.SessionID != "s-1" || last.Hints.Retention != engine.RetentionSession || !last.IgnoreEOS {
+		t.Fatalf("kvserve hints %+v, ignore_eos %v", last.Hints, last.IgnoreEOS)
 	}
 	env.WaitIdle(t)
 }
 
 func TestClientDisconnectFreesBlocks(t *testing.T) {
 	env := newEnv(t, apitest.Options{})
+	// ignore_eos: the reply must still be streaming when the first chunk
+	// is read, however fast the engine (this model's replies otherwise end
+	// within a hundred tokens).
 	body, _ := json.Marshal(map[string]any{"contents": userContents("Never stop talking."),
-		"generationConfig": map[string]any{"maxOutputTokens": 3000}, "kvserve": map[string]any{"priority": 1}})
+		"generationConfig": map[string]any{"maxOutputTokens": 3000}, "kvserve": map[string]any{"priority": 1, "ignore_eos": true}})
 	req, _ := http.NewRequest("POST", gen(env, "streamGenerateContent")+"?alt=sse", bytes.NewReader(body))
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
