@@ -241,9 +241,10 @@ func (r *Runner) matMulsPrep(dsts [][]float32, ws []tensor.Matrix, x []float32, 
 // layer runs layer l on the pass's T tokens. The element-wise steps that
 // produce a product's input (a norm, the attention, SwiGLU) run inside the
 // product's job (matMulsPrep), each token range converted right after it is
-// written, so a layer waits for the pool's threads seven times instead of
-// eleven. The residual add after the feed-forward block is done by the
-// next layer (with its input norm), or for the last layer by Forward.
+// written: with many tokens a layer waits for the pool's threads nine times
+// (four conversions, four products, RoPE) instead of thirteen. The residual
+// add after the feed-forward block is done by the next layer (with its input
+// norm), or for the last layer by Forward.
 func (r *Runner) layer(l int, batch []Seq, T int) {
 	c := &r.m.Config
 	ly := &r.m.Layers[l]
