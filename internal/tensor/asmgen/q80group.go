@@ -561,12 +561,13 @@ func q80GroupsKernel(a *asm, d *decl) {
 // lines apart, and storing them one by one, T scattered 4-byte stores per
 // row, cost the 16-token kernel ~4% of its time (a SmolLM2-135M layer's
 // seven products, one thread, fastest of many: 479-485 µs; with the same
-// stores all going to one line, wrong results, 462). So the transposed kernels collect the results of eight rows in a
-// tile in their frame, a row's T results side by side (64 bytes a row), and
-// then transpose it, 8×8 floats at a time, into one 32-byte store per token
-// of eight consecutive outputs (467-476 µs). Each result is summed exactly
-// as before (q80Sum4, q80Sum1); only where it is stored changes. Rows after the last
-// full block of eight are stored one at a time (q80RowStore).
+// stores all going to one line, wrong results, 462). So the transposed
+// kernels collect the results of eight rows in a tile in their frame, a
+// row's T results side by side (64 bytes a row), and then transpose it, 8×8
+// floats at a time, into one 32-byte store per token of eight consecutive
+// outputs (467-476 µs). Each result is summed exactly as before (q80Sum4,
+// q80Sum1); only where it is stored changes. Rows after the last full block
+// of eight are stored one at a time (q80RowStore).
 
 // q80TileFrame is the transposed kernels' frame: the 8×16 float tile and,
 // after it, the number of rows stored through it (rows &^ 7).
