@@ -118,4 +118,27 @@ func checkBatchInvariance(t *testing.T, m *model.Model, pool *tensor.Pool) {
 			t.Fatalf("prompt %d in a mixed prefill/decode batch: logits differ from alone", i)
 		}
 	}
+
+	// Decode: one token per sequence, every prompt twice (enough sequences
+	// for attention a token per task, which runs inside the output
+	// projection's job).
+	decode := make([]model.Seq, 2*len(prompts))
+	douts := make([][]float32, len(decode))
+	for i := range decode {
+		p := prompts[i%len(prompts)]
+		cache := newCache()
+		if err := r.Forward(ctx, []model.Seq{{Cache: cache, Tokens: p[:len(p)-1]}}); err != nil {
+			t.Fatal(err)
+		}
+		douts[i] = make([]float32, cfg.Vocab)
+		decode[i] = model.Seq{Cache: cache, Pos: len(p) - 1, Tokens: p[len(p)-1:], Logits: douts[i]}
+	}
+	if err := r.Forward(ctx, decode); err != nil {
+		t.Fatal(err)
+	}
+	for i := range decode {
+		if !slices.Equal(douts[i], want[i%len(prompts)]) {
+			t.Fatalf("sequence %d (prompt %d) in a decode batch of %d: logits differ from alone", i, i%len(prompts), len(decode))
+		}
+	}
 }
