@@ -298,13 +298,7 @@ func (r *Runner) layer(l int, batch []Seq, T int) {
 	attnOut := r.attnOut[:T*c.Heads*c.HeadDimV]
 	if r.byToken(T) {
 		r.matMulsPrep([][]float32{r.proj[:T*E]}, []tensor.Matrix{ly.O}, attnOut, T, func(t0, t1, thread int) {
-			for t := t0; t < t1; t++ {
-				next := -1
-				if t+1 < t1 {
-					next = t + 1
-				}
-				r.attendToken(l, batch, t, next, &r.workers[thread])
-			}
+			r.attendTokens(l, batch, t0, t1, &r.workers[thread])
 		})
 	} else {
 		r.attention(l, batch, T)
@@ -332,8 +326,11 @@ func (r *Runner) layer(l int, batch []Seq, T int) {
 }
 
 // byToken reports whether a pass of T tokens computes its attention a token
-// per task (attendToken), with f16 keys and values and enough tokens to
-// keep every worker busy.
+// per task (attendTokens, inside the output projection's job), with f16
+// keys and values and enough tokens to keep every worker busy: each token's
+// blocks are then read whole, one contiguous run per block for all KV heads
+// (SmolLM2-135M batch 16 decode: ~2% less CPU per pass than a task per
+// (token, KV head)).
 func (r *Runner) byToken(T int) bool {
 	return r.kvType == tensor.F16 && T >= 4*len(r.workers)
 }
@@ -346,28 +343,12 @@ func (r *Runner) byToken(T int) bool {
 //
 // With f16 keys and values, the query heads sharing a KV head are computed
 // together, each key and value row read and converted once for all of
-// them (same results as one head at a time, bit for bit). A task is a
-// token when there are enough tokens to keep every worker busy — its
-// blocks are then read whole, one contiguous run per block for all KV
-// heads (SmolLM2-135M batch 16 decode: ~2% less CPU per pass than a task
-// per (token, KV head)) — else a (token, KV head) pair.
+// them (same results as one head at a time, bit for bit), a (token, KV
+// head) pair per task. Passes with many tokens use attendTokens instead
+// (see byToken).
 func (r *Runner) attention(l int, batch []Seq, T int) {
 	c := &r.m.Config
 	nw := len(r.workers)
-	if r.byToken(T) {
-		r.pool.Parallel(nw, func(lo, hi int) {
-			for w := lo; w < hi; w++ {
-				for t, end := T*w/nw, T*(w+1)/nw; t < end; t++ {
-					next := -1
-					if t+1 < end {
-						next = t + 1
-					}
-					r.attendToken(l, batch, t, next, &r.workers[w])
-				}
-			}
-		})
-		return
-	}
 	if r.kvType == tensor.F16 && T*c.KVHeads >= 4*nw {
 		tasks := T * c.KVHeads
 		r.pool.Parallel(nw, func(lo, hi int) {
@@ -432,6 +413,18 @@ func f16Weights(scores []float32, n int, scale float32) {
 		tensor.Scale(s, scale)
 		tensor.Softmax(s)
 		tensor.RoundF16(s)
+	}
+}
+
+// attendTokens computes the attention of tokens [t0, t1) one after another
+// (attendToken), each warming the next one's first key block.
+func (r *Runner) attendTokens(l int, batch []Seq, t0, t1 int, ws *attnScratch) {
+	for t := t0; t < t1; t++ {
+		next := -1
+		if t+1 < t1 {
+			next = t + 1
+		}
+		r.attendToken(l, batch, t, next, ws)
 	}
 }
 
