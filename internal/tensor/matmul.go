@@ -682,6 +682,10 @@ func (p *Pool) matMuls(dsts [][]float32, ws []Matrix, x []float32, n int, kern k
 			j.convert(p, 0, 0)
 		}
 	}
+	if w.Type == F32 { // the kernels read x itself
+		p.act.cols = w.Cols
+		p.act.x = xs
+	}
 	key := convKey{vecDotType(w.Type), w.Cols, n}
 	switch {
 	case prep != nil:
@@ -690,16 +694,12 @@ func (p *Pool) matMuls(dsts [][]float32, ws []Matrix, x []float32, n int, kern k
 		p.act.valid = false
 		j.prep = prep
 		convert(key.vt)
-	case w.Type == F32:
+	case w.Type == F32: // nothing to convert
 	case !p.act.valid || p.act.key != key || !sameBits(p.act.src, xs):
 		p.act.valid = false
 		convert(key.vt)
 		p.act.src = append(p.act.src[:0], xs...)
 		p.act.key, p.act.valid = key, true
-	}
-	if w.Type == F32 {
-		p.act.cols = w.Cols
-		p.act.x = xs
 	}
 
 	for i := range j.parts[:j.nparts] {
