@@ -267,18 +267,6 @@ func q80Scales(a *asm, dst int) {
 	a.p("VCVTPH2PS X%d, Y%d", dst, dst)
 }
 
-// q80Reduce4 sums the lanes of Y0..Y3 (tokens t..t+3) in the family's order
-// and stores the four results at (R12), (R12)+ld, … advancing R12 past them.
-func q80Reduce4(a *asm) {
-	q80Sum4(a)
-	a.p("VMOVSS X0, (R12)")
-	a.p("ADDQ ldBytes+80(FP), R12")
-	for j := 1; j < 4; j++ {
-		a.p("VEXTRACTPS $%d, X0, (R12)", j)
-		a.p("ADDQ ldBytes+80(FP), R12")
-	}
-}
-
 // q80Sum4 sums the lanes of Y0..Y3 (tokens t..t+3) in the family's order
 // into the four lanes of X0.
 func q80Sum4(a *asm) {
@@ -297,14 +285,6 @@ func q80Sum1(a *asm) {
 	a.p("VADDSS X1, X0, X0")
 }
 
-// q80Reduce1 sums the lanes of Y0 in the same order and stores the result
-// at (R12), advancing R12 by ld.
-func q80Reduce1(a *asm) {
-	q80Sum1(a)
-	a.p("VMOVSS X0, (R12)")
-	a.p("ADDQ ldBytes+80(FP), R12")
-}
-
 // q80Store reduces the float accumulators Y16..Y16+T-1 and stores them for
 // the current row (DX), then moves to the next row.
 func q80Store(a *asm, name string, T int) {
@@ -317,16 +297,36 @@ func q80Store(a *asm, name string, T int) {
 // for the current row (DX), one token at a time.
 func q80RowStore(a *asm, T int) {
 	a.p("MOVQ DX, R12")
+	// Each result at (R12), then R12 moves on by ld.
+	q80SumRow(a, T, func(int) {
+		a.p("VMOVSS X0, (R12)")
+		a.p("ADDQ ldBytes+80(FP), R12")
+		for j := 1; j < 4; j++ {
+			a.p("VEXTRACTPS $%d, X0, (R12)", j)
+			a.p("ADDQ ldBytes+80(FP), R12")
+		}
+	}, func(int) {
+		a.p("VMOVSS X0, (R12)")
+		a.p("ADDQ ldBytes+80(FP), R12")
+	})
+}
+
+// q80SumRow sums the row's float accumulators Y16..Y16+T-1 in the family's
+// order, four tokens at a time (q80Sum4) and the rest one by one (q80Sum1),
+// and has store4(t) or store1(t) store tokens t.. from X0.
+func q80SumRow(a *asm, T int, store4, store1 func(t int)) {
 	t := 0
 	for ; t+4 <= T; t += 4 {
 		for j := 0; j < 4; j++ {
 			a.p("VMOVAPS Y%d, Y%d", 16+t+j, j)
 		}
-		q80Reduce4(a)
+		q80Sum4(a)
+		store4(t)
 	}
 	for ; t < T; t++ {
 		a.p("VMOVAPS Y%d, Y0", 16+t)
-		q80Reduce1(a)
+		q80Sum1(a)
+		store1(t)
 	}
 }
 
@@ -597,19 +597,11 @@ func q80TileStore(a *asm, name string, T int) {
 	a.p("MOVQ R12, R13")
 	a.p("SHLQ $6, R12")
 	a.p("ADDQ SP, R12")
-	t := 0
-	for ; t+4 <= T; t += 4 {
-		for j := 0; j < 4; j++ {
-			a.p("VMOVAPS Y%d, Y%d", 16+t+j, j)
-		}
-		q80Sum4(a)
+	q80SumRow(a, T, func(t int) {
 		a.p("VMOVUPS X0, %d(R12)", 4*t)
-	}
-	for ; t < T; t++ {
-		a.p("VMOVAPS Y%d, Y0", 16+t)
-		q80Sum1(a)
+	}, func(t int) {
 		a.p("VMOVSS X0, %d(R12)", 4*t)
-	}
+	})
 	a.p("CMPQ R13, $7")
 	a.p("JNE %s_next", name)
 	// The tile is full: token t's results for the block's eight rows go to
