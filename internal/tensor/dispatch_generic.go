@@ -6,9 +6,9 @@ package tensor
 
 func (i isa) String() string { return "portable" }
 
-// q80GroupLayout says the Q8_0 conversion must fill the group layout of the
+// q80RowLayout says the Q8_0 conversion must fill the row layout of the
 // amd64 kernels (it need not here).
-const q80GroupLayout = false
+const q80RowLayout = false
 
 // cpuISA is the only level of the portable build.
 const cpuISA = isaPortable
@@ -18,10 +18,6 @@ func kernelAt(t DType, _ isa) kernel { return portableKernel(t) }
 
 func quantizeActQ80(q []int8, d []float32, s []int32, x []float32) {
 	quantizeActQ80Generic(q, d, s, x)
-}
-
-func fillQ80FullGroups(g []byte, q []int8, d []float32, s []int32, groups int) {
-	fillQ80GroupsGeneric(g, q, d, s, groups)
 }
 
 func quantizeActQ8K(q []int8, d []float32, bs []int16, x []float32) {

@@ -65,35 +65,36 @@ func (k *q8Tiles) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t
 	}
 }
 
-// q8GroupFn is a Q8_0 group kernel (see asmgen/q80group.go).
-type q8GroupFn func(w *byte, rowBytes, rows int, y *int8, yStride int, grp *byte, gStride, groups, last int, dst *float32, ldBytes int)
+// q8RowsFn is a Q8_0 row kernel (see asmgen/q80rows.go).
+type q8RowsFn func(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
 
-// q80Groups drives the VNNI Q8_0 kernels, which work on groups of eight
-// blocks: t[T] computes all rows of a range for T ≤ 16 tokens, on the
-// natural activations for T ≤ 2 (decode) and the transposed group layout
-// above. All of them add a given output's products in the same order, so
-// results do not depend on T (batch invariance).
-type q80Groups struct{ t [17]q8GroupFn }
+// q80Rows drives the VNNI Q8_0 kernels, which compute eight rows at a time
+// (a lane each) on the row layout of the activations: t[T] computes all
+// rows of a range for T ≤ 16 tokens. All of them add a given output's
+// products in the same order, so results do not depend on T (batch
+// invariance).
+type q80Rows struct{ t [17]q8RowsFn }
 
-// q80GroupLayout says the Q8_0 conversion must fill the group layout.
-const q80GroupLayout = true
+// q80PrefetchRows is how far ahead, in rows, the kernels prefetch the
+// weights (see asmgen/q80rows.go).
+const q80PrefetchRows = 16
 
-func (k *q80Groups) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int) {
-	cols := w.Cols
-	nb := cols / qk80
-	groups := (nb + 7) / 8
-	last := nb - 8*(groups-1)
+// q80RowLayout says the Q8_0 conversion must fill the row layout.
+const q80RowLayout = true
+
+func (k *q80Rows) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int) {
+	nb := w.Cols / qk80
 	rb := w.RowBytes()
 	for t := t0; t < t1; {
 		T := min(16, t1-t)
-		k.t[T](&w.Data[r0*rb], rb, r1-r0, &a.q[t*cols], cols, &a.g[t*a.gs], a.gs, groups, last, &dst[t*ld+r0], ld*4)
+		k.t[T](&w.Data[r0*rb], rb, q80PrefetchRows*rb, r1-r0, &a.g[t*q80BlockBytes], a.gs, nb, &dst[t*ld+r0], ld*4)
 		t += T
 	}
 }
 
-var q80VNNI = &q80Groups{[17]q8GroupFn{nil, q80VNNIN_1, q80VNNIN_2,
-	q80VNNIT_3, q80VNNIT_4, q80VNNIT_5, q80VNNIT_6, q80VNNIT_7, q80VNNIT_8, q80VNNIT_9,
-	q80VNNIT_10, q80VNNIT_11, q80VNNIT_12, q80VNNIT_13, q80VNNIT_14, q80VNNIT_15, q80VNNIT_16}}
+var q80VNNI = &q80Rows{[17]q8RowsFn{nil, q80VNNIN_1, q80VNNIN_2,
+	q80VNNIR_3, q80VNNIR_4, q80VNNIR_5, q80VNNIR_6, q80VNNIR_7, q80VNNIR_8, q80VNNIR_9,
+	q80VNNIR_10, q80VNNIR_11, q80VNNIR_12, q80VNNIR_13, q80VNNIR_14, q80VNNIR_15, q80VNNIR_16}}
 
 type floatFn func(w *byte, rowBytes, groups int, y *float32, yStride int, steps int, dst *float32, ldBytes int)
 

@@ -84,90 +84,85 @@ func q40AVX2_1x3(w *byte, rowBytes, groups int, y *int8, yStride int, d *float32
 //go:noescape
 func q40AVX2_1x4(w *byte, rowBytes, groups int, y *int8, yStride int, d *float32, s *int32, dStride, nb int, dst *float32, ldBytes int)
 
-// q80GroupsAVX2 writes the Q8_0 group layout of groups full groups of eight blocks.
+// q80VNNIN_1 computes rows × 1 tokens of Q8_0 weights × Q8_0 activations, eight rows at a time, without a transpose (VNNI).
 //
 //go:noescape
-func q80GroupsAVX2(grp *byte, q *int8, d *float32, s *int32, groups int)
+func q80VNNIN_1(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
 
-// q80VNNIN_1 computes rows × 1 tokens of Q8_0 weights × Q8_0 activations in groups of 8 blocks, on natural activations (VNNI).
+// q80VNNIN_2 computes rows × 2 tokens of Q8_0 weights × Q8_0 activations, eight rows at a time, without a transpose (VNNI).
 //
 //go:noescape
-func q80VNNIN_1(w *byte, rowBytes, rows int, y *int8, yStride int, grp *byte, gStride, groups, last int, dst *float32, ldBytes int)
+func q80VNNIN_2(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
 
-// q80VNNIN_2 computes rows × 2 tokens of Q8_0 weights × Q8_0 activations in groups of 8 blocks, on natural activations (VNNI).
+// q80VNNIR_3 computes rows × 3 tokens of Q8_0 weights × Q8_0 activations, eight rows at a time (VNNI).
 //
 //go:noescape
-func q80VNNIN_2(w *byte, rowBytes, rows int, y *int8, yStride int, grp *byte, gStride, groups, last int, dst *float32, ldBytes int)
+func q80VNNIR_3(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
 
-// q80VNNIT_3 computes rows × 3 tokens of Q8_0 weights × Q8_0 activations in groups of 8 blocks, on transposed activations (VNNI).
+// q80VNNIR_4 computes rows × 4 tokens of Q8_0 weights × Q8_0 activations, eight rows at a time (VNNI).
 //
 //go:noescape
-func q80VNNIT_3(w *byte, rowBytes, rows int, y *int8, yStride int, grp *byte, gStride, groups, last int, dst *float32, ldBytes int)
+func q80VNNIR_4(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
 
-// q80VNNIT_4 computes rows × 4 tokens of Q8_0 weights × Q8_0 activations in groups of 8 blocks, on transposed activations (VNNI).
+// q80VNNIR_5 computes rows × 5 tokens of Q8_0 weights × Q8_0 activations, eight rows at a time (VNNI).
 //
 //go:noescape
-func q80VNNIT_4(w *byte, rowBytes, rows int, y *int8, yStride int, grp *byte, gStride, groups, last int, dst *float32, ldBytes int)
+func q80VNNIR_5(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
 
-// q80VNNIT_5 computes rows × 5 tokens of Q8_0 weights × Q8_0 activations in groups of 8 blocks, on transposed activations (VNNI).
+// q80VNNIR_6 computes rows × 6 tokens of Q8_0 weights × Q8_0 activations, eight rows at a time (VNNI).
 //
 //go:noescape
-func q80VNNIT_5(w *byte, rowBytes, rows int, y *int8, yStride int, grp *byte, gStride, groups, last int, dst *float32, ldBytes int)
+func q80VNNIR_6(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
 
-// q80VNNIT_6 computes rows × 6 tokens of Q8_0 weights × Q8_0 activations in groups of 8 blocks, on transposed activations (VNNI).
+// q80VNNIR_7 computes rows × 7 tokens of Q8_0 weights × Q8_0 activations, eight rows at a time (VNNI).
 //
 //go:noescape
-func q80VNNIT_6(w *byte, rowBytes, rows int, y *int8, yStride int, grp *byte, gStride, groups, last int, dst *float32, ldBytes int)
+func q80VNNIR_7(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
 
-// q80VNNIT_7 computes rows × 7 tokens of Q8_0 weights × Q8_0 activations in groups of 8 blocks, on transposed activations (VNNI).
+// q80VNNIR_8 computes rows × 8 tokens of Q8_0 weights × Q8_0 activations, eight rows at a time (VNNI).
 //
 //go:noescape
-func q80VNNIT_7(w *byte, rowBytes, rows int, y *int8, yStride int, grp *byte, gStride, groups, last int, dst *float32, ldBytes int)
+func q80VNNIR_8(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
 
-// q80VNNIT_8 computes rows × 8 tokens of Q8_0 weights × Q8_0 activations in groups of 8 blocks, on transposed activations (VNNI).
+// q80VNNIR_9 computes rows × 9 tokens of Q8_0 weights × Q8_0 activations, eight rows at a time (VNNI).
 //
 //go:noescape
-func q80VNNIT_8(w *byte, rowBytes, rows int, y *int8, yStride int, grp *byte, gStride, groups, last int, dst *float32, ldBytes int)
+func q80VNNIR_9(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
 
-// q80VNNIT_9 computes rows × 9 tokens of Q8_0 weights × Q8_0 activations in groups of 8 blocks, on transposed activations (VNNI).
+// q80VNNIR_10 computes rows × 10 tokens of Q8_0 weights × Q8_0 activations, eight rows at a time (VNNI).
 //
 //go:noescape
-func q80VNNIT_9(w *byte, rowBytes, rows int, y *int8, yStride int, grp *byte, gStride, groups, last int, dst *float32, ldBytes int)
+func q80VNNIR_10(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
 
-// q80VNNIT_10 computes rows × 10 tokens of Q8_0 weights × Q8_0 activations in groups of 8 blocks, on transposed activations (VNNI).
+// q80VNNIR_11 computes rows × 11 tokens of Q8_0 weights × Q8_0 activations, eight rows at a time (VNNI).
 //
 //go:noescape
-func q80VNNIT_10(w *byte, rowBytes, rows int, y *int8, yStride int, grp *byte, gStride, groups, last int, dst *float32, ldBytes int)
+func q80VNNIR_11(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
 
-// q80VNNIT_11 computes rows × 11 tokens of Q8_0 weights × Q8_0 activations in groups of 8 blocks, on transposed activations (VNNI).
+// q80VNNIR_12 computes rows × 12 tokens of Q8_0 weights × Q8_0 activations, eight rows at a time (VNNI).
 //
 //go:noescape
-func q80VNNIT_11(w *byte, rowBytes, rows int, y *int8, yStride int, grp *byte, gStride, groups, last int, dst *float32, ldBytes int)
+func q80VNNIR_12(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
 
-// q80VNNIT_12 computes rows × 12 tokens of Q8_0 weights × Q8_0 activations in groups of 8 blocks, on transposed activations (VNNI).
+// q80VNNIR_13 computes rows × 13 tokens of Q8_0 weights × Q8_0 activations, eight rows at a time (VNNI).
 //
 //go:noescape
-func q80VNNIT_12(w *byte, rowBytes, rows int, y *int8, yStride int, grp *byte, gStride, groups, last int, dst *float32, ldBytes int)
+func q80VNNIR_13(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
 
-// q80VNNIT_13 computes rows × 13 tokens of Q8_0 weights × Q8_0 activations in groups of 8 blocks, on transposed activations (VNNI).
+// q80VNNIR_14 computes rows × 14 tokens of Q8_0 weights × Q8_0 activations, eight rows at a time (VNNI).
 //
 //go:noescape
-func q80VNNIT_13(w *byte, rowBytes, rows int, y *int8, yStride int, grp *byte, gStride, groups, last int, dst *float32, ldBytes int)
+func q80VNNIR_14(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
 
-// q80VNNIT_14 computes rows × 14 tokens of Q8_0 weights × Q8_0 activations in groups of 8 blocks, on transposed activations (VNNI).
+// q80VNNIR_15 computes rows × 15 tokens of Q8_0 weights × Q8_0 activations, eight rows at a time (VNNI).
 //
 //go:noescape
-func q80VNNIT_14(w *byte, rowBytes, rows int, y *int8, yStride int, grp *byte, gStride, groups, last int, dst *float32, ldBytes int)
+func q80VNNIR_15(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
 
-// q80VNNIT_15 computes rows × 15 tokens of Q8_0 weights × Q8_0 activations in groups of 8 blocks, on transposed activations (VNNI).
+// q80VNNIR_16 computes rows × 16 tokens of Q8_0 weights × Q8_0 activations, eight rows at a time (VNNI).
 //
 //go:noescape
-func q80VNNIT_15(w *byte, rowBytes, rows int, y *int8, yStride int, grp *byte, gStride, groups, last int, dst *float32, ldBytes int)
-
-// q80VNNIT_16 computes rows × 16 tokens of Q8_0 weights × Q8_0 activations in groups of 8 blocks, on transposed activations (VNNI).
-//
-//go:noescape
-func q80VNNIT_16(w *byte, rowBytes, rows int, y *int8, yStride int, grp *byte, gStride, groups, last int, dst *float32, ldBytes int)
+func q80VNNIR_16(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
 
 // q4KVNNI_1 computes rows × 1 tokens of Q4_K weights × Q8_K activations (VNNI).
 //

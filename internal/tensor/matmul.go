@@ -34,8 +34,8 @@ type actBuf struct {
 	q    []int8    // Q8_0 / Q8_K values, cols per token
 	d    []float32 // per-block scale: Q8_0 rounded through f16, Q8_K f32
 	s    []int32   // Q8_0: per-block offset correction −Σq (Q4_0 kernels)
-	g    []byte    // Q8_0: the group layout of the VNNI kernels (see fillQ80Groups)
-	gs   int       // bytes of g per token
+	g    []byte    // Q8_0: the row layout of the VNNI kernels (see fillQ80Rows)
+	gs   int       // Q8_0: bytes of g per block (tokens × q80BlockBytes)
 	bs   []int16   // Q8_K: sums of each 16 values (16 per block)
 	f    []float32 // F16/BF16-rounded activations widened to f32
 	x    []float32 // F32 weights: the caller's activations, unconverted
@@ -115,9 +115,9 @@ func (a *actBuf) prepare(vt DType, cols, n int) {
 		a.q = growI8(a.q, n*cols)
 		a.d = growF32(a.d, n*cols/qk80)
 		a.s = growI32(a.s, n*cols/qk80)
-		if q80GroupLayout {
-			a.gs = q80GroupBytes * ((cols/qk80 + 7) / 8)
-			a.g = growBytes(a.g, n*a.gs)
+		if q80RowLayout {
+			a.gs = n * q80BlockBytes
+			a.g = growBytes(a.g, cols/qk80*a.gs)
 		}
 	case Q8_K:
 		a.q = growI8(a.q, n*cols)
@@ -139,8 +139,8 @@ func (a *actBuf) convertTokens(vt DType, x []float32, t0, t1 int) {
 			nb := c / qk80
 			s := a.s[tok*nb : (tok+1)*nb]
 			quantizeActQ80(a.q[tok*c:(tok+1)*c], a.d[tok*nb:(tok+1)*nb], s, xs)
-			if q80GroupLayout {
-				fillQ80Groups(a.g[tok*a.gs:(tok+1)*a.gs], a.q[tok*c:(tok+1)*c], a.d[tok*nb:(tok+1)*nb], s)
+			if q80RowLayout {
+				fillQ80Rows(a.g[tok*q80BlockBytes:], a.gs, a.q[tok*c:(tok+1)*c], a.d[tok*nb:(tok+1)*nb], s)
 			}
 		case Q8_K:
 			nb := c / qkK
@@ -160,88 +160,32 @@ func (a *actBuf) convertTokens(vt DType, x []float32, t0, t1 int) {
 	}
 }
 
-// The group layout of one token's Q8_0 activations, read by the VNNI Q8_0
-// kernels (asmgen/q80group.go): for each group of eight blocks, 320 bytes —
-// the quantized values transposed (dword k of block 8g+i at bytes
-// 32k+4i..32k+4i+3), then the eight blocks' offsets −128·Σq (int32, the
-// correction for weights made unsigned by adding 128) and their scales (f32).
-// Blocks past the last one are zero in all three parts, so they add nothing.
-// A last group of at most four blocks is packed narrower (q80TailWidth):
-// its blocks take m = 8/w lanes each, lane l of vector k holding block l/m's
-// dword m·k + l mod m, its offset in its first lane and its scale in all of
-// them, and the kernels spend w vpdpbusd on it instead of eight.
+// The row layout of Q8_0 activations, read by the VNNI Q8_0 kernels
+// (asmgen/q80rows.go): for block b and token t of an n-token conversion,
+// q80BlockBytes at (b·n + t)·q80BlockBytes — the block's 32 quantized
+// values, its offset −128·Σq (int32, the correction for weights made
+// unsigned by adding 128) and its scale (f32). A kernel's tokens are then
+// at fixed distances from one pointer, which moves n·q80BlockBytes a block.
 const (
-	q80GroupBytes  = 320
-	q80GroupOffset = 256
-	q80GroupScale  = 288
+	q80BlockBytes  = 40
+	q80BlockOffset = 32
+	q80BlockScale  = 36
 )
 
-// fillQ80Groups writes one token's group layout into g from its quantized
-// values q, scales d and negated block sums s.
-func fillQ80Groups(g []byte, q []int8, d []float32, s []int32) {
-	full := len(d) / 8
-	fillQ80FullGroups(g, q, d, s, full)
-	if len(d) > 8*full {
-		fillQ80GroupsFrom(g, q, d, s, full, len(d))
+// fillQ80Rows writes one token's blocks into the row layout: block b at
+// g[b·stride:], from its quantized values q, scales d and negated block
+// sums s.
+func fillQ80Rows(g []byte, stride int, q []int8, d []float32, s []int32) {
+	_ = g[(len(d)-1)*stride+q80BlockBytes-1]
+	_ = q[len(d)*qk80-1]
+	for b := range d {
+		// As words (x86 is little-endian and allows unaligned access, and
+		// the layout exists only there): byte copies cost a memmove each.
+		out := unsafe.Slice((*uint64)(unsafe.Pointer(&g[b*stride])), q80BlockBytes/8)
+		in := unsafe.Slice((*uint64)(unsafe.Pointer(&q[b*qk80])), qk80/8)
+		out[0], out[1], out[2], out[3] = in[0], in[1], in[2], in[3]
+		out[4] = uint64(uint32(128*s[b])) | uint64(math.Float32bits(d[b]))<<32
 	}
-}
-
-// fillQ80GroupsGeneric writes the layout of the first groups full groups:
-// the reference of the assembly version.
-func fillQ80GroupsGeneric(g []byte, q []int8, d []float32, s []int32, groups int) {
-	fillQ80GroupsFrom(g, q, d, s, 0, 8*groups)
-}
-
-// fillQ80GroupsFrom writes the layout of the groups from group first on,
-// for blocks [8·first, nb).
-func fillQ80GroupsFrom(g []byte, q []int8, d []float32, s []int32, first, nb int) {
-	for gi := first; gi*8 < nb; gi++ {
-		out := g[gi*q80GroupBytes : (gi+1)*q80GroupBytes]
-		n := min(8, nb-8*gi)
-		if n < 8 {
-			clear(out)
-		}
-		// As dwords (x86 is little-endian and allows unaligned access, and
-		// the group layout exists only there): copying 4-byte slices made
-		// this a memmove per dword.
-		out32 := unsafe.Slice((*uint32)(unsafe.Pointer(&out[0])), q80GroupBytes/4)
-		m := 8 / q80TailWidth(n) // lanes per block
-		for i := 0; i < n; i++ {
-			b := 8*gi + i
-			blk := unsafe.Slice((*uint32)(unsafe.Pointer(&q[b*qk80])), qk80/4)
-			if m == 1 {
-				for k, v := range blk {
-					out32[8*k+i] = v
-				}
-			} else {
-				for c := 0; c < 8/m; c++ { // vector c holds dwords m·c … m·c+m-1
-					o, in := out32[8*c+m*i:8*c+m*i+m], blk[m*c:m*c+m]
-					for j := range o {
-						o[j] = in[j]
-					}
-				}
-			}
-			out32[q80GroupOffset/4+m*i] = uint32(128 * s[b])
-			for j := range m {
-				out32[q80GroupScale/4+m*i+j] = math.Float32bits(d[b])
-			}
-		}
-	}
-}
-
-// q80TailWidth is the number of vectors a group of n blocks is packed in by
-// the group layout: 8 (one lane per block) for full groups and last groups
-// of more than four blocks, else the next power of two ≥ n.
-func q80TailWidth(n int) int {
-	switch {
-	case n <= 1:
-		return 1
-	case n == 2:
-		return 2
-	case n <= 4:
-		return 4
-	}
-	return 8
 }
 
 // convertF16ActGeneric rounds x to f16 into h and widens it back into f.

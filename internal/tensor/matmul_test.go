@@ -748,41 +748,44 @@ func sleepBriefly() { time.Sleep(time.Millisecond) }
 // assembly for full groups against the Go reference, and every block's
 // values, offset and scale at the place the layout gives them, for rows of
 // 1 to 41 blocks (every last-group width).
-func TestFillQ80Groups(t *testing.T) {
+// TestFillQ80Rows checks the row layout field by field: block b of token
+// tok of an n-token conversion at (b·n + tok)·q80BlockBytes, and nothing
+// else written.
+func TestFillQ80Rows(t *testing.T) {
 	rng := rand.New(rand.NewPCG(11, 12))
-	for nb := 1; nb <= 41; nb++ {
-		groups := (nb + 7) / 8
-		x := randVec(rng, nb*qk80, 1)
-		q, d, s := make([]int8, nb*qk80), make([]float32, nb), make([]int32, nb)
-		quantizeActQ80Generic(q, d, s, x)
-		got := make([]byte, groups*q80GroupBytes)
+	for _, nb := range []int{1, 2, 18, 41} {
+		const n = 3
+		stride := n * q80BlockBytes
+		got := make([]byte, nb*stride+7)
 		for i := range got {
-			got[i] = 0xa5 // the layout must overwrite every byte
+			got[i] = 0xa5
 		}
-		fillQ80Groups(got, q, d, s)
-		want := make([]byte, len(got))
-		fillQ80GroupsFrom(want, q, d, s, 0, nb)
-		if !bytes.Equal(got, want) {
-			t.Fatalf("nb=%d: assembly and Go layouts differ", nb)
+		var q [n][]int8
+		var d [n][]float32
+		var s [n][]int32
+		for tok := range n {
+			x := randVec(rng, nb*qk80, 1)
+			q[tok], d[tok], s[tok] = make([]int8, nb*qk80), make([]float32, nb), make([]int32, nb)
+			quantizeActQ80Generic(q[tok], d[tok], s[tok], x)
+			fillQ80Rows(got[tok*q80BlockBytes:], stride, q[tok], d[tok], s[tok])
 		}
 		for b := 0; b < nb; b++ {
-			gi, i := b/8, b%8
-			n := min(8, nb-8*gi)
-			m := 8 / q80TailWidth(n)
-			grp := got[gi*q80GroupBytes:]
-			for k := 0; k < 8; k++ {
-				lane := 8*(k/m) + m*i + k%m
-				if g, w := binary.LittleEndian.Uint32(grp[4*lane:]), binary.LittleEndian.Uint32(int8Bytes(q[b*qk80+4*k:b*qk80+4*k+4])); g != w {
-					t.Fatalf("nb=%d block %d dword %d: %#x, want %#x", nb, b, k, g, w)
+			for tok := range n {
+				blk := got[b*stride+tok*q80BlockBytes:]
+				if !bytes.Equal(blk[:qk80], int8Bytes(q[tok][b*qk80:(b+1)*qk80])) {
+					t.Fatalf("nb=%d block %d token %d: values differ", nb, b, tok)
+				}
+				if g := int32(binary.LittleEndian.Uint32(blk[q80BlockOffset:])); g != 128*s[tok][b] {
+					t.Fatalf("nb=%d block %d token %d: offset %d, want %d", nb, b, tok, g, 128*s[tok][b])
+				}
+				if g := math.Float32frombits(binary.LittleEndian.Uint32(blk[q80BlockScale:])); g != d[tok][b] {
+					t.Fatalf("nb=%d block %d token %d: scale %g, want %g", nb, b, tok, g, d[tok][b])
 				}
 			}
-			if g := int32(binary.LittleEndian.Uint32(grp[q80GroupOffset+4*m*i:])); g != 128*s[b] {
-				t.Fatalf("nb=%d block %d: offset %d, want %d", nb, b, g, 128*s[b])
-			}
-			for j := 0; j < m; j++ {
-				if g := math.Float32frombits(binary.LittleEndian.Uint32(grp[q80GroupScale+4*(m*i+j):])); g != d[b] {
-					t.Fatalf("nb=%d block %d lane %d: scale %g, want %g", nb, b, j, g, d[b])
-				}
+		}
+		for i, v := range got[nb*stride:] {
+			if v != 0xa5 {
+				t.Fatalf("nb=%d: byte %d past the layout written", nb, nb*stride+i)
 			}
 		}
 	}

@@ -38,17 +38,6 @@ func quantizeActQ80(q []int8, d []float32, s []int32, x []float32) {
 	quantQ80AVX2(&x[0], &q[0], &d[0], &s[0], nb, -1)
 }
 
-// fillQ80FullGroups writes the group layout of the first groups full groups
-// of eight blocks (see fillQ80Groups).
-func fillQ80FullGroups(g []byte, q []int8, d []float32, s []int32, groups int) {
-	if !hasAVX2 || groups == 0 {
-		fillQ80GroupsGeneric(g, q, d, s, groups)
-		return
-	}
-	_, _, _, _ = g[groups*q80GroupBytes-1], q[groups*8*qk80-1], d[groups*8-1], s[groups*8-1]
-	q80GroupsAVX2(&g[0], &q[0], &d[0], &s[0], groups)
-}
-
 func quantizeActQ8K(q []int8, d []float32, bs []int16, x []float32) {
 	if !hasAVX2 || len(d) == 0 {
 		quantizeActQ8KGeneric(q, d, bs, x)

@@ -107,8 +107,8 @@ func reduceStoreTmp(a *asm, R, t, tmp int) {
 // (|w| × sign(w)·y) and ignores s.
 //
 // vnni selects AVX512-VNNI (vpdpbusd on ymm with EVEX registers and
-// embedded broadcasts; Q4_0 only — Q8_0 has the group kernels of
-// q80group.go) or AVX2 (vpmaddubsw + vpmaddwd; R must be 1).
+// embedded broadcasts; Q4_0 only — Q8_0 has the row kernels of
+// q80rows.go) or AVX2 (vpmaddubsw + vpmaddwd; R must be 1).
 // Single-row kernels unroll two blocks per iteration: they serve decode,
 // where the loop must stream weights at memory speed with few µops per byte.
 func q8Kernel(a *asm, d *decl, q4 bool, vnni bool, R, T int) {
@@ -120,7 +120,7 @@ func q8Kernel(a *asm, d *decl, q4 bool, vnni bool, R, T int) {
 	if vnni {
 		isa = "VNNI"
 		if !q4 {
-			log.Fatal("Q8_0 VNNI kernels are the group kernels")
+			log.Fatal("Q8_0 VNNI kernels are the row kernels")
 		}
 	}
 	name := fmt.Sprintf("%s%s_%dx%d", typ, isa, R, T)
@@ -827,7 +827,7 @@ func main() {
 	d.b.WriteString(header + "//go:build amd64 && !purego\n\npackage tensor\n\n")
 	for _, R := range []int{1, 4} {
 		for T := 1; T <= 4; T++ {
-			q8Kernel(&a, &d, true, true, R, T) // Q4_0 (Q8_0 has the group kernels)
+			q8Kernel(&a, &d, true, true, R, T) // Q4_0 (Q8_0 has the row kernels)
 		}
 	}
 	for _, q4 := range []bool{false, true} {
@@ -836,12 +836,11 @@ func main() {
 		}
 	}
 	q80BiasData(&a)
-	q80GroupsKernel(&a, &d)
 	for T := 1; T <= 2; T++ {
-		q80NaturalKernel(&a, &d, T)
+		q80NaturalRowsKernel(&a, &d, T)
 	}
 	for T := 3; T <= 16; T++ {
-		q80TransposedKernel(&a, &d, T)
+		q80RowsKernel(&a, &d, T)
 	}
 	q6kShufData(&a)
 	for _, q6 := range []bool{false, true} {
