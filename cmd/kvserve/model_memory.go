@@ -12,7 +12,7 @@ import (
 // modelMemoryFlag registers --model-memory, where a command keeps the
 // model's weights.
 func modelMemoryFlag(f *pflag.FlagSet, p *string) {
-	f.StringVar(p, "model-memory", "auto", "where the weights live: mmap (a shared read-only mapping of the file), hugepages (a private copy in transparent huge pages: faster decoding, the whole file in RAM), auto (hugepages when the kernel offers them and the file takes at most half of MemAvailable, else mmap)")
+	f.StringVar(p, "model-memory", "auto", "where the weights live: mmap (a shared read-only mapping of the file), hugepages (a private copy in transparent huge pages, its weights packed for the CPU's kernels: faster decoding, the whole file in RAM), auto (hugepages when the kernel offers them and the file takes at most half of MemAvailable, else mmap)")
 }
 
 // modelPlacement resolves a --model-memory setting for the model at path.

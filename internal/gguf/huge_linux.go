@@ -17,13 +17,14 @@ const hugePageSize = 2 << 20
 
 // readHuge reads the first size bytes of fd into private anonymous memory
 // aligned to a huge page and advised for transparent huge pages, then makes
-// it read-only. release unmaps it.
-func readHuge(fd *os.File, size int) (data []byte, release func() error, err error) {
+// it read-only. release unmaps it; protect makes it writable or read-only
+// again.
+func readHuge(fd *os.File, size int) (data []byte, release func() error, protect func(writable bool) error, err error) {
 	// Over-allocate by one huge page so the data can start on a boundary:
 	// only whole, aligned 2 MiB ranges can be huge pages.
 	region, err := unix.Mmap(-1, 0, size+hugePageSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 	if err != nil {
-		return nil, nil, fmt.Errorf("mmap %d bytes: %w", size+hugePageSize, err)
+		return nil, nil, nil, fmt.Errorf("mmap %d bytes: %w", size+hugePageSize, err)
 	}
 	release = func() error { return unix.Munmap(region) }
 	off := 0
@@ -35,13 +36,23 @@ func readHuge(fd *os.File, size int) (data []byte, release func() error, err err
 	_ = unix.Madvise(data, unix.MADV_HUGEPAGE)
 	if _, err := io.ReadFull(io.NewSectionReader(fd, 0, int64(size)), data); err != nil {
 		_ = release()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	if err := unix.Mprotect(data, unix.PROT_READ); err != nil {
+	protect = func(writable bool) error {
+		prot := unix.PROT_READ
+		if writable {
+			prot |= unix.PROT_WRITE
+		}
+		if err := unix.Mprotect(data, prot); err != nil {
+			return fmt.Errorf("mprotect: %w", err)
+		}
+		return nil
+	}
+	if err := protect(false); err != nil {
 		_ = release()
-		return nil, nil, fmt.Errorf("mprotect: %w", err)
+		return nil, nil, nil, err
 	}
-	return data, release, nil
+	return data, release, protect, nil
 }
 
 // HugePagesAvailable reports whether the kernel hands out transparent huge

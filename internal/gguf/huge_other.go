@@ -6,7 +6,9 @@ import "os"
 
 // readHuge places nothing: this build knows huge pages on Linux only, and
 // the caller maps the file instead.
-func readHuge(*os.File, int) ([]byte, func() error, error) { return nil, nil, nil }
+func readHuge(*os.File, int) ([]byte, func() error, func(bool) error, error) {
+	return nil, nil, nil, nil
+}
 
 // HugePagesAvailable reports false: huge pages are used on Linux only.
 func HugePagesAvailable() bool { return false }

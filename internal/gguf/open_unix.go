@@ -35,8 +35,9 @@ func OpenPlaced(path string, p Placement) (*File, error) {
 	}
 	var data []byte
 	var release func() error
+	var protect func(bool) error
 	if p == HugePages {
-		data, release, err = readHuge(fd, int(size))
+		data, release, protect, err = readHuge(fd, int(size))
 		if err != nil {
 			return nil, fmt.Errorf("gguf: read %s into huge pages: %w", path, err)
 		}
@@ -54,5 +55,6 @@ func OpenPlaced(path string, p Placement) (*File, error) {
 		return nil, fmt.Errorf("load %s: %w", path, err)
 	}
 	f.closer = release
+	f.protect = protect
 	return f, nil
 }

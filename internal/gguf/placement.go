@@ -15,8 +15,10 @@ const (
 	// the kernel for transparent huge pages (Linux; elsewhere it is Mapped).
 	// Decoding streams every weight once per token, and with 4 KiB pages
 	// each 4 KiB costs a TLB miss: on SmolLM2-135M Q8_0 (2 threads, EPYC)
-	// single-sequence decode ran 15–25% faster from huge pages. The price:
-	// the whole file is read at open and counts as the process's memory.
+	// single-sequence decode ran 15–25% faster from huge pages. Being
+	// private, the copy can also be rewritten (File.Rewrite): the model
+	// loader packs the weights for the CPU's kernels. The price: the whole
+	// file is read at open and counts as the process's memory.
 	HugePages
 )
 

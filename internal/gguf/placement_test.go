@@ -51,3 +51,36 @@ func TestOpenPlacedSameBytes(t *testing.T) {
 		t.Fatal("opening a missing file succeeded")
 	}
 }
+
+// TestRewrite: a private copy can be rewritten in place, the change seen
+// through its tensors; a read-only mapping refuses without calling fn.
+func TestRewrite(t *testing.T) {
+	path := filepath.Join(sharedDir(t), "models", "tiny-f32.gguf")
+	mapped, err := OpenPlaced(path, Mapped)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mapped.Close()
+	if mapped.Private() {
+		t.Fatal("a mapping reports a private copy")
+	}
+	if err := mapped.Rewrite(func() { t.Fatal("fn called on a read-only mapping") }); err == nil {
+		t.Fatal("rewriting a mapping succeeded")
+	}
+	huge, err := OpenPlaced(path, HugePages)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer huge.Close()
+	if !huge.Private() {
+		t.Skip("no private copy on this system (huge pages unavailable)")
+	}
+	d := huge.Tensors[0].Data
+	want := d[0] ^ 0xff
+	if err := huge.Rewrite(func() { d[0] = want }); err != nil {
+		t.Fatal(err)
+	}
+	if huge.Tensors[0].Data[0] != want {
+		t.Fatal("the rewrite is not visible")
+	}
+}

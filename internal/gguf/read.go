@@ -45,6 +45,29 @@ type File struct {
 	index   map[string]int // metadata key → position in KVs
 	tensors map[string]int // tensor name → position in Tensors
 	closer  func() error
+	protect func(writable bool) error // for a private copy (Private)
+}
+
+// Private reports whether the tensor data is a private copy of the file
+// (the HugePages placement), which Rewrite may change in place, rather
+// than a read-only mapping of it.
+func (f *File) Private() bool { return f.protect != nil }
+
+// Rewrite runs fn with the tensor data of a private copy writable, and
+// makes it read-only again after. A file that is not Private cannot be
+// rewritten: Rewrite returns an error without calling fn.
+func (f *File) Rewrite(fn func()) error {
+	if f.protect == nil {
+		return fmt.Errorf("gguf: rewrite: the tensor data is a read-only mapping of the file")
+	}
+	if err := f.protect(true); err != nil {
+		return fmt.Errorf("gguf: rewrite: %w", err)
+	}
+	fn()
+	if err := f.protect(false); err != nil {
+		return fmt.Errorf("gguf: rewrite: %w", err)
+	}
+	return nil
 }
 
 func formatErr(format string, args ...any) error {

@@ -18,6 +18,8 @@ package model
 
 import (
 	"fmt"
+	"runtime"
+	"sync"
 	"unsafe"
 
 	"github.com/kvserve/kvserve/internal/gguf"
@@ -95,7 +97,42 @@ func Load(f *gguf.File) (*Model, error) {
 	for _, t := range f.Tensors {
 		m.WeightBytes += int64(len(t.Data))
 	}
+	if f.Private() {
+		if err := f.Rewrite(m.pack); err != nil {
+			return nil, fmt.Errorf("model: pack weights: %w", err)
+		}
+	}
 	return m, nil
+}
+
+// pack rewrites the weight matrices in the layout the CPU's kernels read
+// fastest (tensor.Pack), for weights in private memory, spread over the
+// CPUs (~0.4 s for a 1.3 GB Q8_0 model on one). Each tensor is packed once:
+// tied embeddings share the packed matrix.
+func (m *Model) pack() {
+	ws := []*tensor.Matrix{&m.TokenEmbed}
+	if !m.Config.TiedEmbed {
+		ws = append(ws, &m.Output)
+	}
+	for i := range m.Layers {
+		ly := &m.Layers[i]
+		ws = append(ws, &ly.Q, &ly.K, &ly.V, &ly.O, &ly.Gate, &ly.Up, &ly.Down)
+	}
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, runtime.GOMAXPROCS(0))
+	for _, w := range ws {
+		wg.Add(1)
+		slots <- struct{}{}
+		go func() {
+			defer wg.Done()
+			*w = tensor.Pack(*w)
+			<-slots
+		}()
+	}
+	wg.Wait()
+	if m.Config.TiedEmbed {
+		m.Output = m.TokenEmbed
+	}
 }
 
 // loader fetches and checks tensors, keeping the first error.

@@ -10,6 +10,9 @@ func (i isa) String() string { return "portable" }
 // amd64 kernels (it need not here).
 const q80RowLayout = false
 
+// packable says whether Pack has a layout for weights of type t: none here.
+func packable(DType) bool { return false }
+
 // cpuISA is the only level of the portable build.
 const cpuISA = isaPortable
 

@@ -6,6 +6,7 @@ package tensor
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math"
 
 	"golang.org/x/sys/cpu"
@@ -70,10 +71,17 @@ type q8RowsFn func(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride
 
 // q80Rows drives the VNNI Q8_0 kernels, which compute eight rows at a time
 // (a lane each) on the row layout of the activations: t[T] computes all
-// rows of a range for T ≤ 16 tokens. All of them add a given output's
-// products in the same order, so results do not depend on T (batch
-// invariance).
-type q80Rows struct{ t [17]q8RowsFn }
+// rows of a range for T ≤ 16 tokens, p[T] the packed blocks of eight rows
+// of a packed matrix (Pack). All of them add a given output's products in
+// the same order, so results depend neither on T (batch invariance) nor on
+// the packing.
+type q80Rows struct {
+	t [17]q8RowsFn
+	p [17]q8PackedFn // on packed weights (Pack)
+}
+
+// q8PackedFn is a Q8_0 kernel on packed weights (see asmgen/q80rows.go).
+type q8PackedFn func(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
 
 // q80PrefetchRows is how far ahead, in rows, the kernels prefetch the
 // weights (see asmgen/q80rows.go).
@@ -85,16 +93,41 @@ const q80RowLayout = true
 func (k *q80Rows) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int) {
 	nb := w.Cols / qk80
 	rb := w.RowBytes()
+	// Rows in packed blocks (work items start at multiples of 16 rows).
+	pr1 := r0
+	if w.packed {
+		if r0%8 != 0 {
+			panic(fmt.Sprintf("tensor: packed matrix cut at row %d", r0))
+		}
+		pr1 = max(r0, min(r1, w.packedRows()))
+	}
 	for t := t0; t < t1; {
 		T := min(16, t1-t)
-		k.t[T](&w.Data[r0*rb], rb, q80PrefetchRows*rb, r1-r0, &a.g[t*q80BlockBytes], a.gs, nb, &dst[t*ld+r0], ld*4)
+		if pr1 > r0 {
+			k.p[T](&w.Data[r0*rb], q80PackedPrefetchRows*rb, (pr1-r0)/8, &a.g[t*q80BlockBytes], a.gs, nb, &dst[t*ld+r0], ld*4)
+		}
+		if r1 > pr1 {
+			k.t[T](&w.Data[pr1*rb], rb, q80PrefetchRows*rb, r1-pr1, &a.g[t*q80BlockBytes], a.gs, nb, &dst[t*ld+pr1], ld*4)
+		}
 		t += T
 	}
 }
 
-var q80VNNI = &q80Rows{[17]q8RowsFn{nil, q80VNNIN_1, q80VNNIN_2,
-	q80VNNIR_3, q80VNNIR_4, q80VNNIR_5, q80VNNIR_6, q80VNNIR_7, q80VNNIR_8, q80VNNIR_9,
-	q80VNNIR_10, q80VNNIR_11, q80VNNIR_12, q80VNNIR_13, q80VNNIR_14, q80VNNIR_15, q80VNNIR_16}}
+// q80PackedPrefetchRows is how far ahead, in rows, the packed kernels of
+// more than two tokens prefetch the weights.
+const q80PackedPrefetchRows = 16
+
+// packable says whether Pack has a layout for weights of type t.
+func packable(t DType) bool { return t == Q8_0 && cpuISA == isaVNNI }
+
+var q80VNNI = &q80Rows{
+	t: [17]q8RowsFn{nil, q80VNNIN_1, q80VNNIN_2,
+		q80VNNIR_3, q80VNNIR_4, q80VNNIR_5, q80VNNIR_6, q80VNNIR_7, q80VNNIR_8, q80VNNIR_9,
+		q80VNNIR_10, q80VNNIR_11, q80VNNIR_12, q80VNNIR_13, q80VNNIR_14, q80VNNIR_15, q80VNNIR_16},
+	p: [17]q8PackedFn{nil, q80VNNIP_1, q80VNNIP_2,
+		q80VNNIP_3, q80VNNIP_4, q80VNNIP_5, q80VNNIP_6, q80VNNIP_7, q80VNNIP_8, q80VNNIP_9,
+		q80VNNIP_10, q80VNNIP_11, q80VNNIP_12, q80VNNIP_13, q80VNNIP_14, q80VNNIP_15, q80VNNIP_16},
+}
 
 type floatFn func(w *byte, rowBytes, groups int, y *float32, yStride int, steps int, dst *float32, ldBytes int)
 

@@ -164,6 +164,86 @@ func q80VNNIR_15(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, 
 //go:noescape
 func q80VNNIR_16(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
 
+// q80VNNIP_1 computes rowBlocks × 8 rows × 1 tokens of packed Q8_0 weights × Q8_0 activations (VNNI).
+//
+//go:noescape
+func q80VNNIP_1(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
+
+// q80VNNIP_2 computes rowBlocks × 8 rows × 2 tokens of packed Q8_0 weights × Q8_0 activations (VNNI).
+//
+//go:noescape
+func q80VNNIP_2(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
+
+// q80VNNIP_3 computes rowBlocks × 8 rows × 3 tokens of packed Q8_0 weights × Q8_0 activations (VNNI).
+//
+//go:noescape
+func q80VNNIP_3(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
+
+// q80VNNIP_4 computes rowBlocks × 8 rows × 4 tokens of packed Q8_0 weights × Q8_0 activations (VNNI).
+//
+//go:noescape
+func q80VNNIP_4(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
+
+// q80VNNIP_5 computes rowBlocks × 8 rows × 5 tokens of packed Q8_0 weights × Q8_0 activations (VNNI).
+//
+//go:noescape
+func q80VNNIP_5(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
+
+// q80VNNIP_6 computes rowBlocks × 8 rows × 6 tokens of packed Q8_0 weights × Q8_0 activations (VNNI).
+//
+//go:noescape
+func q80VNNIP_6(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
+
+// q80VNNIP_7 computes rowBlocks × 8 rows × 7 tokens of packed Q8_0 weights × Q8_0 activations (VNNI).
+//
+//go:noescape
+func q80VNNIP_7(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
+
+// q80VNNIP_8 computes rowBlocks × 8 rows × 8 tokens of packed Q8_0 weights × Q8_0 activations (VNNI).
+//
+//go:noescape
+func q80VNNIP_8(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
+
+// q80VNNIP_9 computes rowBlocks × 8 rows × 9 tokens of packed Q8_0 weights × Q8_0 activations (VNNI).
+//
+//go:noescape
+func q80VNNIP_9(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
+
+// q80VNNIP_10 computes rowBlocks × 8 rows × 10 tokens of packed Q8_0 weights × Q8_0 activations (VNNI).
+//
+//go:noescape
+func q80VNNIP_10(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
+
+// q80VNNIP_11 computes rowBlocks × 8 rows × 11 tokens of packed Q8_0 weights × Q8_0 activations (VNNI).
+//
+//go:noescape
+func q80VNNIP_11(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
+
+// q80VNNIP_12 computes rowBlocks × 8 rows × 12 tokens of packed Q8_0 weights × Q8_0 activations (VNNI).
+//
+//go:noescape
+func q80VNNIP_12(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
+
+// q80VNNIP_13 computes rowBlocks × 8 rows × 13 tokens of packed Q8_0 weights × Q8_0 activations (VNNI).
+//
+//go:noescape
+func q80VNNIP_13(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
+
+// q80VNNIP_14 computes rowBlocks × 8 rows × 14 tokens of packed Q8_0 weights × Q8_0 activations (VNNI).
+//
+//go:noescape
+func q80VNNIP_14(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
+
+// q80VNNIP_15 computes rowBlocks × 8 rows × 15 tokens of packed Q8_0 weights × Q8_0 activations (VNNI).
+//
+//go:noescape
+func q80VNNIP_15(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
+
+// q80VNNIP_16 computes rowBlocks × 8 rows × 16 tokens of packed Q8_0 weights × Q8_0 activations (VNNI).
+//
+//go:noescape
+func q80VNNIP_16(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
+
 // q4KVNNI_1 computes rows × 1 tokens of Q4_K weights × Q8_K activations (VNNI).
 //
 //go:noescape

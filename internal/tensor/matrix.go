@@ -1,15 +1,25 @@
 package tensor
 
-import "fmt"
+import (
+	"encoding/binary"
+	"fmt"
+)
 
 // Matrix is a read-only, row-major 2-D weight viewed in place: Rows rows of
 // Cols elements of Type, each row RowBytes(Cols) bytes, rows back to back.
 // Data usually points into a memory-mapped GGUF file and is never written.
 // A GGUF tensor with dims [ne0, ne1] is a Matrix with Cols = ne0, Rows = ne1.
+//
+// A Matrix returned by Pack holds its rows in blocks of eight in the layout
+// its kernel reads fastest instead (same size; the rows after the last
+// block of eight stay as they were): only the kernels and DequantizeRow
+// read it.
 type Matrix struct {
 	Type       DType
 	Rows, Cols int
 	Data       []byte
+
+	packed bool // Data's full blocks of eight rows are in the packed layout
 }
 
 // NewMatrix validates a weight's layout and returns a view of it: the type
@@ -38,8 +48,11 @@ func NewMatrix(t DType, rows, cols int, data []byte) (Matrix, error) {
 // RowBytes returns the byte length of one row.
 func (m Matrix) RowBytes() int { return m.Type.RowBytes(m.Cols) }
 
-// Row returns the bytes of row r.
+// Row returns the bytes of row r. It panics for a row in a packed block.
 func (m Matrix) Row(r int) []byte {
+	if m.packed && r < m.packedRows() {
+		panic(fmt.Sprintf("tensor: Row %d of a packed matrix", r))
+	}
 	rb := m.RowBytes()
 	return m.Data[r*rb : (r+1)*rb : (r+1)*rb]
 }
@@ -51,5 +64,81 @@ func (m Matrix) DequantizeRow(dst []float32, row int) {
 	if row < 0 || row >= m.Rows {
 		panic(fmt.Sprintf("tensor: DequantizeRow: row %d out of range [0,%d)", row, m.Rows))
 	}
+	if m.packed && row < m.packedRows() {
+		rb := m.RowBytes()
+		dequantizePackedQ80(dst[:m.Cols], m.Data[row&^7*rb:(row|7+1)*rb], row&7)
+		return
+	}
 	dequantize(m.Type, dst[:m.Cols], m.Row(row))
+}
+
+// Pack rewrites m's data in place into the layout its kernel on this CPU
+// reads fastest, if that kernel has one, and returns the Matrix viewing
+// it; otherwise it returns m as it is. m.Data must be writable (weights in
+// private memory, not a read-only mapping), and no Matrix that views it
+// unpacked may be used afterwards (pack a shared weight, like tied
+// embeddings, once and share the result). Products are bit-identical
+// either way.
+//
+// The packed layout is Q8_0's on AVX512-VNNI (asmgen/q80rows.go): each
+// block of eight rows as the kernel's registers hold it, so that it skips
+// a transpose per block and reads the weights front to back.
+func Pack(m Matrix) Matrix {
+	if m.packed || !packable(m.Type) || m.Rows < 8 {
+		return m
+	}
+	packQ80(m.Data[:m.Rows&^7*m.RowBytes()], m.RowBytes())
+	m.packed = true
+	return m
+}
+
+// Packed reports whether m is in a packed layout (Pack).
+func (m Matrix) Packed() bool { return m.packed }
+
+// packedRows is the number of rows in packed blocks.
+func (m Matrix) packedRows() int { return m.Rows &^ 7 }
+
+// The packed Q8_0 layout: per block of eight rows and block b of columns,
+// q80PackedBytes at b·q80PackedBytes — eight 32-byte vectors, vector k
+// holding dword k (values 4k..4k+3) of rows 0-7, each value plus 128 as an
+// unsigned byte (xor 0x80), then the eight rows' f16 scales.
+const (
+	q80PackedBytes = 8 * q80Size
+	q80PackedScale = 256
+)
+
+// packQ80 rewrites data, whole blocks of eight Q8_0 rows of rb bytes each,
+// into the packed layout.
+func packQ80(data []byte, rb int) {
+	tmp := make([]byte, 8*rb)
+	for base := 0; base < len(data); base += 8 * rb {
+		blk := data[base : base+8*rb]
+		copy(tmp, blk)
+		for b := 0; b < rb/q80Size; b++ {
+			out := blk[b*q80PackedBytes : (b+1)*q80PackedBytes]
+			for r := 0; r < 8; r++ {
+				in := tmp[r*rb+b*q80Size : r*rb+(b+1)*q80Size]
+				out[q80PackedScale+2*r], out[q80PackedScale+2*r+1] = in[0], in[1]
+				for k := 0; k < 8; k++ {
+					v := binary.LittleEndian.Uint32(in[2+4*k:])
+					binary.LittleEndian.PutUint32(out[32*k+4*r:], v^0x80808080)
+				}
+			}
+		}
+	}
+}
+
+// dequantizePackedQ80 converts row r (0-7) of a packed block of eight Q8_0
+// rows into dst.
+func dequantizePackedQ80(dst []float32, blk []byte, r int) {
+	for b := 0; b < len(dst)/qk80; b++ {
+		in := blk[b*q80PackedBytes : (b+1)*q80PackedBytes]
+		d := f16At(in, q80PackedScale+2*r)
+		y := dst[b*qk80 : (b+1)*qk80]
+		for k := 0; k < 8; k++ {
+			for j := 0; j < 4; j++ {
+				y[4*k+j] = float32(int8(in[32*k+4*r+j]^0x80)) * d
+			}
+		}
+	}
 }

@@ -842,6 +842,9 @@ func main() {
 	for T := 3; T <= 16; T++ {
 		q80RowsKernel(&a, &d, T)
 	}
+	for T := 1; T <= 16; T++ {
+		q80PackedKernel(&a, &d, T)
+	}
 	q6kShufData(&a)
 	for _, q6 := range []bool{false, true} {
 		for _, vnni := range []bool{true, false} {

@@ -1,0 +1,112 @@
+package model_test
+
+import (
+	"context"
+	"math/rand/v2"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/kvserve/kvserve/internal/gguf"
+	"github.com/kvserve/kvserve/internal/model"
+	"github.com/kvserve/kvserve/internal/tensor"
+)
+
+// TestPackedWeights: a model opened into private memory (the huge-pages
+// placement) has its weights packed for the CPU's kernels where they have
+// a packed layout, and gives bit-identical logits to the same file mapped
+// read-only — for prompts and a batch of decodes, through the embedding
+// lookups and the output product (tiny-qwen2-q8_0 ties the two: one packed
+// matrix serves both).
+func TestPackedWeights(t *testing.T) {
+	shared := sharedDir(t)
+	for _, name := range []string{"tiny-q8_0", "tiny-qwen2-q8_0"} {
+		t.Run(name, func(t *testing.T) {
+			path := filepath.Join(shared, "models", name+".gguf")
+			mapped, err := model.Open(path, gguf.Mapped, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer mapped.Close()
+			private, err := model.Open(path, gguf.HugePages, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer private.Close()
+			if !private.GGUF.Private() {
+				t.Skip("no private copy of the weights on this system")
+			}
+			packed := 0
+			pm := private.Model
+			if pm.TokenEmbed.Packed() {
+				packed++
+			}
+			if !pm.Config.TiedEmbed && pm.Output.Packed() {
+				packed++
+			}
+			for _, ly := range pm.Layers {
+				for _, w := range []tensor.Matrix{ly.Q, ly.K, ly.V, ly.O, ly.Gate, ly.Up, ly.Down} {
+					if w.Packed() {
+						packed++
+					}
+				}
+			}
+			if packed == 0 {
+				t.Skip("no packed layout for these weights on this CPU")
+			}
+			if mapped.Model.Layers[0].Q.Packed() || mapped.Model.TokenEmbed.Packed() {
+				t.Fatal("mapped weights packed")
+			}
+			if pm.TokenEmbed.Packed() != pm.Output.Packed() && pm.Config.TiedEmbed {
+				t.Fatal("tied embeddings packed for one use only")
+			}
+			want, got := decodeLogits(t, mapped.Model), decodeLogits(t, private.Model)
+			for i := range want {
+				if !slices.Equal(got[i], want[i]) {
+					t.Fatalf("sequence %d: logits differ with %d packed matrices", i, packed)
+				}
+			}
+		})
+	}
+}
+
+// decodeLogits prefills three prompts together and decodes four steps of
+// the three at once, returning each sequence's logits after every pass.
+func decodeLogits(t *testing.T, m *model.Model) [][]float32 {
+	ctx := context.Background()
+	pool := tensor.NewPool(2)
+	defer pool.Close()
+	r, err := model.NewRunner(m, pool, 256, tensor.F16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(9, 9))
+	const seqs, steps = 3, 4
+	caches := make([]*model.SeqCache, seqs)
+	batch := make([]model.Seq, seqs)
+	for i := range batch {
+		caches[i] = model.NewSeqCache(&m.Config, tensor.F16, 16)
+		caches[i].Reserve(64)
+		p := make([]int32, 10+7*i)
+		for j := range p {
+			p[j] = int32(3 + rng.IntN(m.Config.Vocab-3))
+		}
+		batch[i] = model.Seq{Cache: caches[i], Tokens: p}
+	}
+	var out [][]float32
+	for step := 0; step <= steps; step++ {
+		logits := make([][]float32, seqs)
+		for i := range batch {
+			logits[i] = make([]float32, m.Config.Vocab)
+			batch[i].Logits = logits[i]
+		}
+		if err := r.Forward(ctx, batch); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, logits...)
+		for i := range batch {
+			batch[i] = model.Seq{Cache: caches[i], Pos: batch[i].Pos + len(batch[i].Tokens), Tokens: []int32{int32(3 + rng.IntN(m.Config.Vocab-3))}}
+		}
+	}
+	return out
+}

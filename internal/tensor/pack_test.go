@@ -1,0 +1,69 @@
+package tensor
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// TestPackedMatMul: products of packed weights are bit-identical to the
+// same weights unpacked, for every token count of the kernels and row
+// counts with and without a tail after the last block of eight, and
+// DequantizeRow reads packed rows as it reads them unpacked.
+func TestPackedMatMul(t *testing.T) {
+	if !packable(Q8_0) {
+		t.Skip("no packed layout on this CPU")
+	}
+	rng := rand.New(rand.NewPCG(31, 32))
+	p := NewPool(2)
+	defer p.Close()
+	for _, cols := range []int{32, 576, 32 * 37} {
+		for _, rows := range []int{8, 13, 64, 67, 200} {
+			m, _ := randMatrix(t, rng, Q8_0, rows, cols)
+			pm := m
+			pm.Data = append([]byte(nil), m.Data...)
+			pm = Pack(pm)
+			if !pm.packed {
+				t.Fatalf("%dx%d: not packed", rows, cols)
+			}
+			for r := 0; r < rows; r++ {
+				want, got := make([]float32, cols), make([]float32, cols)
+				m.DequantizeRow(want, r)
+				pm.DequantizeRow(got, r)
+				for i := range want {
+					if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+						t.Fatalf("%dx%d row %d: packed value %d = %v, want %v", rows, cols, r, i, got[i], want[i])
+					}
+				}
+			}
+			for _, n := range []int{1, 2, 3, 8, 16, 17, 40} {
+				x := randVec(rng, n*cols, 1)
+				want, got := make([]float32, n*rows), make([]float32, n*rows)
+				p.MatMul(want, m, x, n)
+				p.MatMul(got, pm, x, n)
+				for i := range want {
+					if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+						t.Fatalf("%s: token %d row %d = %v, want %v", fmt.Sprintf("%dx%d n=%d", rows, cols, n), i/rows, i%rows, got[i], want[i])
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestPackLeavesOthers: types without a packed layout, and matrices of
+// fewer than eight rows, come back as they were.
+func TestPackLeavesOthers(t *testing.T) {
+	rng := rand.New(rand.NewPCG(33, 34))
+	for _, tc := range []struct {
+		typ        DType
+		rows, cols int
+	}{{F32, 16, 32}, {Q4_0, 16, 64}, {Q8_0, 7, 64}} {
+		m, _ := randMatrix(t, rng, tc.typ, tc.rows, tc.cols)
+		orig := append([]byte(nil), m.Data...)
+		if pm := Pack(m); pm.packed || string(m.Data) != string(orig) {
+			t.Errorf("%v %dx%d: packed", tc.typ, tc.rows, tc.cols)
+		}
+	}
+}
