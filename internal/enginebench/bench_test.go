@@ -62,6 +62,17 @@ func TestBatchDecodeRuns(t *testing.T) {
 	if want := res["batch16_tok_s"].(float64) / res["batch1_tok_s"].(float64); !ok || math.Abs(ratio-want) > 0.005+1e-9 {
 		t.Fatalf("ratio = %v, want %.4f", res["ratio"], want)
 	}
+	// Two threads have between about one and two cores' compute.
+	if p, ok := res["compute_parallelism"].(float64); !ok || p < 0.5 || p > 2.5 {
+		t.Fatalf("compute_parallelism = %v", res["compute_parallelism"])
+	}
+}
+
+// TestComputeParallelismOneThread: one thread is one thread's worth.
+func TestComputeParallelismOneThread(t *testing.T) {
+	if p, err := computeParallelism(1); err != nil || p != 1 {
+		t.Fatalf("computeParallelism(1) = %v, %v", p, err)
+	}
 }
 
 // TestScenariosRefuseShortContext checks scenarios that need a longer

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"time"
 
@@ -181,6 +182,8 @@ func concurrency(ctx context.Context, m *model.Model, o Options) (Result, error)
 // before the first one ends — divided by that window. The two sizes run in
 // alternation, batchDecodeRounds times, and each figure is the median of
 // its rounds, so a machine whose speed drifts between phases moves both.
+// compute_parallelism (computeParallelism, before each round) says how
+// many cores' compute the threads had.
 func batchDecode(ctx context.Context, m *model.Model, o Options) (Result, error) {
 	if err := needContext(m, 256); err != nil {
 		return nil, err
@@ -188,7 +191,17 @@ func batchDecode(ctx context.Context, m *model.Model, o Options) (Result, error)
 	rng := rand.New(rand.NewPCG(6, 6))
 	sizes := []int{1, 16}
 	rates := make([][]float64, len(sizes))
+	threads := o.Threads
+	if threads <= 0 {
+		threads = runtime.NumCPU()
+	}
+	var parallel []float64
 	for round := range batchDecodeRounds {
+		p, err := computeParallelism(threads)
+		if err != nil {
+			return nil, err
+		}
+		parallel = append(parallel, p)
 		for i, n := range sizes {
 			o.logf("batch-decode: %d (round %d of %d)", n, round+1, batchDecodeRounds)
 			r, err := decodeRate(ctx, m, o, rng, n)
@@ -203,6 +216,9 @@ func batchDecode(ctx context.Context, m *model.Model, o Options) (Result, error)
 		res[fmt.Sprintf("batch%d_tok_s", n)] = round(median(rates[i]), 1)
 	}
 	res["ratio"] = round(res["batch16_tok_s"].(float64)/res["batch1_tok_s"].(float64), 2)
+	// How many cores' compute the threads had (computeParallelism), before
+	// each round: on a VM it can drop to ~1 for minutes, and batch 16 with it.
+	res["compute_parallelism"] = round(median(parallel), 2)
 	return res, nil
 }
 

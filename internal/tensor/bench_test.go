@@ -139,36 +139,49 @@ func BenchmarkSmolLM2Projections(b *testing.B) {
 
 // BenchmarkSmolLM2Layer times the seven weight products of one SmolLM2-135M
 // layer for 16 tokens (batch decode) on one thread, over 30 layers' distinct
-// weights, and reports the fastest layer and the 10th and 50th percentiles
-// in µs. On a shared machine whose speed drifts for seconds at a time the
-// fastest of many layers compares kernel variants far more steadily than
-// the mean (ns/op):
+// weights, as they are mapped ("natural") and packed (Pack; where the CPU
+// has no packed layout both are the same), and reports the fastest layer
+// and the 10th and 50th percentiles in µs. On a shared machine whose speed
+// drifts for seconds at a time the fastest of many layers compares kernel
+// variants far more steadily than the mean (ns/op):
 //
 //	go test ./internal/tensor -run '^$' -bench SmolLM2Layer -benchtime 3s
 func BenchmarkSmolLM2Layer(b *testing.B) {
-	layers := make([][]Matrix, 30)
-	for l := range layers {
-		for _, s := range smolLayer {
-			layers[l] = append(layers[l], benchMatrix(b, Q8_0, s.rows, s.cols))
+	for _, packed := range []bool{false, true} {
+		name := "natural"
+		if packed {
+			name = "packed"
 		}
-	}
-	const n = 16
-	x := randVec(rand.New(rand.NewPCG(5, 6)), n*1536, 1)
-	dst := make([]float32, n*1536)
-	p := NewPool(1)
-	defer p.Close()
-	var us []float64
-	for b.Loop() {
-		for _, l := range layers {
-			start := time.Now()
-			for _, m := range l {
-				p.MatMul(dst, m, x, n)
+		b.Run(name, func(b *testing.B) {
+			layers := make([][]Matrix, 30)
+			for l := range layers {
+				for _, s := range smolLayer {
+					m := benchMatrix(b, Q8_0, s.rows, s.cols)
+					if packed {
+						m = Pack(m)
+					}
+					layers[l] = append(layers[l], m)
+				}
 			}
-			us = append(us, float64(time.Since(start).Nanoseconds())/1e3)
-		}
+			const n = 16
+			x := randVec(rand.New(rand.NewPCG(5, 6)), n*1536, 1)
+			dst := make([]float32, n*1536)
+			p := NewPool(1)
+			defer p.Close()
+			var us []float64
+			for b.Loop() {
+				for _, l := range layers {
+					start := time.Now()
+					for _, m := range l {
+						p.MatMul(dst, m, x, n)
+					}
+					us = append(us, float64(time.Since(start).Nanoseconds())/1e3)
+				}
+			}
+			slices.Sort(us)
+			b.ReportMetric(us[0], "min-µs")
+			b.ReportMetric(us[len(us)/10], "p10-µs")
+			b.ReportMetric(us[len(us)/2], "p50-µs")
+		})
 	}
-	slices.Sort(us)
-	b.ReportMetric(us[0], "min-µs")
-	b.ReportMetric(us[len(us)/10], "p10-µs")
-	b.ReportMetric(us[len(us)/2], "p50-µs")
 }
