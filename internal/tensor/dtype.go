@@ -21,10 +21,10 @@
 // products (few tokens) give each thread contiguous row ranges streamed
 // from memory one row at a time; prefill-shaped products use tiles of rows ×
 // tokens computed 4×4 in registers from cache. Q8_0 weights at the VNNI
-// level (the bulk of a quantised model's work) have their own kernels: one
-// row against up to 16 tokens, with each block's integer sum reduced to one
-// lane before any float work, so the float work per block is done once per
-// eight blocks (see asmgen/q80group.go; about twice the 4×4 tiles' speed).
+// level (the bulk of a quantised model's work) have their own kernels:
+// eight rows, one per lane, against up to 16 tokens, on weights packed for
+// them at load when the weights are in private memory (Pack; see
+// asmgen/q80rows.go).
 package tensor
 
 import "fmt"

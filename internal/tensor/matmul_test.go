@@ -744,10 +744,6 @@ func parkAll(p *Pool) {
 
 func sleepBriefly() { time.Sleep(time.Millisecond) }
 
-// TestFillQ80Groups checks the group layout the VNNI kernels read: the
-// assembly for full groups against the Go reference, and every block's
-// values, offset and scale at the place the layout gives them, for rows of
-// 1 to 41 blocks (every last-group width).
 // TestFillQ80Rows checks the row layout field by field: block b of token
 // tok of an n-token conversion at (b·n + tok)·q80BlockBytes, and nothing
 // else written.
