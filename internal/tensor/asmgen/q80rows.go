@@ -137,21 +137,8 @@ func q80RowTokens(a *asm, T int) {
 func q80RowsKernel(a *asm, d *decl, T int) {
 	name := fmt.Sprintf("q80VNNIR_%d", T)
 	text(a, d, fmt.Sprintf("%s computes rows × %d tokens of Q8_0 weights × Q8_0 activations, eight rows at a time (VNNI).", name, T), name, q80RowsSig, "$0-72")
-	a.p("MOVQ w+0(FP), SI")
-	a.p("MOVQ rowBytes+8(FP), R8")
-	a.p("LEAQ (R8)(R8*2), R13")
-	a.p("MOVQ rows+24(FP), R15")
-	a.p("MOVQ blockStride+40(FP), R11")
-	a.p("MOVQ dst+56(FP), DX")
-	a.label(name + "_rows")
-	for t := 0; t < T; t++ {
-		a.p("VPXORD Y%d, Y%d, Y%d", 16+t, 16+t, 16+t)
-	}
-	a.p("MOVQ SI, DI")
-	a.p("LEAQ (SI)(R8*4), R12")
-	a.p("MOVQ prefetch+16(FP), R10")
-	a.p("MOVQ act+32(FP), R14")
-	a.p("MOVQ blocks+48(FP), CX")
+	q80RowsArgs(a)
+	q80RowBlockStart(a, name, 16, T)
 
 	a.label(name + "_block")
 	a.p("CMPQ R15, $8")
@@ -186,13 +173,7 @@ func q80RowsKernel(a *asm, d *decl, T int) {
 	}
 	q80Scales(a, 8)
 	q80RowTokens(a, T)
-	a.p("ADDQ $34, DI")
-	a.p("ADDQ $34, R12")
-	a.p("ADDQ R11, R14")
-	a.p("DECQ CX")
-	a.p("JNZ %s_block", name)
-
-	q80RowsStore(a, name, T, 16)
+	q80RowsClose(a, name, T, 16)
 }
 
 // The packed layout of Q8_0 weights (tensor.Pack, for weights in private
@@ -248,12 +229,7 @@ func q80PackedKernel(a *asm, d *decl, T int) {
 	a.p("DECQ CX")
 	a.p("JNZ %s_block", name)
 	a.p("MOVQ DX, R13")
-	for t := 0; t < T; t++ {
-		a.p("VMOVUPS Y%d, (R13)", 16+t)
-		if t+1 < T {
-			a.p("ADDQ R9, R13")
-		}
-	}
+	q80StoreTokens(a, T, 16, "", "R13")
 	a.p("ADDQ $32, DX")
 	a.p("DECQ R15")
 	a.p("JNZ %s_rows", name)
@@ -287,22 +263,9 @@ func q80NaturalRowsKernel(a *asm, d *decl, T int) {
 	name := fmt.Sprintf("q80VNNIN_%d", T)
 	text(a, d, fmt.Sprintf("%s computes rows × %d tokens of Q8_0 weights × Q8_0 activations, eight rows at a time, without a transpose (VNNI).", name, T), name, q80RowsSig, "$0-72")
 	sum := func(t, r int) int { return 8*t + r }
-	a.p("MOVQ w+0(FP), SI")
-	a.p("MOVQ rowBytes+8(FP), R8")
-	a.p("LEAQ (R8)(R8*2), R13")
-	a.p("MOVQ rows+24(FP), R15")
-	a.p("MOVQ blockStride+40(FP), R11")
-	a.p("MOVQ dst+56(FP), DX")
+	q80RowsArgs(a)
 	a.p("VPBROADCASTD q80Bias<>(SB), Y22")
-	a.label(name + "_rows")
-	for t := 0; t < T; t++ {
-		a.p("VPXORD Y%d, Y%d, Y%d", 24+t, 24+t, 24+t)
-	}
-	a.p("MOVQ SI, DI")
-	a.p("LEAQ (SI)(R8*4), R12")
-	a.p("MOVQ prefetch+16(FP), R10")
-	a.p("MOVQ act+32(FP), R14")
-	a.p("MOVQ blocks+48(FP), CX")
+	q80RowBlockStart(a, name, 24, T)
 
 	a.label(name + "_block")
 	for t := 0; t < T; t++ {
@@ -359,28 +322,49 @@ func q80NaturalRowsKernel(a *asm, d *decl, T int) {
 		a.p("VMULPS.BCST %d(R14), Y28, Y29", q80BlockBytes*t+q80BlockScale)
 		a.p("VFMADD231PS Y29, Y%d, Y%d", s(1), 24+t)
 	}
+	q80RowsClose(a, name, T, 24)
+}
+
+// q80RowsArgs loads the row kernels' arguments kept in registers.
+func q80RowsArgs(a *asm) {
+	a.p("MOVQ w+0(FP), SI")
+	a.p("MOVQ rowBytes+8(FP), R8")
+	a.p("LEAQ (R8)(R8*2), R13")
+	a.p("MOVQ rows+24(FP), R15")
+	a.p("MOVQ blockStride+40(FP), R11")
+	a.p("MOVQ dst+56(FP), DX")
+}
+
+// q80RowBlockStart opens a row kernel's loop over blocks of eight rows:
+// zeroes the float accumulators Y(acc)..Y(acc+T-1) and points DI, R12,
+// R10, R14 and CX at the block's start.
+func q80RowBlockStart(a *asm, name string, acc, T int) {
+	a.label(name + "_rows")
+	for t := 0; t < T; t++ {
+		a.p("VPXORD Y%d, Y%d, Y%d", acc+t, acc+t, acc+t)
+	}
+	a.p("MOVQ SI, DI")
+	a.p("LEAQ (SI)(R8*4), R12")
+	a.p("MOVQ prefetch+16(FP), R10")
+	a.p("MOVQ act+32(FP), R14")
+	a.p("MOVQ blocks+48(FP), CX")
+}
+
+// q80RowsClose closes a row kernel's loop over blocks (the next block, or
+// on after the last), stores the float accumulators Y(acc+t), token t's
+// eight rows, at dst + t·ld (through lane mask K1 for a last block of fewer
+// rows), then moves to the next row block or returns.
+func q80RowsClose(a *asm, name string, T, acc int) {
 	a.p("ADDQ $34, DI")
 	a.p("ADDQ $34, R12")
 	a.p("ADDQ R11, R14")
 	a.p("DECQ CX")
 	a.p("JNZ %s_block", name)
-	q80RowsStore(a, name, T, 24)
-}
-
-// q80RowsStore stores the float accumulators Y(acc+t), token t's eight
-// rows, at dst + t·ld (through lane mask K1 for a last block of fewer
-// rows), then moves to the next row block or returns.
-func q80RowsStore(a *asm, name string, T, acc int) {
 	a.p("MOVQ DX, R10")
 	a.p("MOVQ ldBytes+64(FP), R9")
 	a.p("CMPQ R15, $8")
 	a.p("JL %s_partstore", name)
-	for t := 0; t < T; t++ {
-		a.p("VMOVUPS Y%d, (R10)", acc+t)
-		if t+1 < T {
-			a.p("ADDQ R9, R10")
-		}
-	}
+	q80StoreTokens(a, T, acc, "", "R10")
 	a.p("ADDQ $32, DX")
 	a.p("LEAQ (SI)(R8*8), SI")
 	a.p("SUBQ $8, R15")
@@ -393,15 +377,21 @@ func q80RowsStore(a *asm, name string, T, acc int) {
 	a.p("SHLL CX, AX")
 	a.p("DECL AX")
 	a.p("KMOVW AX, K1")
-	for t := 0; t < T; t++ {
-		a.p("VMOVUPS Y%d, K1, (R10)", acc+t)
-		if t+1 < T {
-			a.p("ADDQ R9, R10")
-		}
-	}
+	q80StoreTokens(a, T, acc, "K1, ", "R10")
 	a.p("VZEROUPPER")
 	a.p("RET")
 	a.b.WriteString("\n")
+}
+
+// q80StoreTokens stores Y(acc+t), token t's eight results, at ptr + t·R9
+// (ld in bytes), advancing ptr; mask is "" or a mask operand ("K1, ").
+func q80StoreTokens(a *asm, T, acc int, mask, ptr string) {
+	for t := 0; t < T; t++ {
+		a.p("VMOVUPS Y%d, %s(%s)", acc+t, mask, ptr)
+		if t+1 < T {
+			a.p("ADDQ R9, %s", ptr)
+		}
+	}
 }
 
 // q80BiasData emits the 0x80 bytes that make signed weights unsigned.
