@@ -84,10 +84,10 @@ func (m Matrix) DequantizeRow(dst []float32, row int) {
 // block of eight rows as the kernel's registers hold it, so that it skips
 // a transpose per block and reads the weights front to back.
 func Pack(m Matrix) Matrix {
-	if m.packed || !packable(m.Type) || m.Rows < 8 {
+	if m.packed || !packable(m.Type) || m.packedRows() == 0 {
 		return m
 	}
-	packQ80(m.Data[:m.Rows&^7*m.RowBytes()], m.RowBytes())
+	packQ80(m.Data[:m.packedRows()*m.RowBytes()], m.RowBytes())
 	m.packed = true
 	return m
 }
