@@ -142,3 +142,127 @@ func checkBatchInvariance(t *testing.T, m *model.Model, pool *tensor.Pool) {
 		}
 	}
 }
+
+// forkCache is a sequence's cache whose first blocks are another cache's
+// (the same memory, as the engine's pool hands out a cached prefix) and
+// whose later blocks are its own.
+type forkCache struct {
+	base   model.Cache
+	shared int // blocks taken from base
+	own    *model.SeqCache
+}
+
+func (c *forkCache) BlockSize() int { return c.own.BlockSize() }
+
+func (c *forkCache) Block(l, b int) (k, v []byte) {
+	if b < c.shared {
+		return c.base.Block(l, b)
+	}
+	return c.own.Block(l, b)
+}
+
+// TestSharedPrefixAttention decodes, in one pass, sequences whose caches
+// share leading blocks (attention then reads each shared block once for
+// several tokens): every sequence's logits must equal its logits computed
+// alone with a cache of its own, bit for bit. The batch mixes sequences
+// sharing three blocks, sequences sharing only the first of them, one with
+// a different prefix and one shorter than a block.
+func TestSharedPrefixAttention(t *testing.T) {
+	m, closeFn := loadModel(t, filepath.Join(sharedDir(t), "models", "tiny-q8_0.gguf"))
+	defer closeFn()
+	cfg := &m.Config
+	const bs = 16
+	rng := rand.New(rand.NewPCG(9, 9))
+	randTokens := func(n int) []int32 {
+		p := make([]int32, n)
+		for i := range p {
+			p[i] = int32(3 + rng.IntN(cfg.Vocab-3))
+		}
+		return p
+	}
+	ctx := context.Background()
+	for _, threads := range []int{1, 2} {
+		pool := tensor.NewPool(threads)
+		r, err := model.NewRunner(m, pool, 256, tensor.F16)
+		if err != nil {
+			t.Fatal(err)
+		}
+		newCache := func() *model.SeqCache {
+			c := model.NewSeqCache(cfg, tensor.F16, bs)
+			c.Reserve(128)
+			return c
+		}
+		prefill := func(c model.Cache, pos int, tokens []int32) {
+			t.Helper()
+			if err := r.Forward(ctx, []model.Seq{{Cache: c, Pos: pos, Tokens: tokens}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Two prefixes sharing their first block: 3 full blocks + 5.
+		prefixA := randTokens(3*bs + 5)
+		prefixB := append(slices.Clone(prefixA[:bs]), randTokens(2*bs+5)...)
+		baseA, baseB := newCache(), newCache()
+		prefill(baseA, 0, prefixA)
+		prefill(baseB, 0, prefixB)
+
+		type seqSpec struct {
+			prompt []int32
+			cache  model.Cache
+		}
+		var specs []seqSpec
+		// fork shares base's first shared blocks and copies the rest of
+		// the prefix (the partly filled block) into its own blocks, as
+		// copy-on-write does.
+		fork := func(base *model.SeqCache, prefix []int32, shared int) {
+			own := newCache()
+			for l := range cfg.Layers {
+				for b := shared; b*bs < len(prefix); b++ {
+					k, v := base.Block(l, b)
+					ok, ov := own.Block(l, b)
+					copy(ok, k)
+					copy(ov, v)
+				}
+			}
+			c := &forkCache{base: base, shared: shared, own: own}
+			suffix := randTokens(1 + rng.IntN(20))
+			prefill(c, len(prefix), suffix)
+			specs = append(specs, seqSpec{prompt: append(slices.Clone(prefix), suffix...), cache: c})
+		}
+		for range 5 {
+			fork(baseA, prefixA, 3)
+		}
+		for range 3 {
+			fork(baseB, prefixB, 1) // shares only block 0 with baseA's forks
+		}
+		for _, n := range []int{40, 9} { // nothing shared; shorter than a block
+			c := newCache()
+			p := randTokens(n)
+			prefill(c, 0, p)
+			specs = append(specs, seqSpec{prompt: p, cache: c})
+		}
+		rng.Shuffle(len(specs), func(i, j int) { specs[i], specs[j] = specs[j], specs[i] })
+
+		// Decode one token for all of them in one pass.
+		batch := make([]model.Seq, len(specs))
+		got := make([][]float32, len(specs))
+		next := randTokens(len(specs))
+		for i, s := range specs {
+			got[i] = make([]float32, cfg.Vocab)
+			batch[i] = model.Seq{Cache: s.cache, Pos: len(s.prompt), Tokens: next[i : i+1], Logits: got[i]}
+		}
+		if err := r.Forward(ctx, batch); err != nil {
+			t.Fatal(err)
+		}
+		want := make([]float32, cfg.Vocab)
+		for i, s := range specs {
+			seq := model.Seq{Cache: newCache(), Tokens: append(slices.Clone(s.prompt), next[i]), Logits: want}
+			if err := r.Forward(ctx, []model.Seq{seq}); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got[i], want) {
+				t.Fatalf("threads %d: sequence %d (%d tokens) decoded beside sequences sharing its blocks: logits differ from alone", threads, i, len(s.prompt)+1)
+			}
+		}
+		pool.Close()
+	}
+}

@@ -144,3 +144,92 @@ func benchDecode(b *testing.B, m *model.Model, n int) {
 	b.ReportMetric(float64(cpu.Microseconds())/1e3/float64(b.N), "cpu-ms/pass")
 	b.ReportMetric(passMS[len(passMS)/10], "p10-ms/pass")
 }
+
+// BenchmarkDecodeSharedPrefix measures batched decode of 16 sequences that
+// continue one 2,048-token prefix, each after its own 16-token question:
+// shared/, their caches holding the prefix in the same blocks (as the
+// engine's pool hands out a cached prefix, read once per group of tokens by
+// attendShared), and copied/, each holding its own copy of the same keys
+// and values (what a cache without prefix sharing holds). Metrics as
+// BenchmarkDecode's:
+//
+//	go test ./internal/model -run '^$' -bench DecodeSharedPrefix -benchtime 100x
+func BenchmarkDecodeSharedPrefix(b *testing.B) {
+	const n, prefixLen, question, maxGen, bs = 16, 2048, 16, 64, 16
+	m := benchModel(b)
+	ctx := context.Background()
+	pool := tensor.NewPool(2)
+	defer pool.Close()
+	r, err := model.NewRunner(m, pool, 512, tensor.F16)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg := &m.Config
+	tok := func(i int) int32 { return int32(100 + (i*7919)%(cfg.Vocab-100)) }
+	base := model.NewSeqCache(cfg, tensor.F16, bs)
+	base.Reserve(prefixLen)
+	prefix := make([]int32, prefixLen)
+	for i := range prefix {
+		prefix[i] = tok(i)
+	}
+	for pos := 0; pos < prefixLen; pos += 512 {
+		if err := r.Forward(ctx, []model.Seq{{Cache: base, Pos: pos, Tokens: prefix[pos : pos+512]}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, mode := range []string{"shared", "copied"} {
+		b.Run(mode, func(b *testing.B) {
+			shared := prefixLen / bs
+			if mode == "copied" {
+				shared = 0
+			}
+			caches := make([]model.Cache, n)
+			logits := make([][]float32, n)
+			for i := range caches {
+				own := model.NewSeqCache(cfg, tensor.F16, bs)
+				own.Reserve(prefixLen + question + maxGen)
+				for l := range cfg.Layers {
+					for blk := shared; blk < prefixLen/bs; blk++ {
+						k, v := base.Block(l, blk)
+						ok, ov := own.Block(l, blk)
+						copy(ok, k)
+						copy(ov, v)
+					}
+				}
+				caches[i] = &forkCache{base: base, shared: shared, own: own}
+				q := make([]int32, question)
+				for j := range q {
+					q[j] = tok(prefixLen + 31*i + j)
+				}
+				if err := r.Forward(ctx, []model.Seq{{Cache: caches[i], Pos: prefixLen, Tokens: q}}); err != nil {
+					b.Fatal(err)
+				}
+				logits[i] = make([]float32, cfg.Vocab)
+			}
+			batch := make([]model.Seq, n)
+			start := prefixLen + question
+			pos := start
+			cpu0 := processCPU()
+			var passMS []float64
+			for b.Loop() {
+				if pos == start+maxGen {
+					pos = start // rewrite the same positions again
+				}
+				for i := range batch {
+					batch[i] = model.Seq{Cache: caches[i], Pos: pos, Tokens: []int32{tok(pos + i)}, Logits: logits[i]}
+				}
+				t0 := time.Now()
+				if err := r.Forward(ctx, batch); err != nil {
+					b.Fatal(err)
+				}
+				passMS = append(passMS, float64(time.Since(t0).Microseconds())/1e3)
+				pos++
+			}
+			cpu := processCPU() - cpu0
+			slices.Sort(passMS)
+			b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "tok/s")
+			b.ReportMetric(float64(cpu.Microseconds())/1e3/float64(b.N), "cpu-ms/pass")
+			b.ReportMetric(passMS[len(passMS)/10], "p10-ms/pass")
+		})
+	}
+}

@@ -55,6 +55,13 @@ type attnScratch struct {
 	q16    []uint16  // the queries rounded to f16 (F16 KV)
 	qf     []float32 // ... and widened back
 	q8     []byte    // the query quantized to Q8_0 (Q8_0 KV)
+
+	// attendTokens and attendShared (grown on first use).
+	taken       []bool      // tokens of the worker's range already computed
+	group       []int       // the tokens taken together
+	tasks       []tokenAttn // their attention
+	groupQ      []float32   // their queries rounded to f16
+	groupScores []float32   // their score rows
 }
 
 // NewRunner returns a Runner for m that computes on pool, accepting up to
@@ -416,101 +423,324 @@ func f16Weights(scores []float32, n int, scale float32) {
 	}
 }
 
-// attendTokens computes the attention of tokens [t0, t1) one after another
-// (attendToken), each warming the next one's first key block.
+// maxSharedTokens bounds how many tokens attendShared takes at once: their
+// queries and score rows sit in a worker's scratch together.
+const maxSharedTokens = 8
+
+// attendTokens computes the attention of tokens [t0, t1), for f16 keys and
+// values. Tokens whose caches begin with the same full blocks — sequences
+// decoding after one cached prefix, whose block tables point at the same
+// pool blocks, or the tokens of one sequence's prefill chunk — are taken
+// together, up to maxSharedTokens at a time (attendShared): each shared
+// block is then read from memory once for all of them instead of once per
+// token. The others go one after another (attendToken), each warming the
+// next one's first key block. Either way a token's results are
+// attendGroup's, bit for bit.
 func (r *Runner) attendTokens(l int, batch []Seq, t0, t1 int, ws *attnScratch) {
-	for t := t0; t < t1; t++ {
-		next := -1
-		if t+1 < t1 {
-			next = t + 1
+	if cap(ws.taken) < t1-t0 {
+		ws.taken = make([]bool, t1-t0)
+	}
+	taken := ws.taken[:t1-t0]
+	clear(taken)
+	// nextFree is the first token after t not yet taken (-1 for none).
+	nextFree := func(t int) int {
+		for u := t + 1; u < t1; u++ {
+			if !taken[u-t0] {
+				return u
+			}
 		}
-		r.attendToken(l, batch, t, next, ws)
+		return -1
+	}
+	for t := t0; t < t1; t++ {
+		if taken[t-t0] {
+			continue
+		}
+		taken[t-t0] = true
+		group := append(ws.group[:0], t)
+		if first := r.firstBlock(l, batch, t); first != nil {
+			for u := t + 1; u < t1 && len(group) < maxSharedTokens; u++ {
+				if !taken[u-t0] && r.firstBlock(l, batch, u) == first {
+					taken[u-t0] = true
+					group = append(group, u)
+				}
+			}
+		}
+		ws.group = group
+		if len(group) > 1 {
+			r.attendShared(l, batch, group, r.sharedBlocks(l, batch, group), nextFree(t), ws)
+		} else {
+			r.attendToken(l, batch, t, nextFree(t), ws)
+		}
 	}
 }
 
-// attendToken computes every query head of token t, for f16 keys and
-// values, a block at a time: each block's keys (and then values) are one
-// contiguous run of bytes for all KV heads, read once while the next
-// block's are requested. Results are attendGroup's, bit for bit.
-//
-// The blocks live at unrelated addresses, mostly in DRAM (at batch 16 the
-// pass's keys and values are ~70 MB for SmolLM2-135M), and computing on a
-// block takes far less time than fetching the next, so the request for
-// the next block is spread over the block's work: a third of its lines
-// before each KV head's products. Requesting a whole block at once filled
-// the core's miss queue and stalled it until the lines began to arrive;
-// spread, attention at batch 16 took 15-20% less time (4.9-5.5 → 4.3-4.6
-// ms per pass). The last value block requests the next token's (next, -1
-// for none) first key block, so the worker's next token starts warm.
-func (r *Runner) attendToken(l int, batch []Seq, t, next int, ws *attnScratch) {
-	c := &r.m.Config
-	hd, hdv, kvDim, vDim := c.HeadDim, c.HeadDimV, c.KVDim(), c.KVHeads*c.HeadDimV
-	G := c.Heads / c.KVHeads
+// firstBlock returns the address of token t's first key block in layer l
+// when the token attends to all of it, else nil: tokens with the same
+// address read the same memory.
+func (r *Runner) firstBlock(l int, batch []Seq, t int) *byte {
 	cache := batch[r.taskSeq[t]].Cache
-	bs := cache.BlockSize()
-	n := r.taskPos[t] + 1                        // attend to positions [0, pos]
-	scale := 1 / float32(math.Sqrt(float64(hd))) // as llama.cpp: 1.0f/sqrtf(head_dim)
+	if r.taskPos[t]+1 < cache.BlockSize() {
+		return nil
+	}
+	kb, _ := cache.Block(l, 0)
+	return &kb[0]
+}
 
-	q := ws.f16Queries(r.q[t*c.Heads*hd : (t+1)*c.Heads*hd])
-
-	rows := func(b int) int { return min(n-b*bs, bs) }
-	// request issues part kvh of KVHeads parts of the prefetch of the first
-	// size bytes of b (nil: nothing to request).
-	request := func(b []byte, size, kvh int) {
-		if b == nil {
-			return
-		}
-		per := (size/c.KVHeads + 63) &^ 63 // whole cache lines
-		lo := kvh * per
-		if lo < size {
-			tensor.PrefetchRows(b[lo:], 1, min(per, size-lo), 0)
+// sharedBlocks returns how many leading blocks of layer l every token of
+// group attends to in full and finds at the same address (at least one:
+// attendTokens groups tokens by their full first block).
+func (r *Runner) sharedBlocks(l int, batch []Seq, group []int) int {
+	first := batch[r.taskSeq[group[0]]].Cache
+	bs := first.BlockSize()
+	shared := (r.taskPos[group[0]] + 1) / bs
+	for _, t := range group[1:] {
+		shared = min(shared, (r.taskPos[t]+1)/bs)
+	}
+	for b := 1; b < shared; b++ {
+		kb, _ := first.Block(l, b)
+		for _, t := range group[1:] {
+			if ob, _ := batch[r.taskSeq[t]].Cache.Block(l, b); &ob[0] != &kb[0] {
+				return b
+			}
 		}
 	}
-	scores := ws.scores[:c.Heads*n] // head h's scores at [h*n, (h+1)*n)
-	kb, _ := cache.Block(l, 0)
-	tensor.PrefetchRows(kb, 1, 2*rows(0)*kvDim, 0)
-	for b := 0; b*bs < n; b++ {
-		kb, _ := cache.Block(l, b)
-		// Next: the following key block, or after the last the first
-		// value block.
-		var nb []byte
-		var size int
-		if (b+1)*bs < n {
-			nb, _ = cache.Block(l, b+1)
-			size = 2 * rows(b+1) * kvDim
-		} else {
-			_, nb = cache.Block(l, 0)
-			size = 2 * rows(0) * vDim
+	return shared
+}
+
+// tokenAttn is one token's attention in a pass: the positions it attends
+// to, [0, n), its queries rounded to f16, its scores (head h's at
+// [h·n, (h+1)·n)) and its output.
+type tokenAttn struct {
+	cache  Cache
+	n      int
+	q      []float32
+	scores []float32
+	out    []float32
+}
+
+func (a *tokenAttn) blocks() int { return (a.n + a.cache.BlockSize() - 1) / a.cache.BlockSize() }
+
+// rows is the number of positions of block b that a attends to.
+func (a *tokenAttn) rows(b int) int { return min(a.n-b*a.cache.BlockSize(), a.cache.BlockSize()) }
+
+// keySpan returns a's key block b of layer l and the bytes it attends to
+// there (nil, 0 when a has no block b): what to request next.
+func (r *Runner) keySpan(l int, a *tokenAttn, b int) ([]byte, int) {
+	if a == nil || b >= a.blocks() {
+		return nil, 0
+	}
+	kb, _ := a.cache.Block(l, b)
+	return kb, 2 * a.rows(b) * r.m.Config.KVDim()
+}
+
+// valueSpan is keySpan for the values.
+func (r *Runner) valueSpan(l int, a *tokenAttn, b int) ([]byte, int) {
+	if a == nil || b >= a.blocks() {
+		return nil, 0
+	}
+	_, vb := a.cache.Block(l, b)
+	return vb, 2 * a.rows(b) * r.m.Config.KVHeads * r.m.Config.HeadDimV
+}
+
+// request issues part kvh of KVHeads parts of the prefetch of the first
+// size bytes of b (nil: nothing to request). The blocks live at unrelated
+// addresses, mostly in DRAM (at batch 16 the pass's keys and values are
+// ~70 MB for SmolLM2-135M), and computing on a block takes far less time
+// than fetching the next, so the request for the next block is spread over
+// the block's work: a third of its lines before each KV head's products.
+// Requesting a whole block at once filled the core's miss queue and stalled
+// it until the lines began to arrive; spread, attention at batch 16 took
+// 15-20% less time (4.9-5.5 → 4.3-4.6 ms per pass).
+func (r *Runner) request(b []byte, size, kvh int) {
+	if b == nil {
+		return
+	}
+	per := (size/r.m.Config.KVHeads + 63) &^ 63 // whole cache lines
+	if lo := kvh * per; lo < size {
+		tensor.PrefetchRows(b[lo:], 1, min(per, size-lo), 0)
+	}
+}
+
+// keyBlocks computes a's scores over its key blocks [from, a.blocks()),
+// each block's keys one contiguous run of bytes for all KV heads, read
+// once while the next block's are requested; after the last it requests
+// next (nextSize bytes).
+func (r *Runner) keyBlocks(l int, a *tokenAttn, from int, next []byte, nextSize int) {
+	c := &r.m.Config
+	hd, kvDim, G := c.HeadDim, c.KVDim(), c.Heads/c.KVHeads
+	bs := a.cache.BlockSize()
+	for b := from; b < a.blocks(); b++ {
+		kb, _ := a.cache.Block(l, b)
+		nb, size := next, nextSize
+		if b+1 < a.blocks() {
+			nb, size = r.keySpan(l, a, b+1)
 		}
 		kf := f16View(kb)
 		for kvh := range c.KVHeads {
-			request(nb, size, kvh)
-			tensor.DotsF16Heads(scores[kvh*G*n+b*bs:], n, rows(b), q[kvh*G*hd:(kvh+1)*G*hd], hd, kf[kvh*hd:], kvDim)
+			r.request(nb, size, kvh)
+			tensor.DotsF16Heads(a.scores[kvh*G*a.n+b*bs:], a.n, a.rows(b), a.q[kvh*G*hd:(kvh+1)*G*hd], hd, kf[kvh*hd:], kvDim)
 		}
 	}
-	f16Weights(scores, n, scale)
+}
 
-	out := r.attnOut[t*c.Heads*hdv : (t+1)*c.Heads*hdv]
-	clear(out)
-	for b := 0; b*bs < n; b++ {
-		_, vb := cache.Block(l, b)
-		// Next: the following value block, or after the last the next
-		// token's first key block.
-		var nb []byte
-		var size int
-		if (b+1)*bs < n {
-			_, nb = cache.Block(l, b+1)
-			size = 2 * rows(b+1) * vDim
-		} else if next >= 0 {
-			nc := batch[r.taskSeq[next]].Cache
-			nb, _ = nc.Block(l, 0)
-			size = 2 * min(r.taskPos[next]+1, nc.BlockSize()) * kvDim
+// valueBlocks adds to a's output its value blocks [from, a.blocks()),
+// weighted by its scores, as keyBlocks reads the keys.
+func (r *Runner) valueBlocks(l int, a *tokenAttn, from int, next []byte, nextSize int) {
+	c := &r.m.Config
+	hdv, vDim, G := c.HeadDimV, c.KVHeads*c.HeadDimV, c.Heads/c.KVHeads
+	bs := a.cache.BlockSize()
+	for b := from; b < a.blocks(); b++ {
+		_, vb := a.cache.Block(l, b)
+		nb, size := next, nextSize
+		if b+1 < a.blocks() {
+			nb, size = r.valueSpan(l, a, b+1)
 		}
 		vf := f16View(vb)
 		for kvh := range c.KVHeads {
-			request(nb, size, kvh)
-			tensor.AxpysF16Heads(out[kvh*G*hdv:(kvh+1)*G*hdv], hdv, scores[kvh*G*n+b*bs:], n, rows(b), vf[kvh*hdv:], vDim)
+			r.request(nb, size, kvh)
+			tensor.AxpysF16Heads(a.out[kvh*G*hdv:(kvh+1)*G*hdv], hdv, a.scores[kvh*G*a.n+b*bs:], a.n, a.rows(b), vf[kvh*hdv:], vDim)
 		}
+	}
+}
+
+// tokenTask describes token t's attention with its f16 queries in q and
+// its scores in scores (at least Heads·n values).
+func (r *Runner) tokenTask(batch []Seq, t int, q, scores []float32) tokenAttn {
+	c := &r.m.Config
+	n := r.taskPos[t] + 1 // attend to positions [0, pos]
+	return tokenAttn{
+		cache:  batch[r.taskSeq[t]].Cache,
+		n:      n,
+		q:      q,
+		scores: scores[:c.Heads*n],
+		out:    r.attnOut[t*c.Heads*c.HeadDimV : (t+1)*c.Heads*c.HeadDimV],
+	}
+}
+
+// attnScale is the scores' scale, as llama.cpp: 1.0f/sqrtf(head_dim).
+func (r *Runner) attnScale() float32 { return 1 / float32(math.Sqrt(float64(r.m.Config.HeadDim))) }
+
+// attendToken computes every query head of token t, for f16 keys and
+// values, a block at a time (keyBlocks, valueBlocks). The last value block
+// requests the next token's (next, -1 for none) first key block, so the
+// worker's next token starts warm.
+func (r *Runner) attendToken(l int, batch []Seq, t, next int, ws *attnScratch) {
+	c := &r.m.Config
+	qDim := c.Heads * c.HeadDim
+	a := r.tokenTask(batch, t, ws.f16Queries(r.q[t*qDim:(t+1)*qDim]), ws.scores)
+	kb, size := r.keySpan(l, &a, 0)
+	tensor.PrefetchRows(kb, 1, size, 0)
+	vb, vsize := r.valueSpan(l, &a, 0)
+	r.keyBlocks(l, &a, 0, vb, vsize)
+	f16Weights(a.scores, a.n, r.attnScale())
+	clear(a.out)
+	nb, nsize := r.nextKeys(l, batch, next)
+	r.valueBlocks(l, &a, 0, nb, nsize)
+}
+
+// nextKeys returns token next's first key block and the bytes it attends
+// to there (nil, 0 for next < 0).
+func (r *Runner) nextKeys(l int, batch []Seq, next int) ([]byte, int) {
+	if next < 0 {
+		return nil, 0
+	}
+	nc := batch[r.taskSeq[next]].Cache
+	kb, _ := nc.Block(l, 0)
+	return kb, 2 * min(r.taskPos[next]+1, nc.BlockSize()) * r.m.Config.KVDim()
+}
+
+// attendShared computes the attention of the tokens of group, whose first
+// shared blocks are the same memory: the keys of each shared block are
+// dotted with every token's queries, and later its values weighted by
+// every token's scores, while the block is in cache; each token's own
+// blocks follow its shared ones. For every token the products and sums are
+// attendToken's, in the same order, so its results are the same bit for
+// bit; only the memory traffic changes (a shared block is read once per
+// group instead of once per token). next is the token the worker takes
+// after the group (-1 for none).
+func (r *Runner) attendShared(l int, batch []Seq, group []int, shared, next int, ws *attnScratch) {
+	c := &r.m.Config
+	hd, hdv, kvDim, vDim := c.HeadDim, c.HeadDimV, c.KVDim(), c.KVHeads*c.HeadDimV
+	G, qDim := c.Heads/c.KVHeads, c.Heads*c.HeadDim
+	need := 0
+	for _, t := range group {
+		need += c.Heads * (r.taskPos[t] + 1)
+	}
+	if len(ws.groupScores) < need {
+		ws.groupScores = make([]float32, max(need, 2*len(ws.groupScores)))
+	}
+	if len(ws.groupQ) < len(group)*qDim {
+		ws.groupQ = make([]float32, maxSharedTokens*qDim)
+	}
+	tasks := ws.tasks[:0]
+	off := 0
+	for i, t := range group {
+		q := ws.groupQ[i*qDim : (i+1)*qDim]
+		copy(q, ws.f16Queries(r.q[t*qDim:(t+1)*qDim]))
+		tasks = append(tasks, r.tokenTask(batch, t, q, ws.groupScores[off:]))
+		off += len(tasks[i].scores)
+	}
+	ws.tasks = tasks
+	first := &tasks[0]
+	bs := first.cache.BlockSize()
+
+	// The shared blocks' keys, then each token's own keys and weights.
+	kb, size := r.keySpan(l, first, 0)
+	tensor.PrefetchRows(kb, 1, size, 0)
+	for b := range shared {
+		kb, _ := first.cache.Block(l, b)
+		nb, size := r.keySpan(l, first, b+1)
+		if b+1 == shared {
+			nb, size = r.keySpan(l, first, shared)
+			if nb == nil {
+				nb, size = r.valueSpan(l, first, 0)
+			}
+		}
+		kf := f16View(kb)
+		for kvh := range c.KVHeads {
+			r.request(nb, size, kvh)
+			for i := range tasks {
+				a := &tasks[i]
+				tensor.DotsF16Heads(a.scores[kvh*G*a.n+b*bs:], a.n, bs, a.q[kvh*G*hd:(kvh+1)*G*hd], hd, kf[kvh*hd:], kvDim)
+			}
+		}
+	}
+	for i := range tasks {
+		a := &tasks[i]
+		var nb []byte
+		var size int
+		if i+1 < len(tasks) {
+			nb, size = r.keySpan(l, &tasks[i+1], shared)
+		} else {
+			nb, size = r.valueSpan(l, first, 0)
+		}
+		r.keyBlocks(l, a, shared, nb, size)
+		f16Weights(a.scores, a.n, r.attnScale())
+		clear(a.out)
+	}
+
+	// The shared blocks' values, then each token's own values.
+	for b := range shared {
+		_, vb := first.cache.Block(l, b)
+		nb, size := r.valueSpan(l, first, b+1)
+		vf := f16View(vb)
+		for kvh := range c.KVHeads {
+			r.request(nb, size, kvh)
+			for i := range tasks {
+				a := &tasks[i]
+				tensor.AxpysF16Heads(a.out[kvh*G*hdv:(kvh+1)*G*hdv], hdv, a.scores[kvh*G*a.n+b*bs:], a.n, bs, vf[kvh*hdv:], vDim)
+			}
+		}
+	}
+	for i := range tasks {
+		var nb []byte
+		var size int
+		if i+1 < len(tasks) {
+			nb, size = r.valueSpan(l, &tasks[i+1], shared)
+		} else {
+			nb, size = r.nextKeys(l, batch, next)
+		}
+		r.valueBlocks(l, &tasks[i], shared, nb, size)
 	}
 }
 
