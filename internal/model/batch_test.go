@@ -240,27 +240,33 @@ func TestSharedPrefixAttention(t *testing.T) {
 			prefill(c, 0, p)
 			specs = append(specs, seqSpec{prompt: p, cache: c})
 		}
-		rng.Shuffle(len(specs), func(i, j int) { specs[i], specs[j] = specs[j], specs[i] })
-
-		// Decode one token for all of them in one pass.
-		batch := make([]model.Seq, len(specs))
-		got := make([][]float32, len(specs))
 		next := randTokens(len(specs))
+		want := make([][]float32, len(specs))
 		for i, s := range specs {
-			got[i] = make([]float32, cfg.Vocab)
-			batch[i] = model.Seq{Cache: s.cache, Pos: len(s.prompt), Tokens: next[i : i+1], Logits: got[i]}
-		}
-		if err := r.Forward(ctx, batch); err != nil {
-			t.Fatal(err)
-		}
-		want := make([]float32, cfg.Vocab)
-		for i, s := range specs {
-			seq := model.Seq{Cache: newCache(), Tokens: append(slices.Clone(s.prompt), next[i]), Logits: want}
+			want[i] = make([]float32, cfg.Vocab)
+			seq := model.Seq{Cache: newCache(), Tokens: append(slices.Clone(s.prompt), next[i]), Logits: want[i]}
 			if err := r.Forward(ctx, []model.Seq{seq}); err != nil {
 				t.Fatal(err)
 			}
-			if !slices.Equal(got[i], want) {
-				t.Fatalf("threads %d: sequence %d (%d tokens) decoded beside sequences sharing its blocks: logits differ from alone", threads, i, len(s.prompt)+1)
+		}
+		// Decode one token for several of them in one pass: all ten
+		// (attention a token range per task), and fewer (a group and KV
+		// head per task, or a range for one thread).
+		all := rng.Perm(len(specs))
+		for _, pick := range [][]int{all, {0, 1, 2, 5}, {3, 4, 1}, {5, 6, 0, 8, 9}} {
+			batch := make([]model.Seq, len(pick))
+			got := make([][]float32, len(pick))
+			for j, i := range pick {
+				got[j] = make([]float32, cfg.Vocab)
+				batch[j] = model.Seq{Cache: specs[i].cache, Pos: len(specs[i].prompt), Tokens: next[i : i+1], Logits: got[j]}
+			}
+			if err := r.Forward(ctx, batch); err != nil {
+				t.Fatal(err)
+			}
+			for j, i := range pick {
+				if !slices.Equal(got[j], want[i]) {
+					t.Fatalf("threads %d: sequence %d (%d tokens) decoded beside %d sequences, some sharing its blocks: logits differ from alone", threads, i, len(specs[i].prompt)+1, len(pick)-1)
+				}
 			}
 		}
 		pool.Close()

@@ -145,17 +145,17 @@ func benchDecode(b *testing.B, m *model.Model, n int) {
 	b.ReportMetric(passMS[len(passMS)/10], "p10-ms/pass")
 }
 
-// BenchmarkDecodeSharedPrefix measures batched decode of 16 sequences that
-// continue one 2,048-token prefix, each after its own 16-token question:
-// shared/, their caches holding the prefix in the same blocks (as the
-// engine's pool hands out a cached prefix, read once per group of tokens by
-// attendShared), and copied/, each holding its own copy of the same keys
+// BenchmarkDecodeSharedPrefix measures batched decode of 4 and of 16
+// sequences that continue one 2,048-token prefix, each after its own
+// 16-token question: shared/, their caches holding the prefix in the same
+// blocks (as the engine's pool hands out a cached prefix, read once per
+// group of tokens), and copied/, each holding its own copy of the same keys
 // and values (what a cache without prefix sharing holds). Metrics as
 // BenchmarkDecode's:
 //
 //	go test ./internal/model -run '^$' -bench DecodeSharedPrefix -benchtime 100x
 func BenchmarkDecodeSharedPrefix(b *testing.B) {
-	const n, prefixLen, question, maxGen, bs = 16, 2048, 16, 64, 16
+	const prefixLen, question, maxGen, bs = 2048, 16, 64, 16
 	m := benchModel(b)
 	ctx := context.Background()
 	pool := tensor.NewPool(2)
@@ -177,8 +177,12 @@ func BenchmarkDecodeSharedPrefix(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	for _, mode := range []string{"shared", "copied"} {
-		b.Run(mode, func(b *testing.B) {
+	for _, bm := range []struct {
+		n    int
+		mode string
+	}{{4, "shared"}, {4, "copied"}, {16, "shared"}, {16, "copied"}} {
+		n, mode := bm.n, bm.mode
+		b.Run(fmt.Sprintf("batch%d/%s", n, mode), func(b *testing.B) {
 			shared := prefixLen / bs
 			if mode == "copied" {
 				shared = 0

@@ -43,6 +43,10 @@ type Runner struct {
 	workers  []attnScratch
 	taskSeq  []int // token index → sequence index in the batch
 	taskPos  []int // token index → position
+	// passGroups' scratch: the groups, their tokens, the tokens taken.
+	groups      []tokenGroup
+	groupTokens []int
+	taken       []bool
 	// rope holds each token's RoPE angle table (ropeLen values), computed
 	// once per pass instead of twice per layer.
 	rope    []float32
@@ -357,11 +361,14 @@ func (r *Runner) attention(l int, batch []Seq, T int) {
 	c := &r.m.Config
 	nw := len(r.workers)
 	if r.kvType == tensor.F16 && T*c.KVHeads >= 4*nw {
-		tasks := T * c.KVHeads
+		// At least two tasks per thread.
+		groups := r.passGroups(l, batch, T, (2*nw+c.KVHeads-1)/c.KVHeads)
+		tasks := len(groups) * c.KVHeads
 		r.pool.Parallel(nw, func(lo, hi int) {
 			for w := lo; w < hi; w++ {
 				for task := tasks * w / nw; task < tasks*(w+1)/nw; task++ {
-					r.attendGroup(l, batch, task/c.KVHeads, task%c.KVHeads, &r.workers[w])
+					g := &groups[task/c.KVHeads]
+					r.attendGroup(l, batch, g.tokens, g.shared, task%c.KVHeads, &r.workers[w])
 				}
 			}
 		})
@@ -375,6 +382,64 @@ func (r *Runner) attention(l int, batch []Seq, T int) {
 			}
 		}
 	})
+}
+
+// tokenGroup is tokens of a pass whose first shared blocks (of the layer
+// being computed) are the same memory.
+type tokenGroup struct {
+	tokens []int
+	shared int
+}
+
+// passGroups groups the pass's T tokens by the blocks their caches share in
+// layer l, as attendTokens does for a worker's range (the grouping is the
+// same in every layer, the addresses are not), then splits the largest
+// groups until there are at least minGroups (or every group is one token),
+// so that the pool's threads get enough tasks.
+func (r *Runner) passGroups(l int, batch []Seq, T, minGroups int) []tokenGroup {
+	r.groupTokens = r.groupTokens[:0]
+	r.groups = r.groups[:0]
+	if cap(r.taken) < T {
+		r.taken = make([]bool, T)
+	}
+	taken := r.taken[:T]
+	clear(taken)
+	for t := range T {
+		if taken[t] {
+			continue
+		}
+		start := len(r.groupTokens)
+		r.groupTokens = append(r.groupTokens, t)
+		if first := r.firstBlock(l, batch, t); first != nil {
+			for u := t + 1; u < T && len(r.groupTokens)-start < maxSharedTokens; u++ {
+				if !taken[u] && r.firstBlock(l, batch, u) == first {
+					taken[u] = true
+					r.groupTokens = append(r.groupTokens, u)
+				}
+			}
+		}
+		r.groups = append(r.groups, tokenGroup{tokens: r.groupTokens[start:len(r.groupTokens):len(r.groupTokens)]})
+	}
+	for len(r.groups) < minGroups {
+		big := 0
+		for i := range r.groups {
+			if len(r.groups[i].tokens) > len(r.groups[big].tokens) {
+				big = i
+			}
+		}
+		g := r.groups[big].tokens
+		if len(g) < 2 {
+			break
+		}
+		r.groups[big].tokens = g[: len(g)/2 : len(g)/2]
+		r.groups = append(r.groups, tokenGroup{tokens: g[len(g)/2:]})
+	}
+	for i := range r.groups {
+		if g := r.groups[i].tokens; len(g) > 1 {
+			r.groups[i].shared = r.sharedBlocks(l, batch, g)
+		}
+	}
+	return r.groups
 }
 
 // rowSpan locates one KV head's rows in a cache block, in bytes: where the
@@ -744,34 +809,82 @@ func (r *Runner) attendShared(l int, batch []Seq, group []int, shared, next int,
 	}
 }
 
-// attendGroup computes the query heads of token t that share KV head kvh,
-// for f16 keys and values.
-func (r *Runner) attendGroup(l int, batch []Seq, t, kvh int, ws *attnScratch) {
+// attendGroup computes the query heads that share KV head kvh of the
+// tokens of group, for f16 keys and values. The group's first shared blocks
+// are the same memory for all its tokens (one token: shared is 0), so they
+// are read once for all: each shared block's keys are dotted with every
+// token's queries, and later its values weighted by every token's scores;
+// each token's own blocks follow. Per token the products and sums are the
+// same, in the same order, whatever the group.
+func (r *Runner) attendGroup(l int, batch []Seq, group []int, shared, kvh int, ws *attnScratch) {
 	c := &r.m.Config
 	hd, hdv, kvDim, vDim := c.HeadDim, c.HeadDimV, c.KVDim(), c.KVHeads*c.HeadDimV
 	G := c.Heads / c.KVHeads
-	cache := batch[r.taskSeq[t]].Cache
-	bs := cache.BlockSize()
-	n := r.taskPos[t] + 1                        // attend to positions [0, pos]
-	scale := 1 / float32(math.Sqrt(float64(hd))) // as llama.cpp: 1.0f/sqrtf(head_dim)
-
-	q := ws.f16Queries(r.q[(t*c.Heads+kvh*G)*hd : (t*c.Heads+(kvh+1)*G)*hd])
-
-	pf := headRows{k: rowSpan{2 * kvh * hd, 2 * hd, 2 * kvDim}, v: rowSpan{2 * kvh * hdv, 2 * hdv, 2 * vDim}}
-	pf.first(cache, l, n)
-	scores := ws.scores[:G*n] // head g's scores at [g*n, (g+1)*n)
-	for b := 0; b*bs < n; b++ {
-		kb, _ := cache.Block(l, b)
-		pf.next(cache, l, b, n)
-		tensor.DotsF16Heads(scores[b*bs:], n, min(n-b*bs, bs), q, hd, f16View(kb)[kvh*hd:], kvDim)
+	qDim := G * hd
+	need := 0
+	for _, t := range group {
+		need += G * (r.taskPos[t] + 1)
 	}
-	f16Weights(scores, n, scale)
+	if len(ws.groupScores) < need {
+		ws.groupScores = make([]float32, max(need, 2*len(ws.groupScores)))
+	}
+	if len(ws.groupQ) < len(group)*qDim {
+		ws.groupQ = make([]float32, len(group)*qDim)
+	}
+	// Each token's queries, scores (head g's at [g·n, (g+1)·n)) and output
+	// for this KV head's query heads.
+	tasks := ws.tasks[:0]
+	off := 0
+	for i, t := range group {
+		n := r.taskPos[t] + 1 // attend to positions [0, pos]
+		q := ws.groupQ[i*qDim : (i+1)*qDim]
+		copy(q, ws.f16Queries(r.q[(t*c.Heads+kvh*G)*hd:(t*c.Heads+(kvh+1)*G)*hd]))
+		tasks = append(tasks, tokenAttn{
+			cache:  batch[r.taskSeq[t]].Cache,
+			n:      n,
+			q:      q,
+			scores: ws.groupScores[off : off+G*n],
+			out:    r.attnOut[(t*c.Heads+kvh*G)*hdv : (t*c.Heads+(kvh+1)*G)*hdv],
+		})
+		off += G * n
+	}
+	ws.tasks = tasks
+	bs := tasks[0].cache.BlockSize()
+	pf := headRows{k: rowSpan{2 * kvh * hd, 2 * hd, 2 * kvDim}, v: rowSpan{2 * kvh * hdv, 2 * hdv, 2 * vDim}}
 
-	out := r.attnOut[(t*c.Heads+kvh*G)*hdv : (t*c.Heads+(kvh+1)*G)*hdv]
-	clear(out)
-	for b := 0; b*bs < n; b++ {
-		_, vb := cache.Block(l, b)
-		tensor.AxpysF16Heads(out, hdv, scores[b*bs:], n, min(n-b*bs, bs), f16View(vb)[kvh*hdv:], vDim)
+	first := &tasks[0]
+	pf.first(first.cache, l, first.n)
+	for b := range shared {
+		kb, _ := first.cache.Block(l, b)
+		pf.next(first.cache, l, b, first.n)
+		for i := range tasks {
+			a := &tasks[i]
+			tensor.DotsF16Heads(a.scores[b*bs:], a.n, bs, a.q, hd, f16View(kb)[kvh*hd:], kvDim)
+		}
+	}
+	for i := range tasks {
+		a := &tasks[i]
+		for b := shared; b < a.blocks(); b++ {
+			kb, _ := a.cache.Block(l, b)
+			pf.next(a.cache, l, b, a.n)
+			tensor.DotsF16Heads(a.scores[b*bs:], a.n, a.rows(b), a.q, hd, f16View(kb)[kvh*hd:], kvDim)
+		}
+		f16Weights(a.scores, a.n, r.attnScale())
+		clear(a.out)
+	}
+	for b := range shared {
+		_, vb := first.cache.Block(l, b)
+		for i := range tasks {
+			a := &tasks[i]
+			tensor.AxpysF16Heads(a.out, hdv, a.scores[b*bs:], a.n, bs, f16View(vb)[kvh*hdv:], vDim)
+		}
+	}
+	for i := range tasks {
+		a := &tasks[i]
+		for b := shared; b < a.blocks(); b++ {
+			_, vb := a.cache.Block(l, b)
+			tensor.AxpysF16Heads(a.out, hdv, a.scores[b*bs:], a.n, a.rows(b), f16View(vb)[kvh*hdv:], vDim)
+		}
 	}
 }
 
