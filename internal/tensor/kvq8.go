@@ -39,8 +39,20 @@ func QuantizeQ80(dst []byte, src []float32) {
 // DotsQ80 sets dst[j] to the dot product of q with the row of Q8_0 blocks at
 // k[j*stride:], where q and the rows hold len(q)/34 blocks and stride is in
 // bytes. Each block's integer sum is scaled by both blocks' scales and the
-// blocks are added in order.
+// blocks are added in order. The quantized values must be in [-127, 127],
+// as QuantizeQ80 writes them (the fast kernel's sign trick cannot negate
+// -128).
 func DotsQ80(dst []float32, q []byte, k []byte, stride int) {
+	nb := len(q) / 34
+	if len(dst) == 0 || nb == 0 {
+		clear(dst)
+		return
+	}
+	_ = k[(len(dst)-1)*stride+nb*34-1] // bounds, once
+	dotsQ80(dst, q[:nb*34], k, stride)
+}
+
+func dotsQ80Generic(dst []float32, q []byte, k []byte, stride int) {
 	nb := len(q) / 34
 	for j := range dst {
 		row := k[j*stride : j*stride+nb*34]
@@ -51,15 +63,26 @@ func DotsQ80(dst []float32, q []byte, k []byte, stride int) {
 			for i := 2; i < 34; i++ {
 				isum += int32(int8(qa[i])) * int32(int8(ka[i]))
 			}
-			sum += float32(isum) * (f16At(qa, 0) * f16At(ka, 0))
+			// Rounded before the add (never fused), as the kernel does.
+			sum += float32(float32(isum) * (f16At(qa, 0) * f16At(ka, 0)))
 		}
 		dst[j] = sum
 	}
 }
 
 // AxpysQ80 adds to out, for j < len(p), p[j] times the dequantized row of
-// Q8_0 blocks at v[j*stride:] (len(out) values; stride in bytes).
+// Q8_0 blocks at v[j*stride:] (len(out) values, a multiple of 32; stride in
+// bytes).
 func AxpysQ80(out, p []float32, v []byte, stride int) {
+	nb := len(out) / qk80
+	if len(p) == 0 || nb == 0 {
+		return
+	}
+	_ = v[(len(p)-1)*stride+nb*34-1] // bounds, once
+	axpysQ80(out[:nb*qk80], p, v, stride)
+}
+
+func axpysQ80Generic(out, p []float32, v []byte, stride int) {
 	nb := len(out) / qk80
 	for j, w := range p {
 		row := v[j*stride : j*stride+nb*34]
@@ -68,7 +91,7 @@ func AxpysQ80(out, p []float32, v []byte, stride int) {
 			s := w * f16At(blk, 0)
 			o := out[b*qk80 : (b+1)*qk80]
 			for i := range o {
-				o[i] += s * float32(int8(blk[2+i]))
+				o[i] += float32(s * float32(int8(blk[2+i]))) // rounded before the add
 			}
 		}
 	}
