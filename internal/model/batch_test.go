@@ -24,14 +24,29 @@ func TestBatchInvariance(t *testing.T) {
 			defer closeFn()
 			for _, threads := range []int{1, 2} {
 				pool := tensor.NewPool(threads)
-				checkBatchInvariance(t, m, pool)
+				checkBatchInvariance(t, m, pool, tensor.F16)
 				pool.Close()
 			}
 		})
 	}
 }
 
-func checkBatchInvariance(t *testing.T, m *model.Model, pool *tensor.Pool) {
+// TestBatchInvarianceKVTypes is TestBatchInvariance with keys and values
+// stored as Q8_0 and as f32: their attention takes other kernels (and, for
+// Q8_0, a query head or a group of tokens and KV head per task).
+func TestBatchInvarianceKVTypes(t *testing.T) {
+	m, closeFn := loadModel(t, filepath.Join(sharedDir(t), "models", "tiny-q8_0.gguf"))
+	defer closeFn()
+	for _, kvType := range []tensor.DType{tensor.Q8_0, tensor.F32} {
+		for _, threads := range []int{1, 2} {
+			pool := tensor.NewPool(threads)
+			checkBatchInvariance(t, m, pool, kvType)
+			pool.Close()
+		}
+	}
+}
+
+func checkBatchInvariance(t *testing.T, m *model.Model, pool *tensor.Pool, kvType tensor.DType) {
 	ctx := context.Background()
 	cfg := &m.Config
 	rng := rand.New(rand.NewPCG(7, 7))
@@ -42,12 +57,12 @@ func checkBatchInvariance(t *testing.T, m *model.Model, pool *tensor.Pool) {
 			prompts[i][j] = int32(3 + rng.IntN(cfg.Vocab-3))
 		}
 	}
-	r, err := model.NewRunner(m, pool, 256, tensor.F16)
+	r, err := model.NewRunner(m, pool, 256, kvType)
 	if err != nil {
 		t.Fatal(err)
 	}
 	newCache := func() *model.SeqCache {
-		c := model.NewSeqCache(cfg, tensor.F16, 16)
+		c := model.NewSeqCache(cfg, kvType, 16)
 		c.Reserve(128)
 		return c
 	}

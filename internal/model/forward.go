@@ -65,6 +65,7 @@ type attnScratch struct {
 	group       []int       // the tokens taken together
 	tasks       []tokenAttn // their attention
 	groupQ      []float32   // their queries rounded to f16
+	groupQ8     []byte      // ... or quantized to Q8_0
 	groupScores []float32   // their score rows
 }
 
@@ -352,15 +353,16 @@ func (r *Runner) byToken(T int) bool {
 // with the f16 keys in f32, scores are scaled and soft-maxed in f32, and the
 // softmax weights are rounded to f16 before weighting the f16 values.
 //
-// With f16 keys and values, the query heads sharing a KV head are computed
-// together, each key and value row read and converted once for all of
-// them (same results as one head at a time, bit for bit), a (token, KV
-// head) pair per task. Passes with many tokens use attendTokens instead
-// (see byToken).
+// With f16 or Q8_0 keys and values, the query heads sharing a KV head are
+// computed together, and so are the tokens whose caches share blocks
+// (passGroups): each key and value row is read once for all of them (same
+// results as one head and token at a time, bit for bit), a (group of
+// tokens, KV head) pair per task. Passes with many tokens and f16 keys and
+// values use attendTokens instead (see byToken).
 func (r *Runner) attention(l int, batch []Seq, T int) {
 	c := &r.m.Config
 	nw := len(r.workers)
-	if r.kvType == tensor.F16 && T*c.KVHeads >= 4*nw {
+	if (r.kvType == tensor.F16 || r.kvType == tensor.Q8_0) && T*c.KVHeads >= 4*nw {
 		// At least two tasks per thread.
 		groups := r.passGroups(l, batch, T, (2*nw+c.KVHeads-1)/c.KVHeads)
 		tasks := len(groups) * c.KVHeads
@@ -578,7 +580,8 @@ func (r *Runner) sharedBlocks(l int, batch []Seq, group []int) int {
 type tokenAttn struct {
 	cache  Cache
 	n      int
-	q      []float32
+	q      []float32 // f16 keys
+	q8     []byte    // Q8_0 keys: each query head quantized
 	scores []float32
 	out    []float32
 }
@@ -810,17 +813,20 @@ func (r *Runner) attendShared(l int, batch []Seq, group []int, shared, next int,
 }
 
 // attendGroup computes the query heads that share KV head kvh of the
-// tokens of group, for f16 keys and values. The group's first shared blocks
-// are the same memory for all its tokens (one token: shared is 0), so they
-// are read once for all: each shared block's keys are dotted with every
-// token's queries, and later its values weighted by every token's scores;
-// each token's own blocks follow. Per token the products and sums are the
-// same, in the same order, whatever the group.
+// tokens of group, for f16 or Q8_0 keys and values. The group's first
+// shared blocks are the same memory for all its tokens (one token: shared
+// is 0), so they are read once for all: each shared block's keys are dotted
+// with every token's queries, and later its values weighted by every
+// token's scores; each token's own blocks follow. Per query head the
+// products and sums are attendHead's, in the same order, whatever the
+// group (and for f16, with the query heads of a KV head computed together,
+// each key and value row converted once for all of them).
 func (r *Runner) attendGroup(l int, batch []Seq, group []int, shared, kvh int, ws *attnScratch) {
 	c := &r.m.Config
 	hd, hdv, kvDim, vDim := c.HeadDim, c.HeadDimV, c.KVDim(), c.KVHeads*c.HeadDimV
+	kt := r.kvType
 	G := c.Heads / c.KVHeads
-	qDim := G * hd
+	qDim, qRow := G*hd, kt.RowBytes(hd) // f16 queries; Q8_0: bytes per query head
 	need := 0
 	for _, t := range group {
 		need += G * (r.taskPos[t] + 1)
@@ -831,26 +837,60 @@ func (r *Runner) attendGroup(l int, batch []Seq, group []int, shared, kvh int, w
 	if len(ws.groupQ) < len(group)*qDim {
 		ws.groupQ = make([]float32, len(group)*qDim)
 	}
+	if kt == tensor.Q8_0 && len(ws.groupQ8) < len(group)*G*qRow {
+		ws.groupQ8 = make([]byte, len(group)*G*qRow)
+	}
 	// Each token's queries, scores (head g's at [g·n, (g+1)·n)) and output
 	// for this KV head's query heads.
 	tasks := ws.tasks[:0]
 	off := 0
 	for i, t := range group {
 		n := r.taskPos[t] + 1 // attend to positions [0, pos]
-		q := ws.groupQ[i*qDim : (i+1)*qDim]
-		copy(q, ws.f16Queries(r.q[(t*c.Heads+kvh*G)*hd:(t*c.Heads+(kvh+1)*G)*hd]))
-		tasks = append(tasks, tokenAttn{
+		a := tokenAttn{
 			cache:  batch[r.taskSeq[t]].Cache,
 			n:      n,
-			q:      q,
 			scores: ws.groupScores[off : off+G*n],
 			out:    r.attnOut[(t*c.Heads+kvh*G)*hdv : (t*c.Heads+(kvh+1)*G)*hdv],
-		})
+		}
+		q := r.q[(t*c.Heads+kvh*G)*hd : (t*c.Heads+(kvh+1)*G)*hd]
+		if kt == tensor.Q8_0 {
+			// Each query head quantized to Q8_0 for the product with
+			// Q8_0 keys, as llama.cpp does.
+			a.q8 = ws.groupQ8[i*G*qRow : (i+1)*G*qRow]
+			for g := range G {
+				tensor.QuantizeQ80(a.q8[g*qRow:(g+1)*qRow], q[g*hd:(g+1)*hd])
+			}
+		} else {
+			a.q = ws.groupQ[i*qDim : (i+1)*qDim]
+			copy(a.q, ws.f16Queries(q))
+		}
+		tasks = append(tasks, a)
 		off += G * n
 	}
 	ws.tasks = tasks
 	bs := tasks[0].cache.BlockSize()
-	pf := headRows{k: rowSpan{2 * kvh * hd, 2 * hd, 2 * kvDim}, v: rowSpan{2 * kvh * hdv, 2 * hdv, 2 * vDim}}
+	kRow, vRow := kt.RowBytes(kvDim), kt.RowBytes(vDim)
+	pf := headRows{k: rowSpan{kt.RowBytes(kvh * hd), kt.RowBytes(hd), kRow}, v: rowSpan{kt.RowBytes(kvh * hdv), kt.RowBytes(hdv), vRow}}
+	// dots sets a's scores of the rows positions of key block kb at b;
+	// values adds a's weighted values of value block vb.
+	dots := func(a *tokenAttn, kb []byte, b, rows int) {
+		if kt == tensor.Q8_0 {
+			for g := range G {
+				tensor.DotsQ80(a.scores[g*a.n+b*bs:g*a.n+b*bs+rows], a.q8[g*qRow:(g+1)*qRow], kb[pf.k.off:], kRow)
+			}
+			return
+		}
+		tensor.DotsF16Heads(a.scores[b*bs:], a.n, rows, a.q, hd, f16View(kb)[kvh*hd:], kvDim)
+	}
+	values := func(a *tokenAttn, vb []byte, b, rows int) {
+		if kt == tensor.Q8_0 {
+			for g := range G {
+				tensor.AxpysQ80(a.out[g*hdv:(g+1)*hdv], a.scores[g*a.n+b*bs:g*a.n+b*bs+rows], vb[pf.v.off:], vRow)
+			}
+			return
+		}
+		tensor.AxpysF16Heads(a.out, hdv, a.scores[b*bs:], a.n, rows, f16View(vb)[kvh*hdv:], vDim)
+	}
 
 	first := &tasks[0]
 	pf.first(first.cache, l, first.n)
@@ -858,8 +898,7 @@ func (r *Runner) attendGroup(l int, batch []Seq, group []int, shared, kvh int, w
 		kb, _ := first.cache.Block(l, b)
 		pf.next(first.cache, l, b, first.n)
 		for i := range tasks {
-			a := &tasks[i]
-			tensor.DotsF16Heads(a.scores[b*bs:], a.n, bs, a.q, hd, f16View(kb)[kvh*hd:], kvDim)
+			dots(&tasks[i], kb, b, bs)
 		}
 	}
 	for i := range tasks {
@@ -867,23 +906,30 @@ func (r *Runner) attendGroup(l int, batch []Seq, group []int, shared, kvh int, w
 		for b := shared; b < a.blocks(); b++ {
 			kb, _ := a.cache.Block(l, b)
 			pf.next(a.cache, l, b, a.n)
-			tensor.DotsF16Heads(a.scores[b*bs:], a.n, a.rows(b), a.q, hd, f16View(kb)[kvh*hd:], kvDim)
+			dots(a, kb, b, a.rows(b))
 		}
-		f16Weights(a.scores, a.n, r.attnScale())
+		if kt == tensor.Q8_0 {
+			for g := range G {
+				s := a.scores[g*a.n : (g+1)*a.n]
+				tensor.Scale(s, r.attnScale())
+				tensor.Softmax(s)
+			}
+		} else {
+			f16Weights(a.scores, a.n, r.attnScale())
+		}
 		clear(a.out)
 	}
 	for b := range shared {
 		_, vb := first.cache.Block(l, b)
 		for i := range tasks {
-			a := &tasks[i]
-			tensor.AxpysF16Heads(a.out, hdv, a.scores[b*bs:], a.n, bs, f16View(vb)[kvh*hdv:], vDim)
+			values(&tasks[i], vb, b, bs)
 		}
 	}
 	for i := range tasks {
 		a := &tasks[i]
 		for b := shared; b < a.blocks(); b++ {
 			_, vb := a.cache.Block(l, b)
-			tensor.AxpysF16Heads(a.out, hdv, a.scores[b*bs:], a.n, a.rows(b), f16View(vb)[kvh*hdv:], vDim)
+			values(a, vb, b, a.rows(b))
 		}
 	}
 }
