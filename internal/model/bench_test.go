@@ -77,6 +77,22 @@ func processCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
+// benchKVType is the KV element type of BenchmarkDecode: f16, or
+// $KVSERVE_BENCH_KV (f16, q8_0 or f32).
+func benchKVType(b *testing.B) tensor.DType {
+	switch kv := os.Getenv("KVSERVE_BENCH_KV"); kv {
+	case "", "f16":
+		return tensor.F16
+	case "q8_0":
+		return tensor.Q8_0
+	case "f32":
+		return tensor.F32
+	default:
+		b.Fatalf("KVSERVE_BENCH_KV=%q: want f16, q8_0 or f32", kv)
+		return 0
+	}
+}
+
 // BenchmarkDecode measures steady-state batched decode as the engine runs
 // it: n sequences with 128 tokens of context each (prefilled once), then
 // passes of one new token per sequence, every sequence asking for logits.
@@ -85,9 +101,11 @@ func processCPU() time.Duration {
 // It reports tokens per second of wall time, CPU milliseconds per pass
 // (process CPU time, which includes the pool's spinning; steadier than wall
 // time on a shared machine) and the 10th percentile of the passes' wall
-// times (steadier still when the machine's speed drifts during the run):
+// times (steadier still when the machine's speed drifts during the run).
+// Keys and values are f16 unless KVSERVE_BENCH_KV says otherwise:
 //
 //	go test ./internal/model -run '^$' -bench Decode -benchtime 100x
+//	KVSERVE_BENCH_KV=q8_0 go test ./internal/model -run '^$' -bench 'Decode/' -benchtime 100x
 func BenchmarkDecode(b *testing.B) {
 	m := benchModel(b)
 	for _, n := range []int{1, 16} {
@@ -102,14 +120,15 @@ func benchDecode(b *testing.B, m *model.Model, n int) {
 	ctx := context.Background()
 	pool := tensor.NewPool(2)
 	defer pool.Close()
-	r, err := model.NewRunner(m, pool, 512, tensor.F16)
+	kvType := benchKVType(b)
+	r, err := model.NewRunner(m, pool, 512, kvType)
 	if err != nil {
 		b.Fatal(err)
 	}
 	caches := make([]*model.SeqCache, n)
 	logits := make([][]float32, n)
 	for i := range caches {
-		caches[i] = model.NewSeqCache(&m.Config, tensor.F16, 16)
+		caches[i] = model.NewSeqCache(&m.Config, kvType, 16)
 		caches[i].Reserve(maxCtx)
 		logits[i] = make([]float32, m.Config.Vocab)
 		p := make([]int32, prompt)
