@@ -164,7 +164,7 @@ func benchDecode(b *testing.B, m *model.Model, n int) {
 	b.ReportMetric(passMS[len(passMS)/10], "p10-ms/pass")
 }
 
-// BenchmarkDecodeSharedPrefix measures batched decode of 4 and of 16
+// BenchmarkDecodeSharedPrefix measures batched decode of 1, 4 and 16
 // sequences that continue one 2,048-token prefix, each after its own
 // 16-token question: shared/, their caches holding the prefix in the same
 // blocks (as the engine's pool hands out a cached prefix, read once per
@@ -199,7 +199,7 @@ func BenchmarkDecodeSharedPrefix(b *testing.B) {
 	for _, bm := range []struct {
 		n    int
 		mode string
-	}{{4, "shared"}, {4, "copied"}, {16, "shared"}, {16, "copied"}} {
+	}{{1, "shared"}, {4, "shared"}, {4, "copied"}, {16, "shared"}, {16, "copied"}} {
 		n, mode := bm.n, bm.mode
 		b.Run(fmt.Sprintf("batch%d/%s", n, mode), func(b *testing.B) {
 			shared := prefixLen / bs
