@@ -413,8 +413,13 @@ func (r *Runner) passGroups(l int, batch []Seq, T, minGroups int) []tokenGroup {
 		start := len(r.groupTokens)
 		r.groupTokens = append(r.groupTokens, t)
 		if first := r.firstBlock(l, batch, t); first != nil {
+			G := r.m.Config.Heads / r.m.Config.KVHeads
+			scores := G * (r.taskPos[t] + 1)
 			for u := t + 1; u < T && len(r.groupTokens)-start < maxSharedTokens; u++ {
 				if !taken[u] && r.firstBlock(l, batch, u) == first {
+					if scores += G * (r.taskPos[u] + 1); scores > maxGroupScores {
+						break
+					}
 					taken[u] = true
 					r.groupTokens = append(r.groupTokens, u)
 				}
@@ -491,8 +496,14 @@ func f16Weights(scores []float32, n int, scale float32) {
 }
 
 // maxSharedTokens bounds how many tokens attendShared takes at once: their
-// queries and score rows sit in a worker's scratch together.
-const maxSharedTokens = 8
+// queries and score rows sit in a worker's scratch together. So does
+// maxGroupScores, for long contexts: a group's score rows (all query heads'
+// for attendShared, one KV head's for attendGroup) take at most this many
+// values (4 MiB; a group is at least one token).
+const (
+	maxSharedTokens = 8
+	maxGroupScores  = 1 << 20
+)
 
 // attendTokens computes the attention of tokens [t0, t1), for f16 keys and
 // values. Tokens whose caches begin with the same full blocks — sequences
@@ -525,8 +536,13 @@ func (r *Runner) attendTokens(l int, batch []Seq, t0, t1 int, ws *attnScratch) {
 		taken[t-t0] = true
 		group := append(ws.group[:0], t)
 		if first := r.firstBlock(l, batch, t); first != nil {
+			H := r.m.Config.Heads
+			scores := H * (r.taskPos[t] + 1)
 			for u := t + 1; u < t1 && len(group) < maxSharedTokens; u++ {
 				if !taken[u-t0] && r.firstBlock(l, batch, u) == first {
+					if scores += H * (r.taskPos[u] + 1); scores > maxGroupScores {
+						break
+					}
 					taken[u-t0] = true
 					group = append(group, u)
 				}
