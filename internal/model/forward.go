@@ -590,14 +590,14 @@ func (r *Runner) sharedBlocks(l int, batch []Seq, group []int) int {
 	return shared
 }
 
-// tokenAttn is one token's attention in a pass: the positions it attends
-// to, [0, n), its queries rounded to f16, its scores (head h's at
-// [h·n, (h+1)·n)) and its output.
+// tokenAttn is one token's attention in a pass (all its query heads, or
+// those of one KV head): the positions it attends to, [0, n), its queries,
+// its scores (head h's at [h·n, (h+1)·n)) and its output.
 type tokenAttn struct {
 	cache  Cache
 	n      int
-	q      []float32 // f16 keys
-	q8     []byte    // Q8_0 keys: each query head quantized
+	q      []float32 // f16 keys: the queries rounded to f16
+	q8     []byte    // Q8_0 keys: each query head quantized to Q8_0
 	scores []float32
 	out    []float32
 }
@@ -610,7 +610,7 @@ func (a *tokenAttn) rows(b int) int { return min(a.n-b*a.cache.BlockSize(), a.ca
 // keySpan returns a's key block b of layer l and the bytes it attends to
 // there (nil, 0 when a has no block b): what to request next.
 func (r *Runner) keySpan(l int, a *tokenAttn, b int) ([]byte, int) {
-	if a == nil || b >= a.blocks() {
+	if b >= a.blocks() {
 		return nil, 0
 	}
 	kb, _ := a.cache.Block(l, b)
@@ -619,7 +619,7 @@ func (r *Runner) keySpan(l int, a *tokenAttn, b int) ([]byte, int) {
 
 // valueSpan is keySpan for the values.
 func (r *Runner) valueSpan(l int, a *tokenAttn, b int) ([]byte, int) {
-	if a == nil || b >= a.blocks() {
+	if b >= a.blocks() {
 		return nil, 0
 	}
 	_, vb := a.cache.Block(l, b)
