@@ -125,36 +125,50 @@ func benchDecode(b *testing.B, m *model.Model, n int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	caches := make([]*model.SeqCache, n)
-	logits := make([][]float32, n)
+	caches := make([]model.Cache, n)
 	for i := range caches {
-		caches[i] = model.NewSeqCache(&m.Config, kvType, 16)
-		caches[i].Reserve(maxCtx)
-		logits[i] = make([]float32, m.Config.Vocab)
+		c := model.NewSeqCache(&m.Config, kvType, 16)
+		c.Reserve(maxCtx)
+		caches[i] = c
 		p := make([]int32, prompt)
 		for j := range p {
 			p[j] = int32(100 + 7*i + 3*j)
 		}
-		if err := r.Forward(ctx, []model.Seq{{Cache: caches[i], Tokens: p}}); err != nil {
+		if err := r.Forward(ctx, []model.Seq{{Cache: c, Tokens: p}}); err != nil {
 			b.Fatal(err)
 		}
 	}
+	decodePasses(b, r, caches, prompt, maxCtx, func(pos, i int) int32 { return int32(200 + i + pos) })
+}
+
+// decodePasses times b.N forward passes of one new token (tok(pos, i)) for
+// each sequence i of caches, all at position pos: start, start+1, …, and
+// back to start when end is reached (the same positions are rewritten). It
+// reports tokens per second of wall time, process CPU milliseconds per pass
+// and the 10th percentile of the passes' wall times.
+func decodePasses(b *testing.B, r *model.Runner, caches []model.Cache, start, end int, tok func(pos, i int) int32) {
+	ctx := context.Background()
+	n := len(caches)
+	logits := make([][]float32, n)
+	for i := range logits {
+		logits[i] = make([]float32, r.Model().Config.Vocab)
+	}
 	batch := make([]model.Seq, n)
-	pos := prompt
+	pos := start
 	cpu0 := processCPU()
 	var passMS []float64
 	for b.Loop() {
-		if pos == maxCtx {
-			pos = prompt // rewrite the same positions again
+		if pos == end {
+			pos = start
 		}
 		for i := range batch {
-			batch[i] = model.Seq{Cache: caches[i], Pos: pos, Tokens: []int32{int32(200 + i + pos)}, Logits: logits[i]}
+			batch[i] = model.Seq{Cache: caches[i], Pos: pos, Tokens: []int32{tok(pos, i)}, Logits: logits[i]}
 		}
-		start := time.Now()
+		t0 := time.Now()
 		if err := r.Forward(ctx, batch); err != nil {
 			b.Fatal(err)
 		}
-		passMS = append(passMS, float64(time.Since(start).Microseconds())/1e3)
+		passMS = append(passMS, float64(time.Since(t0).Microseconds())/1e3)
 		pos++
 	}
 	cpu := processCPU() - cpu0
@@ -207,7 +221,6 @@ func BenchmarkDecodeSharedPrefix(b *testing.B) {
 				shared = 0
 			}
 			caches := make([]model.Cache, n)
-			logits := make([][]float32, n)
 			for i := range caches {
 				own := model.NewSeqCache(cfg, tensor.F16, bs)
 				own.Reserve(prefixLen + question + maxGen)
@@ -227,32 +240,8 @@ func BenchmarkDecodeSharedPrefix(b *testing.B) {
 				if err := r.Forward(ctx, []model.Seq{{Cache: caches[i], Pos: prefixLen, Tokens: q}}); err != nil {
 					b.Fatal(err)
 				}
-				logits[i] = make([]float32, cfg.Vocab)
 			}
-			batch := make([]model.Seq, n)
-			start := prefixLen + question
-			pos := start
-			cpu0 := processCPU()
-			var passMS []float64
-			for b.Loop() {
-				if pos == start+maxGen {
-					pos = start // rewrite the same positions again
-				}
-				for i := range batch {
-					batch[i] = model.Seq{Cache: caches[i], Pos: pos, Tokens: []int32{tok(pos + i)}, Logits: logits[i]}
-				}
-				t0 := time.Now()
-				if err := r.Forward(ctx, batch); err != nil {
-					b.Fatal(err)
-				}
-				passMS = append(passMS, float64(time.Since(t0).Microseconds())/1e3)
-				pos++
-			}
-			cpu := processCPU() - cpu0
-			slices.Sort(passMS)
-			b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "tok/s")
-			b.ReportMetric(float64(cpu.Microseconds())/1e3/float64(b.N), "cpu-ms/pass")
-			b.ReportMetric(passMS[len(passMS)/10], "p10-ms/pass")
+			decodePasses(b, r, caches, prefixLen+question, prefixLen+question+maxGen, func(pos, i int) int32 { return tok(pos + i) })
 		})
 	}
 }
