@@ -268,7 +268,16 @@ func TestSharedPrefixAttention(t *testing.T) {
 		// (attention a token range per task), and fewer (a group and KV
 		// head per task, or a range for one thread).
 		all := rng.Perm(len(specs))
-		for _, pick := range [][]int{all, {0, 1, 2, 5}, {3, 4, 1}, {5, 6, 0, 8, 9}} {
+		picks := [][]int{all, {0, 1, 2, 5}, {3, 4, 1}, {5, 6, 0, 8, 9}}
+		// Then again with the groups' scores limited to about two tokens'
+		// (all query heads, then one KV head's), so that groups split.
+		for round, pick := range slices.Concat(picks, picks, picks) {
+			switch round {
+			case len(picks):
+				model.SetGroupScoreLimit(r, 2*cfg.Heads*(4*bs+20))
+			case 2 * len(picks):
+				model.SetGroupScoreLimit(r, 2*cfg.Heads/cfg.KVHeads*(4*bs+20))
+			}
 			batch := make([]model.Seq, len(pick))
 			got := make([][]float32, len(pick))
 			for j, i := range pick {
@@ -280,7 +289,7 @@ func TestSharedPrefixAttention(t *testing.T) {
 			}
 			for j, i := range pick {
 				if !slices.Equal(got[j], want[i]) {
-					t.Fatalf("threads %d: sequence %d (%d tokens) decoded beside %d sequences, some sharing its blocks: logits differ from alone", threads, i, len(specs[i].prompt)+1, len(pick)-1)
+					t.Fatalf("threads %d, round %d: sequence %d (%d tokens) decoded beside %d sequences, some sharing its blocks: logits differ from alone", threads, round, i, len(specs[i].prompt)+1, len(pick)-1)
 				}
 			}
 		}

@@ -43,6 +43,9 @@ type Runner struct {
 	workers  []attnScratch
 	taskSeq  []int // token index → sequence index in the batch
 	taskPos  []int // token index → position
+	// groupScoreLimit bounds the score values of a group of tokens whose
+	// attention is computed together (maxGroupScores).
+	groupScoreLimit int
 	// passGroups' scratch: the groups, their tokens, the tokens taken.
 	groups      []tokenGroup
 	groupTokens []int
@@ -102,6 +105,8 @@ func NewRunner(m *Model, pool *tensor.Pool, maxTokens int, kvType tensor.DType) 
 		taskPos: make([]int, maxTokens),
 		ropeLen: c.Rope.TableLen(c.HeadDim),
 		workers: make([]attnScratch, pool.Threads()),
+
+		groupScoreLimit: maxGroupScores,
 	}
 	r.rope = make([]float32, maxTokens*r.ropeLen)
 	for i := range r.workers {
@@ -417,7 +422,7 @@ func (r *Runner) passGroups(l int, batch []Seq, T, minGroups int) []tokenGroup {
 			scores := G * (r.taskPos[t] + 1)
 			for u := t + 1; u < T && len(r.groupTokens)-start < maxSharedTokens; u++ {
 				if !taken[u] && r.firstBlock(l, batch, u) == first {
-					if scores += G * (r.taskPos[u] + 1); scores > maxGroupScores {
+					if scores += G * (r.taskPos[u] + 1); scores > r.groupScoreLimit {
 						break
 					}
 					taken[u] = true
@@ -499,7 +504,8 @@ func f16Weights(scores []float32, n int, scale float32) {
 // queries and score rows sit in a worker's scratch together. So does
 // maxGroupScores, for long contexts: a group's score rows (all query heads'
 // for attendShared, one KV head's for attendGroup) take at most this many
-// values (4 MiB; a group is at least one token).
+// values (4 MiB; a group is at least one token). It is the default of
+// Runner.groupScoreLimit, which tests lower.
 const (
 	maxSharedTokens = 8
 	maxGroupScores  = 1 << 20
@@ -540,7 +546,7 @@ func (r *Runner) attendTokens(l int, batch []Seq, t0, t1 int, ws *attnScratch) {
 			scores := H * (r.taskPos[t] + 1)
 			for u := t + 1; u < t1 && len(group) < maxSharedTokens; u++ {
 				if !taken[u-t0] && r.firstBlock(l, batch, u) == first {
-					if scores += H * (r.taskPos[u] + 1); scores > maxGroupScores {
+					if scores += H * (r.taskPos[u] + 1); scores > r.groupScoreLimit {
 						break
 					}
 					taken[u-t0] = true
