@@ -26,8 +26,8 @@ func newBenchModelCmd() *cobra.Command {
 	var asJSON bool
 	var o enginebench.SpeedOptions
 	cmd := &cobra.Command{
-		Use:   "model --model FILE [-p 512] [-n 128] [-t THREADS]",
-		Short: "Forward-pass speed like llama-bench: prefill of -p tokens in one pass (pp), -n tokens decoded one by one (tg)",
+		Use:   "model --model FILE [-p 512] [-n 128] [-d 0] [-t THREADS]",
+		Short: "Forward-pass speed like llama-bench: prefill of -p tokens in one pass (pp), -n tokens decoded one by one (tg), after -d tokens of context",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			mf, err := openModelWithProgress(modelPath, modelMemory, cmd.ErrOrStderr())
@@ -48,9 +48,13 @@ func newBenchModelCmd() *cobra.Command {
 				_, err = fmt.Fprintln(out, string(line))
 				return err
 			}
+			depth := "" // as llama-bench writes it: pp512 @ d2048
+			if res.Depth > 0 {
+				depth = fmt.Sprintf(" @ d%d", res.Depth)
+			}
 			fmt.Fprintf(out, "| model | threads | test | t/s |\n|---|---:|---|---:|\n")
-			fmt.Fprintf(out, "| %s | %d | pp%d | %.1f ± %.1f |\n", modelPath, res.Threads, res.PromptTokens, res.PrefillTokS, res.PrefillStd)
-			fmt.Fprintf(out, "| %s | %d | tg%d | %.1f ± %.1f |\n", modelPath, res.Threads, res.GenerateTokens, res.DecodeTokS, res.DecodeStd)
+			fmt.Fprintf(out, "| %s | %d | pp%d%s | %.1f ± %.1f |\n", modelPath, res.Threads, res.PromptTokens, depth, res.PrefillTokS, res.PrefillStd)
+			fmt.Fprintf(out, "| %s | %d | tg%d%s | %.1f ± %.1f |\n", modelPath, res.Threads, res.GenerateTokens, depth, res.DecodeTokS, res.DecodeStd)
 			if o.Bandwidth {
 				fmt.Fprintf(out, "\nmemory bandwidth %.1f GB/s (%d threads); decode reads %.1f GB/s of weights; limit %.1f tok/s, decode at %.0f%% of it\n",
 					res.MemoryGBPerSec, res.Threads, res.DecodeGBPerSec, res.DecodeLimitTokS, 100*res.DecodeTokS/res.DecodeLimitTokS)
@@ -63,6 +67,7 @@ func newBenchModelCmd() *cobra.Command {
 	modelMemoryFlag(f, &modelMemory)
 	f.IntVarP(&o.Prompt, "prompt", "p", 512, "prefill tokens (pp)")
 	f.IntVarP(&o.Generate, "n", "n", 128, "decoded tokens (tg)")
+	f.IntVarP(&o.Depth, "depth", "d", 0, "tokens already in the context before pp and tg (llama-bench's -d)")
 	f.IntVarP(&o.Threads, "threads", "t", 0, "compute threads (default: all cores)")
 	f.IntVarP(&o.Repetitions, "repetitions", "r", 3, "measured repetitions")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object")

@@ -103,3 +103,21 @@ func TestSpeedRuns(t *testing.T) {
 		t.Fatalf("%+v", res)
 	}
 }
+
+// TestSpeedDepth runs pp and tg after tokens already in the context, and
+// refuses depths the model's context cannot hold.
+func TestSpeedDepth(t *testing.T) {
+	m := tinyModel(t)
+	res, err := Speed(context.Background(), m, SpeedOptions{Prompt: 16, Generate: 4, Depth: 40, Threads: 1, Repetitions: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.PrefillTokS <= 0 || res.DecodeTokS <= 0 || res.Depth != 40 {
+		t.Fatalf("%+v", res)
+	}
+	for _, depth := range []int{-1, m.Config.Context - 8} {
+		if _, err := Speed(context.Background(), m, SpeedOptions{Prompt: 16, Generate: 4, Depth: depth, Threads: 1, Repetitions: 1}); err == nil {
+			t.Errorf("depth %d with a %d-token context accepted", depth, m.Config.Context)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package enginebench
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"time"
@@ -12,9 +13,11 @@ import (
 
 // SpeedOptions configure a raw forward-pass speed run, the counterpart of
 // llama.cpp's llama-bench: pp = prefill of Prompt tokens in one pass, tg =
-// Generate tokens decoded one at a time.
+// Generate tokens decoded one at a time, both after Depth tokens already in
+// the cache (llama-bench's -d; 0: from an empty context).
 type SpeedOptions struct {
 	Prompt, Generate int // default 512 and 128
+	Depth            int
 	Threads          int
 	Repetitions      int // default 3
 	// Bandwidth also measures memory bandwidth and the decode limit it sets.
@@ -25,6 +28,7 @@ type SpeedOptions struct {
 // repetitions.
 type SpeedResult struct {
 	PromptTokens   int     `json:"prompt_tokens"`
+	Depth          int     `json:"depth,omitempty"`
 	PrefillTokS    float64 `json:"prefill_tok_s"`
 	PrefillStd     float64 `json:"prefill_std"`
 	GenerateTokens int     `json:"generate_tokens"`
@@ -50,32 +54,48 @@ func Speed(ctx context.Context, m *model.Model, o SpeedOptions) (SpeedResult, er
 	if o.Repetitions <= 0 {
 		o.Repetitions = 3
 	}
+	if o.Depth < 0 {
+		return SpeedResult{}, fmt.Errorf("enginebench: depth %d is negative", o.Depth)
+	}
+	if need := o.Depth + max(o.Prompt, o.Generate); need > m.Config.Context {
+		return SpeedResult{}, fmt.Errorf("enginebench: depth %d + %d tokens exceed the model's %d-token context", o.Depth, max(o.Prompt, o.Generate), m.Config.Context)
+	}
 	pool := tensor.NewPool(o.Threads)
 	defer pool.Close()
-	r, err := model.NewRunner(m, pool, o.Prompt, tensor.F16)
+	const depthChunk = 512 // the depth is prefilled in passes of at most this many tokens
+	r, err := model.NewRunner(m, pool, max(o.Prompt, min(o.Depth, depthChunk)), tensor.F16)
 	if err != nil {
 		return SpeedResult{}, err
 	}
 	rng := rand.New(rand.NewPCG(1, 1))
 	prompt := tokens(rng, m, o.Prompt)
 	logits := make([]float32, m.Config.Vocab)
+	// One cache for every run: positions below the depth are written once;
+	// pp and tg rewrite the positions from the depth on (a pass attends only
+	// to positions up to its own, so what a previous run left there is never
+	// read).
+	cache := model.NewSeqCache(&m.Config, tensor.F16, 256)
+	cache.Reserve(o.Depth + max(o.Prompt, o.Generate+1))
+	history := tokens(rng, m, o.Depth)
+	for pos := 0; pos < o.Depth; pos += depthChunk {
+		end := min(pos+depthChunk, o.Depth)
+		if err := r.Forward(ctx, []model.Seq{{Cache: cache, Pos: pos, Tokens: history[pos:end]}}); err != nil {
+			return SpeedResult{}, err
+		}
+	}
 	var pp, tg []float64
 	// One unmeasured warm-up run pages the weights in and sizes buffers.
 	for rep := -1; rep < o.Repetitions; rep++ {
-		cache := model.NewSeqCache(&m.Config, tensor.F16, 256)
-		cache.Reserve(max(o.Prompt, o.Generate+1))
 		start := time.Now()
-		if err := r.Forward(ctx, []model.Seq{{Cache: cache, Tokens: prompt, Logits: logits}}); err != nil {
+		if err := r.Forward(ctx, []model.Seq{{Cache: cache, Pos: o.Depth, Tokens: prompt, Logits: logits}}); err != nil {
 			return SpeedResult{}, err
 		}
 		ppTime := time.Since(start)
-		// Decode like llama-bench's tg: from an empty context, one token per pass.
-		cache = model.NewSeqCache(&m.Config, tensor.F16, 256)
-		cache.Reserve(o.Generate + 1)
+		// Decode like llama-bench's tg: one token per pass, from the depth.
 		start = time.Now()
 		tok := prompt[0]
 		for i := 0; i < o.Generate; i++ {
-			if err := r.Forward(ctx, []model.Seq{{Cache: cache, Pos: i, Tokens: []int32{tok}, Logits: logits}}); err != nil {
+			if err := r.Forward(ctx, []model.Seq{{Cache: cache, Pos: o.Depth + i, Tokens: []int32{tok}, Logits: logits}}); err != nil {
 				return SpeedResult{}, err
 			}
 			tok = prompt[(i+1)%len(prompt)]
@@ -86,7 +106,7 @@ func Speed(ctx context.Context, m *model.Model, o SpeedOptions) (SpeedResult, er
 			tg = append(tg, float64(o.Generate)/tgTime.Seconds())
 		}
 	}
-	res := SpeedResult{PromptTokens: o.Prompt, GenerateTokens: o.Generate, Threads: pool.Threads(), WeightBytes: m.WeightBytes}
+	res := SpeedResult{PromptTokens: o.Prompt, Depth: o.Depth, GenerateTokens: o.Generate, Threads: pool.Threads(), WeightBytes: m.WeightBytes}
 	res.PrefillTokS, res.PrefillStd = meanStd(pp)
 	res.DecodeTokS, res.DecodeStd = meanStd(tg)
 	res.PrefillTokS, res.PrefillStd = round(res.PrefillTokS, 1), round(res.PrefillStd, 1)
