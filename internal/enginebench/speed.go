@@ -57,7 +57,9 @@ func Speed(ctx context.Context, m *model.Model, o SpeedOptions) (SpeedResult, er
 	if o.Depth < 0 {
 		return SpeedResult{}, fmt.Errorf("enginebench: depth %d is negative", o.Depth)
 	}
-	if need := o.Depth + max(o.Prompt, o.Generate); need > m.Config.Context {
+	// Without a depth the lengths stay unchecked, as before (and as
+	// llama-bench leaves them): a speed run may pass the trained context.
+	if need := o.Depth + max(o.Prompt, o.Generate); o.Depth > 0 && need > m.Config.Context {
 		return SpeedResult{}, fmt.Errorf("enginebench: depth %d + %d tokens exceed the model's %d-token context", o.Depth, max(o.Prompt, o.Generate), m.Config.Context)
 	}
 	pool := tensor.NewPool(o.Threads)
