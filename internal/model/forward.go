@@ -1,9 +1,12 @@
 package model
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
+	"slices"
+	"unsafe"
 
 	"github.com/kvserve/kvserve/internal/tensor"
 )
@@ -46,10 +49,7 @@ type Runner struct {
 	// groupScoreLimit bounds the score values of a group of tokens whose
 	// attention is computed together (maxGroupScores).
 	groupScoreLimit int
-	// passGroups' scratch: the groups, their tokens, the tokens taken.
-	groups      []tokenGroup
-	groupTokens []int
-	taken       []bool
+	grouping        groupScratch // passGroups'
 	// rope holds each token's RoPE angle table (ropeLen values), computed
 	// once per pass instead of twice per layer.
 	rope    []float32
@@ -64,12 +64,11 @@ type attnScratch struct {
 	q8     []byte    // the query quantized to Q8_0 (Q8_0 KV)
 
 	// attendTokens and attendShared (grown on first use).
-	taken       []bool      // tokens of the worker's range already computed
-	group       []int       // the tokens taken together
-	tasks       []tokenAttn // their attention
-	groupQ      []float32   // their queries rounded to f16
-	groupQ8     []byte      // ... or quantized to Q8_0
-	groupScores []float32   // their score rows
+	grouping    groupScratch // the worker's tokens grouped
+	tasks       []tokenAttn  // a group's attention
+	groupQ      []float32    // their queries rounded to f16
+	groupQ8     []byte       // ... or quantized to Q8_0
+	groupScores []float32    // their score rows
 }
 
 // NewRunner returns a Runner for m that computes on pool, accepting up to
@@ -399,59 +398,93 @@ type tokenGroup struct {
 }
 
 // passGroups groups the pass's T tokens by the blocks their caches share in
-// layer l, as attendTokens does for a worker's range (the grouping is the
-// same in every layer, the addresses are not), then splits the largest
-// groups until there are at least minGroups (or every group is one token),
-// so that the pool's threads get enough tasks.
+// layer l (groupTokens; one KV head's scores per token), then splits the
+// largest groups until there are at least minGroups (or every group is one
+// token), so that the pool's threads get enough tasks.
 func (r *Runner) passGroups(l int, batch []Seq, T, minGroups int) []tokenGroup {
-	r.groupTokens = r.groupTokens[:0]
-	r.groups = r.groups[:0]
-	if cap(r.taken) < T {
-		r.taken = make([]bool, T)
-	}
-	taken := r.taken[:T]
-	clear(taken)
-	for t := range T {
-		if taken[t] {
-			continue
-		}
-		start := len(r.groupTokens)
-		r.groupTokens = append(r.groupTokens, t)
-		if first := r.firstBlock(l, batch, t); first != nil {
-			G := r.m.Config.Heads / r.m.Config.KVHeads
-			scores := G * (r.taskPos[t] + 1)
-			for u := t + 1; u < T && len(r.groupTokens)-start < maxSharedTokens; u++ {
-				if !taken[u] && r.firstBlock(l, batch, u) == first {
-					if scores += G * (r.taskPos[u] + 1); scores > r.groupScoreLimit {
-						break
-					}
-					taken[u] = true
-					r.groupTokens = append(r.groupTokens, u)
-				}
-			}
-		}
-		r.groups = append(r.groups, tokenGroup{tokens: r.groupTokens[start:len(r.groupTokens):len(r.groupTokens)]})
-	}
-	for len(r.groups) < minGroups {
+	groups := r.groupTokens(&r.grouping, l, batch, 0, T, r.m.Config.Heads/r.m.Config.KVHeads)
+	for len(groups) < minGroups {
 		big := 0
-		for i := range r.groups {
-			if len(r.groups[i].tokens) > len(r.groups[big].tokens) {
+		for i := range groups {
+			if len(groups[i].tokens) > len(groups[big].tokens) {
 				big = i
 			}
 		}
-		g := r.groups[big].tokens
+		g := groups[big].tokens
 		if len(g) < 2 {
 			break
 		}
-		r.groups[big].tokens = g[: len(g)/2 : len(g)/2]
-		r.groups = append(r.groups, tokenGroup{tokens: g[len(g)/2:]})
+		groups[big].tokens = g[: len(g)/2 : len(g)/2]
+		groups = append(groups, tokenGroup{tokens: g[len(g)/2:]})
 	}
-	for i := range r.groups {
-		if g := r.groups[i].tokens; len(g) > 1 {
-			r.groups[i].shared = r.sharedBlocks(l, batch, g)
+	r.grouping.groups = groups // keep what append grew
+	for i := range groups {
+		if g := groups[i].tokens; len(g) > 1 {
+			groups[i].shared = r.sharedBlocks(l, batch, g)
 		}
 	}
-	return r.groups
+	return groups
+}
+
+// groupScratch is groupTokens' scratch.
+type groupScratch struct {
+	keyed  []keyedToken
+	tokens []int
+	groups []tokenGroup
+}
+
+// keyedToken is a token and the address of its first full key block (0
+// for none).
+type keyedToken struct {
+	first uintptr
+	t     int
+}
+
+// groupTokens groups tokens [t0, t1) by the memory of their first full key
+// block in layer l (firstBlock), each token's looked up once: tokens with
+// the same one form groups, in token order, of at most maxSharedTokens
+// tokens and r.groupScoreLimit score values (perPos per attended
+// position); the others are groups of one. The groups come in the order of
+// their first tokens and live in s until its next use.
+func (r *Runner) groupTokens(s *groupScratch, l int, batch []Seq, t0, t1, perPos int) []tokenGroup {
+	s.keyed = s.keyed[:0]
+	for t := t0; t < t1; t++ {
+		var first uintptr
+		if p := r.firstBlock(l, batch, t); p != nil {
+			first = uintptr(unsafe.Pointer(p))
+		}
+		s.keyed = append(s.keyed, keyedToken{first, t})
+	}
+	slices.SortFunc(s.keyed, func(a, b keyedToken) int {
+		return cmp.Or(cmp.Compare(a.first, b.first), cmp.Compare(a.t, b.t))
+	})
+	// The groups' tokens are slices of s.tokens: room for all of them up
+	// front, so that appending never moves it.
+	if cap(s.tokens) < t1-t0 {
+		s.tokens = make([]int, 0, t1-t0)
+	}
+	s.tokens = s.tokens[:0]
+	s.groups = s.groups[:0]
+	scores := 0 // of the last group
+	for i, k := range s.keyed {
+		n := perPos * (r.taskPos[k.t] + 1)
+		if last := len(s.groups) - 1; i > 0 && k.first != 0 && k.first == s.keyed[i-1].first &&
+			len(s.groups[last].tokens) < maxSharedTokens && scores+n <= r.groupScoreLimit {
+			s.tokens = append(s.tokens, k.t)
+			s.groups[last].tokens = s.tokens[len(s.tokens)-len(s.groups[last].tokens)-1:]
+			scores += n
+			continue
+		}
+		s.tokens = append(s.tokens, k.t)
+		s.groups = append(s.groups, tokenGroup{tokens: s.tokens[len(s.tokens)-1:]})
+		scores = n
+	}
+	for i := range s.groups {
+		g := s.groups[i].tokens
+		s.groups[i].tokens = g[:len(g):len(g)]
+	}
+	slices.SortFunc(s.groups, func(a, b tokenGroup) int { return cmp.Compare(a.tokens[0], b.tokens[0]) })
+	return s.groups
 }
 
 // rowSpan locates one KV head's rows in a cache block, in bytes: where the
@@ -514,51 +547,23 @@ const (
 // attendTokens computes the attention of tokens [t0, t1), for f16 keys and
 // values. Tokens whose caches begin with the same full blocks — sequences
 // decoding after one cached prefix, whose block tables point at the same
-// pool blocks, or the tokens of one sequence's prefill chunk — are taken
-// together, up to maxSharedTokens at a time (attendShared): each shared
+// pool blocks, or the tokens of one sequence's prefill chunk — are grouped
+// (groupTokens) and taken together by attendShared: each shared
 // block is then read from memory once for all of them instead of once per
 // token. The others go one after another (attendToken), each warming the
 // next one's first key block. Either way a token's results are
 // attendGroup's, bit for bit.
 func (r *Runner) attendTokens(l int, batch []Seq, t0, t1 int, ws *attnScratch) {
-	if cap(ws.taken) < t1-t0 {
-		ws.taken = make([]bool, t1-t0)
-	}
-	taken := ws.taken[:t1-t0]
-	clear(taken)
-	// nextFree is the first token after t not yet taken (-1 for none).
-	nextFree := func(t int) int {
-		for u := t + 1; u < t1; u++ {
-			if !taken[u-t0] {
-				return u
-			}
+	groups := r.groupTokens(&ws.grouping, l, batch, t0, t1, r.m.Config.Heads)
+	for i, g := range groups {
+		next := -1 // the token taken after this group
+		if i+1 < len(groups) {
+			next = groups[i+1].tokens[0]
 		}
-		return -1
-	}
-	for t := t0; t < t1; t++ {
-		if taken[t-t0] {
-			continue
-		}
-		taken[t-t0] = true
-		group := append(ws.group[:0], t)
-		if first := r.firstBlock(l, batch, t); first != nil {
-			H := r.m.Config.Heads
-			scores := H * (r.taskPos[t] + 1)
-			for u := t + 1; u < t1 && len(group) < maxSharedTokens; u++ {
-				if !taken[u-t0] && r.firstBlock(l, batch, u) == first {
-					if scores += H * (r.taskPos[u] + 1); scores > r.groupScoreLimit {
-						break
-					}
-					taken[u-t0] = true
-					group = append(group, u)
-				}
-			}
-		}
-		ws.group = group
-		if len(group) > 1 {
-			r.attendShared(l, batch, group, r.sharedBlocks(l, batch, group), nextFree(t), ws)
+		if len(g.tokens) > 1 {
+			r.attendShared(l, batch, g.tokens, r.sharedBlocks(l, batch, g.tokens), next, ws)
 		} else {
-			r.attendToken(l, batch, t, nextFree(t), ws)
+			r.attendToken(l, batch, g.tokens[0], next, ws)
 		}
 	}
 }
