@@ -515,11 +515,14 @@ func (h headRows) next(cache Cache, l, b, n int) {
 }
 
 // f16Queries returns q rounded to f16, as llama.cpp rounds the queries for
-// the product with f16 keys, in the worker's scratch.
-func (ws *attnScratch) f16Queries(q []float32) []float32 {
+// the product with f16 keys, in dst (nil: the worker's scratch).
+func (ws *attnScratch) f16Queries(dst, q []float32) []float32 {
+	if dst == nil {
+		dst = ws.qf
+	}
 	tensor.F32ToF16Slice(ws.q16[:len(q)], q)
-	tensor.F16ToF32Slice(ws.qf[:len(q)], ws.q16[:len(q)])
-	return ws.qf[:len(q)]
+	tensor.F16ToF32Slice(dst[:len(q)], ws.q16[:len(q)])
+	return dst[:len(q)]
 }
 
 // f16Weights turns each row of n scores into softmax weights after scaling
@@ -722,7 +725,7 @@ func (r *Runner) attnScale() float32 { return 1 / float32(math.Sqrt(float64(r.m.
 func (r *Runner) attendToken(l int, batch []Seq, t, next int, ws *attnScratch) {
 	c := &r.m.Config
 	qDim := c.Heads * c.HeadDim
-	a := r.tokenTask(batch, t, ws.f16Queries(r.q[t*qDim:(t+1)*qDim]), ws.scores)
+	a := r.tokenTask(batch, t, ws.f16Queries(nil, r.q[t*qDim:(t+1)*qDim]), ws.scores)
 	kb, size := r.keySpan(l, &a, 0)
 	tensor.PrefetchRows(kb, 1, size, 0)
 	vb, vsize := r.valueSpan(l, &a, 0)
@@ -771,7 +774,7 @@ func (r *Runner) attendShared(l int, batch []Seq, group []int, shared, next int,
 	off := 0
 	for i, t := range group {
 		q := ws.groupQ[i*qDim : (i+1)*qDim]
-		copy(q, ws.f16Queries(r.q[t*qDim:(t+1)*qDim]))
+		ws.f16Queries(q, r.q[t*qDim:(t+1)*qDim])
 		tasks = append(tasks, r.tokenTask(batch, t, q, ws.groupScores[off:]))
 		off += len(tasks[i].scores)
 	}
@@ -889,7 +892,7 @@ func (r *Runner) attendGroup(l int, batch []Seq, group []int, shared, kvh int, w
 			}
 		} else {
 			a.q = ws.groupQ[i*qDim : (i+1)*qDim]
-			copy(a.q, ws.f16Queries(q))
+			ws.f16Queries(a.q, q)
 		}
 		tasks = append(tasks, a)
 		off += G * n
@@ -973,7 +976,7 @@ func (r *Runner) attendHead(l int, batch []Seq, t, head int, ws *attnScratch) {
 	q := r.q[t*c.Heads*hd+head*hd : t*c.Heads*hd+(head+1)*hd]
 	switch r.kvType {
 	case tensor.F16:
-		q = ws.f16Queries(q)
+		q = ws.f16Queries(nil, q)
 	case tensor.Q8_0:
 		// ... and quantizes it to Q8_0 for the product with Q8_0 keys.
 		tensor.QuantizeQ80(ws.q8, q)
