@@ -215,16 +215,21 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 			runtime.GOMAXPROCS(threads + runtime.NumCPU())
 		}
 	}
-	e, err := engine.New(loaded.file.Model, engine.Config{
+	fwd, err := model.NewForwarder(loaded.file.Model, model.ForwarderOptions{
+		Threads: o.threads, Nice: o.computeNice, MaxTokens: o.maxBatchTokens, KVType: kvType.DType(),
+	})
+	if err != nil {
+		shutdownHTTP(hs, time.Second)
+		return fmt.Errorf("serve: %w", err)
+	}
+	defer fwd.Close()
+	e, err := engine.New(fwd, engine.Config{
 		MaxBatchTokens:     o.maxBatchTokens,
 		MaxRunning:         o.maxRunning,
 		MaxWaiting:         o.maxWaiting,
 		BlockSize:          o.blockSize,
 		KVMemoryBytes:      kvMemory,
-		KVType:             kvType,
 		DisablePrefixCache: o.noPrefixCache,
-		Threads:            o.threads,
-		ComputeNice:        o.computeNice,
 		Logger:             log,
 		Secret:             secret,
 		ModelID:            loaded.id,

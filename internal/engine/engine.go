@@ -36,16 +36,54 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/kvserve/kvserve/internal/batch"
 	"github.com/kvserve/kvserve/internal/kv"
-	"github.com/kvserve/kvserve/internal/model"
 	"github.com/kvserve/kvserve/internal/sample"
-	"github.com/kvserve/kvserve/internal/tensor"
 )
+
+// Forwarder is the forward pass the engine drives: the real model
+// (model.Forwarder) or the simulator (internal/sim). Forward runs one pass:
+// it appends every sequence's new tokens to its cache and fills the
+// requested logits; Shape tells the engine how to size its KV pool and
+// check requests. A Forwarder serves one engine and is called from its
+// step loop only.
+//
+// Optional capabilities, found by type assertion:
+//   - Parallel(n int, fn func(lo, hi int)): splits the step's sampling over
+//     the forward pass's threads;
+//   - Rest(): called when a step's compute is done, before its outputs are
+//     delivered (the compute threads park and leave their processors to
+//     the handlers the deliveries wake);
+//   - LockBackground() error: called once from the step loop's goroutine,
+//     so that it runs at the compute threads' priority.
+type Forwarder interface {
+	Shape() batch.Shape
+	Forward(ctx context.Context, seqs []batch.Seq) error
+}
+
+type paralleler interface {
+	Parallel(n int, fn func(lo, hi int))
+}
+type rester interface{ Rest() }
+type backgroundLocker interface{ LockBackground() error }
+
+// Clock tells the engine the time: the real clock by default. A simulation
+// in virtual time passes its own, advanced by its modelled forward passes,
+// so that every timing the engine reports (token times, queue times,
+// metrics) is in that time.
+type Clock interface {
+	Now() time.Time
+}
+
+type realClock struct{}
+
+func (realClock) Now() time.Time { return time.Now() }
 
 // Config configures an Engine. The zero value of each field means its
 // default.
 type Config struct {
-	// MaxBatchTokens is the token budget of one forward pass (default 512).
+	// MaxBatchTokens is the token budget of one forward pass (default and
+	// upper bound: the forward pass's MaxTokens).
 	MaxBatchTokens int
 	// MaxRunning bounds the sequences in flight (default 256).
 	MaxRunning int
@@ -59,21 +97,14 @@ type Config struct {
 	BlockSize int
 	// KVMemoryBytes sizes the KV pool (default 1 GiB).
 	KVMemoryBytes int64
-	// KVType is the KV element type (default F16).
-	KVType kv.ElemType
+	// KVNoStorage keeps the pool's bookkeeping without its memory
+	// (kv.Config.NoStorage), for forward passes that compute nothing.
+	KVNoStorage bool
 	// DisablePrefixCache turns off prefix sharing.
 	DisablePrefixCache bool
 	// Contiguous is the baseline allocation mode: every request reserves
 	// room for its maximum length when admitted, and nothing is shared.
 	Contiguous bool
-	// Threads for the compute pool (default: all cores).
-	Threads int
-	// ComputeNice, when positive, runs the compute threads (the pool's
-	// workers and the step loop that drives them) as background threads:
-	// Linux nice raised by 1..19, or SCHED_IDLE at 20 (tensor.PoolOptions.Nice),
-	// so a server's request goroutines get the CPU sooner when they wake.
-	// The process needs GOMAXPROCS above Threads for them to find a P.
-	ComputeNice int
 	// Secret keys the per-scope hash salts (default: a fixed development
 	// key; servers must set a random one).
 	Secret []byte
@@ -88,11 +119,13 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// Events receives the KV pool's block events (optional).
 	Events *kv.EventLog
+	// Clock is the engine's time (default: the real clock).
+	Clock Clock
 }
 
-func (c Config) withDefaults(m *model.Model) Config {
+func (c Config) withDefaults(shape batch.Shape) Config {
 	if c.MaxBatchTokens <= 0 {
-		c.MaxBatchTokens = 512
+		c.MaxBatchTokens = shape.MaxTokens
 	}
 	if c.MaxRunning <= 0 {
 		c.MaxRunning = 256
@@ -100,8 +133,8 @@ func (c Config) withDefaults(m *model.Model) Config {
 	if c.MaxWaiting <= 0 {
 		c.MaxWaiting = 4096
 	}
-	if c.MaxContext <= 0 || c.MaxContext > m.Config.Context {
-		c.MaxContext = m.Config.Context
+	if c.MaxContext <= 0 || c.MaxContext > shape.Context {
+		c.MaxContext = shape.Context
 	}
 	if c.BlockSize <= 0 {
 		c.BlockSize = 16
@@ -115,25 +148,31 @@ func (c Config) withDefaults(m *model.Model) Config {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	if c.Clock == nil {
+		c.Clock = realClock{}
+	}
 	return c
 }
 
 // Engine serves requests on one model.
 type Engine struct {
-	cfg     Config
-	model   *model.Model
-	runner  *model.Runner
-	compute *tensor.Pool
-	kv      *kv.Pool
-	eog     map[int32]bool
-	salts   sync.Map // scope → kv.Hash
-	m       *metrics
+	cfg   Config
+	fwd   Forwarder
+	shape batch.Shape
+	clock Clock
+	kv    *kv.Pool
+	eog   map[int32]bool
+	salts sync.Map // scope → kv.Hash
+	m     *metrics
 
 	inbox   inbox
 	wake    chan struct{} // a submission arrived (capacity 1)
 	waiting atomic.Int64  // requests submitted and not yet finished admission
 	stop    context.CancelFunc
 	done    chan struct{}
+	// stepped: no step loop; the caller runs Step (NewStepped).
+	stepped   bool
+	closeOnce sync.Once
 
 	// Step-loop state.
 	order   uint64
@@ -146,7 +185,7 @@ type Engine struct {
 	// handoff bounds the wait for their readers (see handOff).
 	ended   []*Stream
 	handoff *time.Timer
-	batch   []model.Seq
+	batch   []batch.Seq
 	entries []entry
 	// inflight counts, per block hash, the running sequences whose prefill
 	// will produce that block. A waiting request whose next uncached block
@@ -201,30 +240,62 @@ type entry struct {
 	logits bool // the pass reaches the end of the sequence's tokens
 }
 
-// New builds an engine for m and starts its step loop; Close stops it.
-func New(m *model.Model, cfg Config) (*Engine, error) {
-	cfg = cfg.withDefaults(m)
-	c := &m.Config
+// New builds an engine on the forward pass f and starts its step loop;
+// Close stops it. f stays its caller's: close it after the engine.
+func New(f Forwarder, cfg Config) (*Engine, error) {
+	e, err := newEngine(f, cfg)
+	if err != nil {
+		return nil, err
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	e.stop = stop
+	go e.loop(ctx)
+	return e, nil
+}
+
+// NewStepped builds an engine without a step loop: its caller runs the steps
+// (Step), one at a time, from one goroutine. Runs are then deterministic —
+// what simulations in virtual time and scheduler tests need. Submit and the
+// streams work as with New; Close fails what is still in flight.
+func NewStepped(f Forwarder, cfg Config) (*Engine, error) {
+	e, err := newEngine(f, cfg)
+	if err != nil {
+		return nil, err
+	}
+	e.stepped = true
+	e.stop = func() {}
+	close(e.done)
+	return e, nil
+}
+
+func newEngine(f Forwarder, cfg Config) (*Engine, error) {
+	shape := f.Shape()
+	if shape.Vocab <= 0 || shape.Context <= 0 || shape.MaxTokens <= 0 {
+		return nil, fmt.Errorf("engine: the forward pass reports an invalid shape %+v", shape)
+	}
+	cfg = cfg.withDefaults(shape)
+	if cfg.MaxBatchTokens > shape.MaxTokens {
+		return nil, fmt.Errorf("engine: a pass of %d tokens exceeds the forward pass's maximum of %d", cfg.MaxBatchTokens, shape.MaxTokens)
+	}
+	kvType, err := kv.ElemTypeOf(shape.KVType)
+	if err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
 	pool, err := kv.NewPool(kv.Config{
 		MemoryBytes:  cfg.KVMemoryBytes,
 		BlockSize:    cfg.BlockSize,
-		Layers:       c.Layers,
-		KVDim:        c.KVDim(),
-		Type:         cfg.KVType,
+		Layers:       shape.Layers,
+		KVDim:        shape.KVDim,
+		Type:         kvType,
 		Events:       cfg.Events,
 		DisableIndex: cfg.DisablePrefixCache || cfg.Contiguous,
+		NoStorage:    cfg.KVNoStorage,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
-	compute := tensor.NewPoolWith(tensor.PoolOptions{Threads: cfg.Threads, Nice: cfg.ComputeNice})
-	runner, err := model.NewRunner(m, compute, cfg.MaxBatchTokens, cfg.KVType.DType())
-	if err != nil {
-		compute.Close()
-		return nil, fmt.Errorf("engine: %w", err)
-	}
 	e := &Engine{
-		cfg: cfg, model: m, runner: runner, compute: compute, kv: pool,
+		cfg: cfg, fwd: f, shape: shape, clock: cfg.Clock, kv: pool,
 		eog:      map[int32]bool{},
 		inflight: map[kv.Hash]int{},
 		wake:     make(chan struct{}, 1),
@@ -234,28 +305,26 @@ func New(m *model.Model, cfg Config) (*Engine, error) {
 		e.eog[t] = true
 	}
 	if e.m, err = newMetrics(cfg.Registerer); err != nil {
-		compute.Close()
 		return nil, err
 	}
-	ctx, stop := context.WithCancel(context.Background())
-	e.stop = stop
-	go e.loop(ctx)
 	return e, nil
 }
 
-// Close stops the step loop, failing requests still in flight, and releases
-// the compute threads.
+// Close stops the step loop, failing requests still in flight. It does not
+// close the forward pass.
 func (e *Engine) Close() {
 	e.stop()
 	<-e.done
-	e.compute.Close()
+	if e.stepped {
+		e.closeOnce.Do(func() { e.failAll(ErrClosed) })
+	}
 }
 
 // KV returns the engine's block pool (for metrics and tests).
 func (e *Engine) KV() *kv.Pool { return e.kv }
 
-// Model returns the engine's model.
-func (e *Engine) Model() *model.Model { return e.model }
+// Shape returns the forward pass's shape.
+func (e *Engine) Shape() batch.Shape { return e.shape }
 
 // Config returns the engine's configuration with defaults applied.
 func (e *Engine) Config() Config { return e.cfg }
@@ -274,7 +343,7 @@ func (e *Engine) Submit(ctx context.Context, r Request) (*Stream, error) {
 		e.waiting.Add(-1)
 		return nil, err
 	}
-	req := &request{Request: r, stream: newStream(ctx, r.N)}
+	req := &request{Request: r, stream: newStream(ctx, r.N, e.clock)}
 	req.stream.usage.PromptTokens = len(r.Prompt)
 	e.inbox.mu.Lock()
 	if e.inbox.closed {
@@ -314,7 +383,7 @@ func (e *Engine) validate(r *Request) error {
 	case r.N < 1 || r.N > 128:
 		return fmt.Errorf("%w: n must be in [1, 128], got %d", ErrInvalid, r.N)
 	}
-	vocab := e.model.Config.Vocab
+	vocab := e.shape.Vocab
 	for _, t := range r.Prompt {
 		if t < 0 || int(t) >= vocab {
 			return fmt.Errorf("%w: token id %d outside the vocabulary [0, %d)", ErrInvalid, t, vocab)
@@ -353,8 +422,10 @@ func (e *Engine) loop(ctx context.Context) {
 	// The loop drives the compute pool from this goroutine's thread, so
 	// a background pool needs this thread lowered too; it stays locked
 	// and exits with the loop.
-	if err := e.compute.LockBackground(); err != nil {
-		e.cfg.Logger.Warn("engine: compute threads keep normal priority", "err", err)
+	if l, ok := e.fwd.(backgroundLocker); ok {
+		if err := l.LockBackground(); err != nil {
+			e.cfg.Logger.Warn("engine: compute threads keep normal priority", "err", err)
+		}
 	}
 	for {
 		if len(e.running) == 0 && len(e.queue) == 0 {
@@ -373,9 +444,11 @@ func (e *Engine) loop(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		e.drainSubmissions()
-		e.reapCancelled()
-		if !e.schedule() {
+		ran := e.step(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if !ran {
 			// Nothing runnable although requests wait: cannot happen while
 			// Submit refuses requests larger than the pool; back off briefly
 			// rather than spin if it ever does.
@@ -384,17 +457,47 @@ func (e *Engine) loop(ctx context.Context) {
 			}
 			continue
 		}
-		if err := e.forward(ctx); err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			e.failBatch(err)
-			continue
-		}
-		e.afterForward()
-		e.updateGauges()
 		e.handOff()
 	}
+}
+
+// step runs one step: takes the submissions, drops what was cancelled,
+// schedules a pass, runs it and delivers its tokens. It reports whether a
+// pass ran.
+func (e *Engine) step(ctx context.Context) bool {
+	e.drainSubmissions()
+	e.reapCancelled()
+	if !e.schedule() {
+		return false
+	}
+	if err := e.forward(ctx); err != nil {
+		if ctx.Err() == nil {
+			e.failBatch(err)
+		}
+		return true
+	}
+	e.afterForward()
+	e.updateGauges()
+	return true
+}
+
+// Step runs one step of an engine made by NewStepped and reports whether it
+// ran a forward pass: false means nothing is runnable (no request waits, or
+// none fits yet). Each step's outputs are in the streams when it returns.
+func (e *Engine) Step(ctx context.Context) bool {
+	if !e.stepped {
+		panic("engine: Step on an engine with a step loop")
+	}
+	return e.step(ctx)
+}
+
+// Pending reports whether requests are queued or running (a stepped
+// engine's caller steps until it is false).
+func (e *Engine) Pending() bool {
+	e.inbox.mu.Lock()
+	n := len(e.inbox.reqs)
+	e.inbox.mu.Unlock()
+	return n > 0 || len(e.running) > 0 || len(e.queue) > 0
 }
 
 // maxHandoff bounds how long the loop waits, after a step, for the readers
@@ -445,7 +548,7 @@ func (e *Engine) enqueue(r *request) {
 	e.order++
 	r.order = e.order
 	sampling := r.Sampling
-	sampler, err := sample.New(sampling, e.model.Config.Vocab)
+	sampler, err := sample.New(sampling, e.shape.Vocab)
 	if err != nil { // validated at Submit; cannot happen
 		e.waiting.Add(-1)
 		r.stream.push(Output{Token: -1, Finish: FinishError, Err: err})

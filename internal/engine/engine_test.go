@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/kvserve/kvserve/internal/gguf"
-	"github.com/kvserve/kvserve/internal/kv"
 	"github.com/kvserve/kvserve/internal/model"
 	"github.com/kvserve/kvserve/internal/sample"
 	"github.com/kvserve/kvserve/internal/tensor"
@@ -37,6 +36,24 @@ func sharedModel(t testing.TB, name string) *model.Model {
 		t.Fatal(err)
 	}
 	return m
+}
+
+// newTestEngine starts an engine on m with a forward pass made from fo;
+// the forward pass is closed when the test ends (after the engine: the
+// test's own deferred Close runs first).
+func newTestEngine(t testing.TB, m *model.Model, fo model.ForwarderOptions, cfg Config) (*Engine, error) {
+	t.Helper()
+	f, err := model.NewForwarder(m, fo)
+	if err != nil {
+		return nil, err
+	}
+	t.Cleanup(f.Close)
+	e, err := New(f, cfg)
+	if err != nil {
+		return nil, err
+	}
+	t.Cleanup(e.Close)
+	return e, nil
 }
 
 // greedyReference generates with the model directly, one sequence at a time.
@@ -128,31 +145,34 @@ func TestEquivalence(t *testing.T) {
 		want[i] = greedyReference(t, m, p, gen)
 	}
 	kvPerToken := int64(m.Config.KVBytesPerToken(2))
+	f16 := model.ForwarderOptions{KVType: tensor.F16}
 	cases := []struct {
 		name string
 		cfg  Config
+		fo   model.ForwarderOptions
 	}{
-		{"paged", Config{}},
-		{"no-prefix-cache", Config{DisablePrefixCache: true}},
-		{"contiguous", Config{Contiguous: true}},
-		{"chunk-1", Config{MaxBatchTokens: 1}},
-		{"chunk-7", Config{MaxBatchTokens: 7}},
-		{"chunk-16", Config{MaxBatchTokens: 16}},
-		{"chunk-33", Config{MaxBatchTokens: 33}},
+		{"paged", Config{}, f16},
+		{"no-prefix-cache", Config{DisablePrefixCache: true}, f16},
+		{"contiguous", Config{Contiguous: true}, f16},
+		{"chunk-1", Config{MaxBatchTokens: 1}, f16},
+		{"chunk-7", Config{MaxBatchTokens: 7}, f16},
+		{"chunk-16", Config{MaxBatchTokens: 16}, f16},
+		{"chunk-33", Config{MaxBatchTokens: 33}, f16},
 		// Room for about two sequences at a time: preemption is certain.
-		{"preempt", Config{KVMemoryBytes: kvPerToken * 16 * 14, BlockSize: 16}},
-		{"preempt-contiguous", Config{KVMemoryBytes: kvPerToken * 16 * 16, BlockSize: 16, Contiguous: true}},
-		{"kv-f32", Config{KVType: kv.F32}},
-		{"kv-q8_0", Config{KVType: kv.Q8_0}},
+		{"preempt", Config{KVMemoryBytes: kvPerToken * 16 * 14, BlockSize: 16}, f16},
+		{"preempt-contiguous", Config{KVMemoryBytes: kvPerToken * 16 * 16, BlockSize: 16, Contiguous: true}, f16},
+		{"kv-f32", Config{}, model.ForwarderOptions{KVType: tensor.F32}},
+		{"kv-q8_0", Config{}, model.ForwarderOptions{KVType: tensor.Q8_0}},
 		// Lowered compute threads (a mild nice: other test packages may
 		// be running beside this one) compute the same.
-		{"background-compute", Config{ComputeNice: 5}},
+		{"background-compute", Config{}, model.ForwarderOptions{Nice: 5, KVType: tensor.F16}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := tc.cfg
-			cfg.Threads = 2
-			e, err := New(m, cfg)
+			fo := tc.fo
+			fo.Threads = 2
+			fo.MaxTokens = max(tc.cfg.MaxBatchTokens, 512)
+			e, err := newTestEngine(t, m, fo, tc.cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -173,14 +193,14 @@ func TestEquivalence(t *testing.T) {
 			}
 			wg.Wait()
 			for i := range prompts {
-				if tc.cfg.KVType != kv.F16 {
+				if e.Shape().KVType != tensor.F16 {
 					continue // a different cache precision legitimately changes outputs
 				}
 				if !slices.Equal(got[i], want[i]) {
 					t.Errorf("prompt %d: got %v, want %v", i, got[i], want[i])
 				}
 			}
-			if tc.cfg.KVType != kv.F16 {
+			if e.Shape().KVType != tensor.F16 {
 				for i := range got {
 					if len(got[i]) != gen {
 						t.Errorf("prompt %d: %d tokens", i, len(got[i]))
@@ -199,7 +219,7 @@ func TestEquivalence(t *testing.T) {
 
 func TestPrefixHitReported(t *testing.T) {
 	m := sharedModel(t, "tiny-f32.gguf")
-	e, err := New(m, Config{Threads: 2})
+	e, err := newTestEngine(t, m, model.ForwarderOptions{Threads: 2, KVType: tensor.F16}, Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,7 +246,7 @@ func TestPrefixHitReported(t *testing.T) {
 
 func TestParallelSamplesShareBlocks(t *testing.T) {
 	m := sharedModel(t, "tiny-f32.gguf")
-	e, err := New(m, Config{Threads: 2})
+	e, err := newTestEngine(t, m, model.ForwarderOptions{Threads: 2, KVType: tensor.F16}, Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +282,7 @@ func TestParallelSamplesShareBlocks(t *testing.T) {
 
 func TestCancelFreesBlocks(t *testing.T) {
 	m := sharedModel(t, "tiny-f32.gguf")
-	e, err := New(m, Config{Threads: 2})
+	e, err := newTestEngine(t, m, model.ForwarderOptions{Threads: 2, KVType: tensor.F16}, Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -296,7 +316,7 @@ func TestCancelFreesBlocks(t *testing.T) {
 
 func TestRejectsImpossibleRequests(t *testing.T) {
 	m := sharedModel(t, "tiny-f32.gguf")
-	e, err := New(m, Config{Threads: 1, KVMemoryBytes: int64(m.Config.KVBytesPerToken(2)) * 16 * 4})
+	e, err := newTestEngine(t, m, model.ForwarderOptions{Threads: 1, KVType: tensor.F16}, Config{KVMemoryBytes: int64(m.Config.KVBytesPerToken(2)) * 16 * 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -330,7 +350,7 @@ func TestRejectsImpossibleRequests(t *testing.T) {
 func TestPriorityOrder(t *testing.T) {
 	m := sharedModel(t, "tiny-f32.gguf")
 	// One sequence at a time, so admission order is observable.
-	e, err := New(m, Config{Threads: 1, MaxRunning: 1})
+	e, err := newTestEngine(t, m, model.ForwarderOptions{Threads: 1, KVType: tensor.F16}, Config{MaxRunning: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -361,7 +381,7 @@ func TestPriorityOrder(t *testing.T) {
 // blocks instead of computing them again.
 func TestConcurrentSharedPrefixComputedOnce(t *testing.T) {
 	m := sharedModel(t, "tiny-f32.gguf")
-	e, err := New(m, Config{Threads: 2})
+	e, err := newTestEngine(t, m, model.ForwarderOptions{Threads: 2, KVType: tensor.F16}, Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -405,7 +425,7 @@ func (a *allowOnly) Accept(tok int32) { a.pos++ }
 
 func TestLogitsProcessorConstrainsEachSample(t *testing.T) {
 	m := sharedModel(t, "tiny-f32.gguf")
-	e, err := New(m, Config{Threads: 1})
+	e, err := newTestEngine(t, m, model.ForwarderOptions{Threads: 1, KVType: tensor.F16}, Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -431,7 +451,7 @@ func TestLogitsProcessorConstrainsEachSample(t *testing.T) {
 func TestCloseFailsEverySubmission(t *testing.T) {
 	m := sharedModel(t, "tiny-f32.gguf")
 	for round := 0; round < 5; round++ {
-		e, err := New(m, Config{Threads: 1})
+		e, err := newTestEngine(t, m, model.ForwarderOptions{Threads: 1, KVType: tensor.F16}, Config{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -474,7 +494,7 @@ func TestCloseFailsEverySubmission(t *testing.T) {
 // that shares the blocks with a higher class raises them.
 func TestRetentionClassesRecorded(t *testing.T) {
 	m := sharedModel(t, "tiny-f32.gguf")
-	e, err := New(m, Config{Threads: 2, BlockSize: 16})
+	e, err := newTestEngine(t, m, model.ForwarderOptions{Threads: 2, KVType: tensor.F16}, Config{BlockSize: 16})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -526,7 +546,7 @@ func TestRetentionClassesRecorded(t *testing.T) {
 // compute pool), and that samples ending at different steps all finish.
 func TestSamplingIndependentOfBatch(t *testing.T) {
 	m := sharedModel(t, "tiny-f32.gguf")
-	e, err := New(m, Config{Threads: 2})
+	e, err := newTestEngine(t, m, model.ForwarderOptions{Threads: 2, KVType: tensor.F16}, Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -577,7 +597,7 @@ func (maskAll) Accept(int32) {}
 // instead of bringing the engine down, and that the engine serves on.
 func TestNoUsableLogitsEndsWithError(t *testing.T) {
 	m := sharedModel(t, "tiny-f32.gguf")
-	e, err := New(m, Config{Threads: 1})
+	e, err := newTestEngine(t, m, model.ForwarderOptions{Threads: 1, KVType: tensor.F16}, Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -615,7 +635,7 @@ func TestNoUsableLogitsEndsWithError(t *testing.T) {
 // TestStreamDrained: a stream's drained signal closes when its reader has
 // taken the last output of every sample, not before.
 func TestStreamDrained(t *testing.T) {
-	st := newStream(context.Background(), 2)
+	st := newStream(context.Background(), 2, realClock{})
 	isClosed := func() bool {
 		select {
 		case <-st.drained:
@@ -646,7 +666,7 @@ func TestStreamDrained(t *testing.T) {
 // bounded, so a stream nobody reads does not hold up the requests after it.
 func TestHandOffBounded(t *testing.T) {
 	m := sharedModel(t, "tiny-f32.gguf")
-	e, err := New(m, Config{Threads: 1})
+	e, err := newTestEngine(t, m, model.ForwarderOptions{Threads: 1, KVType: tensor.F16}, Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -86,7 +86,7 @@ func (m *metrics) observeStep(seqs, tokens int, d time.Duration) {
 func (m *metrics) observeFinish(st *Stream, reason FinishReason) {
 	m.finished.WithLabelValues(reason.String()).Inc()
 	if st.finishedAll() {
-		m.e2e.Observe(time.Since(st.arrival).Seconds())
+		m.e2e.Observe(st.clock.Now().Sub(st.arrival).Seconds())
 	}
 }
 

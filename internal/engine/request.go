@@ -156,13 +156,15 @@ type Stream struct {
 	// Timing, for metrics. admitted and ended are guarded by mu (QueueTime
 	// and Ended read them); the others are written and read by the step
 	// loop only.
+	clock                                    Clock
 	arrival, admitted, firstToken, lastToken time.Time
 	ended                                    time.Time // the last sample's final output was queued
 }
 
-func newStream(ctx context.Context, n int) *Stream {
+func newStream(ctx context.Context, n int, clock Clock) *Stream {
 	ctx, cancel := context.WithCancel(ctx)
-	return &Stream{notify: make(chan struct{}, 1), drained: make(chan struct{}), n: n, ctx: ctx, cancel: cancel, arrival: time.Now()}
+	return &Stream{notify: make(chan struct{}, 1), drained: make(chan struct{}), n: n, ctx: ctx, cancel: cancel,
+		clock: clock, arrival: clock.Now()}
 }
 
 func (s *Stream) push(o Output) {
@@ -171,7 +173,7 @@ func (s *Stream) push(o Output) {
 	if o.Finish != FinishNone {
 		s.finished++
 		if s.finished == s.n {
-			s.ended = time.Now()
+			s.ended = s.clock.Now()
 		}
 	}
 	if o.Token >= 0 {

@@ -4,10 +4,9 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"time"
 
+	"github.com/kvserve/kvserve/internal/batch"
 	"github.com/kvserve/kvserve/internal/kv"
-	"github.com/kvserve/kvserve/internal/model"
 	"github.com/kvserve/kvserve/internal/sample"
 )
 
@@ -154,7 +153,7 @@ func (e *Engine) admit(s *seqState) (ok, deferred bool) {
 	if !r.admitted {
 		r.admitted = true
 		e.waiting.Add(-1)
-		now := time.Now()
+		now := e.clock.Now()
 		r.stream.mu.Lock()
 		r.stream.admitted = now
 		r.stream.usage.CachedTokens = hit
@@ -191,7 +190,7 @@ func (e *Engine) preempt(s *seqState) {
 
 // forward runs the scheduled pass.
 func (e *Engine) forward(ctx context.Context) error {
-	vocab := e.model.Config.Vocab
+	vocab := e.shape.Vocab
 	nLogits := 0
 	for _, en := range e.entries {
 		if en.logits {
@@ -205,7 +204,8 @@ func (e *Engine) forward(ctx context.Context) error {
 	tokens, li := 0, 0
 	for _, en := range e.entries {
 		s := en.s
-		seq := model.Seq{Cache: s.kv, Pos: s.kv.Len(), Tokens: s.tokens[s.kv.Len() : s.kv.Len()+en.n]}
+		seq := batch.Seq{Cache: s.kv, Pos: s.kv.Len(), Tokens: s.tokens[s.kv.Len() : s.kv.Len()+en.n],
+			PromptLen: len(s.req.Prompt), ExpectedOutput: s.req.Hints.ExpectedOutputTokens}
 		if en.logits {
 			seq.Logits = e.logits[li*vocab : (li+1)*vocab]
 			li++
@@ -216,16 +216,16 @@ func (e *Engine) forward(ctx context.Context) error {
 			e.m.promptTokens.Add(float64(en.n))
 		}
 	}
-	start := time.Now()
-	err := e.runner.Forward(ctx, e.batch)
-	e.m.observeStep(len(e.entries), tokens, time.Since(start))
+	start := e.clock.Now()
+	err := e.fwd.Forward(ctx, e.batch)
+	e.m.observeStep(len(e.entries), tokens, e.clock.Now().Sub(start))
 	return err
 }
 
 // afterForward commits the computed tokens and samples where logits came
 // back.
 func (e *Engine) afterForward() {
-	vocab := e.model.Config.Vocab
+	vocab := e.shape.Vocab
 	li := 0
 	jobs := e.samples[:0]
 	for _, en := range e.entries {
@@ -248,7 +248,9 @@ func (e *Engine) afterForward() {
 	e.sampleAll(jobs)
 	// The pool's work for this step is done: its idle threads park now, so
 	// their Ps run the handlers the deliveries below wake (see Pool.Rest).
-	e.compute.Rest()
+	if r, ok := e.fwd.(rester); ok {
+		r.Rest()
+	}
 	// Samples that end first: each delivery wakes a handler, the handlers
 	// run in about the order they were woken once the loop yields, and a
 	// stream's last chunk is what its client waits for to finish.
@@ -327,8 +329,8 @@ func (e *Engine) sampleAll(jobs []sampleJob) {
 			}
 		}
 	}
-	if free >= parallelSamples {
-		e.compute.Parallel(len(jobs), draw)
+	if p, ok := e.fwd.(paralleler); ok && free >= parallelSamples {
+		p.Parallel(len(jobs), draw)
 	} else {
 		draw(0, len(jobs))
 	}
@@ -340,7 +342,7 @@ func (e *Engine) fork(s *seqState, i int) *seqState {
 	if p.Seed != 0 {
 		p.Seed += uint64(i)
 	}
-	sampler, _ := sample.New(p, e.model.Config.Vocab) // validated at Submit
+	sampler, _ := sample.New(p, e.shape.Vocab) // validated at Submit
 	t := &seqState{req: s.req, index: i, kv: s.kv.Fork(), tokens: slices.Clone(s.tokens), sampler: sampler, order: s.order}
 	if s.req.NewProcessor != nil {
 		t.proc = s.req.NewProcessor(i)
@@ -360,7 +362,7 @@ func (e *Engine) deliver(j *sampleJob) {
 		return
 	}
 	r := s.req
-	now := time.Now()
+	now := e.clock.Now()
 	out := Output{Index: s.index, Token: tok, Time: now}
 	if r.Sampling.Logprobs || r.Sampling.TopLogprobs > 0 {
 		c := lp

@@ -20,6 +20,7 @@ import (
 
 	"github.com/kvserve/kvserve/internal/engine"
 	"github.com/kvserve/kvserve/internal/model"
+	"github.com/kvserve/kvserve/internal/tensor"
 )
 
 // Options configure a benchmark run.
@@ -95,9 +96,29 @@ func tokens(rng *rand.Rand, m *model.Model, n int) []int32 {
 	return out
 }
 
-func newEngine(m *model.Model, o Options, cfg engine.Config) (*engine.Engine, error) {
-	cfg.Threads = o.Threads
-	return engine.New(m, cfg)
+// benchEngine is an engine with the forward pass it owns.
+type benchEngine struct {
+	*engine.Engine
+	fwd *model.Forwarder
+}
+
+// Close stops the engine, then its forward pass.
+func (b *benchEngine) Close() {
+	b.Engine.Close()
+	b.fwd.Close()
+}
+
+func newEngine(m *model.Model, o Options, cfg engine.Config) (*benchEngine, error) {
+	f, err := model.NewForwarder(m, model.ForwarderOptions{Threads: o.Threads, KVType: tensor.F16})
+	if err != nil {
+		return nil, err
+	}
+	e, err := engine.New(f, cfg)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return &benchEngine{Engine: e, fwd: f}, nil
 }
 
 // outcome is what one request did.

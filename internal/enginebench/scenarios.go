@@ -35,16 +35,16 @@ func prefixTTFT(ctx context.Context, m *model.Model, o Options) (Result, error) 
 	rng := rand.New(rand.NewPCG(1, 1))
 	prefix := tokens(rng, m, 2000)
 	o.logf("prefix-ttft: cold")
-	cold, err := run(ctx, e, engine.Request{Prompt: concat(prefix, tokens(rng, m, 64)), MaxTokens: 1, Scope: "cold"}, 0)
+	cold, err := run(ctx, e.Engine, engine.Request{Prompt: concat(prefix, tokens(rng, m, 64)), MaxTokens: 1, Scope: "cold"}, 0)
 	if err != nil {
 		return nil, err
 	}
 	o.logf("prefix-ttft: caching the prefix")
-	if _, err := run(ctx, e, engine.Request{Prompt: prefix, MaxTokens: 1, Scope: "warm"}, 0); err != nil {
+	if _, err := run(ctx, e.Engine, engine.Request{Prompt: prefix, MaxTokens: 1, Scope: "warm"}, 0); err != nil {
 		return nil, err
 	}
 	o.logf("prefix-ttft: warm")
-	warm, err := run(ctx, e, engine.Request{Prompt: concat(prefix, tokens(rng, m, 64)), MaxTokens: 1, Scope: "warm"}, 0)
+	warm, err := run(ctx, e.Engine, engine.Request{Prompt: concat(prefix, tokens(rng, m, 64)), MaxTokens: 1, Scope: "warm"}, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -71,16 +71,16 @@ func interleaved(ctx context.Context, m *model.Model, o Options) (Result, error)
 	rng := rand.New(rand.NewPCG(2, 2))
 	a, b := tokens(rng, m, 2000), tokens(rng, m, 2000)
 	o.logf("interleaved: A")
-	first, err := run(ctx, e, engine.Request{Prompt: a, MaxTokens: 1}, 0)
+	first, err := run(ctx, e.Engine, engine.Request{Prompt: a, MaxTokens: 1}, 0)
 	if err != nil {
 		return nil, err
 	}
 	o.logf("interleaved: B")
-	if _, err := run(ctx, e, engine.Request{Prompt: b, MaxTokens: 1}, 0); err != nil {
+	if _, err := run(ctx, e.Engine, engine.Request{Prompt: b, MaxTokens: 1}, 0); err != nil {
 		return nil, err
 	}
 	o.logf("interleaved: A + 64")
-	again, err := run(ctx, e, engine.Request{Prompt: concat(a, tokens(rng, m, 64)), MaxTokens: 1}, 0)
+	again, err := run(ctx, e.Engine, engine.Request{Prompt: concat(a, tokens(rng, m, 64)), MaxTokens: 1}, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -127,7 +127,7 @@ func waste(ctx context.Context, m *model.Model, o Options) (Result, error) {
 			return nil, err
 		}
 		o.logf("waste: %s", mode.name)
-		_, err = runAll(ctx, e, reqs, stops, 16)
+		_, err = runAll(ctx, e.Engine, reqs, stops, 16)
 		st := e.Now()
 		e.Close()
 		if err != nil {
@@ -158,7 +158,7 @@ func concurrency(ctx context.Context, m *model.Model, o Options) (Result, error)
 		}
 		o.logf("concurrency: %s", mode.name)
 		start := time.Now()
-		outs, err := runAll(ctx, e, reqs, stops, len(reqs))
+		outs, err := runAll(ctx, e.Engine, reqs, stops, len(reqs))
 		elapsed := time.Since(start)
 		st := e.Now()
 		e.Close()
@@ -235,7 +235,7 @@ func decodeRate(ctx context.Context, m *model.Model, o Options, rng *rand.Rand, 
 	for i := range reqs {
 		reqs[i] = engine.Request{Prompt: tokens(rng, m, 128), MaxTokens: 128, IgnoreEOS: true}
 	}
-	outs, err := runAllTimed(ctx, e, reqs, nil, n, true)
+	outs, err := runAllTimed(ctx, e.Engine, reqs, nil, n, true)
 	e.Close()
 	if err != nil {
 		return 0, err
@@ -291,7 +291,7 @@ func sharedPrefix(ctx context.Context, m *model.Model, o Options) (Result, error
 	rng.Shuffle(len(reqs), func(i, j int) { reqs[i], reqs[j] = reqs[j], reqs[i] })
 	o.logf("shared-prefix: %d requests", len(reqs))
 	start := time.Now()
-	outs, err := runAll(ctx, e, reqs, nil, 32)
+	outs, err := runAll(ctx, e.Engine, reqs, nil, 32)
 	if err != nil {
 		return nil, err
 	}

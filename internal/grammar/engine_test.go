@@ -14,6 +14,7 @@ import (
 	"github.com/kvserve/kvserve/internal/grammar"
 	"github.com/kvserve/kvserve/internal/model"
 	"github.com/kvserve/kvserve/internal/sample"
+	"github.com/kvserve/kvserve/internal/tensor"
 	"github.com/kvserve/kvserve/internal/tokenizer"
 )
 
@@ -38,7 +39,12 @@ func TestEngineGeneratesSchemaInstances(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := engine.New(m, engine.Config{Threads: 1, EndOfGeneration: tok.EOGs()})
+	fwd, err := model.NewForwarder(m, model.ForwarderOptions{Threads: 1, KVType: tensor.F16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fwd.Close()
+	e, err := engine.New(fwd, engine.Config{EndOfGeneration: tok.EOGs()})
 	if err != nil {
 		t.Fatal(err)
 	}

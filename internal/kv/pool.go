@@ -63,6 +63,19 @@ func (t ElemType) DType() tensor.DType {
 
 func (t ElemType) String() string { return t.DType().String() }
 
+// ElemTypeOf maps a tensor type to the KV element type that stores it.
+func ElemTypeOf(d tensor.DType) (ElemType, error) {
+	switch d {
+	case tensor.F16:
+		return F16, nil
+	case tensor.F32:
+		return F32, nil
+	case tensor.Q8_0:
+		return Q8_0, nil
+	}
+	return 0, fmt.Errorf("kv: no KV cache type for %s (f16, f32, q8_0)", d)
+}
+
 // ParseElemType maps "f16", "f32" or "q8_0" to an ElemType.
 func ParseElemType(s string) (ElemType, error) {
 	switch s {
@@ -99,6 +112,12 @@ type Config struct {
 	// DisableIndex turns prefix caching off: full blocks are never
 	// registered, so nothing is shared and released blocks are freed at once.
 	DisableIndex bool
+	// NoStorage keeps the bookkeeping only (block states, tables, hashes,
+	// eviction, events) without a slab: Layer returns nil. For forward
+	// passes that compute nothing (the simulator), so a pool of tens of
+	// millions of tokens fits in memory. Sizing by MemoryBytes still
+	// counts the bytes a real slab would take.
+	NoStorage bool
 }
 
 // BlockBytes is the size of one block under this configuration.
@@ -200,10 +219,12 @@ func NewPool(cfg Config) (*Pool, error) {
 		evictor:    c.Evictor,
 	}
 	total := int64(p.blockBytes) * int64(c.NumBlocks)
-	if total > 1<<40 {
+	if total > 1<<40 && !c.NoStorage {
 		return nil, fmt.Errorf("kv: pool of %d bytes is too large", total)
 	}
-	p.slab = make([]byte, total)
+	if !c.NoStorage {
+		p.slab = make([]byte, total)
+	}
 	// Hand out low ids first.
 	for i := range p.free {
 		p.free[i] = BlockID(c.NumBlocks - 1 - i)
@@ -220,14 +241,21 @@ func (p *Pool) BlockSize() int { return p.cfg.BlockSize }
 // NumBlocks is the pool's size in blocks.
 func (p *Pool) NumBlocks() int { return p.cfg.NumBlocks }
 
-// Layer returns the key and value storage of layer l in block id.
+// Layer returns the key and value storage of layer l in block id (nil in a
+// pool without storage).
 func (p *Pool) Layer(id BlockID, l int) (k, v []byte) {
+	if p.slab == nil {
+		return nil, nil
+	}
 	base := int(id)*p.blockBytes + 2*l*p.layerBytes
 	return p.slab[base : base+p.layerBytes : base+p.layerBytes],
 		p.slab[base+p.layerBytes : base+2*p.layerBytes : base+2*p.layerBytes]
 }
 
 func (p *Pool) blockData(id BlockID) []byte {
+	if p.slab == nil {
+		return nil
+	}
 	base := int(id) * p.blockBytes
 	return p.slab[base : base+p.blockBytes]
 }

@@ -3,24 +3,14 @@ package model
 import (
 	"fmt"
 
+	"github.com/kvserve/kvserve/internal/batch"
+
 	"github.com/kvserve/kvserve/internal/tensor"
 )
 
-// Cache is one sequence's key/value memory as the model sees it: for every
-// layer, logical blocks of BlockSize consecutive positions, each block holding
-// the keys (and, separately, the values) of its tokens, token-major
-// ([token][kv head][head dim]), in the Runner's KV element type (F16 by
-// default, F32 or Q8_0).
-//
-// The forward pass writes the keys and values of its new tokens at their
-// positions and reads all earlier positions; the caller makes sure the blocks
-// covering those positions exist (and, when blocks are shared between
-// sequences, that the ones written to are private).
-type Cache interface {
-	BlockSize() int
-	// Block returns the key and value storage of logical block b of layer.
-	Block(layer, b int) (k, v []byte)
-}
+// Cache is one sequence's key/value memory as the model sees it (see
+// package batch for its layout and contract).
+type Cache = batch.Cache
 
 // SeqCache is a simple growable Cache owned by one sequence: blocks are
 // allocated as the sequence grows and never shared. The paged block pool of

@@ -8,22 +8,12 @@ import (
 	"slices"
 	"unsafe"
 
+	"github.com/kvserve/kvserve/internal/batch"
 	"github.com/kvserve/kvserve/internal/tensor"
 )
 
-// Seq is one sequence's part of a batch.
-type Seq struct {
-	// Cache holds the sequence's keys and values; positions [0, Pos) are
-	// already filled, and it must have room for Pos+len(Tokens) positions.
-	Cache Cache
-	// Pos is the position of Tokens[0].
-	Pos int
-	// Tokens are the new tokens, at positions Pos, Pos+1, ….
-	Tokens []int32
-	// Logits, when not nil, receives the next-token logits after the last of
-	// Tokens (Vocab values).
-	Logits []float32
-}
+// Seq is one sequence's part of a batch (see package batch).
+type Seq = batch.Seq
 
 // Runner runs forward passes of one model. It owns scratch memory sized for
 // MaxTokens tokens per pass and is not safe for concurrent use: one pass at

@@ -40,6 +40,7 @@ import (
 	"github.com/kvserve/kvserve/internal/gguf"
 	"github.com/kvserve/kvserve/internal/grammar"
 	"github.com/kvserve/kvserve/internal/model"
+	"github.com/kvserve/kvserve/internal/tensor"
 	"github.com/kvserve/kvserve/internal/tokenizer"
 )
 
@@ -145,7 +146,8 @@ type Options struct {
 	Dialects []api.Dialect
 	// Config is the server configuration (its Registry is set by New).
 	Config api.Config
-	// Engine overrides engine settings (Threads defaults to 1).
+	// Engine overrides engine settings (the forward pass runs on one
+	// thread).
 	Engine engine.Config
 	// NoModel leaves the server loading (503).
 	NoModel bool
@@ -191,16 +193,18 @@ func New(t testing.TB, o Options) *Env {
 	}
 	reg := prometheus.NewRegistry()
 	ec := o.Engine
-	if ec.Threads == 0 {
-		ec.Threads = 1
-	}
 	if ec.KVMemoryBytes == 0 {
 		ec.KVMemoryBytes = 32 << 20
 	}
 	ec.EndOfGeneration = tok.EOGs()
 	ec.Registerer = reg
 	ec.ModelID = ModelName
-	e, err := engine.New(mf.Model, ec)
+	fwd, err := model.NewForwarder(mf.Model, model.ForwarderOptions{Threads: 1, KVType: tensor.F16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(fwd.Close)
+	e, err := engine.New(fwd, ec)
 	if err != nil {
 		t.Fatal(err)
 	}
