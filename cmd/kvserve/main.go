@@ -31,6 +31,6 @@ func newRootCmd() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.AddCommand(newModelCmd(), newGenerateCmd(), newTokenizeCmd(), newBenchCmd())
-	root.AddCommand(newServeCmd())
+	root.AddCommand(newServeCmd(), newSimCmd())
 	return root
 }

@@ -24,12 +24,14 @@ import (
 	"github.com/kvserve/kvserve/internal/api/anthropic"
 	"github.com/kvserve/kvserve/internal/api/gemini"
 	"github.com/kvserve/kvserve/internal/api/openai"
+	"github.com/kvserve/kvserve/internal/batch"
 	"github.com/kvserve/kvserve/internal/chat"
 	"github.com/kvserve/kvserve/internal/engine"
 	"github.com/kvserve/kvserve/internal/gguf"
 	"github.com/kvserve/kvserve/internal/grammar"
 	"github.com/kvserve/kvserve/internal/kv"
 	"github.com/kvserve/kvserve/internal/model"
+	"github.com/kvserve/kvserve/internal/sim"
 	"github.com/kvserve/kvserve/internal/synth"
 	"github.com/kvserve/kvserve/internal/tokenizer"
 )
@@ -56,6 +58,9 @@ type serveOptions struct {
 	bodyLimit       byteSize
 	shutdownTimeout time.Duration
 	pprofAddr       string
+	engine          string
+	simProfile      string
+	simSeed         uint64
 }
 
 // syntheticShape is the shape of the model generated when no --model is
@@ -116,6 +121,9 @@ Each tenant's KV cache is isolated from every other's.`,
 	o.bodyLimit = api.DefaultBodyLimit
 	f.Var(&o.bodyLimit, "body-limit", "largest request body")
 	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long in-flight requests may run on after SIGINT/SIGTERM")
+	f.StringVar(&o.engine, "engine", "model", "what computes the tokens: model (the real forward pass) or sim (the simulator: the same scheduler and KV manager, a forward pass that only spends the modelled time of the real one; its output is NOT language)")
+	f.StringVar(&o.simProfile, "sim-profile", "", "with --engine sim: the cost profile from kvserve sim calibrate (default: a built-in profile measured on SmolLM2-135M Q8_0, scaled to the model's size)")
+	f.Uint64Var(&o.simSeed, "sim-seed", 0, "with --engine sim: varies the simulated output tokens")
 	f.StringVar(&o.pprofAddr, "pprof-addr", "", "serve Go's profiling endpoints (/debug/pprof/: CPU, block, mutex, heap, execution trace) on this separate address, e.g. 127.0.0.1:6060 (default: off)")
 	return cmd
 }
@@ -129,6 +137,12 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 	keys, err := parseAPIKeys(o.apiKeys)
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
+	}
+	if o.engine != "model" && o.engine != "sim" {
+		return fmt.Errorf("serve: --engine %q: want model or sim", o.engine)
+	}
+	if o.engine != "sim" && (o.simProfile != "" || o.simSeed != 0) {
+		return errors.New("serve: --sim-profile and --sim-seed need --engine sim")
 	}
 	if o.computeNice < 0 || o.computeNice > 20 {
 		return fmt.Errorf("serve: --compute-nice %d: want 0 (off), 1-19 (nice) or 20 (SCHED_IDLE)", o.computeNice)
@@ -215,15 +229,14 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 			runtime.GOMAXPROCS(threads + runtime.NumCPU())
 		}
 	}
-	fwd, err := model.NewForwarder(loaded.file.Model, model.ForwarderOptions{
-		Threads: o.threads, Nice: o.computeNice, MaxTokens: o.maxBatchTokens, KVType: kvType.DType(),
-	})
+	fwd, closeFwd, err := servedForwarder(o, loaded, kvType)
 	if err != nil {
 		shutdownHTTP(hs, time.Second)
 		return fmt.Errorf("serve: %w", err)
 	}
-	defer fwd.Close()
+	defer closeFwd()
 	e, err := engine.New(fwd, engine.Config{
+		KVNoStorage:        o.engine == "sim",
 		MaxBatchTokens:     o.maxBatchTokens,
 		MaxRunning:         o.maxRunning,
 		MaxWaiting:         o.maxWaiting,
@@ -259,6 +272,9 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 		loaded.id, ln.Addr(), ctxLen, formatBytes(kvMemory), e.KV().NumBlocks(), ec.BlockSize, kvType)
 	if loaded.synthetic {
 		fmt.Fprintln(stderr, "kvserve: NOTE: this is a synthetic random-weight model; its output is not language. Pass --model FILE.gguf for a real one.")
+	}
+	if sf, ok := fwd.(*sim.Forwarder); ok {
+		fmt.Fprintf(stderr, "kvserve: NOTE: --engine sim: no forward pass runs; each one sleeps its modelled time (%s); the output is NOT language\n", sf.Profile().Model)
 	}
 
 	select {
@@ -307,7 +323,15 @@ func loadServedModel(ctx context.Context, o *serveOptions, dataDir string, stder
 		sm.description = "synthetic model with SmolLM2-135M's shape and random weights: its output is not language"
 		fmt.Fprintf(stderr, "kvserve: no --model given: serving a SYNTHETIC random-weight model (%s); its output is not language\n", path)
 	}
-	mf, err := openModelWithProgress(path, o.modelMemory, stderr)
+	var mf *model.File
+	var err error
+	if o.engine == "sim" {
+		// The simulator reads the model's shape, tokenizer and template,
+		// never its weights: map the file and leave it unread.
+		mf, err = model.Open(path, gguf.Mapped, nil)
+	} else {
+		mf, err = openModelWithProgress(path, o.modelMemory, stderr)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("serve: %w", err)
 	}
@@ -412,4 +436,66 @@ func parseAPIKeys(entries []string) ([]api.APIKey, error) {
 		keys = append(keys, api.APIKey{Key: key, Tenant: strings.TrimSpace(tenant)})
 	}
 	return keys, nil
+}
+
+// servedForwarder builds the forward pass --engine names, and what closes
+// it after the engine.
+func servedForwarder(o *serveOptions, loaded *servedModel, kvType kv.ElemType) (engine.Forwarder, func(), error) {
+	m := loaded.file.Model
+	if o.engine != "sim" {
+		fwd, err := model.NewForwarder(m, model.ForwarderOptions{
+			Threads: o.threads, Nice: o.computeNice, MaxTokens: o.maxBatchTokens, KVType: kvType.DType(),
+		})
+		if err != nil {
+			return nil, nil, err
+		}
+		return fwd, fwd.Close, nil
+	}
+	shape := batch.Shape{Vocab: m.Config.Vocab, Context: m.Config.Context, Layers: m.Config.Layers,
+		KVDim: m.Config.KVDim(), KVType: kvType.DType(), MaxTokens: o.maxBatchTokens}
+	var p *sim.Profile
+	if o.simProfile != "" {
+		var err error
+		if p, err = sim.ReadProfile(o.simProfile); err != nil {
+			return nil, nil, err
+		}
+		if got, want := p.Shape, sim.ShapeOf(shape); got != want {
+			return nil, nil, fmt.Errorf("--sim-profile %s was measured on a model of shape %+v, not this one's %+v (calibrate on this model, with the same --max-batch-tokens and --kv-cache-type)", o.simProfile, got, want)
+		}
+	} else {
+		scaled := sim.DefaultProfile().Scale(shape, m.WeightBytes, loaded.id+" (built-in profile scaled)")
+		p = &scaled
+	}
+	eog := int32(-1)
+	if e := loaded.tok.EOGs(); len(e) > 0 {
+		eog = e[0]
+	}
+	f, err := sim.NewForwarder(p, sim.Options{Seed: o.simSeed, EndOfGeneration: eog, Candidates: wordTokens(loaded.tok)})
+	if err != nil {
+		return nil, nil, err
+	}
+	return f, func() {}, nil
+}
+
+// wordTokens are the tokens that decode to a space and a short lower-case
+// word: what the simulator generates, so that its output reads as text.
+func wordTokens(tok *tokenizer.Tokenizer) []int32 {
+	var out []int32
+	for id := range int32(tok.VocabSize()) {
+		s := tok.Decode([]int32{id})
+		if len(s) < 3 || len(s) > 9 || s[0] != ' ' {
+			continue
+		}
+		word := true
+		for _, c := range s[1:] {
+			if c < 'a' || c > 'z' {
+				word = false
+				break
+			}
+		}
+		if word {
+			out = append(out, id)
+		}
+	}
+	return out
 }

@@ -125,17 +125,24 @@ func TestParseAPIKeys(t *testing.T) {
 	}
 }
 
-// TestServeEndToEnd runs the command on the tiny test model: it listens,
-// answers a chat request, and shuts down gracefully.
+// TestServeEndToEnd runs the command on the tiny test model, with the real
+// forward pass and with the simulator: it listens, answers a chat request,
+// and shuts down gracefully.
 func TestServeEndToEnd(t *testing.T) {
+	for _, engine := range []string{"model", "sim"} {
+		t.Run(engine, func(t *testing.T) { testServeEndToEnd(t, "--engine", engine) })
+	}
+}
+
+func testServeEndToEnd(t *testing.T, extra ...string) {
 	modelFile := apitest.ModelFile(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	pr, pw := io.Pipe()
 	cmd := newServeCmd()
 	cmd.SetErr(pw)
-	cmd.SetArgs([]string{"--model", modelFile, "--addr", "127.0.0.1:0", "--data-dir", t.TempDir(),
-		"--kv-cache-memory", "16MiB", "--threads", "1", "--api-key", "sk-test=t1"})
+	cmd.SetArgs(append([]string{"--model", modelFile, "--addr", "127.0.0.1:0", "--data-dir", t.TempDir(),
+		"--kv-cache-memory", "16MiB", "--threads", "1", "--api-key", "sk-test=t1"}, extra...))
 	done := make(chan error, 1)
 	go func() { done <- cmd.ExecuteContext(ctx); pw.Close() }()
 
@@ -206,6 +213,8 @@ func TestServeRejectsBadSettings(t *testing.T) {
 		{[]string{"--compute-nice", "-1"}, "--compute-nice"},
 		{[]string{"--model-alias", "claude-["}, "--model-alias"},
 		{[]string{"--model-alias", ""}, "--model-alias"},
+		{[]string{"--engine", "gpu"}, "--engine"},
+		{[]string{"--sim-profile", "p.json"}, "--engine sim"},
 	}
 	for _, tt := range tests {
 		cmd := newServeCmd()

@@ -215,6 +215,28 @@ func (s *Stream) Recv(ctx context.Context, dst []Output) ([]Output, error) {
 	}
 }
 
+// Poll is Recv without waiting: it returns the outputs queued now (maybe
+// none), and ErrDone once the stream is exhausted. A caller that steps the
+// engine itself (NewStepped) reads with it between steps.
+func (s *Stream) Poll(dst []Output) ([]Output, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	done := s.finished >= s.n
+	if len(s.queue) > 0 {
+		dst = append(dst, s.queue...)
+		s.queue = s.queue[:0]
+		return dst, nil
+	}
+	if done {
+		if !s.drainedClosed {
+			s.drainedClosed = true
+			close(s.drained)
+		}
+		return dst, ErrDone
+	}
+	return dst, nil
+}
+
 func (s *Stream) finishedAll() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
