@@ -164,7 +164,7 @@ func runGenerate(cmd *cobra.Command, o *generateOptions) error {
 	decodeSteps := 0
 	pos := len(prompt)
 	for i := 0; i < o.maxTokens; i++ {
-		next, _ := sampler.Sample(logits, history)
+		next, _ := sampler.SampleSeq(logits, history, len(prompt))
 		history = append(history, next)
 		stats.GeneratedTokens++
 		eog := tok.IsEOG(next) && !o.ignoreEOS
