@@ -2,9 +2,12 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -12,7 +15,10 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
+	"github.com/kvserve/kvserve/internal/batch"
 	"github.com/kvserve/kvserve/internal/chat"
+	"github.com/kvserve/kvserve/internal/engine"
+	"github.com/kvserve/kvserve/internal/kv"
 	"github.com/kvserve/kvserve/internal/model"
 	"github.com/kvserve/kvserve/internal/sample"
 	"github.com/kvserve/kvserve/internal/tensor"
@@ -52,7 +58,7 @@ func newGenerateCmd() *cobra.Command {
 	f.StringVar(&o.promptTokens, "prompt-tokens", "", "prompt as comma-separated token ids, used as given (no BOS added)")
 	f.BoolVar(&o.chat, "chat", false, "render the prompt as a user message with the model's chat template")
 	f.StringVar(&o.system, "system", "", "system message (with --chat)")
-	f.IntVarP(&o.maxTokens, "n", "n", 128, "maximum tokens to generate")
+	f.IntVarP(&o.maxTokens, "n", "n", 128, "maximum tokens to generate; 0 runs the prompt only (prefill timing)")
 	f.BoolVar(&o.printTokens, "print-tokens", false, "print generated token ids (space-separated) instead of text")
 	f.BoolVar(&o.jsonStats, "json-stats", false, "end stderr with one JSON line of statistics")
 	f.IntVarP(&o.threads, "threads", "t", 0, "compute threads (default: all cores)")
@@ -81,29 +87,27 @@ type generateStats struct {
 	DecodeTokS      float64 `json:"decode_tok_s"`
 }
 
+// generateBlockSize is the KV block size of generate's engine (the
+// engine's default), fixed here because the KV pool is sized in blocks.
+const generateBlockSize = 16
+
 func runGenerate(cmd *cobra.Command, o *generateOptions) error {
-	ctx := cmd.Context()
 	stdout := bufio.NewWriter(cmd.OutOrStdout())
 	defer stdout.Flush()
 	stderr := cmd.ErrOrStderr()
 
-	if (o.prompt == "") == (o.promptTokens == "") {
-		return fmt.Errorf("give exactly one of --prompt or --prompt-tokens")
-	}
-	if o.maxTokens < 0 {
-		return fmt.Errorf("-n must be at least 0")
+	if err := o.check(); err != nil {
+		return err
 	}
 	mf, err := openModelWithProgress(o.modelPath, o.modelMemory, stderr)
 	if err != nil {
 		return err
 	}
 	defer mf.Close()
-	m := mf.Model
 	tok, err := tokenizer.FromGGUF(mf.GGUF)
 	if err != nil {
 		return fmt.Errorf("load tokenizer of %s: %w", o.modelPath, err)
 	}
-
 	prompt, err := buildPrompt(o, tok)
 	if err != nil {
 		return err
@@ -111,24 +115,32 @@ func runGenerate(cmd *cobra.Command, o *generateOptions) error {
 	if len(prompt) == 0 {
 		return fmt.Errorf("the prompt is empty")
 	}
-	if len(prompt)+o.maxTokens > m.Config.Context {
-		fmt.Fprintf(stderr, "warning: prompt (%d) + generation (%d) exceeds the model's training context %d\n",
-			len(prompt), o.maxTokens, m.Config.Context)
+	// The engine checks the sampling settings too, but only once the
+	// forward pass is built: fail before that.
+	if _, err := sample.New(o.sampling, mf.Model.Config.Vocab); err != nil {
+		return fmt.Errorf("generate: %w", err)
 	}
-	sampler, err := sample.New(o.sampling, m.Config.Vocab)
+	maxTokens, err := fitContext(len(prompt), o.maxTokens, mf.Model.Config.Context, stderr)
 	if err != nil {
 		return err
 	}
+	return generateOnEngine(cmd.Context(), mf.Model, tok, o, prompt, maxTokens, stdout, stderr)
+}
 
-	pool := tensor.NewPool(o.threads)
-	defer pool.Close()
-	runner, err := model.NewRunner(m, pool, o.batch, tensor.F16)
+// generateOnEngine runs prompt on an engine of its own, writing the output
+// to stdout and the timings to stderr.
+func generateOnEngine(ctx context.Context, m *model.Model, tok *tokenizer.Tokenizer, o *generateOptions,
+	prompt []int32, maxTokens int, stdout *bufio.Writer, stderr io.Writer) error {
+	fwd, err := model.NewForwarder(m, model.ForwarderOptions{Threads: o.threads, MaxTokens: o.batch, KVType: tensor.F16})
+	if err != nil {
+		return fmt.Errorf("generate: %w", err)
+	}
+	defer fwd.Close()
+	e, err := newGenerateEngine(fwd, tok, o, len(prompt)+max(maxTokens, 1))
 	if err != nil {
 		return err
 	}
-	cache := model.NewSeqCache(&m.Config, tensor.F16, 256)
-	cache.Reserve(len(prompt) + o.maxTokens)
-	logits := make([]float32, m.Config.Vocab)
+	defer e.Close() // before the forward pass it drives (defers run last first)
 
 	stopProfile, err := startCPUProfile(o.cpuProfile)
 	if err != nil {
@@ -136,83 +148,242 @@ func runGenerate(cmd *cobra.Command, o *generateOptions) error {
 	}
 	defer stopProfile()
 
-	// Prefill in chunks of --batch tokens; the last chunk yields the logits.
-	start := time.Now()
-	for pos := 0; pos < len(prompt); pos += o.batch {
-		end := min(pos+o.batch, len(prompt))
-		seq := model.Seq{Cache: cache, Pos: pos, Tokens: prompt[pos:end]}
-		if end == len(prompt) {
-			seq.Logits = logits
-		}
-		if err := runner.Forward(ctx, []model.Seq{seq}); err != nil {
-			return err
-		}
-	}
-	prefill := time.Since(start)
-
-	stats := generateStats{PromptTokens: len(prompt), PrefillTokS: float64(len(prompt)) / prefill.Seconds()}
-	history := append([]int32(nil), prompt...)
-	stream := tok.NewStreamDecoder()
-	stop := sample.NewStopMatcher(o.stops)
-	emit := func(s string) error {
-		if _, err := io.WriteString(stdout, s); err != nil {
-			return err
-		}
-		return stdout.Flush()
-	}
-	var decode time.Duration
-	decodeSteps := 0
-	pos := len(prompt)
-	for i := 0; i < o.maxTokens; i++ {
-		next, _ := sampler.Sample(logits, history)
-		history = append(history, next)
-		stats.GeneratedTokens++
-		eog := tok.IsEOG(next) && !o.ignoreEOS
-		if o.printTokens {
-			sep := " "
-			if i == 0 {
-				sep = ""
-			}
-			if err := emit(sep + strconv.Itoa(int(next))); err != nil {
-				return err
-			}
-		} else if !eog {
-			text, stopped := stop.Push(stream.Add(next))
-			if err := emit(text); err != nil {
-				return err
-			}
-			if stopped {
-				break
-			}
-		}
-		if eog || i == o.maxTokens-1 {
-			break
-		}
-		t0 := time.Now()
-		if err := runner.Forward(ctx, []model.Seq{{Cache: cache, Pos: pos, Tokens: []int32{next}, Logits: logits}}); err != nil {
-			return err
-		}
-		decode += time.Since(t0)
-		decodeSteps++
-		pos++
-	}
-	if !o.printTokens {
-		text, _ := stop.Push(stream.Flush())
-		if err := emit(text + stop.Flush()); err != nil {
-			return err
-		}
-	}
-	if err := emit("\n"); err != nil {
+	out := newGenerateOutput(stdout, tok, o)
+	times, err := generate(ctx, e, o, prompt, maxTokens, out.token)
+	if err != nil {
 		return err
 	}
-	if decodeSteps > 0 {
-		stats.DecodeTokS = float64(decodeSteps) / decode.Seconds()
+	if err := out.finish(); err != nil {
+		return err
 	}
-	fmt.Fprintf(stderr, "prefill: %d tokens in %.3f s (%.1f tok/s); decode: %d tokens in %.3f s (%.1f tok/s); %d threads\n",
-		stats.PromptTokens, prefill.Seconds(), stats.PrefillTokS, decodeSteps, decode.Seconds(), stats.DecodeTokS, pool.Threads())
-	if o.jsonStats {
+	reportTimes(stderr, times, len(prompt), fwd.Threads(), o.jsonStats)
+	return nil
+}
+
+// reportTimes writes the timing line and, with asJSON, the statistics as
+// one JSON line that scripts read.
+func reportTimes(w io.Writer, times *tokenTimes, promptTokens, threads int, asJSON bool) {
+	stats := times.stats(promptTokens)
+	fmt.Fprintf(w, "prefill: %d tokens in %.3f s (%.1f tok/s); decode: %d tokens in %.3f s (%.1f tok/s); %d threads\n",
+		stats.PromptTokens, times.prefill().Seconds(), stats.PrefillTokS, times.decodeTokens(), times.decode().Seconds(),
+		stats.DecodeTokS, threads)
+	if asJSON {
 		line, _ := json.Marshal(stats)
-		fmt.Fprintln(stderr, string(line))
+		fmt.Fprintln(w, string(line))
+	}
+}
+
+// check validates the options that need no model.
+func (o *generateOptions) check() error {
+	switch {
+	case (o.prompt == "") == (o.promptTokens == ""):
+		return fmt.Errorf("give exactly one of --prompt or --prompt-tokens")
+	case o.maxTokens < 0:
+		return fmt.Errorf("-n must be at least 0")
+	case o.batch < 1:
+		return fmt.Errorf("--batch must be at least 1")
+	}
+	return nil
+}
+
+// fitContext bounds the tokens to generate by the model's training context,
+// which the engine does not let a sequence exceed: past it a model without
+// learned positions drifts into noise.
+func fitContext(prompt, n, context int, warn io.Writer) (int, error) {
+	switch {
+	case prompt >= context:
+		return 0, fmt.Errorf("the prompt (%d tokens) leaves no room in the model's context of %d tokens", prompt, context)
+	case prompt+n > context:
+		fmt.Fprintf(warn, "warning: prompt (%d) + generation (%d) exceeds the model's training context %d: generating at most %d tokens\n",
+			prompt, n, context, context-prompt)
+		return context - prompt, nil
+	}
+	return n, nil
+}
+
+// newGenerateEngine starts an engine for one sequence of up to seqLen
+// tokens on fwd. The caller closes it before fwd.
+func newGenerateEngine(fwd *model.Forwarder, tok *tokenizer.Tokenizer, o *generateOptions, seqLen int) (*engine.Engine, error) {
+	kvBytes, err := kvMemoryFor(fwd.Shape(), seqLen)
+	if err != nil {
+		return nil, fmt.Errorf("generate: %w", err)
+	}
+	e, err := engine.New(fwd, engine.Config{
+		MaxBatchTokens: o.batch,
+		BlockSize:      generateBlockSize,
+		KVMemoryBytes:  kvBytes,
+		// One request never meets a prefix of another: hashing its
+		// blocks would be wasted work inside the prefill timing.
+		DisablePrefixCache: true,
+		ModelID:            strings.TrimSuffix(filepath.Base(o.modelPath), ".gguf"),
+		EndOfGeneration:    tok.EOGs(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("generate: %w", err)
+	}
+	return e, nil
+}
+
+// kvMemoryFor sizes a KV pool for one sequence of n tokens: whole blocks,
+// plus one spare so that admission (which wants room for the next token
+// too) never waits on rounding.
+func kvMemoryFor(shape batch.Shape, n int) (int64, error) {
+	typ, err := kv.ElemTypeOf(shape.KVType)
+	if err != nil {
+		return 0, err
+	}
+	c := kv.Config{BlockSize: generateBlockSize, Layers: shape.Layers, KVDim: shape.KVDim, Type: typ}
+	blocks := (n+generateBlockSize-1)/generateBlockSize + 1
+	return int64(blocks) * c.BlockBytes(), nil
+}
+
+// generate submits prompt to e and passes every generated token to emit
+// until the request ends or emit asks to stop (a stop string matched; the
+// request is then cancelled). With maxTokens 0 only the prompt runs: the
+// engine samples one token, which emit does not see, so that the prefill
+// can still be timed.
+func generate(ctx context.Context, e *engine.Engine, o *generateOptions, prompt []int32, maxTokens int,
+	emit func(int32) (stop bool, err error)) (*tokenTimes, error) {
+	req := engine.Request{Prompt: prompt, MaxTokens: max(maxTokens, 1), Sampling: o.sampling, IgnoreEOS: o.ignoreEOS, N: 1}
+	times := &tokenTimes{submit: time.Now()}
+	st, err := e.Submit(ctx, req)
+	if err != nil {
+		return nil, fmt.Errorf("generate: %w", err)
+	}
+	defer st.Cancel() // frees the request's blocks if it is left early
+	var buf []engine.Output
+	for {
+		buf, err = st.Recv(ctx, buf[:0])
+		for _, out := range buf {
+			if out.Err != nil {
+				return nil, fmt.Errorf("generate: %w", out.Err)
+			}
+			if out.Token < 0 {
+				continue
+			}
+			times.add(out.Time)
+			if maxTokens == 0 {
+				continue
+			}
+			times.generated++
+			stop, err := emit(out.Token)
+			if err != nil {
+				return nil, err
+			}
+			if stop {
+				return times, nil
+			}
+		}
+		if errors.Is(err, engine.ErrDone) {
+			return times, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("generate: %w", err)
+		}
+	}
+}
+
+// tokenTimes are the timings of one request from its stream: when it was
+// submitted and when the engine sampled its first and last tokens.
+type tokenTimes struct {
+	submit, first, last time.Time
+	// generated counts the tokens passed on to the output.
+	generated int
+}
+
+func (t *tokenTimes) add(at time.Time) {
+	if t.first.IsZero() {
+		t.first = at
+	}
+	t.last = at
+}
+
+// prefill is the time to the first token: the prompt's forward passes and
+// the first draw.
+func (t *tokenTimes) prefill() time.Duration {
+	if t.first.IsZero() {
+		return 0
+	}
+	return t.first.Sub(t.submit)
+}
+
+// decodeTokens counts the tokens after the first, each of which cost one
+// decode step.
+func (t *tokenTimes) decodeTokens() int { return max(t.generated-1, 0) }
+
+func (t *tokenTimes) decode() time.Duration {
+	if t.decodeTokens() == 0 {
+		return 0
+	}
+	return t.last.Sub(t.first)
+}
+
+func (t *tokenTimes) stats(promptTokens int) generateStats {
+	s := generateStats{PromptTokens: promptTokens, GeneratedTokens: t.generated}
+	if d := t.prefill(); d > 0 {
+		s.PrefillTokS = float64(promptTokens) / d.Seconds()
+	}
+	if d := t.decode(); d > 0 {
+		s.DecodeTokS = float64(t.decodeTokens()) / d.Seconds()
+	}
+	return s
+}
+
+// generateOutput writes generated tokens to stdout as they come: their ids,
+// or their text cut at the first stop string. Each token is flushed at
+// once, so the text streams.
+type generateOutput struct {
+	w           *bufio.Writer
+	tok         *tokenizer.Tokenizer
+	dec         *tokenizer.StreamDecoder
+	stop        *sample.StopMatcher
+	printTokens bool
+	ignoreEOS   bool
+	n           int
+}
+
+func newGenerateOutput(w *bufio.Writer, tok *tokenizer.Tokenizer, o *generateOptions) *generateOutput {
+	return &generateOutput{w: w, tok: tok, dec: tok.NewStreamDecoder(), stop: sample.NewStopMatcher(o.stops),
+		printTokens: o.printTokens, ignoreEOS: o.ignoreEOS}
+}
+
+// token writes one generated token and reports whether a stop string has
+// ended the text. Token ids are printed as they are, end-of-generation
+// included; text leaves the end-of-generation token out.
+func (g *generateOutput) token(id int32) (bool, error) {
+	g.n++
+	if g.printTokens {
+		sep := " "
+		if g.n == 1 {
+			sep = ""
+		}
+		return false, g.write(sep + strconv.Itoa(int(id)))
+	}
+	if g.tok.IsEOG(id) && !g.ignoreEOS {
+		return false, nil
+	}
+	text, stopped := g.stop.Push(g.dec.Add(id))
+	return stopped, g.write(text)
+}
+
+// finish writes the text held back (an incomplete character or a possible
+// start of a stop string) and ends the line.
+func (g *generateOutput) finish() error {
+	if !g.printTokens {
+		text, _ := g.stop.Push(g.dec.Flush())
+		if err := g.write(text + g.stop.Flush()); err != nil {
+			return err
+		}
+	}
+	return g.write("\n")
+}
+
+func (g *generateOutput) write(s string) error {
+	if _, err := io.WriteString(g.w, s); err != nil {
+		return fmt.Errorf("write output: %w", err)
+	}
+	if err := g.w.Flush(); err != nil {
+		return fmt.Errorf("write output: %w", err)
 	}
 	return nil
 }

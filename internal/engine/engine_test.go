@@ -445,6 +445,54 @@ func TestLogitsProcessorConstrainsEachSample(t *testing.T) {
 	}
 }
 
+// fixedLogits is a LogitsProcessor that replaces the model's logits with
+// the same small scores at every step: 0 everywhere but the listed tokens.
+type fixedLogits map[int32]float32
+
+func (f fixedLogits) Process(logits []float32) {
+	for i := range logits {
+		logits[i] = f[int32(i)]
+	}
+}
+
+func (fixedLogits) Accept(int32) {}
+
+// TestPenaltiesSeePromptOrOutput checks the history the engine gives the
+// sampler: the repetition penalty covers the prompt, presence and
+// frequency penalties only the generated tokens.
+func TestPenaltiesSeePromptOrOutput(t *testing.T) {
+	m := sharedModel(t, "tiny-f32.gguf")
+	e, err := newTestEngine(t, m, model.ForwarderOptions{Threads: 1, KVType: tensor.F16}, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	// Token 5 is in the prompt and scores best, then 9, then 11.
+	scores := fixedLogits{5: 3, 9: 2, 11: 1}
+	tests := []struct {
+		name string
+		p    sample.Params
+		want []int32
+	}{
+		{"no penalty", sample.Params{}, []int32{5, 5}},
+		{"repetition penalty sees the prompt", sample.Params{RepeatPenalty: 2}, []int32{9, 5}},
+		{"presence penalty ignores the prompt", sample.Params{PresencePenalty: 2}, []int32{5, 9}},
+		{"frequency penalty ignores the prompt", sample.Params{FrequencyPenalty: 1.5}, []int32{5, 9}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st, err := e.Submit(context.Background(), Request{Prompt: []int32{4, 5, 6}, MaxTokens: 2, IgnoreEOS: true,
+				Sampling: tt.p, NewProcessor: func(int) LogitsProcessor { return scores }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if toks, _ := collect(t, st, 1); !slices.Equal(toks[0], tt.want) {
+				t.Fatalf("tokens %v, want %v", toks[0], tt.want)
+			}
+		})
+	}
+}
+
 // TestCloseFailsEverySubmission submits from many goroutines while the
 // engine closes: every request that Submit accepted must end (with an error
 // or normally), none may hang.

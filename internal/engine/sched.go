@@ -318,14 +318,14 @@ func (e *Engine) sampleAll(jobs []sampleJob) {
 		}
 		e.scratch = append(e.scratch[:0], j.logits...)
 		s.proc.Process(e.scratch)
-		j.tok, j.lp = s.sampler.Sample(e.scratch, s.tokens[len(s.req.Prompt):])
+		j.tok, j.lp = s.sampler.SampleSeq(e.scratch, s.tokens, len(s.req.Prompt))
 		s.proc.Accept(j.tok)
 	}
 	draw := func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			j := &jobs[i]
 			if s := j.s; s.proc == nil {
-				j.tok, j.lp = s.sampler.Sample(j.logits, s.tokens[len(s.req.Prompt):])
+				j.tok, j.lp = s.sampler.SampleSeq(j.logits, s.tokens, len(s.req.Prompt))
 			}
 		}
 	}

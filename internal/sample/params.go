@@ -35,18 +35,19 @@ type Params struct {
 	MinP float32
 
 	// RepeatPenalty is llama.cpp's repetition penalty: for each distinct token
-	// among the last RepeatLastN entries of the history, a positive logit is
-	// divided by it and a negative one multiplied by it. 0 and 1 disable it;
-	// otherwise it must be finite and > 0.
+	// among the last RepeatLastN tokens of the sequence, prompt included
+	// (Sampler.SampleSeq), a positive logit is divided by it and a negative
+	// one multiplied by it. 0 and 1 disable it; otherwise it must be finite
+	// and > 0.
 	RepeatPenalty float32
 
 	// RepeatLastN is the repetition-penalty window in tokens: 0 means
-	// DefaultRepeatLastN, -1 the whole history.
+	// DefaultRepeatLastN, -1 the whole sequence.
 	RepeatLastN int
 
-	// PresencePenalty and FrequencyPenalty are OpenAI's: a token that occurs
-	// c > 0 times in the whole history has its logit lowered by
-	// c·FrequencyPenalty + PresencePenalty. Each in [-2, 2].
+	// PresencePenalty and FrequencyPenalty are OpenAI's: a token generated
+	// c > 0 times so far (the prompt does not count) has its logit lowered
+	// by c·FrequencyPenalty + PresencePenalty. Each in [-2, 2].
 	PresencePenalty, FrequencyPenalty float32
 
 	// Seed seeds the sampler's random source: the same seed, parameters,

@@ -88,7 +88,7 @@ type Sampler struct {
 	topP         float64 // 1 when off
 	topK         int     // 0 when off
 	repeat       float32 // 1 when off
-	repeatLastN  int     // -1: whole history
+	repeatLastN  int     // -1: whole sequence
 	wantLogprob  bool
 	freqPresence bool
 	penaltiesOn  bool
@@ -170,17 +170,28 @@ func (s *Sampler) Seed() uint64 { return s.seed }
 func (s *Sampler) Params() Params { return s.p }
 
 // Sample picks the next token from logits (one entry per token id; normally
-// vocabSize entries, any length works) given the history of tokens to
-// penalize, oldest first. Which tokens form the history is the caller's
-// choice: OpenAI's presence and frequency penalties count the tokens
-// generated so far, llama.cpp's repetition penalty also sees the prompt. The
-// logits are not modified. Sample costs O(len(logits) + len(history)).
+// vocabSize entries, any length works) given the tokens generated so far,
+// oldest first, which every penalty sees. A caller that also wants the
+// repetition penalty to see the prompt uses SampleSeq. The logits are not
+// modified. Sample costs O(len(logits) + len(output)).
 //
 // It returns -1 only when no logit is a number above -Inf (after bias), which
 // no working model produces.
-func (s *Sampler) Sample(logits []float32, history []int32) (int32, Logprobs) {
+func (s *Sampler) Sample(logits []float32, output []int32) (int32, Logprobs) {
+	return s.SampleSeq(logits, output, 0)
+}
+
+// SampleSeq is Sample for a whole sequence: seq is the prompt (its first
+// prompt entries) followed by the tokens generated so far. The penalties
+// follow vLLM, which keeps llama.cpp's repetition penalty and OpenAI's
+// presence and frequency penalties apart: the repetition penalty covers the
+// last RepeatLastN tokens of seq, prompt included, because a prompt's words
+// are as much a repetition as the model's own; presence and frequency
+// penalties count generated tokens only, as OpenAI defines them. It costs
+// O(len(logits) + len(seq) − prompt + RepeatLastN).
+func (s *Sampler) SampleSeq(logits []float32, seq []int32, prompt int) (int32, Logprobs) {
 	nan := float32(math.NaN())
-	z := s.adjust(logits, history)
+	z := s.adjust(logits, seq, prompt)
 	top := s.selectTop(z)
 	if len(top) > 0 && math.IsInf(float64(top[0].z), 1) {
 		z = s.sanitize(z)
@@ -222,11 +233,13 @@ func grow[T any](buf []T, n int) []T {
 	return buf[:n]
 }
 
-// adjust applies logit bias and penalties. It returns logits itself when
-// there is nothing to apply, and otherwise a modified copy in s.work.
-func (s *Sampler) adjust(logits []float32, history []int32) []float32 {
+// adjust applies logit bias and penalties for a sequence seq whose first
+// prompt tokens are the prompt (see SampleSeq). It returns logits itself
+// when there is nothing to apply, and otherwise a modified copy in s.work.
+func (s *Sampler) adjust(logits []float32, seq []int32, prompt int) []float32 {
 	n := len(logits)
-	pen := s.penaltiesOn && len(history) > 0
+	prompt = min(max(prompt, 0), len(seq))
+	pen := s.penaltiesOn && len(seq) > 0
 	if len(s.bias) == 0 && !pen {
 		return logits
 	}
@@ -240,55 +253,65 @@ func (s *Sampler) adjust(logits []float32, history []int32) []float32 {
 	}
 	if pen {
 		s.counts = grow(s.counts, n) // all zero between calls (see below)
-		applyPenalties(z, history, s.counts, s.repeat, s.repeatLastN, s.p.FrequencyPenalty, s.p.PresencePenalty)
+		applyPenalties(z, seq, prompt, s.counts, s.repeat, s.repeatLastN, s.p.FrequencyPenalty, s.p.PresencePenalty)
 	}
 	return z
 }
 
 // inWindow marks, in a count, that the token occurs within the repetition
-// window; the low bits count occurrences in the whole history.
+// window; the low bits count its generated occurrences.
 const inWindow = 1 << 30
 
 // applyPenalties applies the repetition penalty to every distinct token among
-// the last lastN (−1: all) entries of history, then the frequency and
-// presence penalties to every distinct token in history, to z. counts must be
-// all zero on entry and is all zero again on return; only the entries of
-// history are touched.
-func applyPenalties(z []float32, history []int32, counts []int32, repeat float32, lastN int, freq, presence float32) {
+// the last lastN (−1: all) entries of seq, then the frequency and presence
+// penalties to every distinct token in seq[prompt:] (0 ≤ prompt ≤ len(seq)),
+// to z. counts must be all zero on entry and is all zero again on return;
+// only the entries of seq are touched.
+func applyPenalties(z []float32, seq []int32, prompt int, counts []int32, repeat float32, lastN int, freq, presence float32) {
 	n := int32(len(z))
-	split := 0
-	if lastN >= 0 && len(history) > lastN {
-		split = len(history) - lastN
+	// The penalties look at seq[window:] and seq[output:] only: without a
+	// penalty the bound is len(seq), so that a long prompt costs nothing
+	// it does not have to.
+	window, output := len(seq), len(seq)
+	if repeat != 1 {
+		window = 0
+		if lastN >= 0 && len(seq) > lastN {
+			window = len(seq) - lastN
+		}
 	}
 	freqPresence := freq != 0 || presence != 0
 	if freqPresence {
-		for _, t := range history[:split] {
-			if t >= 0 && t < n {
-				counts[t]++
-			}
+		output = prompt
+	}
+	from := min(window, output)
+	for i := from; i < len(seq); i++ {
+		t := seq[i]
+		if t < 0 || t >= n {
+			continue
+		}
+		if i >= output {
+			counts[t]++
+		}
+		if i >= window {
+			counts[t] |= inWindow
 		}
 	}
-	for _, t := range history[split:] {
-		if t >= 0 && t < n {
-			counts[t] = (counts[t] + 1) | inWindow
-		}
-	}
-	for _, t := range history {
+	for _, t := range seq[from:] {
 		if t < 0 || t >= n || counts[t] == 0 {
 			continue
 		}
 		c := counts[t]
 		counts[t] = 0
 		v := z[t]
-		if c&inWindow != 0 && repeat != 1 {
+		if c&inWindow != 0 {
 			if v <= 0 {
 				v *= repeat
 			} else {
 				v /= repeat
 			}
 		}
-		if freqPresence {
-			v -= float32(c&^inWindow)*freq + presence
+		if k := c &^ inWindow; k > 0 {
+			v -= float32(k)*freq + presence
 		}
 		z[t] = v
 	}

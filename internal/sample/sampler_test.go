@@ -171,8 +171,17 @@ func TestGreedyMatchesArgmaxOnLargeVocab(t *testing.T) {
 	}
 }
 
-// refPenalize applies bias and penalties the slow, obvious way.
+// refPenalize applies bias and penalties the slow, obvious way, to a
+// history of generated tokens only.
 func refPenalize(logits []float32, hist []int32, p Params) []float32 {
+	return refPenalizeSeq(logits, hist, 0, p)
+}
+
+// refPenalizeSeq is refPenalize for a sequence whose first prompt tokens
+// are the prompt: the repetition window spans all of seq, the counts only
+// seq[prompt:].
+func refPenalizeSeq(logits []float32, seq []int32, prompt int, p Params) []float32 {
+	hist := seq[prompt:]
 	z := slices.Clone(logits)
 	for id, b := range p.LogitBias {
 		if int(id) < len(z) {
@@ -187,9 +196,9 @@ func refPenalize(logits []float32, hist []int32, p Params) []float32 {
 	if lastN == 0 {
 		lastN = DefaultRepeatLastN
 	}
-	window := hist
-	if lastN >= 0 && len(hist) > lastN {
-		window = hist[len(hist)-lastN:]
+	window := seq
+	if lastN >= 0 && len(seq) > lastN {
+		window = seq[len(seq)-lastN:]
 	}
 	inWin := map[int32]bool{}
 	for _, t := range window {
@@ -198,6 +207,11 @@ func refPenalize(logits []float32, hist []int32, p Params) []float32 {
 	count := map[int32]int{}
 	for _, t := range hist {
 		count[t]++
+	}
+	for t := range inWin {
+		if _, ok := count[t]; !ok {
+			count[t] = 0
+		}
 	}
 	for t, c := range count {
 		if t < 0 || int(t) >= len(z) {
@@ -211,7 +225,7 @@ func refPenalize(logits []float32, hist []int32, p Params) []float32 {
 				v /= rp
 			}
 		}
-		if p.FrequencyPenalty != 0 || p.PresencePenalty != 0 {
+		if c > 0 {
 			v -= float32(c)*p.FrequencyPenalty + p.PresencePenalty
 		}
 		z[t] = v
@@ -529,7 +543,7 @@ func TestPenalties(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := mustNew(t, tc.p, len(tc.z))
 			orig := slices.Clone(tc.z)
-			got := s.adjust(tc.z, tc.hist)
+			got := s.adjust(tc.z, tc.hist, 0)
 			if !slices.Equal(got, tc.want) {
 				t.Fatalf("adjusted logits %v, want %v", got, tc.want)
 			}
@@ -545,8 +559,68 @@ func TestPenalties(t *testing.T) {
 				}
 			}
 			// A second call must give the same result (scratch reset).
-			if again := s.adjust(tc.z, tc.hist); !slices.Equal(again, tc.want) {
+			if again := s.adjust(tc.z, tc.hist, 0); !slices.Equal(again, tc.want) {
 				t.Fatalf("second call gave %v", again)
+			}
+		})
+	}
+}
+
+// TestPenaltiesPromptAndOutput checks which part of a sequence each penalty
+// sees (SampleSeq): the repetition penalty its last RepeatLastN tokens,
+// prompt included; presence and frequency penalties the generated tokens
+// only.
+func TestPenaltiesPromptAndOutput(t *testing.T) {
+	cases := []struct {
+		name   string
+		p      Params
+		z      []float32
+		seq    []int32
+		prompt int
+		want   []float32
+	}{
+		{"repeat sees the prompt", Params{RepeatPenalty: 2},
+			[]float32{4, 4, 4}, []int32{0, 1}, 2, []float32{2, 2, 4}},
+		{"repeat sees prompt and output", Params{RepeatPenalty: 2},
+			[]float32{4, 4, 4}, []int32{0, 2}, 1, []float32{2, 4, 2}},
+		{"repeat window reaches back into the prompt", Params{RepeatPenalty: 2, RepeatLastN: 2},
+			[]float32{4, 4, 4}, []int32{0, 1, 2}, 2, []float32{4, 2, 2}},
+		{"repeat window ends before an old prompt token", Params{RepeatPenalty: 2, RepeatLastN: 1},
+			[]float32{4, 4, 4}, []int32{0, 1, 2}, 2, []float32{4, 4, 2}},
+		{"repeat whole sequence", Params{RepeatPenalty: 2, RepeatLastN: -1},
+			[]float32{4, 4, 4}, []int32{0, 1, 2}, 1, []float32{2, 2, 2}},
+		{"presence ignores the prompt", Params{PresencePenalty: 1},
+			[]float32{1, 1, 1}, []int32{0, 1, 1}, 2, []float32{1, 0, 1}},
+		{"frequency counts output occurrences only", Params{FrequencyPenalty: 0.5},
+			[]float32{1, 1}, []int32{0, 0, 0, 0}, 2, []float32{0, 1}},
+		{"prompt only: no presence or frequency", Params{PresencePenalty: 1, FrequencyPenalty: 1},
+			[]float32{1, 1}, []int32{0, 1}, 2, []float32{1, 1}},
+		{"prompt token in the window, not in the output", Params{RepeatPenalty: 2, PresencePenalty: 1},
+			[]float32{4, 4, 4}, []int32{0, 1}, 1, []float32{2, 1, 4}},
+		{"all three on prompt and output", Params{RepeatPenalty: 2, FrequencyPenalty: 1, PresencePenalty: 1},
+			[]float32{6, -2, 3}, []int32{2, 0, 0, 1}, 2, []float32{6/2 - 1 - 1, -2*2 - 1 - 1, 3.0 / 2}},
+		{"no prompt is Sample", Params{RepeatPenalty: 2, FrequencyPenalty: 1},
+			[]float32{4, 4}, []int32{0, 0}, 0, []float32{0, 4}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := mustNew(t, tc.p, len(tc.z))
+			got := s.adjust(tc.z, tc.seq, tc.prompt)
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("adjusted logits %v, want %v", got, tc.want)
+			}
+			if ref := refPenalizeSeq(tc.z, tc.seq, tc.prompt, tc.p); !slices.Equal(ref, tc.want) {
+				t.Fatalf("reference gives %v (test table wrong?)", ref)
+			}
+			for i, c := range s.counts {
+				if c != 0 {
+					t.Fatalf("counts[%d] = %d left behind", i, c)
+				}
+			}
+			// The greedy choice follows the adjusted logits.
+			want := int32(slices.Index(tc.want, slices.Max(tc.want)))
+			if tok, _ := s.SampleSeq(tc.z, tc.seq, tc.prompt); tok != want {
+				t.Fatalf("SampleSeq = %d, want %d", tok, want)
 			}
 		})
 	}
