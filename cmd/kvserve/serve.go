@@ -26,6 +26,7 @@ import (
 	"github.com/kvserve/kvserve/internal/api/openai"
 	"github.com/kvserve/kvserve/internal/batch"
 	"github.com/kvserve/kvserve/internal/chat"
+	"github.com/kvserve/kvserve/internal/constrain"
 	"github.com/kvserve/kvserve/internal/engine"
 	"github.com/kvserve/kvserve/internal/gguf"
 	"github.com/kvserve/kvserve/internal/grammar"
@@ -235,7 +236,16 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 		return fmt.Errorf("serve: %w", err)
 	}
 	defer closeFwd()
+	var grammarOpts grammar.Options
+	if loaded.synthetic || o.engine == "sim" {
+		// Random weights (and the simulator) almost never pick the token
+		// that closes a JSON string: bound free strings so constrained
+		// output ends.
+		grammarOpts.MaxStringLength = 32
+	}
+	constraints := constrain.New(loaded.tok, loaded.tmpl, grammarOpts)
 	e, err := engine.New(fwd, engine.Config{
+		Constraints:        constraints,
 		KVNoStorage:        o.engine == "sim",
 		MaxBatchTokens:     o.maxBatchTokens,
 		MaxRunning:         o.maxRunning,
@@ -257,17 +267,12 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 	ctxLen := min(ec.MaxContext, e.KV().NumBlocks()*ec.BlockSize)
 	served := &api.Model{
 		ID: loaded.id, Aliases: o.modelAliases, Description: loaded.description, Synthetic: loaded.synthetic,
-		ContextLength: ctxLen, Backend: e, Tokenizer: loaded.tok, Template: loaded.tmpl,
-	}
-	if loaded.synthetic {
-		// Random weights almost never pick the token that closes a JSON
-		// string: bound free strings so constrained output ends.
-		served.Grammar = grammar.Options{MaxStringLength: 32}
+		ContextLength: ctxLen, Backend: api.LocalBackend(e), Tokenizer: loaded.tok, Template: loaded.tmpl,
 	}
 	srv.SetModel(served)
 	// Agents' first requests come together and most carry tools: build the
 	// constraint vocabulary now rather than on the first of them.
-	srv.PrepareConstraints()
+	constraints.Prepare()
 	fmt.Fprintf(stderr, "kvserve: serving %q on http://%s: context %d tokens, KV cache %s (%d blocks of %d tokens, %s)\n",
 		loaded.id, ln.Addr(), ctxLen, formatBytes(kvMemory), e.KV().NumBlocks(), ec.BlockSize, kvType)
 	if loaded.synthetic {

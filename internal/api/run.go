@@ -118,7 +118,7 @@ type Run struct {
 	model   *Model
 	req     *Request
 	prompt  *Prompt
-	stream  *engine.Stream
+	stream  Stream
 	samples []sampleState
 	outs    []engine.Output
 	events  []Event
@@ -179,24 +179,24 @@ func (c *Call) Start(req *Request) (*Run, error) {
 		maxTokens = min(req.MaxTokens, maxTokens)
 	}
 	n := max(req.N, 1)
-	newProc, err := constraint(m, req, p, n)
-	if err != nil {
-		return nil, err
-	}
+	constraint, param := constraintFor(m, req, p)
 	er := engine.Request{
-		Prompt:       p.Tokens,
-		Segments:     p.Segments,
-		MaxTokens:    maxTokens,
-		Sampling:     req.Sampling,
-		IgnoreEOS:    req.IgnoreEOS,
-		N:            n,
-		NewProcessor: newProc,
-		Priority:     req.Priority,
-		Scope:        c.Identity.Tenant,
-		Hints:        req.Hints,
+		Prompt:     p.Tokens,
+		Segments:   p.Segments,
+		MaxTokens:  maxTokens,
+		Sampling:   req.Sampling,
+		IgnoreEOS:  req.IgnoreEOS,
+		N:          n,
+		Constraint: constraint,
+		Priority:   req.Priority,
+		Scope:      c.Identity.Tenant,
+		Hints:      req.Hints,
 	}
 	c.submitted = time.Now()
 	st, err := m.Backend.Submit(c.Context(), er)
+	if ce := (*engine.ConstraintError)(nil); errors.As(err, &ce) {
+		return nil, InvalidParam(param, "cannot constrain the output: %v", ce.Err)
+	}
 	if err != nil {
 		return nil, AsError(err)
 	}

@@ -18,17 +18,44 @@ import (
 
 	"github.com/kvserve/kvserve/internal/chat"
 	"github.com/kvserve/kvserve/internal/engine"
-	"github.com/kvserve/kvserve/internal/grammar"
 	"github.com/kvserve/kvserve/internal/tokenizer"
 )
 
-// Backend runs token-space requests. *engine.Engine satisfies it; a router
-// over several engines will too.
+// Backend runs token-space requests: the local engine (LocalBackend), and
+// anything that can take a request as data and send its outputs back — a
+// router, a remote worker. Submit's errors are the engine's (ErrQueueFull,
+// ErrTooLong, ErrInvalid, *engine.ConstraintError, ...).
 type Backend interface {
-	Submit(ctx context.Context, r engine.Request) (*engine.Stream, error)
+	Submit(ctx context.Context, r engine.Request) (Stream, error)
 }
 
-var _ Backend = (*engine.Engine)(nil)
+// Stream is a submitted request's outputs, as plain events.
+type Stream interface {
+	// Recv returns the next outputs (at least one), waiting as needed;
+	// engine.ErrDone once every sample has finished and been read.
+	Recv(ctx context.Context, dst []engine.Output) ([]engine.Output, error)
+	// Usage is the request's token counts so far.
+	Usage() engine.Usage
+	// Ended is when the last output was produced (zero until then).
+	Ended() time.Time
+	// Cancel stops the request.
+	Cancel()
+}
+
+// LocalBackend serves requests on an engine in this process.
+func LocalBackend(e *engine.Engine) Backend { return localBackend{e} }
+
+type localBackend struct{ e *engine.Engine }
+
+func (b localBackend) Submit(ctx context.Context, r engine.Request) (Stream, error) {
+	s, err := b.e.Submit(ctx, r)
+	if err != nil {
+		return nil, err // not a typed nil in the interface
+	}
+	return s, nil
+}
+
+var _ Stream = (*engine.Stream)(nil)
 
 // Model is a served model: the backend that runs it and what the API needs
 // to turn text into its tokens and back.
@@ -55,12 +82,6 @@ type Model struct {
 	Tokenizer     *tokenizer.Tokenizer
 	// Template renders chat conversations (nil: chat requests are refused).
 	Template *chat.Template
-	// Grammar tunes the grammars that enforce response formats and forced
-	// tool calls (zero: the grammar package's defaults). A random-weight
-	// model needs MaxStringLength to close its strings.
-	Grammar grammar.Options
-
-	state *modelState // set by SetModel
 }
 
 // Config configures a Server. The zero value of every field means its
@@ -189,22 +210,9 @@ func (s *Server) SetModel(m *Model) {
 		if c.Created.IsZero() {
 			c.Created = time.Now()
 		}
-		c.state = &modelState{}
 		m = &c
 	}
 	s.model.Store(m)
-}
-
-// PrepareConstraints builds now what the served model's first constrained
-// request (a json_object or json_schema response format, a forced tool
-// call) would otherwise build while every constrained request behind it
-// waits: the grammar vocabulary, a trie of every token's bytes (a
-// 152k-token vocabulary: ~50 ms and ~24 MB). A server that serves agents
-// calls it once the model is set; without a model it does nothing.
-func (s *Server) PrepareConstraints() {
-	if m := s.model.Load(); m != nil && m.state != nil {
-		m.state.vocabulary(m)
-	}
 }
 
 // Ready reports whether a model is loaded.

@@ -121,6 +121,9 @@ type Config struct {
 	Events *kv.EventLog
 	// Clock is the engine's time (default: the real clock).
 	Clock Clock
+	// Constraints compiles requests' output constraints for the model
+	// (nil: constrained requests are refused).
+	Constraints ConstraintCompiler
 }
 
 func (c Config) withDefaults(shape batch.Shape) Config {
@@ -165,11 +168,13 @@ type Engine struct {
 	salts sync.Map // scope → kv.Hash
 	m     *metrics
 
-	inbox   inbox
-	wake    chan struct{} // a submission arrived (capacity 1)
-	waiting atomic.Int64  // requests submitted and not yet finished admission
-	stop    context.CancelFunc
-	done    chan struct{}
+	inbox inbox
+	// constraints caches compiled constraints (Submit, any goroutine).
+	constraints constraintCache
+	wake        chan struct{} // a submission arrived (capacity 1)
+	waiting     atomic.Int64  // requests submitted and not yet finished admission
+	stop        context.CancelFunc
+	done        chan struct{}
 	// stepped: no step loop; the caller runs Step (NewStepped).
 	stepped   bool
 	closeOnce sync.Once
@@ -214,6 +219,7 @@ type inbox struct {
 type request struct {
 	Request
 	stream   *Stream
+	procs    []LogitsProcessor // of each sample, when constrained
 	order    uint64
 	forked   bool
 	admitted bool
@@ -343,7 +349,12 @@ func (e *Engine) Submit(ctx context.Context, r Request) (*Stream, error) {
 		e.waiting.Add(-1)
 		return nil, err
 	}
-	req := &request{Request: r, stream: newStream(ctx, r.N, e.clock)}
+	procs, err := e.processors(&r)
+	if err != nil {
+		e.waiting.Add(-1)
+		return nil, err
+	}
+	req := &request{Request: r, procs: procs, stream: newStream(ctx, r.N, e.clock)}
 	req.stream.usage.PromptTokens = len(r.Prompt)
 	e.inbox.mu.Lock()
 	if e.inbox.closed {
@@ -555,8 +566,8 @@ func (e *Engine) enqueue(r *request) {
 		return
 	}
 	s := &seqState{req: r, tokens: slices.Clone(r.Prompt), sampler: sampler, order: r.order}
-	if r.NewProcessor != nil {
-		s.proc = r.NewProcessor(0)
+	if r.procs != nil {
+		s.proc = r.procs[0]
 	}
 	e.insertWaiting(s)
 }

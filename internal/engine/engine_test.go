@@ -425,15 +425,17 @@ func (a *allowOnly) Accept(tok int32) { a.pos++ }
 
 func TestLogitsProcessorConstrainsEachSample(t *testing.T) {
 	m := sharedModel(t, "tiny-f32.gguf")
-	e, err := newTestEngine(t, m, model.ForwarderOptions{Threads: 1, KVType: tensor.F16}, Config{})
+	forced := [][]int32{{10, 11, 12}, {20, 21, 22}}
+	next := 0
+	e, err := newTestEngine(t, m, model.ForwarderOptions{Threads: 1, KVType: tensor.F16}, Config{
+		Constraints: testCompiler{"forced": func() LogitsProcessor { next++; return &allowOnly{seq: forced[next-1]} }}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer e.Close()
-	forced := [][]int32{{10, 11, 12}, {20, 21, 22}}
 	st, err := e.Submit(context.Background(), Request{Prompt: []int32{5, 6, 7}, MaxTokens: 3, N: 2,
-		Sampling:     sample.Params{Temperature: 1, Seed: 3},
-		NewProcessor: func(i int) LogitsProcessor { return &allowOnly{seq: forced[i]} }})
+		Sampling:   sample.Params{Temperature: 1, Seed: 3},
+		Constraint: &Constraint{Kind: "forced"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -462,13 +464,14 @@ func (fixedLogits) Accept(int32) {}
 // frequency penalties only the generated tokens.
 func TestPenaltiesSeePromptOrOutput(t *testing.T) {
 	m := sharedModel(t, "tiny-f32.gguf")
-	e, err := newTestEngine(t, m, model.ForwarderOptions{Threads: 1, KVType: tensor.F16}, Config{})
+	// Token 5 is in the prompt and scores best, then 9, then 11.
+	scores := fixedLogits{5: 3, 9: 2, 11: 1}
+	e, err := newTestEngine(t, m, model.ForwarderOptions{Threads: 1, KVType: tensor.F16}, Config{
+		Constraints: testCompiler{"scores": func() LogitsProcessor { return scores }}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer e.Close()
-	// Token 5 is in the prompt and scores best, then 9, then 11.
-	scores := fixedLogits{5: 3, 9: 2, 11: 1}
 	tests := []struct {
 		name string
 		p    sample.Params
@@ -482,7 +485,7 @@ func TestPenaltiesSeePromptOrOutput(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			st, err := e.Submit(context.Background(), Request{Prompt: []int32{4, 5, 6}, MaxTokens: 2, IgnoreEOS: true,
-				Sampling: tt.p, NewProcessor: func(int) LogitsProcessor { return scores }})
+				Sampling: tt.p, Constraint: &Constraint{Kind: "scores"}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -645,13 +648,14 @@ func (maskAll) Accept(int32) {}
 // instead of bringing the engine down, and that the engine serves on.
 func TestNoUsableLogitsEndsWithError(t *testing.T) {
 	m := sharedModel(t, "tiny-f32.gguf")
-	e, err := newTestEngine(t, m, model.ForwarderOptions{Threads: 1, KVType: tensor.F16}, Config{})
+	e, err := newTestEngine(t, m, model.ForwarderOptions{Threads: 1, KVType: tensor.F16}, Config{
+		Constraints: testCompiler{"mask all": func() LogitsProcessor { return maskAll{} }}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer e.Close()
 	st, err := e.Submit(context.Background(), Request{Prompt: []int32{5, 6, 7}, MaxTokens: 3,
-		NewProcessor: func(int) LogitsProcessor { return maskAll{} }})
+		Constraint: &Constraint{Kind: "mask all"}})
 	if err != nil {
 		t.Fatal(err)
 	}

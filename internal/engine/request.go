@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"sync"
 	"time"
@@ -49,16 +50,17 @@ func (r Retention) String() string {
 
 // Segment tags prompt tokens [Start, End) with a retention class.
 type Segment struct {
-	Start, End int
-	Retention  Retention
+	Start     int       `json:"start"`
+	End       int       `json:"end"`
+	Retention Retention `json:"retention"`
 }
 
 // Hints are optional per-request signals from the client.
 type Hints struct {
-	SessionID            string
-	Retention            Retention
-	TTL                  time.Duration
-	ExpectedOutputTokens int
+	SessionID            string        `json:"session_id,omitempty"`
+	Retention            Retention     `json:"retention,omitempty"`
+	TTL                  time.Duration `json:"ttl_ns,omitempty"`
+	ExpectedOutputTokens int           `json:"expected_output_tokens,omitempty"`
 }
 
 // LogitsProcessor constrains or reshapes one sample's next-token
@@ -75,29 +77,30 @@ type LogitsProcessor interface {
 // into it.
 type Request struct {
 	// Prompt is the full prompt, special tokens included.
-	Prompt []int32
+	Prompt []int32 `json:"prompt"`
 	// Segments classify spans of Prompt (optional). The KV pool records
 	// each block's class (kv.Class, see blockClasses) for the tiering
 	// work's eviction; tokens outside every segment take Hints.Retention.
-	Segments []Segment
+	Segments []Segment `json:"segments,omitempty"`
 	// MaxTokens bounds the generated tokens of each sample (required, ≥ 1).
-	MaxTokens int
+	MaxTokens int `json:"max_tokens"`
 	// Sampling configures the samplers; sample i of N uses Seed+i.
-	Sampling sample.Params
+	Sampling sample.Params `json:"sampling"`
 	// StopTokens end a sample in addition to the model's end-of-generation
 	// tokens (which IgnoreEOS disables).
-	StopTokens []int32
-	IgnoreEOS  bool
+	StopTokens []int32 `json:"stop_tokens,omitempty"`
+	IgnoreEOS  bool    `json:"ignore_eos,omitempty"`
 	// N is the number of samples sharing the prompt (default 1).
-	N int
-	// NewProcessor, when set, makes the LogitsProcessor of sample i.
-	NewProcessor func(i int) LogitsProcessor
+	N int `json:"n"`
+	// Constraint, when set, restricts what the samples may generate
+	// (compiled by Config.Constraints).
+	Constraint *Constraint `json:"constraint,omitempty"`
 	// Priority orders scheduling: higher first; FCFS within a priority.
-	Priority int
+	Priority int `json:"priority,omitempty"`
 	// Scope is the isolation scope (tenant) whose salt prefixes every block
 	// hash: requests of different scopes never share KV.
-	Scope string
-	Hints Hints
+	Scope string `json:"scope"`
+	Hints Hints  `json:"hints"`
 }
 
 // FinishReason says why a sample ended.
@@ -119,23 +122,55 @@ func (f FinishReason) String() string {
 // Output is one event of a request's stream: a generated token of sample
 // Index, and/or the end of that sample.
 type Output struct {
-	Index    int
-	Token    int32 // -1 when the event carries no token
-	Logprobs *sample.Logprobs
-	Finish   FinishReason
+	Index    int              `json:"index"`
+	Token    int32            `json:"token"` // -1 when the event carries no token
+	Logprobs *sample.Logprobs `json:"logprobs,omitempty"`
+	Finish   FinishReason     `json:"finish,omitempty"`
 	// Time is when the engine sampled Token (zero on events without one):
 	// exact token timings, whenever the reader gets to them.
-	Time time.Time
-	Err  error
+	Time time.Time `json:"time,omitzero"`
+	// Err says why a sample ended with FinishError. It crosses a process
+	// boundary as its message (MarshalJSON).
+	Err error `json:"-"`
+}
+
+// outputJSON is Output on the wire: the error as its message.
+type outputJSON struct {
+	outputFields
+	Err string `json:"error,omitempty"`
+}
+
+type outputFields Output // Output without its methods
+
+// MarshalJSON writes o with its error as a message.
+func (o Output) MarshalJSON() ([]byte, error) {
+	w := outputJSON{outputFields: outputFields(o)}
+	if o.Err != nil {
+		w.Err = o.Err.Error()
+	}
+	return json.Marshal(w)
+}
+
+// UnmarshalJSON reads what MarshalJSON wrote.
+func (o *Output) UnmarshalJSON(data []byte) error {
+	var w outputJSON
+	if err := json.Unmarshal(data, &w); err != nil {
+		return err
+	}
+	*o = Output(w.outputFields)
+	if w.Err != "" {
+		o.Err = errors.New(w.Err)
+	}
+	return nil
 }
 
 // Usage counts a request's tokens.
 type Usage struct {
-	PromptTokens int
+	PromptTokens int `json:"prompt_tokens"`
 	// CachedTokens of the prompt were found in the prefix cache (first
 	// admission; a preempted request's re-hits are not counted).
-	CachedTokens     int
-	CompletionTokens int
+	CachedTokens     int `json:"cached_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
 }
 
 // Stream delivers a request's outputs. The engine never blocks on it: outputs

@@ -344,8 +344,8 @@ func (e *Engine) fork(s *seqState, i int) *seqState {
 	}
 	sampler, _ := sample.New(p, e.shape.Vocab) // validated at Submit
 	t := &seqState{req: s.req, index: i, kv: s.kv.Fork(), tokens: slices.Clone(s.tokens), sampler: sampler, order: s.order}
-	if s.req.NewProcessor != nil {
-		t.proc = s.req.NewProcessor(i)
+	if s.req.procs != nil {
+		t.proc = s.req.procs[i]
 	}
 	e.running = append(e.running, t)
 	return t

@@ -1,8 +1,10 @@
 package sample
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 )
 
 // MaxTopLogprobs is the largest accepted Params.TopLogprobs (OpenAI's limit).
@@ -20,54 +22,55 @@ type Params struct {
 	// greedy: the highest logit after bias and penalties, ties going to the
 	// lowest token id; so does any value below 1e-5 (as in vLLM). Must be
 	// finite and ≥ 0.
-	Temperature float32
+	Temperature float32 `json:"temperature"`
 
 	// TopK keeps only the K most likely tokens. 0 or -1 (vLLM's spelling)
 	// disables it.
-	TopK int
+	TopK int `json:"top_k,omitempty"`
 
 	// TopP keeps the smallest set of most likely tokens whose probability at
 	// the sampling temperature sums to at least TopP. 0 and 1 disable it.
-	TopP float32
+	TopP float32 `json:"top_p"`
 
 	// MinP keeps tokens whose probability at the sampling temperature is at
 	// least MinP times the most likely token's. 0 disables it; in [0, 1].
-	MinP float32
+	MinP float32 `json:"min_p,omitempty"`
 
 	// RepeatPenalty is llama.cpp's repetition penalty: for each distinct token
 	// among the last RepeatLastN tokens of the sequence, prompt included
 	// (Sampler.SampleSeq), a positive logit is divided by it and a negative
 	// one multiplied by it. 0 and 1 disable it; otherwise it must be finite
 	// and > 0.
-	RepeatPenalty float32
+	RepeatPenalty float32 `json:"repeat_penalty,omitempty"`
 
 	// RepeatLastN is the repetition-penalty window in tokens: 0 means
 	// DefaultRepeatLastN, -1 the whole sequence.
-	RepeatLastN int
+	RepeatLastN int `json:"repeat_last_n,omitempty"`
 
 	// PresencePenalty and FrequencyPenalty are OpenAI's: a token generated
 	// c > 0 times so far (the prompt does not count) has its logit lowered
 	// by c·FrequencyPenalty + PresencePenalty. Each in [-2, 2].
-	PresencePenalty, FrequencyPenalty float32
+	PresencePenalty  float32 `json:"presence_penalty,omitempty"`
+	FrequencyPenalty float32 `json:"frequency_penalty,omitempty"`
 
 	// Seed seeds the sampler's random source: the same seed, parameters,
 	// logits and histories give the same tokens. 0 picks a random seed, which
 	// Sampler.Seed reports.
-	Seed uint64
+	Seed uint64 `json:"seed,omitempty"`
 
 	// LogitBias is added to the logits of the given token ids before
 	// everything else (as in OpenAI and llama.cpp). Ids must be in
 	// [0, vocabSize); values in [-100, 100], or -Inf to ban a token.
-	LogitBias map[int32]float32
+	LogitBias map[int32]float32 `json:"logit_bias,omitempty"`
 
 	// Logprobs asks for Logprobs.Logprob, the log-probability of the chosen
 	// token. It costs one more exponential per vocabulary entry and token, so
 	// it is off unless asked for. TopLogprobs > 0 implies it.
-	Logprobs bool
+	Logprobs bool `json:"logprobs,omitempty"`
 
 	// TopLogprobs is how many of the most likely tokens to report at each
 	// step, 0..MaxTopLogprobs.
-	TopLogprobs int
+	TopLogprobs int `json:"top_logprobs,omitempty"`
 }
 
 // validate checks p's ranges against a vocabulary of vocabSize tokens.
@@ -102,6 +105,50 @@ func (p *Params) validate(vocabSize int) error {
 		if !(b >= -100 && b <= 100) && !math.IsInf(float64(b), -1) {
 			return fmt.Errorf("sample: logit_bias for token %d must be in [-100, 100] or -Inf, got %v", id, b)
 		}
+	}
+	return nil
+}
+
+// paramsJSON is Params on the wire. JSON has no infinities, so the tokens a
+// logit bias bans (-Inf) travel as a list of their own.
+type paramsJSON struct {
+	paramsFields
+	Banned []int32 `json:"banned_tokens,omitempty"`
+}
+
+type paramsFields Params // Params without its methods
+
+// MarshalJSON writes p, its banned tokens apart from the finite biases.
+func (p Params) MarshalJSON() ([]byte, error) {
+	w := paramsJSON{paramsFields: paramsFields(p)}
+	var finite map[int32]float32
+	for id, b := range p.LogitBias {
+		if math.IsInf(float64(b), -1) {
+			w.Banned = append(w.Banned, id)
+			continue
+		}
+		if finite == nil {
+			finite = make(map[int32]float32, len(p.LogitBias))
+		}
+		finite[id] = b
+	}
+	slices.Sort(w.Banned)
+	w.LogitBias = finite
+	return json.Marshal(w)
+}
+
+// UnmarshalJSON reads what MarshalJSON wrote.
+func (p *Params) UnmarshalJSON(data []byte) error {
+	var w paramsJSON
+	if err := json.Unmarshal(data, &w); err != nil {
+		return err
+	}
+	*p = Params(w.paramsFields)
+	for _, id := range w.Banned {
+		if p.LogitBias == nil {
+			p.LogitBias = make(map[int32]float32, len(w.Banned))
+		}
+		p.LogitBias[id] = float32(math.Inf(-1))
 	}
 	return nil
 }

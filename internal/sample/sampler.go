@@ -26,8 +26,8 @@ const minTemperature = 1e-5
 
 // TokenLogprob is one entry of Logprobs.Top.
 type TokenLogprob struct {
-	Token   int32
-	Logprob float32
+	Token   int32   `json:"token"`
+	Logprob float32 `json:"logprob"`
 }
 
 // Logprobs describes one sampling step. Logprob and Top are log-softmax values
@@ -35,14 +35,14 @@ type TokenLogprob struct {
 // truncation (see the package documentation for why).
 type Logprobs struct {
 	// Token is the chosen token (as returned by Sample).
-	Token int32
+	Token int32 `json:"token"`
 	// Logprob is Token's log-probability, or NaN when neither
 	// Params.Logprobs nor Params.TopLogprobs asked for it.
-	Logprob float32
+	Logprob float32 `json:"logprob"`
 	// Top holds the Params.TopLogprobs most likely tokens, most likely first
 	// (ties: lower id first). It is the Sampler's own buffer, valid until the
 	// next call to Sample: copy it to keep it.
-	Top []TokenLogprob
+	Top []TokenLogprob `json:"top,omitempty"`
 }
 
 // biasEntry is one logit-bias entry; the Sampler keeps them sorted by id so

@@ -1,8 +1,10 @@
 package sample
 
 import (
+	"encoding/json"
 	"math"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -778,5 +780,27 @@ func TestLogprobsIdenticalAcrossPaths(t *testing.T) {
 				t.Fatalf("%+v: top logprobs %v differ from greedy's %v", p, lp.Top[:3], want[:3])
 			}
 		}
+	}
+}
+
+// TestParamsJSON: parameters cross a process boundary unchanged, a banned
+// token (bias -Inf, which JSON cannot hold) included.
+func TestParamsJSON(t *testing.T) {
+	p := Params{Temperature: 0.5, TopK: 3, TopP: 0.9, MinP: 0.1, RepeatPenalty: 1.1, RepeatLastN: -1,
+		PresencePenalty: 0.5, FrequencyPenalty: -0.5, Seed: 7, Logprobs: true, TopLogprobs: 4,
+		LogitBias: map[int32]float32{2: 1.5, 9: float32(math.Inf(-1)), 4: float32(math.Inf(-1))}}
+	data, err := json.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Params
+	if err := json.Unmarshal(data, &back); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(p, back) {
+		t.Fatalf("round trip:\n got %+v\nwant %+v\njson %s", back, p, data)
+	}
+	if err := json.Unmarshal([]byte(`{"banned_tokens":"x"}`), &back); err == nil {
+		t.Fatal("a malformed ban list was accepted")
 	}
 }

@@ -36,6 +36,7 @@ import (
 
 	"github.com/kvserve/kvserve/internal/api"
 	"github.com/kvserve/kvserve/internal/chat"
+	"github.com/kvserve/kvserve/internal/constrain"
 	"github.com/kvserve/kvserve/internal/engine"
 	"github.com/kvserve/kvserve/internal/gguf"
 	"github.com/kvserve/kvserve/internal/grammar"
@@ -199,6 +200,8 @@ func New(t testing.TB, o Options) *Env {
 	ec.EndOfGeneration = tok.EOGs()
 	ec.Registerer = reg
 	ec.ModelID = ModelName
+	// A random model rarely picks the token that closes a string.
+	ec.Constraints = constrain.New(tok, tmpl, grammar.Options{MaxStringLength: 16})
 	fwd, err := model.NewForwarder(mf.Model, model.ForwarderOptions{Threads: 1, KVType: tensor.F16})
 	if err != nil {
 		t.Fatal(err)
@@ -220,7 +223,7 @@ func New(t testing.TB, o Options) *Env {
 			t.Fatal(err)
 		}
 	}
-	rec := &Recorder{Backend: e}
+	rec := &Recorder{Backend: api.LocalBackend(e)}
 	var backend api.Backend = rec
 	if o.Wrap != nil {
 		backend = o.Wrap(rec)
@@ -228,8 +231,6 @@ func New(t testing.TB, o Options) *Env {
 	ecfg := e.Config()
 	m := &api.Model{
 		ID: ModelName, Description: "tiny random-weight test model",
-		// A random model rarely picks the token that closes a string.
-		Grammar:       grammar.Options{MaxStringLength: 16},
 		ContextLength: min(ecfg.MaxContext, e.KV().NumBlocks()*ecfg.BlockSize),
 		Backend:       backend, Tokenizer: tok, Template: tmpl,
 	}
@@ -269,7 +270,7 @@ type Recorder struct {
 }
 
 // Submit records r and submits it.
-func (r *Recorder) Submit(ctx context.Context, req engine.Request) (*engine.Stream, error) {
+func (r *Recorder) Submit(ctx context.Context, req engine.Request) (api.Stream, error) {
 	r.mu.Lock()
 	r.reqs = append(r.reqs, req)
 	r.mu.Unlock()

@@ -15,7 +15,7 @@ import (
 // failingBackend is a fake backend that refuses every request with err.
 type failingBackend struct{ err error }
 
-func (f failingBackend) Submit(context.Context, engine.Request) (*engine.Stream, error) {
+func (f failingBackend) Submit(context.Context, engine.Request) (api.Stream, error) {
 	return nil, f.err
 }
 

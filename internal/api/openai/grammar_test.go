@@ -2,6 +2,8 @@ package openai
 
 import (
 	"encoding/json"
+	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -230,4 +232,72 @@ func TestRequiredToolChoice(t *testing.T) {
 		t.Fatalf("tool_choice none produced a call: %+v", none.Choices[0])
 	}
 	env.WaitIdle(t)
+}
+
+// streamText is what a stream says per choice, however it was chunked.
+func streamText(t *testing.T, body []byte) string {
+	_, data := sseEvents(t, body)
+	text := map[int]string{}
+	for _, d := range data {
+		if d == "[DONE]" {
+			continue
+		}
+		var c struct {
+			Choices []struct {
+				Index int `json:"index"`
+				Delta struct {
+					Content string `json:"content"`
+				} `json:"delta"`
+				FinishReason *string `json:"finish_reason"`
+			} `json:"choices"`
+		}
+		if err := json.Unmarshal([]byte(d), &c); err != nil {
+			t.Fatalf("chunk %s: %v", d, err)
+		}
+		for _, ch := range c.Choices {
+			text[ch.Index] += ch.Delta.Content
+			if ch.FinishReason != nil {
+				text[ch.Index] += "|" + *ch.FinishReason
+			}
+		}
+	}
+	return fmt.Sprint(text)
+}
+
+// TestOverTheWire: what crosses from the API to the engine and back is
+// plain data. The same constrained requests, streamed and not, give the
+// same bytes when every request and output goes through JSON on the way
+// (as to a remote worker) as when they do not.
+func TestOverTheWire(t *testing.T) {
+	direct := newEnv(t, apitest.Options{})
+	wired := newEnv(t, apitest.Options{Wrap: apitest.Wire})
+	bodies := []map[string]any{
+		{"model": apitest.ModelName, "messages": userMsg("Weather in Paris?"), "max_tokens": 200, "seed": 5,
+			"tools": []any{weatherTool, timeTool}, "tool_choice": "required", "logprobs": true, "top_logprobs": 2},
+		{"model": apitest.ModelName, "messages": userMsg("Reply in JSON."), "max_tokens": 100, "seed": 3, "n": 2,
+			"response_format": map[string]any{"type": "json_object"}, "stream": true},
+		{"model": apitest.ModelName, "messages": userMsg("Hi."), "max_tokens": 12, "temperature": 0, "stop": []string{"."},
+			"presence_penalty": 0.5, "logit_bias": map[string]any{"5": -100}},
+	}
+	// Response ids and creation times differ between runs.
+	volatile := regexp.MustCompile(`"(id|created|system_fingerprint)":("[^"]*"|[0-9]+)|"call_[A-Za-z0-9]+"|"kvserve":\{[^}]*\}`)
+	for i, b := range bodies {
+		var got [2]string
+		for j, env := range []*apitest.Env{direct, wired} {
+			status, data, _ := post(t, env.URL("/v1/chat/completions"), b)
+			if status != 200 {
+				t.Fatalf("request %d, env %d: status %d: %s", i, j, status, data)
+			}
+			got[j] = volatile.ReplaceAllString(string(data), "")
+			if b["stream"] == true {
+				got[j] = streamText(t, data)
+			}
+		}
+		if got[0] != got[1] {
+			t.Errorf("request %d differs over the wire:\ndirect %s\nwired  %s", i, got[0], got[1])
+		}
+	}
+	if n := len(wired.Recorder.Requests()); n != len(bodies) {
+		t.Fatalf("%d requests reached the wired backend, want %d", n, len(bodies))
+	}
 }

@@ -1,4 +1,4 @@
-package grammar_test
+package constrain_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvserve/kvserve/internal/constrain"
 	"github.com/kvserve/kvserve/internal/engine"
 	"github.com/kvserve/kvserve/internal/gguf"
 	"github.com/kvserve/kvserve/internal/grammar"
@@ -21,9 +22,9 @@ import (
 var _ engine.LogitsProcessor = (*grammar.Matcher)(nil)
 
 // TestEngineGeneratesSchemaInstances runs the real engine with the tiny
-// random-weight model and a Matcher per sample: every sample must end by
-// itself (end-of-generation, not the length limit) with an instance of
-// the schema.
+// random-weight model and a JSON-schema constraint the engine compiles with
+// this package: every sample must end by itself (end-of-generation, not the
+// length limit) with an instance of the schema.
 func TestEngineGeneratesSchemaInstances(t *testing.T) {
 	_, file, _, _ := runtime.Caller(0)
 	f, err := gguf.Open(filepath.Join(filepath.Dir(file), "..", "..", "..", "shared", "models", "tiny-f32.gguf"))
@@ -44,7 +45,8 @@ func TestEngineGeneratesSchemaInstances(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fwd.Close()
-	e, err := engine.New(fwd, engine.Config{EndOfGeneration: tok.EOGs()})
+	compiler := constrain.New(tok, nil, grammar.Options{})
+	e, err := engine.New(fwd, engine.Config{EndOfGeneration: tok.EOGs(), Constraints: compiler})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,16 +58,11 @@ func TestEngineGeneratesSchemaInstances(t *testing.T) {
 		"name":{"type":"string","maxLength":6},
 		"ok":{"type":"boolean"}
 	},"required":["id","kind","name","ok"]}`
-	g, err := grammar.FromJSONSchema([]byte(schema))
-	if err != nil {
-		t.Fatal(err)
-	}
-	v := grammar.NewVocab(tok)
 	const n = 4
 	st, err := e.Submit(context.Background(), engine.Request{
 		Prompt: []int32{1, 40, 50, 60}, MaxTokens: 200, N: n,
-		Sampling:     sample.Params{Temperature: 1, Seed: 5},
-		NewProcessor: func(int) engine.LogitsProcessor { return g.NewMatcher(v) },
+		Sampling:   sample.Params{Temperature: 1, Seed: 5},
+		Constraint: &engine.Constraint{Kind: engine.ConstraintJSONSchema, Schema: json.RawMessage(schema)},
 	})
 	if err != nil {
 		t.Fatal(err)
