@@ -36,7 +36,7 @@ run() { # engine workload -> json file
 }
 
 printf '%-6s %-6s %12s %14s\n' workload engine ttft_p50_ms output_tok_s
-for w in chat agent; do
+for w in ${WORKLOADS:-chat agent}; do
 	for e in model sim; do
 		run $e $w "$WORK/$w-$e.json"
 		python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print("%-6s %-6s %12.1f %14.1f" % (sys.argv[2], sys.argv[3], r["ttft_ms"]["p50"], r["output_tokens_per_s"]))' "$WORK/$w-$e.json" $w $e

@@ -62,6 +62,7 @@ type serveOptions struct {
 	engine          string
 	simProfile      string
 	simSeed         uint64
+	recordPasses    string
 }
 
 // syntheticShape is the shape of the model generated when no --model is
@@ -125,6 +126,7 @@ Each tenant's KV cache is isolated from every other's.`,
 	f.StringVar(&o.engine, "engine", "model", "what computes the tokens: model (the real forward pass) or sim (the simulator: the same scheduler and KV manager, a forward pass that only spends the modelled time of the real one; its output is NOT language)")
 	f.StringVar(&o.simProfile, "sim-profile", "", "with --engine sim: the cost profile from kvserve sim calibrate (default: a built-in profile measured on SmolLM2-135M Q8_0, scaled to the model's size)")
 	f.Uint64Var(&o.simSeed, "sim-seed", 0, "with --engine sim: varies the simulated output tokens")
+	f.StringVar(&o.recordPasses, "record-passes", "", "append every forward pass's shape and duration to this file as JSON lines, to fit the simulator to real traffic (kvserve sim calibrate --passes FILE)")
 	f.StringVar(&o.pprofAddr, "pprof-addr", "", "serve Go's profiling endpoints (/debug/pprof/: CPU, block, mutex, heap, execution trace) on this separate address, e.g. 127.0.0.1:6060 (default: off)")
 	return cmd
 }
@@ -236,6 +238,15 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 		return fmt.Errorf("serve: %w", err)
 	}
 	defer closeFwd()
+	if o.recordPasses != "" {
+		rec, closeRec, err := recordPasses(fwd, o.recordPasses)
+		if err != nil {
+			shutdownHTTP(hs, time.Second)
+			return fmt.Errorf("serve: %w", err)
+		}
+		defer closeRec()
+		fwd = rec
+	}
 	var grammarOpts grammar.Options
 	if loaded.synthetic || o.engine == "sim" {
 		// Random weights (and the simulator) almost never pick the token

@@ -3,7 +3,9 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -33,6 +35,7 @@ func newSimCalibrateCmd() *cobra.Command {
 		threads, maxBatchTokens             int
 		copts                               sim.CalibrateOptions
 		showPasses                          bool
+		passFiles                           []string
 	)
 	cmd := &cobra.Command{
 		Use:   "calibrate --model FILE.gguf -o profile.json [flags]",
@@ -40,7 +43,8 @@ func newSimCalibrateCmd() *cobra.Command {
 		Long: `Runs the real engine on the model — prompts of many lengths alone, then batches of 1 to
 --max-batch decoding at short and long contexts — times every forward pass and fits the
 simulator's cost model to them: a fixed cost per pass, a cost per prompt token, per decoding
-sequence and per attended KV position. Writes the profile (with the model's shape and how well
+sequence and per attended KV position (prompt and decode apart). With --passes, the passes a server
+recorded on real traffic (kvserve serve --record-passes) are fitted too. Writes the profile (with the model's shape and how well
 the fit reproduces the measured passes) as JSON for kvserve serve --engine sim --sim-profile.
 
 Calibrate with the settings you serve with (--threads, --max-batch-tokens, --kv-cache-type),
@@ -65,6 +69,16 @@ on a quiet machine.`,
 				return fmt.Errorf("sim calibrate: %w", err)
 			}
 			defer fwd.Close()
+			for _, pf := range passFiles {
+				ps, err := readPasses(pf)
+				if err != nil {
+					return fmt.Errorf("sim calibrate: %w", err)
+				}
+				copts.Extra = append(copts.Extra, ps...)
+			}
+			if copts.OnlyExtra && len(copts.Extra) == 0 {
+				return fmt.Errorf("sim calibrate: --only-passes needs --passes")
+			}
 			copts.Progress = func(phase string) { fmt.Fprintf(stderr, "kvserve: calibrating: %s\n", phase) }
 			p, passes, err := sim.Calibrate(cmd.Context(), fwd, engine.Config{MaxBatchTokens: maxBatchTokens, KVMemoryBytes: 1 << 30}, copts)
 			if err != nil {
@@ -105,7 +119,9 @@ on a quiet machine.`,
 	f.StringVar(&kvType, "kv-cache-type", "f16", "KV cache element type, as served: f16, f32, q8_0")
 	f.IntVar(&copts.MaxPrompt, "max-prompt", 2048, "longest prompt measured")
 	f.IntVar(&copts.MaxBatch, "max-batch", 32, "most sequences decoded together")
-	f.BoolVar(&showPasses, "passes", false, "print every measured pass as a JSON line on stdout")
+	f.BoolVar(&showPasses, "print-passes", false, "print every measured pass as a JSON line on stdout")
+	f.StringArrayVar(&passFiles, "passes", nil, "also fit the passes a server recorded on this model (serve --record-passes FILE; repeatable)")
+	f.BoolVar(&copts.OnlyExtra, "only-passes", false, "fit the --passes files alone, without running the calibration workload")
 	return cmd
 }
 
@@ -123,4 +139,49 @@ func cpuModel() string {
 		}
 	}
 	return runtime.GOARCH
+}
+
+// recordPasses wraps fwd so that every pass is appended to path as a JSON
+// line (sim.Pass); the returned func flushes and closes the file, after
+// the engine has stopped.
+func recordPasses(fwd engine.Forwarder, path string) (engine.Forwarder, func(), error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--record-passes: %w", err)
+	}
+	w := bufio.NewWriter(f)
+	enc := json.NewEncoder(w)
+	failed := false
+	rec := sim.NewStreamingRecorder(fwd, func(p sim.Pass) {
+		// Called from the step loop only: no lock needed. A write error
+		// stops the recording, not the serving.
+		if !failed && enc.Encode(p) != nil {
+			failed = true
+		}
+	})
+	return rec, func() {
+		w.Flush()
+		f.Close()
+	}, nil
+}
+
+// readPasses reads the JSON lines --record-passes wrote.
+func readPasses(path string) ([]sim.Pass, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []sim.Pass
+	dec := json.NewDecoder(bufio.NewReader(f))
+	for {
+		var p sim.Pass
+		if err := dec.Decode(&p); err != nil {
+			if errors.Is(err, io.EOF) {
+				return out, nil
+			}
+			return nil, fmt.Errorf("%s: pass %d: %w", path, len(out)+1, err)
+		}
+		out = append(out, p)
+	}
 }

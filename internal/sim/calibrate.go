@@ -22,6 +22,12 @@ type CalibrateOptions struct {
 	Seed uint64
 	// Progress, when set, hears each phase's name.
 	Progress func(phase string)
+	// Extra are passes measured elsewhere on the same model and settings
+	// (a server's real traffic, recorded with serve --record-passes), fitted
+	// together with the calibration's own.
+	Extra []Pass
+	// OnlyExtra fits Extra alone: the calibration workload does not run.
+	OnlyExtra bool
 }
 
 // Calibrate measures the real engine on f — prompts of many lengths alone,
@@ -31,6 +37,13 @@ type CalibrateOptions struct {
 // chunks). The profile's Model, CPU, Threads and WeightBytes are the
 // caller's to fill in.
 func Calibrate(ctx context.Context, f forwarder, cfg engine.Config, o CalibrateOptions) (*Profile, []Pass, error) {
+	if o.OnlyExtra {
+		cost, report, err := Fit(o.Extra)
+		if err != nil {
+			return nil, o.Extra, err
+		}
+		return &Profile{Shape: ShapeOf(f.Shape()), Cost: cost, Fit: report}, o.Extra, nil
+	}
 	rec := NewRecorder(f)
 	e, err := engine.New(rec, cfg)
 	if err != nil {
@@ -115,7 +128,7 @@ func Calibrate(ctx context.Context, f forwarder, cfg engine.Config, o CalibrateO
 			}
 		}
 	}
-	passes := rec.Passes()
+	passes := append(rec.Passes(), o.Extra...)
 	cost, report, err := Fit(passes)
 	if err != nil {
 		return nil, passes, err

@@ -20,12 +20,21 @@ type forwarder interface {
 // engine schedules as it would without it.
 type Recorder struct {
 	inner forwarder
+	sink  func(Pass)
 	mu    sync.Mutex
 	rec   []Pass
 }
 
-// NewRecorder wraps f.
+// NewRecorder wraps f, keeping the passes in memory (Passes).
 func NewRecorder(f forwarder) *Recorder { return &Recorder{inner: f} }
+
+// NewStreamingRecorder wraps f and hands each pass to sink (from the
+// engine's step loop; it must be quick) instead of keeping it: a server
+// that records its real traffic for a later fit (`kvserve sim calibrate
+// --passes`) runs for days.
+func NewStreamingRecorder(f forwarder, sink func(Pass)) *Recorder {
+	return &Recorder{inner: f, sink: sink}
+}
 
 // Shape is the wrapped pass's shape.
 func (r *Recorder) Shape() batch.Shape { return r.inner.Shape() }
@@ -37,8 +46,13 @@ func (r *Recorder) Forward(ctx context.Context, seqs []batch.Seq) error {
 	err := r.inner.Forward(ctx, seqs)
 	d := time.Since(start)
 	if err == nil {
+		p := Pass{Features: f, Duration: d}
+		if r.sink != nil {
+			r.sink(p)
+			return nil
+		}
 		r.mu.Lock()
-		r.rec = append(r.rec, Pass{Features: f, Duration: d})
+		r.rec = append(r.rec, p)
 		r.mu.Unlock()
 	}
 	return err
