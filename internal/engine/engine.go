@@ -479,6 +479,9 @@ func (e *Engine) step(ctx context.Context) bool {
 	e.drainSubmissions()
 	e.reapCancelled()
 	if !e.schedule() {
+		// What was reaped (cancelled, finished) shows in the counts now,
+		// not at the next pass.
+		e.updateGauges()
 		return false
 	}
 	if err := e.forward(ctx); err != nil {
