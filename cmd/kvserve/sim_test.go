@@ -1,0 +1,69 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/kvserve/kvserve/internal/api/apitest"
+	"github.com/kvserve/kvserve/internal/sim"
+)
+
+// TestSimCalibrateAndReplay: calibrate on the tiny model gives a profile
+// the simulator accepts, serve takes it, and replay runs a trace with it.
+func TestSimCalibrateAndReplay(t *testing.T) {
+	dir := t.TempDir()
+	profile := filepath.Join(dir, "profile.json")
+	run := func(args ...string) string {
+		t.Helper()
+		cmd := newRootCmd()
+		var out, errOut bytes.Buffer
+		cmd.SetOut(&out)
+		cmd.SetErr(&errOut)
+		cmd.SetArgs(args)
+		if err := cmd.ExecuteContext(context.Background()); err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, errOut.String())
+		}
+		return out.String()
+	}
+	run("sim", "calibrate", "-m", apitest.ModelFile(t), "-o", profile, "-t", "1", "--max-prompt", "64", "--max-batch", "4")
+	p, err := sim.ReadProfile(profile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Fit == nil || p.Fit.Passes < 20 || p.Threads != 1 || p.WeightBytes == 0 {
+		t.Fatalf("profile %+v", p)
+	}
+
+	_, file, _, _ := runtime.Caller(0)
+	trace := filepath.Join(filepath.Dir(file), "..", "..", "..", "shared", "traces", "mooncake_fast25_conversation_trace.jsonl")
+	if _, err := os.Stat(trace); err != nil {
+		t.Fatalf("the shared traces are missing: %v", err)
+	}
+	out := run("sim", "replay", "--trace", trace, "--sim-profile", profile, "--limit", "40", "--kv-tokens", "2000000", "--json")
+	var res replayResult
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if res.Requests != 40 || res.Failed != 0 || res.HitRate <= 0 || res.TTFTp50 <= 0 || res.Speedup <= 1 {
+		t.Fatalf("replay %+v", res)
+	}
+	for _, bad := range [][]string{
+		{"sim", "replay", "--trace", filepath.Join(dir, "missing.jsonl")},
+		{"sim", "replay", "--trace", trace, "--stretch", "0"},
+		{"sim", "calibrate", "-m", apitest.ModelFile(t), "-o", profile, "--only-passes"},
+	} {
+		cmd := newRootCmd()
+		cmd.SetOut(&bytes.Buffer{})
+		cmd.SetErr(&bytes.Buffer{})
+		cmd.SetArgs(bad)
+		if err := cmd.ExecuteContext(context.Background()); err == nil || !strings.Contains(err.Error(), "sim") {
+			t.Errorf("%v: error %v", bad, err)
+		}
+	}
+}
