@@ -95,7 +95,7 @@ func (t TraceRequest) Arrival(vocab int, stretch float64) Arrival {
 type Summary struct {
 	Requests, Failed int
 	// TTFT and E2E percentiles, in virtual time.
-	TTFTp50, TTFTp90, TTFTp99, E2Ep50 time.Duration
+	TTFTp50, TTFTp90, TTFTp99, E2Ep50        time.Duration
 	PromptTokens, CachedTokens, OutputTokens int64
 	// HitRate is CachedTokens / PromptTokens.
 	HitRate float64
