@@ -197,6 +197,7 @@ func newSimReplayCmd() *cobra.Command {
 		maxBatchTokens         int
 		maxRunning             int
 		asJSON                 bool
+		eviction               string
 	)
 	cmd := &cobra.Command{
 		Use:   "replay --trace F.jsonl [--sim-profile P] [--kv-tokens N] [--limit N] [--stretch X] [--json]",
@@ -215,6 +216,9 @@ arrivals (a CPU model cannot keep up with a GPU cluster's trace; stretch it, or 
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if tracePath == "" {
 				return errors.New("sim replay: --trace is required")
+			}
+			if eviction != "value" && eviction != "lru" {
+				return fmt.Errorf("sim replay: --eviction %q: want value or lru", eviction)
 			}
 			if stretch <= 0 || math.IsInf(stretch, 0) || math.IsNaN(stretch) {
 				return fmt.Errorf("sim replay: --stretch %v: want a positive number", stretch)
@@ -255,7 +259,7 @@ arrivals (a CPU model cannot keep up with a GPU cluster's trace; stretch it, or 
 			perToken := int64(2 * shape.Layers * shape.KVDim * shape.KVType.RowBytes(1))
 			e, _, err := sim.NewEngine(&p, sim.Options{Clock: clock, Vocab: vocab, EndOfGeneration: -1}, engine.Config{
 				KVMemoryBytes: kvTokens * perToken, MaxBatchTokens: maxBatchTokens, MaxRunning: maxRunning,
-				MaxWaiting: len(trace) + 1,
+				MaxWaiting: len(trace) + 1, LRUEviction: eviction == "lru",
 			})
 			if err != nil {
 				return fmt.Errorf("sim replay: %w", err)
@@ -300,6 +304,7 @@ arrivals (a CPU model cannot keep up with a GPU cluster's trace; stretch it, or 
 	f.IntVar(&maxBatchTokens, "max-batch-tokens", 0, "tokens per pass (default: the profile's)")
 	f.IntVar(&maxRunning, "max-running", 0, "sequences running at once (default 256)")
 	f.BoolVar(&asJSON, "json", false, "print the result as JSON")
+	f.StringVar(&eviction, "eviction", "value", "eviction policy: value (retention by value, the default) or lru (the baseline)")
 	return cmd
 }
 

@@ -125,6 +125,8 @@ func AsError(err error) *Error {
 		return &Error{Code: CodeTooLarge, Message: fmt.Sprintf("request body exceeds the limit of %d bytes", mb.Limit), Err: err}
 	case errors.Is(err, engine.ErrTooLong):
 		return &Error{Code: CodeTooLarge, Message: trimPrefix(err.Error()), Err: err}
+	case errors.Is(err, engine.ErrPinQuota):
+		return &Error{Code: CodeRateLimited, Message: trimPrefix(err.Error()), RetryAfter: time.Minute, Err: err}
 	case errors.Is(err, engine.ErrQueueFull):
 		return &Error{Code: CodeRateLimited, Message: "the server is busy: too many requests are queued; retry later", RetryAfter: time.Second, Err: err}
 	case errors.Is(err, engine.ErrInvalid):

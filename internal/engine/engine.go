@@ -100,6 +100,9 @@ type Config struct {
 	// KVNoStorage keeps the pool's bookkeeping without its memory
 	// (kv.Config.NoStorage), for forward passes that compute nothing.
 	KVNoStorage bool
+	// LRUEviction evicts cached blocks least recently released first
+	// instead of by value (kv's default): the baseline, for comparisons.
+	LRUEviction bool
 	// DisablePrefixCache turns off prefix sharing.
 	DisablePrefixCache bool
 	// Contiguous is the baseline allocation mode: every request reserves
@@ -124,6 +127,14 @@ type Config struct {
 	// Constraints compiles requests' output constraints for the model
 	// (nil: constrained requests are refused).
 	Constraints ConstraintCompiler
+	// DefaultPinTTL is how long blocks a request pins (retention pinned)
+	// stay unevictable when the request names no TTL (default 5 minutes,
+	// the shortest cache lifetime hosted APIs offer).
+	DefaultPinTTL time.Duration
+	// MaxPinnedFraction bounds the share of the KV pool that pins may
+	// hold (default 0.5): a request that would pin more is refused with
+	// ErrPinQuota, so every request that fits in the rest can always run.
+	MaxPinnedFraction float64
 }
 
 func (c Config) withDefaults(shape batch.Shape) Config {
@@ -153,6 +164,12 @@ func (c Config) withDefaults(shape batch.Shape) Config {
 	}
 	if c.Clock == nil {
 		c.Clock = realClock{}
+	}
+	if c.DefaultPinTTL <= 0 {
+		c.DefaultPinTTL = 5 * time.Minute
+	}
+	if c.MaxPinnedFraction <= 0 || c.MaxPinnedFraction > 1 {
+		c.MaxPinnedFraction = 0.5
 	}
 	return c
 }
@@ -287,7 +304,16 @@ func newEngine(f Forwarder, cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
+	var evictor kv.Evictor
+	if cfg.LRUEviction {
+		n, err := kv.NumBlocksFor(cfg.KVMemoryBytes, cfg.BlockSize, shape.Layers, shape.KVDim, kvType)
+		if err != nil {
+			return nil, fmt.Errorf("engine: %w", err)
+		}
+		evictor = kv.NewLRU(n)
+	}
 	pool, err := kv.NewPool(kv.Config{
+		Evictor:      evictor,
 		MemoryBytes:  cfg.KVMemoryBytes,
 		BlockSize:    cfg.BlockSize,
 		Layers:       shape.Layers,
@@ -296,6 +322,7 @@ func newEngine(f Forwarder, cfg Config) (*Engine, error) {
 		Events:       cfg.Events,
 		DisableIndex: cfg.DisablePrefixCache || cfg.Contiguous,
 		NoStorage:    cfg.KVNoStorage,
+		Now:          cfg.Clock.Now,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
@@ -408,8 +435,17 @@ func (e *Engine) validate(r *Request) error {
 	if e.cfg.Contiguous {
 		need *= r.N
 	}
-	if need > e.kv.NumBlocks() {
-		return fmt.Errorf("%w: %d tokens need %d KV blocks, the pool has %d", ErrTooLong, len(r.Prompt)+r.MaxTokens, need, e.kv.NumBlocks())
+	// A request that fits beside the pins held now is taken; if more pins
+	// come before it runs, it waits for them to expire. One that fits
+	// beside a full quota of pins never waits for pins.
+	if room := e.kv.NumBlocks() - e.kv.Pinned(); need > room {
+		return fmt.Errorf("%w: %d tokens need %d KV blocks, the pool has %d beside the pinned ones", ErrTooLong, len(r.Prompt)+r.MaxTokens, need, room)
+	}
+	if pins(r) {
+		if p, n := e.kv.Pinned(), len(r.Prompt)/bs; p+n > e.maxPinned() {
+			return fmt.Errorf("%w: %d blocks are pinned and this request would pin up to %d more; the limit is %d (%.0f%% of the KV pool)",
+				ErrPinQuota, p, n, e.maxPinned(), 100*e.cfg.MaxPinnedFraction)
+		}
 	}
 	if _, err := sample.New(r.Sampling, vocab); err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalid, err)

@@ -567,9 +567,11 @@ func TestRetentionClassesRecorded(t *testing.T) {
 		copy(got[:], byClass[:NumRetention])
 		return got
 	}
-	// Blocks 0-1 persistent, 2 session, 3-4 ephemeral.
+	// Blocks 0-1 persistent, 2 session, 3-4 ephemeral: the ephemeral ones
+	// (and anything after them) are freed when the request ends, never
+	// cached.
 	got := run([]Segment{{0, 32, RetentionPersistent}, {32, 48, RetentionSession}, {48, 80, RetentionEphemeral}}, Hints{})
-	if want := [NumRetention]int{RetentionEphemeral: 2, RetentionSession: 1, RetentionPersistent: 2}; got != want {
+	if want := [NumRetention]int{RetentionSession: 1, RetentionPersistent: 2}; got != want {
 		t.Fatalf("blocks by class %v, want %v", got, want)
 	}
 	// A session tail after persistent blocks lifts nothing above it, but an

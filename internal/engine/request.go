@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kvserve/kvserve/internal/kv"
 	"github.com/kvserve/kvserve/internal/sample"
 )
 
@@ -21,22 +22,26 @@ var (
 	ErrClosed = errors.New("engine: closed")
 	// ErrInvalid: the request itself is malformed.
 	ErrInvalid = errors.New("engine: invalid request")
+	// ErrPinQuota: the request would pin more KV than pins may hold; retry
+	// when pins expire, or pin less.
+	ErrPinQuota = errors.New("engine: pinned KV quota exceeded")
 )
 
 // Retention is the value class of a span of prompt tokens (DESIGN.md): it
 // decides what eviction keeps longest.
 type Retention uint8
 
-// The retention classes, lowest value first.
+// The retention classes, lowest value first. They are the KV pool's block
+// classes: the engine tags blocks with them as they are.
 const (
-	RetentionDefault    Retention = iota // unclassified: treated as session
-	RetentionEphemeral                   // reasoning, one-shot scratch
-	RetentionSession                     // conversation history
-	RetentionPersistent                  // system prompt, tool definitions
-	RetentionPinned                      // context-cache resources
+	RetentionDefault    Retention = 0                             // unclassified: treated as session
+	RetentionEphemeral  Retention = Retention(kv.ClassEphemeral)  // reasoning, one-shot scratch
+	RetentionSession    Retention = Retention(kv.ClassSession)    // conversation history
+	RetentionPersistent Retention = Retention(kv.ClassPersistent) // system prompt, tool definitions
+	RetentionPinned     Retention = Retention(kv.ClassPinned)     // context-cache resources
 
 	// NumRetention is the number of retention classes.
-	NumRetention = iota
+	NumRetention = int(RetentionPinned) + 1
 )
 
 var retentionNames = [...]string{"default", "ephemeral", "session", "persistent", "pinned"}

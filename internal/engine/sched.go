@@ -115,6 +115,15 @@ func (e *Engine) admit(s *seqState) (ok, deferred bool) {
 	seq := e.kv.NewSequence(e.salt(r.Scope), []byte(e.cfg.ModelID))
 	perBlock, rest := blockClasses(&r.Request, len(s.tokens), e.cfg.BlockSize)
 	seq.SetClasses(perBlock, rest)
+	if rest == kv.ClassPinned || slices.Contains(perBlock, kv.ClassPinned) {
+		// Pinned from the request's arrival for its TTL: a preempted
+		// request admitted again does not extend its pins.
+		ttl := r.Hints.TTL
+		if ttl <= 0 {
+			ttl = e.cfg.DefaultPinTTL
+		}
+		seq.PinUntil(r.stream.arrival.Add(ttl))
+	}
 	hit := 0
 	var hashes []kv.Hash
 	caching := !e.cfg.DisablePrefixCache && !e.cfg.Contiguous
@@ -433,4 +442,22 @@ func blockClasses(r *Request, n, blockSize int) ([]kv.Class, kv.Class) {
 		classes[i] = max(classes[i], classes[i+1])
 	}
 	return classes, kv.Class(rest)
+}
+
+// pins reports whether r pins any of its blocks.
+func pins(r *Request) bool {
+	if r.Hints.Retention == RetentionPinned {
+		return true
+	}
+	for _, s := range r.Segments {
+		if s.Retention == RetentionPinned && s.End > s.Start {
+			return true
+		}
+	}
+	return false
+}
+
+// maxPinned is the most blocks pins may hold.
+func (e *Engine) maxPinned() int {
+	return int(float64(e.kv.NumBlocks()) * e.cfg.MaxPinnedFraction)
 }

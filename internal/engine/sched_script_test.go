@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/datadriven"
 
@@ -30,6 +31,8 @@ import (
 //
 //	new [max-batch-tokens=N] [block-size=N] [kv-blocks=N] [max-running=N] [no-prefix-cache] [contiguous]
 //	submit name=A prompt=SEG:LEN[,SEG:LEN...] max=N [priority=N] [n=N] [scope=S] [expect=N]
+//	       [retention=ephemeral|session|persistent|pinned] [ttl=DURATION]
+//	advance by=DURATION   move the virtual clock (pins expire)
 //	cancel name=A
 //	step [n=N]     run N passes (default 1)
 //	run            step until nothing is queued or running
@@ -74,6 +77,7 @@ type schedReq struct {
 }
 
 type schedHarness struct {
+	clock *sim.VirtualClock
 	e     *engine.Engine
 	fwd   *tap
 	reqs  []*schedReq
@@ -139,11 +143,18 @@ func (h *schedHarness) do(d *datadriven.TestData) (string, error) {
 			}
 		}
 		return b.String(), nil
+	case "advance":
+		d, err := time.ParseDuration(args["by"])
+		if err != nil {
+			return "", fmt.Errorf("advance by=DURATION: %w", err)
+		}
+		h.clock.Advance(d)
+		return fmt.Sprintf("clock +%s\n", h.clock.Since()), nil
 	case "stats":
 		st := h.e.Now()
 		kv := st.KV
-		return fmt.Sprintf("running=%d waiting=%d peak-running=%d\nblocks: free=%d active=%d cached=%d hit-tokens=%d evictions=%d\n",
-			st.Running, st.Waiting, st.PeakRunning, kv.Free, kv.Active, kv.Cached, kv.HitTokens, kv.Evictions), nil
+		return fmt.Sprintf("running=%d waiting=%d peak-running=%d\nblocks: free=%d active=%d cached=%d pinned=%d hit-tokens=%d evictions=%d\n",
+			st.Running, st.Waiting, st.PeakRunning, kv.Free, kv.Active, kv.Cached, kv.Pinned, kv.HitTokens, kv.Evictions), nil
 	}
 	return "", fmt.Errorf("unknown command %q", d.Cmd)
 }
@@ -173,7 +184,8 @@ func (h *schedHarness) new(args map[string]string, num func(string, int) (int, e
 		Shape: sim.Shape{Vocab: 64, Context: 4096, Layers: 1, KVDim: 8, KVType: "f16", MaxTokens: 256},
 		Cost:  sim.Cost{Fixed: 0.001, PrefillToken: 0.0001, DecodeSeq: 0.0002},
 	}
-	f, err := sim.NewForwarder(p, sim.Options{Clock: sim.NewVirtualClock(), EndOfGeneration: schedEOG})
+	h.clock = sim.NewVirtualClock()
+	f, err := sim.NewForwarder(p, sim.Options{Clock: h.clock, EndOfGeneration: schedEOG})
 	if err != nil {
 		return "", err
 	}
@@ -184,7 +196,7 @@ func (h *schedHarness) new(args map[string]string, num func(string, int) (int, e
 		MaxBatchTokens: maxBatch, BlockSize: blockSize, MaxRunning: maxRunning,
 		KVMemoryBytes: int64(blocks * blockSize * 32), KVNoStorage: true,
 		DisablePrefixCache: noPrefix, Contiguous: contiguous,
-		EndOfGeneration: []int32{schedEOG},
+		EndOfGeneration: []int32{schedEOG}, Clock: h.clock,
 	})
 	if err != nil {
 		return "", err
@@ -230,6 +242,22 @@ func (h *schedHarness) submit(args map[string]string, num func(string, int) (int
 	}
 	if r.Hints.ExpectedOutputTokens, err = num("expect", 0); err != nil {
 		return "", err
+	}
+	if v, ok := args["retention"]; ok {
+		found := false
+		for c := engine.RetentionDefault; int(c) < engine.NumRetention; c++ {
+			if c.String() == v {
+				r.Hints.Retention, found = c, true
+			}
+		}
+		if !found {
+			return "", fmt.Errorf("retention=%q: unknown class", v)
+		}
+	}
+	if v, ok := args["ttl"]; ok {
+		if r.Hints.TTL, err = time.ParseDuration(v); err != nil {
+			return "", err
+		}
 	}
 	s, err := h.e.Submit(context.Background(), r)
 	if err != nil {

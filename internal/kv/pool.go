@@ -32,6 +32,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/kvserve/kvserve/internal/tensor"
 )
@@ -105,8 +106,14 @@ type Config struct {
 	Layers, KVDim int
 	// Type is the element type of stored K and V (default F16).
 	Type ElemType
-	// Evictor chooses which cached block to reclaim (default: LRU).
+	// Evictor chooses which cached block to reclaim (default: retention by
+	// value: leaves first, lowest class, then least valuable; pinned blocks
+	// kept until their expiry). NewLRU is the plain baseline.
 	Evictor Evictor
+	// Now is the pool's clock, for pins' expiry (default: time.Now; the
+	// engine passes its own, so a simulation in virtual time expires pins
+	// in that time).
+	Now func() time.Time
 	// Events receives stored/removed/cleared events (optional).
 	Events *EventLog
 	// DisableIndex turns prefix caching off: full blocks are never
@@ -118,6 +125,16 @@ type Config struct {
 	// millions of tokens fits in memory. Sizing by MemoryBytes still
 	// counts the bytes a real slab would take.
 	NoStorage bool
+}
+
+// NumBlocksFor is how many blocks a pool of memoryBytes holds with this
+// shape (what NewPool will make), for sizing an evictor beforehand.
+func NumBlocksFor(memoryBytes int64, blockSize, layers, kvDim int, t ElemType) (int, error) {
+	c, err := (&Config{MemoryBytes: memoryBytes, BlockSize: blockSize, Layers: layers, KVDim: kvDim, Type: t}).withDefaults()
+	if err != nil {
+		return 0, err
+	}
+	return c.NumBlocks, nil
 }
 
 // BlockBytes is the size of one block under this configuration.
@@ -151,8 +168,8 @@ func (c *Config) withDefaults() (Config, error) {
 	if out.NumBlocks > 1<<30 {
 		return out, fmt.Errorf("kv: %d blocks is too many", out.NumBlocks)
 	}
-	if out.Evictor == nil {
-		out.Evictor = NewLRU(out.NumBlocks)
+	if out.Now == nil {
+		out.Now = defaultNow
 	}
 	return out, nil
 }
@@ -174,6 +191,19 @@ type blockMeta struct {
 	hashed bool
 	class  Class // of a hashed block
 	hash   Hash
+	// The chain, for the value evictor: the findable block this one
+	// extends (-1: the first of its chain, or not hashed) and how many
+	// findable blocks extend this one.
+	parent   BlockID
+	children int32
+	// uses counts the prefix hits on the block since it was stored.
+	uses uint32
+	// expiry of a pinned block (Unix nanoseconds; 0: none).
+	expiry int64
+	// lastUse is when the block was last released (the value evictor's
+	// clock) and priority its key while it is a candidate.
+	lastUse  uint64
+	priority float64
 }
 
 // Pool is a fixed set of KV blocks.
@@ -188,6 +218,7 @@ type Pool struct {
 	free    []BlockID // LIFO: recently freed blocks are warm in cache
 	index   map[Hash]BlockID
 	evictor Evictor
+	value   *valueEvictor // the evictor, when it is the value policy
 	stats   Stats
 	classes [NumClasses]int // hashed blocks by class
 }
@@ -195,6 +226,9 @@ type Pool struct {
 // Stats counts blocks by state and prefix-cache traffic.
 type Stats struct {
 	Total, Free, Active, Cached int
+	// Pinned counts the cached blocks kept until their pins expire (part of
+	// Cached, not evictable).
+	Pinned int
 	// Queries and Hits count tokens looked up and found by MatchPrefix.
 	QueryTokens, HitTokens int64
 	Evictions              int64
@@ -217,6 +251,14 @@ func NewPool(cfg Config) (*Pool, error) {
 		free:       make([]BlockID, c.NumBlocks),
 		index:      make(map[Hash]BlockID),
 		evictor:    c.Evictor,
+	}
+	for i := range p.meta {
+		p.meta[i].parent = -1
+	}
+	if p.evictor == nil {
+		v := newValueEvictor(p)
+		p.evictor, p.value = v, v
+		p.cfg.Evictor = v
 	}
 	total := int64(p.blockBytes) * int64(c.NumBlocks)
 	if total > 1<<40 && !c.NoStorage {
@@ -267,8 +309,12 @@ func (p *Pool) Stats() Stats {
 	s := p.stats
 	s.Total = p.cfg.NumBlocks
 	s.Free = len(p.free)
-	s.Cached = p.evictor.Len()
+	s.Cached = p.evictorHolds()
 	s.Active = s.Total - s.Free - s.Cached
+	if p.value != nil {
+		p.value.expire()
+		s.Pinned = len(p.value.pins.ids)
+	}
 	s.ByClass = p.classes
 	return s
 }
@@ -280,15 +326,41 @@ func (p *Pool) Class(id BlockID) Class {
 	return p.meta[id].class
 }
 
-// raiseLocked lifts a findable block's class to at least c.
-func (p *Pool) raiseLocked(id BlockID, c Class) {
+// raiseLocked lifts a findable, referenced block's class to at least c
+// and, for a pin, its expiry to at least expiry.
+func (p *Pool) raiseLocked(id BlockID, c Class, expiry int64) {
 	m := &p.meta[id]
-	if !m.hashed || c <= m.class {
+	if !m.hashed {
+		return
+	}
+	if c == ClassPinned && expiry > m.expiry {
+		m.expiry = expiry
+	}
+	if c <= m.class {
 		return
 	}
 	p.classes[m.class]--
 	m.class = c
 	p.classes[c]++
+}
+
+// demoteLocked makes an expired pin an unclassified block.
+func (p *Pool) demoteLocked(id BlockID) {
+	m := &p.meta[id]
+	p.classes[m.class]--
+	m.class, m.expiry = 0, 0
+	p.classes[0]++
+}
+
+// Pinned is the number of findable blocks of ClassPinned (held by their
+// pins, or in use past their expiry until released).
+func (p *Pool) Pinned() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.value != nil {
+		p.value.expire()
+	}
+	return p.classes[ClassPinned]
 }
 
 // Available is the number of blocks that can be allocated now: free plus
@@ -335,6 +407,15 @@ func (p *Pool) unindexLocked(id BlockID) {
 	}
 	m.hashed = false
 	m.hash = Hash{}
+	m.uses, m.expiry = 0, 0
+	if par := m.parent; par >= 0 {
+		m.parent = -1
+		pm := &p.meta[par]
+		pm.children--
+		if pm.children == 0 && pm.refs == 0 && pm.hashed && p.value != nil {
+			p.value.leaf(par)
+		}
+	}
 }
 
 // acquireLocked adds a reference to a block that is active or cached.
@@ -367,17 +448,16 @@ func (p *Pool) releaseLocked(id BlockID) {
 // commitLocked registers a full block's hash. If a block with that hash is
 // already known, the caller's block is released and the known one returned
 // with a reference taken, so equal content is kept once.
-func (p *Pool) commitLocked(id BlockID, h Hash, parent Hash, tokens []int32, class Class) BlockID {
+func (p *Pool) commitLocked(id BlockID, h Hash, parent Hash, tokens []int32, class Class, expiry int64) BlockID {
 	if p.cfg.DisableIndex {
 		return id
 	}
 	if other, ok := p.index[h]; ok {
-		p.raiseLocked(other, class)
-		if other == id {
-			return id
+		if other != id {
+			p.acquireLocked(other) // before raising: a cached block's class places it in the evictor
+			p.releaseLocked(id)
 		}
-		p.acquireLocked(other)
-		p.releaseLocked(id)
+		p.raiseLocked(other, class, expiry)
 		return other
 	}
 	m := &p.meta[id]
@@ -385,6 +465,13 @@ func (p *Pool) commitLocked(id BlockID, h Hash, parent Hash, tokens []int32, cla
 		panic(fmt.Sprintf("kv: block %d committed twice", id))
 	}
 	m.hashed, m.hash, m.class = true, h, class
+	if class == ClassPinned {
+		m.expiry = expiry
+	}
+	if par, ok := p.index[parent]; ok {
+		m.parent = par
+		p.meta[par].children++
+	}
 	p.classes[class]++
 	p.index[h] = id
 	if p.cfg.Events != nil {
@@ -399,22 +486,17 @@ func (p *Pool) commitLocked(id BlockID, h Hash, parent Hash, tokens []int32, cla
 func (p *Pool) Clear() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for {
-		id, ok := p.evictor.Victim()
-		if !ok {
-			break
+	for i := range p.meta {
+		id, m := BlockID(i), &p.meta[i]
+		if !m.hashed {
+			continue
 		}
-		m := &p.meta[id]
+		if m.refs == 0 { // cached: free it
+			p.evictor.Remove(id)
+			p.free = append(p.free, id)
+		}
 		delete(p.index, m.hash)
-		m.hashed, m.hash, m.class = false, Hash{}, 0
-		p.free = append(p.free, id)
-	}
-	for id := range p.meta {
-		m := &p.meta[id]
-		if m.hashed {
-			delete(p.index, m.hash)
-			m.hashed, m.hash, m.class = false, Hash{}, 0
-		}
+		*m = blockMeta{refs: m.refs, parent: -1}
 	}
 	p.classes = [NumClasses]int{}
 	if p.cfg.Events != nil {
@@ -474,8 +556,11 @@ func (p *Pool) CheckInvariants() error {
 			}
 		}
 	}
-	if cached != p.evictor.Len() {
-		return fmt.Errorf("kv: %d cached blocks but the evictor holds %d", cached, p.evictor.Len())
+	if held := p.evictorHolds(); cached != held {
+		return fmt.Errorf("kv: %d cached blocks but the evictor holds %d", cached, held)
+	}
+	if err := p.checkChainsLocked(); err != nil {
+		return err
 	}
 	if len(p.index) != cached+countHashedActive(p.meta) {
 		return fmt.Errorf("kv: index has %d entries for %d hashed blocks", len(p.index), cached+countHashedActive(p.meta))
@@ -504,4 +589,76 @@ func (p *Pool) Refs(id BlockID) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return int(p.meta[id].refs)
+}
+
+// evictorHolds is how many cached blocks the evictor keeps, evictable now
+// or not.
+func (p *Pool) evictorHolds() int {
+	if p.value != nil {
+		return p.value.n
+	}
+	return p.evictor.Len()
+}
+
+// checkChainsLocked verifies the chain links: each findable block's parent
+// is findable, children counts match, and the value evictor places every
+// cached block by its state (a pin before its expiry, held by its
+// children, or a candidate of its class).
+func (p *Pool) checkChainsLocked() error {
+	children := make([]int32, len(p.meta))
+	for i := range p.meta {
+		m := &p.meta[i]
+		if m.parent < 0 {
+			continue
+		}
+		if !m.hashed || !p.meta[m.parent].hashed {
+			return fmt.Errorf("kv: block %d (hashed %v) links to parent %d (hashed %v)", i, m.hashed, m.parent, p.meta[m.parent].hashed)
+		}
+		children[m.parent]++
+	}
+	for i := range p.meta {
+		if children[i] != p.meta[i].children {
+			return fmt.Errorf("kv: block %d counts %d children, has %d", i, p.meta[i].children, children[i])
+		}
+	}
+	v := p.value
+	if v == nil {
+		return nil
+	}
+	pins, held, cands := 0, 0, 0
+	for i := range p.meta {
+		id, m := BlockID(i), &p.meta[i]
+		if m.refs != 0 || !m.hashed {
+			if v.inPins[id] || v.where[id] >= 0 {
+				return fmt.Errorf("kv: block %d (refs %d, hashed %v) is in the evictor", id, m.refs, m.hashed)
+			}
+			continue
+		}
+		switch {
+		case v.inPins[id]:
+			pins++
+			if m.class != ClassPinned {
+				return fmt.Errorf("kv: block %d of class %d is among the pins", id, m.class)
+			}
+		case v.where[id] >= 0:
+			cands++
+			if m.children != 0 {
+				return fmt.Errorf("kv: block %d has %d children but is a candidate", id, m.children)
+			}
+		default:
+			held++
+			if m.children == 0 && !(m.class == ClassPinned) {
+				return fmt.Errorf("kv: cached leaf %d is not a candidate", id)
+			}
+		}
+	}
+	nc := 0
+	for c := range v.classes {
+		nc += len(v.classes[c].ids)
+	}
+	if pins != len(v.pins.ids) || cands != nc || held != v.held {
+		return fmt.Errorf("kv: evictor counts pins %d, candidates %d, held %d; blocks say %d, %d, %d",
+			len(v.pins.ids), nc, v.held, pins, cands, held)
+	}
+	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"hash/fnv"
 	"math/rand/v2"
 	"testing"
+	"time"
 )
 
 // A fake forward pass writes, at every position, a fingerprint of the whole
@@ -246,6 +247,9 @@ func runRandomOps(t *testing.T, seed uint64, steps int) {
 	rng := rand.New(rand.NewPCG(seed, 0))
 	log := NewEventLog(1 << 14)
 	p := newTestPool(t, 12+rng.IntN(20), log)
+	// A clock that moves one second per step, so pins expire during the run.
+	now := time.Unix(1000, 0)
+	p.cfg.Now = func() time.Time { return now }
 	book := &prefixBook{log: log, next: 1, prefix: map[Hash][]int32{}}
 	prefixes := [][]int32{{1, 2, 3, 4, 5, 6, 7, 8}, {1, 2, 3, 4, 9, 9, 9, 9}, {5, 5, 5, 5}}
 	var live []*Sequence
@@ -264,6 +268,7 @@ func runRandomOps(t *testing.T, seed uint64, steps int) {
 			classes[i] = Class(rng.IntN(NumClasses + 2)) // past the top: clamped
 		}
 		s.SetClasses(classes, Class(rng.IntN(NumClasses)))
+		s.PinUntil(now.Add(time.Duration(rng.IntN(20)) * time.Second))
 		hit := s.MatchPrefix(prompt)
 		if err := extend(s, prompt[hit:]); err != nil {
 			s.Release()
@@ -272,6 +277,7 @@ func runRandomOps(t *testing.T, seed uint64, steps int) {
 		live = append(live, s)
 	}
 	for step := 0; step < steps; step++ {
+		now = now.Add(time.Second)
 		switch op := rng.IntN(10); {
 		case op < 3 || len(live) == 0:
 			prompt := append(append([]int32(nil), prefixes[rng.IntN(len(prefixes))]...), randTokens(1+rng.IntN(6))...)

@@ -1,6 +1,9 @@
 package kv
 
-import "fmt"
+import (
+	"fmt"
+	"time"
+)
 
 // Sequence is one sequence's block table: the blocks holding the KV of its
 // positions, in order. It is used by one goroutine at a time (the engine's
@@ -21,6 +24,9 @@ type Sequence struct {
 	// blocks beyond (SetClasses).
 	classes []Class
 	rest    Class
+	// pinUntil is when the blocks this sequence pins (ClassPinned) may be
+	// evicted again (Unix nanoseconds).
+	pinUntil int64
 }
 
 // NewSequence starts an empty sequence whose block hashes are salted with
@@ -41,6 +47,11 @@ func (s *Sequence) SetClasses(perBlock []Class, rest Class) {
 	}
 	s.rest = min(rest, NumClasses-1)
 }
+
+// PinUntil sets when the blocks the sequence gives ClassPinned expire:
+// until then the pool never evicts them (a block pinned by several
+// sequences keeps the latest expiry).
+func (s *Sequence) PinUntil(t time.Time) { s.pinUntil = t.UnixNano() }
 
 // classOf is the class the sequence gives its full block i.
 func (s *Sequence) classOf(i int) Class {
@@ -102,7 +113,8 @@ func (s *Sequence) MatchPrefixHashes(prompt []int32, hashes []Hash) int {
 			break
 		}
 		p.acquireLocked(id)
-		p.raiseLocked(id, s.classOf(i))
+		p.raiseLocked(id, s.classOf(i), s.pinUntil)
+		p.meta[id].uses++
 		s.blocks = append(s.blocks, id)
 		s.hashes = append(s.hashes, hashes[i])
 	}
@@ -205,7 +217,7 @@ func (s *Sequence) Commit(tokens []int32) {
 		} else {
 			h = s.hasher.Block(parent, blockTokens)
 		}
-		s.blocks[i] = p.commitLocked(s.blocks[i], h, parent, blockTokens, s.classOf(i))
+		s.blocks[i] = p.commitLocked(s.blocks[i], h, parent, blockTokens, s.classOf(i), s.pinUntil)
 		s.hashes = append(s.hashes, h)
 	}
 }
@@ -235,12 +247,29 @@ func (s *Sequence) Fork() *Sequence {
 
 // Release returns every block to the pool, tail first, so the tail of the
 // sequence is evicted before its prefix. Full blocks stay findable until
-// their space is needed. The sequence is empty afterwards.
+// their space is needed — except from the first ephemeral block on: a
+// turn's reasoning, which the chat template drops from the next turn's
+// prompt, and everything after it in the chain can never be matched again,
+// so they are freed now rather than cached (admission, not only eviction).
+// The sequence is empty afterwards.
 func (s *Sequence) Release() {
 	p := s.pool
 	p.mu.Lock()
+	dead := len(s.blocks)
+	for i, id := range s.blocks {
+		if m := &p.meta[id]; m.hashed && m.class == ClassEphemeral {
+			dead = i
+			break
+		}
+	}
 	for i := len(s.blocks) - 1; i >= 0; i-- {
-		p.releaseLocked(s.blocks[i])
+		id := s.blocks[i]
+		p.releaseLocked(id)
+		if m := &p.meta[id]; i >= dead && m.refs == 0 && m.hashed && m.children == 0 {
+			p.evictor.Remove(id)
+			p.unindexLocked(id)
+			p.free = append(p.free, id)
+		}
 	}
 	p.mu.Unlock()
 	s.blocks, s.hashes, s.tokens, s.known = s.blocks[:0], s.hashes[:0], s.tokens[:0], nil

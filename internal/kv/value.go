@@ -1,0 +1,224 @@
+package kv
+
+import (
+	"container/heap"
+	"time"
+)
+
+// The retention classes, lowest value first (DESIGN.md). The engine tags
+// blocks with them; 0 is unclassified and evicted as ClassSession.
+const (
+	ClassEphemeral  Class = 1 // reasoning, one-shot scratch: never cached past its sequence
+	ClassSession    Class = 2 // conversation history
+	ClassPersistent Class = 3 // system prompts, tool definitions
+	ClassPinned     Class = 4 // context caches: never evicted before their expiry
+)
+
+// valueEvictor is the pool's default eviction policy: retention by value.
+//
+//   - Chains are cut from the tail. Only a leaf — a cached block no other
+//     findable block extends — is a candidate: prefix matching stops at the
+//     first miss, so a block evicted from the middle of a chain would make
+//     every block after it worthless while they kept their space.
+//   - The lowest class goes first: ephemeral, then session (and
+//     unclassified), then persistent; pinned blocks are not candidates at all
+//     until their expiry, and then become unclassified cached blocks.
+//   - Within a class, the lowest value: recency plus frequency. A block's
+//     priority is the time of its last release (counted in releases) plus
+//     a bonus per prefix hit it served, each hit worth an eighth of the
+//     pool's turnover: a block that saved prefill several times outlives
+//     fresher blocks that never did, but not forever. Without hits this is
+//     LRU, tail first.
+//
+// It reads the pool's block metadata and is called with the pool's lock
+// held.
+type valueEvictor struct {
+	p       *Pool
+	classes [NumClasses]candidateHeap // leaves by priority, per class
+	pins    pinHeap                   // cached pinned blocks before their expiry, by expiry
+	held    int                       // cached blocks with cached children, not pinned
+	where   []int32                   // per block: index in its class heap or pins, -1 when not there
+	inPins  []bool
+	tick    uint64  // releases so far: the evictor's clock
+	bonus   float64 // priority per prefix hit, in ticks
+	n       int     // cached blocks
+}
+
+var _ Evictor = (*valueEvictor)(nil)
+
+func newValueEvictor(p *Pool) *valueEvictor {
+	v := &valueEvictor{p: p, where: make([]int32, p.cfg.NumBlocks), inPins: make([]bool, p.cfg.NumBlocks),
+		bonus: max(1, float64(p.cfg.NumBlocks)/8)}
+	for i := range v.where {
+		v.where[i] = -1
+	}
+	for c := range v.classes {
+		v.classes[c].v = v
+	}
+	v.pins.v = v
+	return v
+}
+
+func (v *valueEvictor) now() int64 { return v.p.cfg.Now().UnixNano() }
+
+// evictClass is the class a cached block is evicted as (an unexpired pin
+// is never a candidate).
+func (v *valueEvictor) evictClass(m *blockMeta) Class {
+	if m.class == 0 {
+		return ClassSession
+	}
+	return m.class
+}
+
+// Add implements Evictor: id's last reference was dropped.
+func (v *valueEvictor) Add(id BlockID) {
+	v.n++
+	v.tick++
+	m := &v.p.meta[id]
+	m.lastUse = v.tick
+	if m.class == ClassPinned && m.expiry <= v.now() {
+		v.p.demoteLocked(id)
+	}
+	switch {
+	case m.class == ClassPinned:
+		v.inPins[id] = true
+		heap.Push(&v.pins, id)
+	case m.children > 0:
+		v.held++
+	default:
+		v.push(id)
+	}
+}
+
+// push makes cached leaf id a candidate of its class.
+func (v *valueEvictor) push(id BlockID) {
+	m := &v.p.meta[id]
+	m.priority = float64(m.lastUse) + float64(m.uses)*v.bonus
+	heap.Push(&v.classes[v.evictClass(m)], id)
+}
+
+// Remove implements Evictor: id is referenced again.
+func (v *valueEvictor) Remove(id BlockID) {
+	v.n--
+	switch {
+	case v.inPins[id]:
+		heap.Remove(&v.pins, int(v.where[id]))
+		v.inPins[id] = false
+	case v.where[id] >= 0:
+		heap.Remove(&v.classes[v.evictClass(&v.p.meta[id])], int(v.where[id]))
+	default:
+		v.held--
+	}
+}
+
+// leaf is called by the pool when cached block id lost its last cached
+// child: it becomes a candidate.
+func (v *valueEvictor) leaf(id BlockID) {
+	if v.inPins[id] || v.where[id] >= 0 {
+		return
+	}
+	v.held--
+	v.push(id)
+}
+
+// expire moves the pins whose time has come among the candidates.
+func (v *valueEvictor) expire() {
+	now := v.now()
+	for len(v.pins.ids) > 0 {
+		id := v.pins.ids[0]
+		m := &v.p.meta[id]
+		if m.expiry > now {
+			return
+		}
+		heap.Pop(&v.pins)
+		v.inPins[id] = false
+		v.p.demoteLocked(id)
+		if m.children > 0 {
+			v.held++
+			continue
+		}
+		v.push(id)
+	}
+}
+
+// Victim implements Evictor.
+func (v *valueEvictor) Victim() (BlockID, bool) {
+	v.expire()
+	for c := range v.classes {
+		h := &v.classes[c]
+		if len(h.ids) == 0 {
+			continue
+		}
+		id := heap.Pop(h).(BlockID)
+		v.n--
+		return id, true
+	}
+	return -1, false
+}
+
+// Len implements Evictor: the blocks that can be reclaimed now (cached and
+// not pinned; those held by their children come free after them).
+func (v *valueEvictor) Len() int {
+	v.expire()
+	return v.n - len(v.pins.ids)
+}
+
+// candidateHeap orders one class's leaves by priority, then block id (a
+// fixed order for equal priorities).
+type candidateHeap struct {
+	v   *valueEvictor
+	ids []BlockID
+}
+
+func (h *candidateHeap) Len() int { return len(h.ids) }
+func (h *candidateHeap) Less(i, j int) bool {
+	a, b := &h.v.p.meta[h.ids[i]], &h.v.p.meta[h.ids[j]]
+	if a.priority != b.priority {
+		return a.priority < b.priority
+	}
+	return h.ids[i] < h.ids[j]
+}
+func (h *candidateHeap) Swap(i, j int) {
+	h.ids[i], h.ids[j] = h.ids[j], h.ids[i]
+	h.v.where[h.ids[i]], h.v.where[h.ids[j]] = int32(i), int32(j)
+}
+func (h *candidateHeap) Push(x any) {
+	id := x.(BlockID)
+	h.v.where[id] = int32(len(h.ids))
+	h.ids = append(h.ids, id)
+}
+func (h *candidateHeap) Pop() any {
+	id := h.ids[len(h.ids)-1]
+	h.ids = h.ids[:len(h.ids)-1]
+	h.v.where[id] = -1
+	return id
+}
+
+// pinHeap orders unexpired pinned blocks by expiry.
+type pinHeap struct {
+	v   *valueEvictor
+	ids []BlockID
+}
+
+func (h *pinHeap) Len() int { return len(h.ids) }
+func (h *pinHeap) Less(i, j int) bool {
+	return h.v.p.meta[h.ids[i]].expiry < h.v.p.meta[h.ids[j]].expiry
+}
+func (h *pinHeap) Swap(i, j int) {
+	h.ids[i], h.ids[j] = h.ids[j], h.ids[i]
+	h.v.where[h.ids[i]], h.v.where[h.ids[j]] = int32(i), int32(j)
+}
+func (h *pinHeap) Push(x any) {
+	id := x.(BlockID)
+	h.v.where[id] = int32(len(h.ids))
+	h.ids = append(h.ids, id)
+}
+func (h *pinHeap) Pop() any {
+	id := h.ids[len(h.ids)-1]
+	h.ids = h.ids[:len(h.ids)-1]
+	h.v.where[id] = -1
+	return id
+}
+
+// defaultNow is the pool's clock when Config.Now is not set.
+func defaultNow() time.Time { return time.Now() }

@@ -1,0 +1,199 @@
+package kv
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+// valuePool is a pool of n 4-token blocks on a clock the test moves.
+func valuePool(t *testing.T, n int) (*Pool, *time.Time) {
+	t.Helper()
+	now := time.Unix(1_000_000, 0)
+	p, err := NewPool(Config{NumBlocks: n, BlockSize: 4, Layers: 1, KVDim: 4, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, &now
+}
+
+// cache runs a sequence over tokens with the given classes (one per
+// block, the last one for the rest) and releases it, leaving its full
+// blocks cached. It returns how many tokens came from the cache.
+func cache(t *testing.T, p *Pool, tokens []int32, pinUntil time.Time, classes ...Class) int {
+	t.Helper()
+	s := p.NewSequence(Hash{7}, nil)
+	if len(classes) > 0 {
+		s.SetClasses(classes[:len(classes)-1], classes[len(classes)-1])
+	}
+	s.PinUntil(pinUntil)
+	hit := s.MatchPrefix(tokens)
+	if err := extend(s, tokens[hit:]); err != nil {
+		t.Fatal(err)
+	}
+	s.Release()
+	if err := p.CheckInvariants(); err != nil {
+		t.Fatal(err)
+	}
+	return hit
+}
+
+// findable reports which of the chain's full blocks are still findable.
+func findable(p *Pool, tokens []int32) []bool {
+	s := p.NewSequence(Hash{7}, nil)
+	hashes := s.PromptHashes(tokens)
+	out := make([]bool, len(hashes))
+	for i, h := range hashes {
+		out[i] = p.Lookup(h)
+	}
+	return out
+}
+
+// evict takes n blocks out of the pool (forcing evictions) and gives them
+// back as free.
+func evict(t *testing.T, p *Pool, n int) error {
+	t.Helper()
+	s := p.NewSequence(Hash{9}, nil)
+	err := s.Reserve(n * p.BlockSize())
+	s.Release()
+	if cerr := p.CheckInvariants(); cerr != nil {
+		t.Fatal(cerr)
+	}
+	return err
+}
+
+func seqTokens(base int32, n int) []int32 {
+	out := make([]int32, n)
+	for i := range out {
+		out[i] = base + int32(i)
+	}
+	return out
+}
+
+// TestEvictionCutsChainsFromTheTail: the blocks a chain needs first go
+// last, whatever order they were released in.
+func TestEvictionCutsChainsFromTheTail(t *testing.T) {
+	p, _ := valuePool(t, 5)
+	chain := seqTokens(100, 17) // 4 full blocks + 1 token (its block is freed)
+	cache(t, p, chain, time.Time{})
+	// A prefix hit on the first block alone makes it the most used: value
+	// alone would evict the tail first anyway, but the first block must
+	// stay even if it were the least valuable.
+	cache(t, p, chain[:5], time.Time{})
+	for k := 1; k <= 4; k++ {
+		if err := evict(t, p, k+1); err != nil { // the free block, then k evictions
+			t.Fatal(err)
+		}
+		got := findable(p, chain)
+		for i, f := range got {
+			if want := i < 4-k; f != want {
+				t.Fatalf("after evicting %d: findable %v, want the first %d", k, got, 4-k)
+			}
+		}
+	}
+}
+
+// TestEvictionByClassThenValue: lower classes go first; within a class,
+// the block with fewer uses.
+func TestEvictionByClassThenValue(t *testing.T) {
+	p, _ := valuePool(t, 7)
+	persistent := seqTokens(1, 9) // 2 full blocks each (and one freed)
+	session := seqTokens(50, 9)
+	popular := seqTokens(200, 9)
+	cache(t, p, persistent, time.Time{}, ClassPersistent)
+	cache(t, p, popular, time.Time{}, ClassSession)
+	cache(t, p, session, time.Time{}, ClassSession)
+	for range 3 {
+		if hit := cache(t, p, popular, time.Time{}, ClassSession); hit != 8 {
+			t.Fatalf("hit %d tokens of popular, want 8", hit)
+		}
+	}
+	steps := []struct {
+		evict                        int
+		persistent, popular, session int // findable blocks left
+	}{
+		{3, 2, 2, 0}, // the free block, then the less used session chain
+		{5, 2, 0, 0}, // then the popular one
+		{7, 0, 0, 0}, // persistent last
+	}
+	for _, st := range steps {
+		if err := evict(t, p, st.evict); err != nil {
+			t.Fatal(err)
+		}
+		count := func(tokens []int32) int {
+			n := 0
+			for _, f := range findable(p, tokens) {
+				if f {
+					n++
+				}
+			}
+			return n
+		}
+		if a, b, c := count(persistent), count(popular), count(session); a != st.persistent || b != st.popular || c != st.session {
+			t.Fatalf("after evicting %d: persistent %d, popular %d, session %d blocks left; want %d, %d, %d",
+				st.evict, a, b, c, st.persistent, st.popular, st.session)
+		}
+	}
+}
+
+// TestPinsKeptUntilExpiry: pinned blocks are not evictable before their
+// expiry (a reservation that would need them fails), and go first after.
+func TestPinsKeptUntilExpiry(t *testing.T) {
+	p, now := valuePool(t, 5)
+	pinned := seqTokens(1, 9)   // 2 full blocks
+	session := seqTokens(60, 9) // 2 full blocks
+	cache(t, p, pinned, now.Add(time.Hour), ClassPinned)
+	cache(t, p, session, time.Time{}, ClassSession)
+	if st := p.Stats(); st.Pinned != 2 || st.Cached != 4 || p.Available() != 3 {
+		t.Fatalf("stats %+v, available %d", st, p.Available())
+	}
+	if err := evict(t, p, 4); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("reserving over a pinned block: %v, want ErrNoSpace", err)
+	}
+	if err := evict(t, p, 3); err != nil {
+		t.Fatal(err)
+	}
+	if f := findable(p, pinned); !f[0] || !f[1] {
+		t.Fatalf("pinned blocks evicted before their expiry: %v", f)
+	}
+	// A later use of the pin extends it; the expiry is the latest.
+	cache(t, p, pinned, now.Add(2*time.Hour), ClassPinned)
+	*now = now.Add(90 * time.Minute)
+	if err := evict(t, p, 4); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("the extended pin did not hold: %v", err)
+	}
+	*now = now.Add(time.Hour)
+	if st := p.Stats(); st.Pinned != 0 || p.Available() != 5 {
+		t.Fatalf("after expiry: stats %+v, available %d", st, p.Available())
+	}
+	if err := evict(t, p, 5); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestEphemeralNeverCached: from a sequence's first ephemeral block on,
+// its blocks are freed when it ends; the blocks before stay cached.
+func TestEphemeralNeverCached(t *testing.T) {
+	p, _ := valuePool(t, 8)
+	turn := seqTokens(1, 17) // 4 full blocks
+	cache(t, p, turn, time.Time{}, ClassPersistent, ClassSession, ClassEphemeral, ClassSession)
+	got := findable(p, turn)
+	if want := []bool{true, true, false, false}; len(got) != 4 || got[0] != want[0] || got[1] != want[1] || got[2] || got[3] {
+		t.Fatalf("findable %v, want %v", got, want)
+	}
+	if st := p.Stats(); st.Cached != 2 || st.Free != 6 {
+		t.Fatalf("stats %+v: want 2 cached, 6 free", st)
+	}
+}
+
+// TestLRUStillAvailable: the plain LRU evictor remains a configuration.
+func TestLRUStillAvailable(t *testing.T) {
+	p, err := NewPool(Config{NumBlocks: 5, BlockSize: 4, Layers: 1, KVDim: 4, Evictor: NewLRU(5)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache(t, p, seqTokens(1, 17), time.Time{})
+	if err := evict(t, p, 1); err != nil {
+		t.Fatal(err)
+	}
+}
