@@ -28,30 +28,21 @@ var (
 )
 
 // Retention is the value class of a span of prompt tokens (DESIGN.md): it
-// decides what eviction keeps longest.
-type Retention uint8
+// decides what eviction keeps longest. It is the KV pool's block class: the
+// engine tags blocks with it as it is.
+type Retention = kv.Class
 
-// The retention classes, lowest value first. They are the KV pool's block
-// classes: the engine tags blocks with them as they are.
+// The retention classes, lowest value first.
 const (
-	RetentionDefault    Retention = 0                             // unclassified: treated as session
-	RetentionEphemeral  Retention = Retention(kv.ClassEphemeral)  // reasoning, one-shot scratch
-	RetentionSession    Retention = Retention(kv.ClassSession)    // conversation history
-	RetentionPersistent Retention = Retention(kv.ClassPersistent) // system prompt, tool definitions
-	RetentionPinned     Retention = Retention(kv.ClassPinned)     // context-cache resources
+	RetentionDefault    = kv.ClassDefault    // unclassified: treated as session
+	RetentionEphemeral  = kv.ClassEphemeral  // reasoning, one-shot scratch
+	RetentionSession    = kv.ClassSession    // conversation history
+	RetentionPersistent = kv.ClassPersistent // system prompt, tool definitions
+	RetentionPinned     = kv.ClassPinned     // context-cache resources
 
 	// NumRetention is the number of retention classes.
-	NumRetention = int(RetentionPinned) + 1
+	NumRetention = int(kv.ClassPinned) + 1
 )
-
-var retentionNames = [...]string{"default", "ephemeral", "session", "persistent", "pinned"}
-
-func (r Retention) String() string {
-	if int(r) < len(retentionNames) {
-		return retentionNames[r]
-	}
-	return "unknown"
-}
 
 // Segment tags prompt tokens [Start, End) with a retention class.
 type Segment struct {

@@ -423,7 +423,7 @@ func blockClasses(r *Request, n, blockSize int) ([]kv.Class, kv.Class) {
 	}
 	tokens := make([]kv.Class, n/blockSize*blockSize)
 	for i := range tokens {
-		tokens[i] = kv.Class(rest)
+		tokens[i] = rest
 	}
 	for _, sg := range r.Segments {
 		c := sg.Retention
@@ -431,7 +431,7 @@ func blockClasses(r *Request, n, blockSize int) ([]kv.Class, kv.Class) {
 			c = RetentionSession
 		}
 		for i := max(sg.Start, 0); i < min(sg.End, len(tokens)); i++ {
-			tokens[i] = kv.Class(c)
+			tokens[i] = c
 		}
 	}
 	classes := make([]kv.Class, n/blockSize)
@@ -441,7 +441,7 @@ func blockClasses(r *Request, n, blockSize int) ([]kv.Class, kv.Class) {
 	for i := len(classes) - 2; i >= 0; i-- {
 		classes[i] = max(classes[i], classes[i+1])
 	}
-	return classes, kv.Class(rest)
+	return classes, rest
 }
 
 // pins reports whether r pins any of its blocks.

@@ -8,11 +8,21 @@ import (
 // The retention classes, lowest value first (DESIGN.md). The engine tags
 // blocks with them; 0 is unclassified and evicted as ClassSession.
 const (
+	ClassDefault    Class = 0 // unclassified: evicted as ClassSession
 	ClassEphemeral  Class = 1 // reasoning, one-shot scratch: never cached past its sequence
 	ClassSession    Class = 2 // conversation history
 	ClassPersistent Class = 3 // system prompts, tool definitions
 	ClassPinned     Class = 4 // context caches: never evicted before their expiry
 )
+
+var classNames = [...]string{"default", "ephemeral", "session", "persistent", "pinned"}
+
+func (c Class) String() string {
+	if int(c) < len(classNames) {
+		return classNames[c]
+	}
+	return "unknown"
+}
 
 // valueEvictor is the pool's default eviction policy: retention by value.
 //
