@@ -47,6 +47,7 @@ type serveOptions struct {
 	dataDir         string
 	configPath      string
 	kvMemory        byteSize
+	kvHostMemory    byteSize
 	kvType          string
 	blockSize       int
 	maxBatchTokens  int
@@ -111,6 +112,7 @@ Each tenant's KV cache is isolated from every other's.`,
 	f.StringVar(&o.dataDir, "data-dir", "", "data directory: server secret, synthetic model (default $XDG_DATA_HOME/kvserve or ~/.local/share/kvserve)")
 	f.StringVar(&o.configPath, "config", "", "YAML file with settings (keys are these flag names)")
 	f.Var(&o.kvMemory, "kv-cache-memory", "KV cache size, e.g. 4GiB; auto: 25% of MemAvailable, within [256MiB, 4GiB]")
+	f.Var(&o.kvHostMemory, "kv-host-memory", "host-memory KV tier (G2), e.g. 8GiB: blocks evicted from the KV cache move there and come back on a prefix hit instead of being recomputed (default 0: none)")
 	f.StringVar(&o.kvType, "kv-cache-type", "f16", "KV cache element type: f16, f32, q8_0")
 	f.IntVar(&o.blockSize, "block-size", 16, "KV block size in tokens")
 	f.IntVar(&o.maxBatchTokens, "max-batch-tokens", 512, "tokens per forward pass (prefill chunk budget)")
@@ -263,6 +265,7 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 		MaxWaiting:         o.maxWaiting,
 		BlockSize:          o.blockSize,
 		KVMemoryBytes:      kvMemory,
+		KVHostMemoryBytes:  int64(o.kvHostMemory),
 		DisablePrefixCache: o.noPrefixCache,
 		Logger:             log,
 		Secret:             secret,

@@ -132,6 +132,7 @@ func TestServeEndToEnd(t *testing.T) {
 	for _, engine := range []string{"model", "sim"} {
 		t.Run(engine, func(t *testing.T) { testServeEndToEnd(t, "--engine", engine) })
 	}
+	t.Run("host tier", func(t *testing.T) { testServeEndToEnd(t, "--kv-host-memory", "8MiB") })
 }
 
 func testServeEndToEnd(t *testing.T, extra ...string) {

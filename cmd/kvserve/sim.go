@@ -191,7 +191,7 @@ func readPasses(path string) ([]sim.Pass, error) {
 func newSimReplayCmd() *cobra.Command {
 	var (
 		tracePath, profilePath string
-		kvTokens               int64
+		kvTokens, hostTokens   int64
 		limit                  int
 		stretch                float64
 		maxBatchTokens         int
@@ -258,7 +258,7 @@ arrivals (a CPU model cannot keep up with a GPU cluster's trace; stretch it, or 
 			}
 			perToken := int64(2 * shape.Layers * shape.KVDim * shape.KVType.RowBytes(1))
 			e, _, err := sim.NewEngine(&p, sim.Options{Clock: clock, Vocab: vocab, EndOfGeneration: -1}, engine.Config{
-				KVMemoryBytes: kvTokens * perToken, MaxBatchTokens: maxBatchTokens, MaxRunning: maxRunning,
+				KVMemoryBytes: kvTokens * perToken, KVHostMemoryBytes: hostTokens * perToken, MaxBatchTokens: maxBatchTokens, MaxRunning: maxRunning,
 				MaxWaiting: len(trace) + 1, LRUEviction: eviction == "lru",
 			})
 			if err != nil {
@@ -299,6 +299,7 @@ arrivals (a CPU model cannot keep up with a GPU cluster's trace; stretch it, or 
 	f.StringVar(&tracePath, "trace", "", "Mooncake-format JSON-lines trace (required)")
 	f.StringVar(&profilePath, "sim-profile", "", "cost profile from kvserve sim calibrate (default: the built-in one)")
 	f.Int64Var(&kvTokens, "kv-tokens", 1_000_000, "KV pool size in tokens")
+	f.Int64Var(&hostTokens, "kv-host-tokens", 0, "host-memory tier (G2) size in tokens (0: none)")
 	f.IntVar(&limit, "limit", 0, "replay only the first N requests (0: all)")
 	f.Float64Var(&stretch, "stretch", 1, "multiply the gaps between arrivals by this")
 	f.IntVar(&maxBatchTokens, "max-batch-tokens", 0, "tokens per pass (default: the profile's)")

@@ -100,6 +100,10 @@ type Config struct {
 	// KVNoStorage keeps the pool's bookkeeping without its memory
 	// (kv.Config.NoStorage), for forward passes that compute nothing.
 	KVNoStorage bool
+	// KVHostMemoryBytes is the budget of the host-memory tier (G2): blocks
+	// evicted from the pool move there and come back on a prefix hit
+	// instead of being recomputed (0: none).
+	KVHostMemoryBytes int64
 	// LRUEviction evicts cached blocks least recently released first
 	// instead of by value (kv's default): the baseline, for comparisons.
 	LRUEviction bool
@@ -323,6 +327,8 @@ func newEngine(f Forwarder, cfg Config) (*Engine, error) {
 		DisableIndex: cfg.DisablePrefixCache || cfg.Contiguous,
 		NoStorage:    cfg.KVNoStorage,
 		Now:          cfg.Clock.Now,
+
+		HostMemoryBytes: cfg.KVHostMemoryBytes,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
@@ -337,7 +343,7 @@ func newEngine(f Forwarder, cfg Config) (*Engine, error) {
 	for _, t := range cfg.EndOfGeneration {
 		e.eog[t] = true
 	}
-	if e.m, err = newMetrics(cfg.Registerer); err != nil {
+	if e.m, err = newMetrics(cfg.Registerer, pool); err != nil {
 		return nil, err
 	}
 	return e, nil

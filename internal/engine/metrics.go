@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvserve/kvserve/internal/kv"
 )
 
 // metrics are the engine's Prometheus metrics, named after vLLM's under the
@@ -24,7 +26,7 @@ type metrics struct {
 	runningCount                   atomic.Int64
 }
 
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, pool *kv.Pool) (*metrics, error) {
 	latency := []float64{.001, .005, .01, .02, .04, .06, .08, .1, .25, .5, .75, 1, 2.5, 5, 7.5, 10, 20, 40, 80}
 	m := &metrics{
 		ttft: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kvserve_time_to_first_token_seconds",
@@ -66,6 +68,27 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	if reg == nil {
 		return m, nil
+	}
+	// The tiers' traffic, read from the pool when scraped.
+	stat := func(f func(kv.Stats) float64) func() float64 { return func() float64 { return f(pool.Stats()) } }
+	tiers := []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kvserve_kv_pinned_blocks",
+			Help: "Cached KV blocks held by pins until they expire (not evictable)."}, stat(func(s kv.Stats) float64 { return float64(s.Pinned) })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kvserve_kv_evicted_blocks_total",
+			Help: "KV blocks evicted from the pool (G1), moved to host memory (G2) when it has room."}, stat(func(s kv.Stats) float64 { return float64(s.Evictions) })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kvserve_kv_host_blocks",
+			Help: "KV blocks in the host-memory tier (G2)."}, stat(func(s kv.Stats) float64 { return float64(s.Host.Blocks) })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kvserve_kv_offloaded_blocks_total",
+			Help: "KV blocks moved from the pool (G1) down to host memory (G2)."}, stat(func(s kv.Stats) float64 { return float64(s.Host.Stored) })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kvserve_kv_onboarded_blocks_total",
+			Help: "KV blocks brought back from host memory (G2) into the pool on a prefix hit instead of being recomputed."}, stat(func(s kv.Stats) float64 { return float64(s.Host.Onboarded) })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kvserve_kv_host_evicted_blocks_total",
+			Help: "KV blocks dropped from host memory (G2) to make room."}, stat(func(s kv.Stats) float64 { return float64(s.Host.Evicted) })),
+	}
+	for _, c := range tiers {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("engine: register metrics: %w", err)
+		}
 	}
 	for _, c := range []prometheus.Collector{m.ttft, m.itl, m.queueTime, m.e2e, m.stepTime, m.batchSeqs, m.batchTokens,
 		m.prefixQueries, m.prefixHits, m.preemptions, m.promptTokens, m.generatedTokens, m.finished,

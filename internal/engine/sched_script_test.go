@@ -15,6 +15,7 @@ import (
 
 	"github.com/kvserve/kvserve/internal/batch"
 	"github.com/kvserve/kvserve/internal/engine"
+	kvpkg "github.com/kvserve/kvserve/internal/kv"
 	"github.com/kvserve/kvserve/internal/sample"
 	"github.com/kvserve/kvserve/internal/sim"
 )
@@ -29,7 +30,7 @@ import (
 //
 // Commands:
 //
-//	new [max-batch-tokens=N] [block-size=N] [kv-blocks=N] [max-running=N] [no-prefix-cache] [contiguous]
+//	new [max-batch-tokens=N] [block-size=N] [kv-blocks=N] [host-blocks=N] [max-running=N] [no-prefix-cache] [contiguous]
 //	submit name=A prompt=SEG:LEN[,SEG:LEN...] max=N [priority=N] [n=N] [scope=S] [expect=N]
 //	       [retention=ephemeral|session|persistent|pinned] [ttl=DURATION]
 //	advance by=DURATION   move the virtual clock (pins expire)
@@ -153,8 +154,12 @@ func (h *schedHarness) do(d *datadriven.TestData) (string, error) {
 	case "stats":
 		st := h.e.Now()
 		kv := st.KV
-		return fmt.Sprintf("running=%d waiting=%d peak-running=%d\nblocks: free=%d active=%d cached=%d pinned=%d hit-tokens=%d evictions=%d\n",
-			st.Running, st.Waiting, st.PeakRunning, kv.Free, kv.Active, kv.Cached, kv.Pinned, kv.HitTokens, kv.Evictions), nil
+		out := fmt.Sprintf("running=%d waiting=%d peak-running=%d\nblocks: free=%d active=%d cached=%d pinned=%d hit-tokens=%d evictions=%d\n",
+			st.Running, st.Waiting, st.PeakRunning, kv.Free, kv.Active, kv.Cached, kv.Pinned, kv.HitTokens, kv.Evictions)
+		if h := kv.Host; h != (kvpkg.HostStats{}) {
+			out += fmt.Sprintf("host: blocks=%d offloaded=%d onboarded=%d evicted=%d\n", h.Blocks, h.Stored, h.Onboarded, h.Evicted)
+		}
+		return out, nil
 	}
 	return "", fmt.Errorf("unknown command %q", d.Cmd)
 }
@@ -178,6 +183,10 @@ func (h *schedHarness) new(args map[string]string, num func(string, int) (int, e
 	if err != nil {
 		return "", err
 	}
+	hostBlocks, err := num("host-blocks", 0)
+	if err != nil {
+		return "", err
+	}
 	p := &sim.Profile{
 		Model: "script",
 		// One layer of 8 KV values: 32 bytes of f16 KV per token.
@@ -195,6 +204,7 @@ func (h *schedHarness) new(args map[string]string, num func(string, int) (int, e
 	h.e, err = engine.NewStepped(h.fwd, engine.Config{
 		MaxBatchTokens: maxBatch, BlockSize: blockSize, MaxRunning: maxRunning,
 		KVMemoryBytes: int64(blocks * blockSize * 32), KVNoStorage: true,
+		KVHostMemoryBytes:  int64(hostBlocks * blockSize * 32),
 		DisablePrefixCache: noPrefix, Contiguous: contiguous,
 		EndOfGeneration: []int32{schedEOG}, Clock: h.clock,
 	})

@@ -110,6 +110,10 @@ type Config struct {
 	// value: leaves first, lowest class, then least valuable; pinned blocks
 	// kept until their expiry). NewLRU is the plain baseline.
 	Evictor Evictor
+	// HostMemoryBytes is the budget of the host-memory tier (G2): blocks
+	// evicted from the pool move there and come back on a prefix hit
+	// instead of being recomputed (0: no G2, evicted blocks are dropped).
+	HostMemoryBytes int64
 	// Now is the pool's clock, for pins' expiry (default: time.Now; the
 	// engine passes its own, so a simulation in virtual time expires pins
 	// in that time).
@@ -219,6 +223,7 @@ type Pool struct {
 	index   map[Hash]BlockID
 	evictor Evictor
 	value   *valueEvictor // the evictor, when it is the value policy
+	host    *hostTier     // G2, when configured
 	stats   Stats
 	classes [NumClasses]int // hashed blocks by class
 }
@@ -229,6 +234,8 @@ type Stats struct {
 	// Pinned counts the cached blocks kept until their pins expire (part of
 	// Cached, not evictable).
 	Pinned int
+	// Host is G2's (zero without one).
+	Host HostStats
 	// Queries and Hits count tokens looked up and found by MatchPrefix.
 	QueryTokens, HitTokens int64
 	Evictions              int64
@@ -254,6 +261,9 @@ func NewPool(cfg Config) (*Pool, error) {
 	}
 	for i := range p.meta {
 		p.meta[i].parent = -1
+	}
+	if c.HostMemoryBytes > 0 {
+		p.host = newHostTier(c.HostMemoryBytes, int64(p.blockBytes), c.NoStorage)
 	}
 	if p.evictor == nil {
 		v := newValueEvictor(p)
@@ -311,6 +321,10 @@ func (p *Pool) Stats() Stats {
 	s.Free = len(p.free)
 	s.Cached = p.evictorHolds()
 	s.Active = s.Total - s.Free - s.Cached
+	if p.host != nil {
+		s.Host = HostStats{Blocks: len(p.host.byHash), Stored: p.host.stats.Stored,
+			Onboarded: p.host.stats.Onboarded, Evicted: p.host.stats.Evicted}
+	}
 	if p.value != nil {
 		p.value.expire()
 		s.Pinned = len(p.value.pins.ids)
@@ -387,10 +401,81 @@ func (p *Pool) allocLocked() (BlockID, error) {
 	if m.refs != 0 || !m.hashed {
 		panic(fmt.Sprintf("kv: evictor returned block %d with refs %d hashed %v", id, m.refs, m.hashed))
 	}
+	p.offloadLocked(id)
 	p.unindexLocked(id)
 	p.stats.Evictions++
 	m.refs = 1
 	return id, nil
+}
+
+// offloadLocked copies an evicted block down to G2, if there is one.
+func (p *Pool) offloadLocked(id BlockID) {
+	if p.host == nil {
+		return
+	}
+	m := &p.meta[id]
+	c := m.class
+	if c == ClassDefault || c == ClassPinned { // an evicted pin has expired
+		c = ClassSession
+	}
+	stored, evicted := p.host.put(m.hash, c, p.blockData(id))
+	if p.cfg.Events == nil {
+		return
+	}
+	if len(evicted) > 0 {
+		p.cfg.Events.Publish(Event{Kind: BlockRemoved, Tier: TierHost, Hashes: evicted, BlockSize: p.cfg.BlockSize})
+	}
+	if stored {
+		var parent Hash
+		if m.parent >= 0 {
+			parent = p.meta[m.parent].hash
+		}
+		p.cfg.Events.Publish(Event{Kind: BlockStored, Tier: TierHost, Hashes: []Hash{m.hash}, Parent: parent,
+			BlockSize: p.cfg.BlockSize, Class: c})
+	}
+}
+
+// onboardLocked brings block h back from G2 into a pool block, registered
+// under its hash after parent (the chain's previous block, -1 for the
+// first), with one reference for the caller. It reports false when G2
+// does not hold h or the pool has no room.
+func (p *Pool) onboardLocked(h Hash, parent BlockID, class Class, expiry int64) (BlockID, bool) {
+	if p.host == nil || !p.host.has(h) || p.cfg.DisableIndex {
+		return -1, false
+	}
+	// Out of G2 first: making room in the pool may push blocks down into
+	// G2 and, G2 being full, push this one out of it.
+	e, _ := p.host.take(h)
+	id, err := p.allocLocked()
+	if err != nil {
+		if stored, _ := p.host.put(e.hash, e.class, e.data); stored { // back where it was: its room is still free
+			p.host.stats.Stored--
+		}
+		p.host.stats.Onboarded--
+		return -1, false
+	}
+	if e.data != nil {
+		copy(p.blockData(id), e.data)
+	}
+	m := &p.meta[id]
+	m.hashed, m.hash, m.class = true, h, max(class, e.class)
+	if m.class == ClassPinned {
+		m.expiry = expiry
+	}
+	m.parent = parent
+	var parentHash Hash
+	if parent >= 0 {
+		p.meta[parent].children++
+		parentHash = p.meta[parent].hash
+	}
+	p.classes[m.class]++
+	p.index[h] = id
+	if p.cfg.Events != nil {
+		p.cfg.Events.Publish(Event{Kind: BlockRemoved, Tier: TierHost, Hashes: []Hash{h}, BlockSize: p.cfg.BlockSize})
+		p.cfg.Events.Publish(Event{Kind: BlockStored, Tier: TierPool, Hashes: []Hash{h}, Parent: parentHash,
+			BlockSize: p.cfg.BlockSize, Class: m.class})
+	}
+	return id, true
 }
 
 // unindexLocked removes a block's hash from the prefix index.
@@ -474,6 +559,14 @@ func (p *Pool) commitLocked(id BlockID, h Hash, parent Hash, tokens []int32, cla
 	}
 	p.classes[class]++
 	p.index[h] = id
+	if p.host != nil && p.host.has(h) {
+		// Computed again (its prefix was matched short of it): the fresh
+		// copy in the pool replaces G2's.
+		p.host.remove(h)
+		if p.cfg.Events != nil {
+			p.cfg.Events.Publish(Event{Kind: BlockRemoved, Tier: TierHost, Hashes: []Hash{h}, BlockSize: p.cfg.BlockSize})
+		}
+	}
 	if p.cfg.Events != nil {
 		p.cfg.Events.Publish(Event{Kind: BlockStored, Tier: TierPool, Hashes: []Hash{h}, Parent: parent,
 			Tokens: append([]int32(nil), tokens...), BlockSize: p.cfg.BlockSize, Class: class})
@@ -499,6 +592,12 @@ func (p *Pool) Clear() {
 		*m = blockMeta{refs: m.refs, parent: -1}
 	}
 	p.classes = [NumClasses]int{}
+	if p.host != nil {
+		p.host.clear()
+		if p.cfg.Events != nil {
+			p.cfg.Events.Publish(Event{Kind: AllCleared, Tier: TierHost, BlockSize: p.cfg.BlockSize})
+		}
+	}
 	if p.cfg.Events != nil {
 		p.cfg.Events.Publish(Event{Kind: AllCleared, Tier: TierPool, BlockSize: p.cfg.BlockSize})
 	}
@@ -561,6 +660,23 @@ func (p *Pool) CheckInvariants() error {
 	}
 	if err := p.checkChainsLocked(); err != nil {
 		return err
+	}
+	if t := p.host; t != nil {
+		if t.used != int64(len(t.byHash))*t.blockBytes || t.used > t.budget {
+			return fmt.Errorf("kv: G2 uses %d bytes for %d blocks of %d (budget %d)", t.used, len(t.byHash), t.blockBytes, t.budget)
+		}
+		n := 0
+		for c := range t.lists {
+			n += t.lists[c].Len()
+		}
+		if n != len(t.byHash) {
+			return fmt.Errorf("kv: G2 lists hold %d blocks, its index %d", n, len(t.byHash))
+		}
+		for h := range t.byHash {
+			if _, ok := p.index[h]; ok {
+				return fmt.Errorf("kv: block %s is in both the pool and G2", h)
+			}
+		}
 	}
 	if len(p.index) != cached+countHashedActive(p.meta) {
 		return fmt.Errorf("kv: index has %d entries for %d hashed blocks", len(p.index), cached+countHashedActive(p.meta))

@@ -246,7 +246,13 @@ func FuzzPoolOperations(f *testing.F) {
 func runRandomOps(t *testing.T, seed uint64, steps int) {
 	rng := rand.New(rand.NewPCG(seed, 0))
 	log := NewEventLog(1 << 14)
-	p := newTestPool(t, 12+rng.IntN(20), log)
+	// Two runs in three with a host tier (G2) of up to 20 blocks.
+	host := int64(rng.IntN(3)) * int64(rng.IntN(21))
+	p, err := NewPool(Config{NumBlocks: 12 + rng.IntN(20), BlockSize: 4, Layers: 2, KVDim: 4, Events: log,
+		HostMemoryBytes: host * 2 * 2 * 4 * 4 * 2})
+	if err != nil {
+		t.Fatal(err)
+	}
 	// A clock that moves one second per step, so pins expire during the run.
 	now := time.Unix(1000, 0)
 	p.cfg.Now = func() time.Time { return now }
@@ -344,8 +350,8 @@ func (b *prefixBook) update(t *testing.T) {
 	}
 	b.next = next
 	for _, e := range evs {
-		if e.Kind != BlockStored {
-			continue
+		if e.Kind != BlockStored || e.Tier != TierPool || e.Tokens == nil {
+			continue // G2 moves and onboarding carry no tokens: the first store told the prefix
 		}
 		parent := b.prefix[e.Parent] // nil for a scope salt
 		b.prefix[e.Hashes[0]] = append(append([]int32(nil), parent...), e.Tokens...)

@@ -109,11 +109,18 @@ func (s *Sequence) MatchPrefixHashes(prompt []int32, hashes []Hash) int {
 	p.stats.QueryTokens += int64(len(prompt))
 	for i := 0; i < limit; i++ {
 		id, ok := p.index[hashes[i]]
-		if !ok {
-			break
+		if ok {
+			p.acquireLocked(id)
+			p.raiseLocked(id, s.classOf(i), s.pinUntil)
+		} else {
+			parent := BlockID(-1)
+			if i > 0 {
+				parent = s.blocks[i-1]
+			}
+			if id, ok = p.onboardLocked(hashes[i], parent, s.classOf(i), s.pinUntil); !ok {
+				break
+			}
 		}
-		p.acquireLocked(id)
-		p.raiseLocked(id, s.classOf(i), s.pinUntil)
 		p.meta[id].uses++
 		s.blocks = append(s.blocks, id)
 		s.hashes = append(s.hashes, hashes[i])

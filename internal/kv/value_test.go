@@ -197,3 +197,50 @@ func TestLRUStillAvailable(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestHostTier: blocks evicted from the pool move to G2 and come back, with
+// their contents, on a prefix hit; with G2 short of room, the chain's
+// prefix (evicted last) is what it keeps.
+func TestHostTier(t *testing.T) {
+	tests := []struct {
+		name       string
+		hostBlocks int
+		wantHit    int // tokens of chain a found after b pushed it out
+	}{
+		{"room for all", 8, 16},
+		{"room for two", 2, 8},
+		{"none", 0, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := Config{NumBlocks: 5, BlockSize: 4, Layers: 2, KVDim: 4}
+			cfg.HostMemoryBytes = int64(tt.hostBlocks) * cfg.BlockBytes()
+			p, err := NewPool(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a, b := seqTokens(1, 17), seqTokens(100, 17) // 4 full blocks each
+			cache(t, p, a, time.Time{})
+			cache(t, p, b, time.Time{})
+			if st := p.Stats(); st.Host.Blocks != min(tt.hostBlocks, 4) || st.Evictions != 4 {
+				t.Fatalf("after b: %+v", st)
+			}
+			s := p.NewSequence(Hash{7}, nil)
+			if hit := s.MatchPrefix(a); hit != tt.wantHit {
+				t.Fatalf("hit %d tokens of a, want %d", hit, tt.wantHit)
+			}
+			checkContent(t, s) // onboarded blocks hold a's KV
+			if err := extend(s, a[s.Len():]); err != nil {
+				t.Fatal(err)
+			}
+			checkContent(t, s)
+			s.Release()
+			if err := p.CheckInvariants(); err != nil {
+				t.Fatal(err)
+			}
+			if st := p.Stats(); st.Host.Onboarded != int64(tt.wantHit/4) {
+				t.Fatalf("onboarded %d blocks, want %d", st.Host.Onboarded, tt.wantHit/4)
+			}
+		})
+	}
+}
