@@ -1,6 +1,7 @@
 package api
 
 import (
+	"github.com/kvserve/kvserve/internal/chat/outparse"
 	"github.com/kvserve/kvserve/internal/engine"
 )
 
@@ -25,7 +26,7 @@ func constraintFor(m *Model, req *Request, p *Prompt) (*engine.Constraint, strin
 	}
 	c := &engine.Constraint{Kind: engine.ConstraintToolCall,
 		// The output starts inside reasoning: the call comes after it.
-		AfterReasoning: m.Template.PromptOpensReasoning(p.Text)}
+		AfterReasoning: outparse.ForTemplate(m.Template).PromptOpensReasoning(p.Text)}
 	for _, t := range req.Tools {
 		if req.ToolChoice.Mode == ToolRequired || t.Name == req.ToolChoice.Name {
 			c.Tools = append(c.Tools, engine.ConstraintTool{Name: t.Name, Parameters: t.Parameters})

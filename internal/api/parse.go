@@ -1,30 +1,30 @@
 package api
 
 import (
-	"github.com/kvserve/kvserve/internal/chat"
+	"github.com/kvserve/kvserve/internal/chat/outparse"
 )
 
 // outputParser splits a sample's text into answer, reasoning and tool
-// calls, in the model's own format (*chat.StreamParser), or passes it
+// calls, in the model's own format (*outparse.StreamParser), or passes it
 // through (raw completions).
 type outputParser interface {
 	// Push takes the next piece of text and returns what it completes. The
 	// result is valid until the next call.
-	Push(text string) []chat.Event
+	Push(text string) []outparse.Event
 	// Finish flushes what is held back at the end of the sample; the error
 	// reports a forced tool call that did not complete.
-	Finish() ([]chat.Event, error)
+	Finish() ([]outparse.Event, error)
 }
 
 // plainParser passes all text through as content.
-type plainParser struct{ out [1]chat.Event }
+type plainParser struct{ out [1]outparse.Event }
 
-func (p *plainParser) Push(text string) []chat.Event {
-	p.out[0] = chat.Event{Kind: chat.Content, Text: text}
+func (p *plainParser) Push(text string) []outparse.Event {
+	p.out[0] = outparse.Event{Kind: outparse.Content, Text: text}
 	return p.out[:]
 }
 
-func (p *plainParser) Finish() ([]chat.Event, error) { return nil, nil }
+func (p *plainParser) Finish() ([]outparse.Event, error) { return nil, nil }
 
 // newOutputParser returns the parser for one sample of a request: the
 // template's tool-call and reasoning parser for chat requests, a
@@ -33,15 +33,16 @@ func newOutputParser(m *Model, req *Request, p *Prompt) outputParser {
 	if req.Messages == nil || m.Template == nil {
 		return &plainParser{}
 	}
-	o := chat.ParseOptions{
+	out := outparse.ForTemplate(m.Template)
+	o := outparse.Options{
 		ParseReasoning: true,
-		ReasoningOpen:  m.Template.PromptOpensReasoning(p.Text),
+		ReasoningOpen:  out.PromptOpensReasoning(p.Text),
 		Forced:         req.ToolChoice.Mode == ToolRequired || req.ToolChoice.Mode == ToolNamed,
 	}
 	if req.ToolChoice.Mode != ToolNone {
 		o.Tools = req.Tools
 	}
-	return m.Template.NewParser(o)
+	return out.NewParser(o)
 }
 
 // markerTokens returns the control tokens of the model's vocabulary whose
@@ -53,7 +54,7 @@ func markerTokens(m *Model) map[int32]string {
 		return nil
 	}
 	var out map[int32]string
-	for _, text := range m.Template.OutputMarkers() {
+	for _, text := range outparse.ForTemplate(m.Template).OutputMarkers() {
 		id, ok := m.Tokenizer.TokenID(text)
 		if !ok || !m.Tokenizer.IsControl(id) || m.Tokenizer.IsEOG(id) {
 			continue

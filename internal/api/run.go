@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kvserve/kvserve/internal/chat"
+	"github.com/kvserve/kvserve/internal/chat/outparse"
 	"github.com/kvserve/kvserve/internal/engine"
 	"github.com/kvserve/kvserve/internal/sample"
 	"github.com/kvserve/kvserve/internal/tokenizer"
@@ -361,25 +362,25 @@ func (r *Run) text(i int, text string) {
 }
 
 // parse appends parser output as events of sample i.
-func (r *Run) parse(i int, ps []chat.Event) {
+func (r *Run) parse(i int, ps []outparse.Event) {
 	s := &r.samples[i]
 	for _, p := range ps {
 		e := Event{Index: i, Text: p.Text, ToolCall: p.Index}
 		switch p.Kind {
-		case chat.Content:
+		case outparse.Content:
 			e.Kind = EventText
-		case chat.Reasoning:
+		case outparse.Reasoning:
 			e.Kind = EventReasoning
-		case chat.ToolCallBegin:
+		case outparse.ToolCallBegin:
 			e.Kind = EventToolCallBegin
 			e.ToolName, e.ToolCallID = p.Name, p.ID
 			if e.ToolCallID == "" {
 				e.ToolCallID = newToolCallID()
 			}
 			s.toolCalls++
-		case chat.ToolCallArgs:
+		case outparse.ToolCallArgs:
 			e.Kind = EventToolCallArgs
-		case chat.ToolCallEnd:
+		case outparse.ToolCallEnd:
 			e.Kind = EventToolCallEnd
 		default:
 			continue

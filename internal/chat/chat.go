@@ -37,14 +37,9 @@
 //
 // # The other direction: what the model writes back
 //
-// Template.NewParser returns a StreamParser that turns a generation, as it
-// is detokenized, into content, reasoning and tool-call events in the
-// family's own syntax (<tool_call>…</tool_call>, [TOOL_CALLS][…],
-// <function=…>, <think>…</think> and the rest; see parse.go and
-// toolformat.go). Tool-call arguments are the model's own bytes, so
-// rendering the parsed turn back gives the generated text again — the same
-// tokens, the same KV blocks. Template.ForcedCall gives the text a
-// grammar-forced call must have in that syntax.
+// Parsing a generation — content, reasoning and tool calls in the family's
+// own syntax — is package outparse's job (outparse.ForTemplate); the two
+// share only the conversation's data, package conv.
 package chat
 
 import (
@@ -54,39 +49,35 @@ import (
 	"time"
 
 	"github.com/ardanlabs/jinja"
+
+	"github.com/kvserve/kvserve/internal/chat/conv"
 )
 
-// Message is one turn of a conversation.
-type Message struct {
-	// Role is system, user, assistant or tool.
-	Role string
-	// Content is the turn's text.
-	Content string
-	// ReasoningContent is an assistant turn's reasoning (the text a reasoning
-	// model writes between <think> and </think>). It is passed to templates
-	// as reasoning_content (and as tool_plan to Command R7B); most templates
-	// drop it from history, as their models expect.
-	ReasoningContent string
-	// ToolCalls are an assistant turn's tool calls.
-	ToolCalls []ToolCall
-	// ToolCallID and Name identify the call a tool turn answers.
-	ToolCallID, Name string
-}
+// The conversation's data, shared with the output parser (package outparse),
+// is defined in package conv.
+type (
+	Message  = conv.Message
+	ToolCall = conv.ToolCall
+	Tool     = conv.Tool
+)
 
-// ToolCall is one tool call made by the assistant.
-type ToolCall struct {
-	ID, Name string
-	// Arguments is the call's arguments as JSON text (normally an object).
-	Arguments string
-}
-
-// Tool is a function the model may call.
-type Tool struct {
-	Name, Description string
-	// Parameters is the JSON Schema of the arguments. Its key order is kept
-	// in the prompt. Empty means no parameters.
-	Parameters json.RawMessage
-}
+// The template families (see conv), under the names Template.Family has
+// always returned them by.
+const (
+	FamilyChatML         = conv.FamilyChatML
+	FamilyHermes         = conv.FamilyHermes
+	FamilyLlama3         = conv.FamilyLlama3
+	FamilyFunctionaryV31 = conv.FamilyFunctionaryV31
+	FamilyFunctionaryV32 = conv.FamilyFunctionaryV32
+	FamilyFirefunctionV2 = conv.FamilyFirefunctionV2
+	FamilyDeepSeekR1     = conv.FamilyDeepSeekR1
+	FamilyMistral        = conv.FamilyMistral
+	FamilyCommandR       = conv.FamilyCommandR
+	FamilyCommandR7B     = conv.FamilyCommandR7B
+	FamilyGemma          = conv.FamilyGemma
+	FamilyPhi3           = conv.FamilyPhi3
+	FamilyUnknown        = conv.FamilyUnknown
+)
 
 // RenderOptions are the per-request inputs of a render besides the messages.
 type RenderOptions struct {
@@ -165,7 +156,7 @@ func Parse(src string) (t *Template, err error) {
 	t = &Template{
 		src:          src,
 		tmpl:         tmpl,
-		family:       detectFamily(src),
+		family:       conv.DetectFamily(src),
 		usesToolPlan: strings.Contains(src, "tool_plan"),
 	}
 	t.caps = t.probe()

@@ -3,13 +3,15 @@ package chat
 import (
 	"fmt"
 	"strings"
+
+	"github.com/kvserve/kvserve/internal/chat/pyjson"
 )
 
 // Templates without tool support (SmolLM2's ChatML, Gemma, Phi-3, many
 // fine-tunes) would silently drop a request's tools: the model would never
 // learn they exist. Render then describes the tools in the system prompt in
 // the Hermes format, which the output parser reads for these families (see
-// NewParser), and writes earlier tool calls and results into the
+// package outparse), and writes earlier tool calls and results into the
 // conversation as text in the same format — what llama.cpp and vLLM do for
 // such models too.
 
@@ -101,6 +103,6 @@ func toolSystemText(tools []Tool) (string, error) {
 
 func quoteJSON(s string) string {
 	var b strings.Builder
-	writeJSONString(&b, s, false)
+	pyjson.WriteString(&b, s, false)
 	return b.String()
 }

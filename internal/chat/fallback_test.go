@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/kvserve/kvserve/internal/chat/outparse"
 )
 
 // A ChatML template with no tool support, like SmolLM2's.
@@ -40,8 +42,8 @@ func TestToolFallbackDescribesTools(t *testing.T) {
 		}
 	}
 	// The calls it describes are the ones the parser reads back.
-	p := tmpl.NewParser(ParseOptions{Tools: tools})
-	evs := append([]Event(nil), p.Push("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>")...)
+	p := outparse.ForTemplate(tmpl).NewParser(outparse.Options{Tools: tools})
+	evs := append([]outparse.Event(nil), p.Push("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>")...)
 	fin, err := p.Finish()
 	if err != nil {
 		t.Fatal(err)
@@ -50,9 +52,9 @@ func TestToolFallbackDescribesTools(t *testing.T) {
 	var name, args string
 	for _, e := range evs {
 		switch e.Kind {
-		case ToolCallBegin:
+		case outparse.ToolCallBegin:
 			name = e.Name
-		case ToolCallArgs:
+		case outparse.ToolCallArgs:
 			args += e.Text
 		}
 	}

@@ -54,26 +54,36 @@ type goldenSpec struct {
 	Cases []goldenCase `json:"cases"`
 }
 
-// UnmarshalJSON reads a Message from the snake_case keys of cases.json.
-func (m *Message) UnmarshalJSON(b []byte) error {
+// UnmarshalJSON reads a case, its messages from the snake_case keys of
+// cases.json.
+func (c *goldenCase) UnmarshalJSON(b []byte) error {
 	var raw struct {
-		Role             string `json:"role"`
-		Content          string `json:"content"`
-		ReasoningContent string `json:"reasoning_content"`
-		ToolCalls        []struct {
-			ID        string `json:"id"`
-			Name      string `json:"name"`
-			Arguments string `json:"arguments"`
-		} `json:"tool_calls"`
-		ToolCallID string `json:"tool_call_id"`
-		Name       string `json:"name"`
+		Name             string `json:"name"`
+		GenerationPrompt bool   `json:"generation_prompt"`
+		Tools            bool   `json:"tools"`
+		Messages         []struct {
+			Role             string `json:"role"`
+			Content          string `json:"content"`
+			ReasoningContent string `json:"reasoning_content"`
+			ToolCalls        []struct {
+				ID        string `json:"id"`
+				Name      string `json:"name"`
+				Arguments string `json:"arguments"`
+			} `json:"tool_calls"`
+			ToolCallID string `json:"tool_call_id"`
+			Name       string `json:"name"`
+		} `json:"messages"`
 	}
 	if err := json.Unmarshal(b, &raw); err != nil {
 		return err
 	}
-	*m = Message{Role: raw.Role, Content: raw.Content, ReasoningContent: raw.ReasoningContent, ToolCallID: raw.ToolCallID, Name: raw.Name}
-	for _, tc := range raw.ToolCalls {
-		m.ToolCalls = append(m.ToolCalls, ToolCall{ID: tc.ID, Name: tc.Name, Arguments: tc.Arguments})
+	*c = goldenCase{Name: raw.Name, GenerationPrompt: raw.GenerationPrompt, Tools: raw.Tools}
+	for _, rm := range raw.Messages {
+		m := Message{Role: rm.Role, Content: rm.Content, ReasoningContent: rm.ReasoningContent, ToolCallID: rm.ToolCallID, Name: rm.Name}
+		for _, tc := range rm.ToolCalls {
+			m.ToolCalls = append(m.ToolCalls, ToolCall{ID: tc.ID, Name: tc.Name, Arguments: tc.Arguments})
+		}
+		c.Messages = append(c.Messages, m)
 	}
 	return nil
 }

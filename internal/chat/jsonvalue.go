@@ -6,18 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"sort"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/ardanlabs/jinja"
-)
 
-// maxJSONDepth bounds the nesting of JSON accepted from clients (tool
-// schemas, tool-call arguments, extra context).
-const maxJSONDepth = 256
+	"github.com/kvserve/kvserve/internal/chat/pyjson"
+)
 
 // parseJSON turns JSON text into a template value that keeps the text's key
 // order: a tool schema must reach the prompt exactly as the client wrote it,
@@ -38,8 +34,8 @@ func parseJSON(data []byte) (jinja.Value, error) {
 }
 
 func decodeValue(dec *json.Decoder, depth int) (jinja.Value, error) {
-	if depth > maxJSONDepth {
-		return jinja.Undefined(), fmt.Errorf("JSON nested deeper than %d", maxJSONDepth)
+	if depth > pyjson.MaxDepth {
+		return jinja.Undefined(), fmt.Errorf("JSON nested deeper than %d", pyjson.MaxDepth)
 	}
 	tok, err := dec.Token()
 	if err != nil {
@@ -169,8 +165,8 @@ func tojsonFilter(args []jinja.Value, kwargs map[string]jinja.Value) (jinja.Valu
 
 // writeJSON appends v as json.dumps would write it.
 func writeJSON(b *strings.Builder, v jinja.Value, o *jsonOptions, depth int) error {
-	if depth > maxJSONDepth {
-		return fmt.Errorf("tojson: value nested deeper than %d", maxJSONDepth)
+	if depth > pyjson.MaxDepth {
+		return fmt.Errorf("tojson: value nested deeper than %d", pyjson.MaxDepth)
 	}
 	newline := func(level int) {
 		if o.hasIndent {
@@ -192,9 +188,9 @@ func writeJSON(b *strings.Builder, v jinja.Value, o *jsonOptions, depth int) err
 	case v.IsInt():
 		b.WriteString(strconv.FormatInt(v.AsInt(), 10))
 	case v.IsFloat():
-		b.WriteString(pyFloat(v.AsFloat()))
+		b.WriteString(pyjson.Float(v.AsFloat()))
 	case v.IsString():
-		writeJSONString(b, v.AsString(), o.ensureASCII)
+		pyjson.WriteString(b, v.AsString(), o.ensureASCII)
 	case v.IsList():
 		items := v.AsList().Items
 		if len(items) == 0 {
@@ -230,7 +226,7 @@ func writeJSON(b *strings.Builder, v jinja.Value, o *jsonOptions, depth int) err
 				b.WriteString(o.itemSep)
 			}
 			newline(depth + 1)
-			writeJSONString(b, k, o.ensureASCII)
+			pyjson.WriteString(b, k, o.ensureASCII)
 			b.WriteString(o.keySep)
 			val, _ := d.Get(k)
 			if err := writeJSON(b, val, o, depth+1); err != nil {
@@ -245,108 +241,4 @@ func writeJSON(b *strings.Builder, v jinja.Value, o *jsonOptions, depth int) err
 		return errors.New("tojson: value is not JSON serializable")
 	}
 	return nil
-}
-
-// writeJSONString writes s quoted the way json.dumps does: the two-character
-// escapes for \" \\ \n \r \t \b \f, \u00XX for other control characters, and
-// with ensureASCII \uXXXX (surrogate pairs above U+FFFF) for DEL and
-// non-ASCII.
-// Bytes that are not UTF-8 (a Python string cannot hold them) are written as
-// they are.
-func writeJSONString(b *strings.Builder, s string, ensureASCII bool) {
-	const hex = "0123456789abcdef"
-	u4 := func(r rune) {
-		b.WriteString(`\u`)
-		b.WriteByte(hex[r>>12&15])
-		b.WriteByte(hex[r>>8&15])
-		b.WriteByte(hex[r>>4&15])
-		b.WriteByte(hex[r&15])
-	}
-	b.WriteByte('"')
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			switch c {
-			case '"':
-				b.WriteString(`\"`)
-			case '\\':
-				b.WriteString(`\\`)
-			case '\n':
-				b.WriteString(`\n`)
-			case '\r':
-				b.WriteString(`\r`)
-			case '\t':
-				b.WriteString(`\t`)
-			case '\b':
-				b.WriteString(`\b`)
-			case '\f':
-				b.WriteString(`\f`)
-			default:
-				if c < 0x20 || c == 0x7f && ensureASCII {
-					u4(rune(c))
-				} else {
-					b.WriteByte(c)
-				}
-			}
-			i++
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && size == 1:
-			b.WriteByte(c)
-		case ensureASCII && r > 0xFFFF:
-			r -= 0x10000
-			u4(0xD800 + r>>10)
-			u4(0xDC00 + r&0x3FF)
-		case ensureASCII:
-			u4(r)
-		default:
-			b.WriteString(s[i : i+size])
-		}
-		i += size
-	}
-	b.WriteByte('"')
-}
-
-// pyFloat formats f as Python's repr (which json.dumps uses): the shortest
-// digits that round-trip, positional for exponents -4 ≤ e < 16 with at least
-// one digit after the point, scientific otherwise ("1e-05", "1e+16").
-func pyFloat(f float64) string {
-	switch {
-	case math.IsNaN(f):
-		return "NaN"
-	case math.IsInf(f, 1):
-		return "Infinity"
-	case math.IsInf(f, -1):
-		return "-Infinity"
-	}
-	s := strconv.FormatFloat(f, 'e', -1, 64) // d.ddde±XX
-	mant, expStr, _ := strings.Cut(s, "e")
-	exp, _ := strconv.Atoi(expStr)
-	neg := strings.HasPrefix(mant, "-")
-	mant = strings.TrimPrefix(mant, "-")
-	digits := strings.Replace(mant, ".", "", 1)
-	var out string
-	if exp < -4 || exp >= 16 {
-		out = digits[:1]
-		if len(digits) > 1 {
-			out += "." + digits[1:]
-		}
-		sign := "+"
-		if exp < 0 {
-			sign, exp = "-", -exp
-		}
-		out += fmt.Sprintf("e%s%02d", sign, exp)
-	} else if exp < 0 {
-		out = "0." + strings.Repeat("0", -exp-1) + digits
-	} else if len(digits) <= exp+1 {
-		out = digits + strings.Repeat("0", exp+1-len(digits)) + ".0"
-	} else {
-		out = digits[:exp+1] + "." + digits[exp+1:]
-	}
-	if neg {
-		out = "-" + out
-	}
-	return out
 }

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 
 	"github.com/kvserve/kvserve/internal/chat"
+	"github.com/kvserve/kvserve/internal/chat/outparse"
 	"github.com/kvserve/kvserve/internal/engine"
 	"github.com/kvserve/kvserve/internal/grammar"
 	"github.com/kvserve/kvserve/internal/tokenizer"
@@ -92,7 +93,7 @@ func (c *Compiler) toolCall(k *engine.Constraint) (*grammar.Grammar, error) {
 	}
 	alts := make([]*grammar.Grammar, 0, len(k.Tools))
 	for _, t := range k.Tools {
-		prefix, suffix, err := c.tmpl.ForcedCall(chat.Tool{Name: t.Name, Parameters: t.Parameters})
+		prefix, suffix, err := outparse.ForTemplate(c.tmpl).ForcedCall(chat.Tool{Name: t.Name, Parameters: t.Parameters})
 		if err != nil {
 			return nil, err
 		}
@@ -104,7 +105,7 @@ func (c *Compiler) toolCall(k *engine.Constraint) (*grammar.Grammar, error) {
 	}
 	g := grammar.Choice(alts...)
 	if k.AfterReasoning {
-		if _, closeTag, _ := c.tmpl.ReasoningTags(); closeTag != "" {
+		if _, closeTag, _ := outparse.ForTemplate(c.tmpl).ReasoningTags(); closeTag != "" {
 			g = grammar.Sequence(grammar.Literal(closeTag), g)
 		}
 	}

@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/kvserve/kvserve/internal/tensor"
+	"github.com/kvserve/kvserve/internal/ggml"
 )
 
 var updateSeeds = flag.Bool("update-seeds", false, "rewrite the FuzzParse seed corpus in testdata/fuzz/FuzzParse")
@@ -28,9 +28,9 @@ func smallFile(t testing.TB, align uint64) []byte {
 	w.Set("x.nested", Arrays([]Value{Int32Array([]int32{1}), Strings([]string{"z"})}))
 	w.Set("x.i64", Int64(-5))
 	for i, tt := range []testTensor{
-		{"a", tensor.F32, []uint64{4}},
-		{"b", tensor.F16, []uint64{8, 2}},
-		{"c", tensor.Q8_0, []uint64{32}},
+		{"a", ggml.F32, []uint64{4}},
+		{"b", ggml.F16, []uint64{8, 2}},
+		{"c", ggml.Q8_0, []uint64{32}},
 	} {
 		size, _ := TensorSize(tt.typ, tt.dims)
 		data := bytes.Repeat([]byte{byte(i + 1)}, int(size))
@@ -67,9 +67,9 @@ func seedInputs(t testing.TB) map[string][]byte {
 	}
 	seeds["nested-deep"] = header(0, 1).str("k").u32(uint32(TypeArray)).u32(uint32(TypeArray)).u64(1).
 		u32(uint32(TypeArray)).u64(1).u32(uint32(TypeUint8)).u64(1).u8(0).b
-	seeds["overlap"] = header(2, 0).tinfo("a", tensor.F32, 0, 16).tinfo("b", tensor.F32, 32, 8).withData(64)
-	seeds["huge-dims"] = header(1, 0).tinfo("w", tensor.F32, 0, 1<<31-1, 1<<31-1, 2).withData(32)
-	seeds["q4k"] = header(1, 0).tinfo("w", tensor.Q4_K, 0, 256).withData(144)
+	seeds["overlap"] = header(2, 0).tinfo("a", ggml.F32, 0, 16).tinfo("b", ggml.F32, 32, 8).withData(64)
+	seeds["huge-dims"] = header(1, 0).tinfo("w", ggml.F32, 0, 1<<31-1, 1<<31-1, 2).withData(32)
+	seeds["q4k"] = header(1, 0).tinfo("w", ggml.Q4_K, 0, 256).withData(144)
 	return seeds
 }
 

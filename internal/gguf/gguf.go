@@ -22,7 +22,7 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/kvserve/kvserve/internal/tensor"
+	"github.com/kvserve/kvserve/internal/ggml"
 )
 
 // Magic is the first four bytes of every GGUF file.
@@ -97,7 +97,7 @@ type KV struct {
 // Tensor describes one tensor of a file.
 type Tensor struct {
 	Name string
-	Type tensor.DType
+	Type ggml.Type
 	// Dims are the dimensions with the fastest-varying first (GGML's ne0,
 	// ne1, …): a weight matrix of R rows of C elements has Dims [C, R].
 	Dims []uint64

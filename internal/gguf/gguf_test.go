@@ -14,7 +14,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvserve/kvserve/internal/tensor"
+	"github.com/kvserve/kvserve/internal/ggml"
 )
 
 // sharedDir returns /work/shared seen from this package: ../../../shared
@@ -73,18 +73,18 @@ func allValues() []KV {
 
 type testTensor struct {
 	name string
-	typ  tensor.DType
+	typ  ggml.Type
 	dims []uint64
 }
 
 var testTensors = []testTensor{
-	{"token_embd.weight", tensor.F32, []uint64{64, 10}},
-	{"blk.0.attn_norm.weight", tensor.F32, []uint64{64}},
-	{"blk.0.attn_q.weight", tensor.F16, []uint64{64, 64}},
-	{"blk.0.ffn_up.weight", tensor.Q8_0, []uint64{64, 3}},
-	{"blk.0.ffn_down.weight", tensor.Q4_K, []uint64{256, 2}},
-	{"blk.0.four_d", tensor.BF16, []uint64{2, 3, 4, 5}},
-	{"output.weight", tensor.Q6_K, []uint64{256, 1}},
+	{"token_embd.weight", ggml.F32, []uint64{64, 10}},
+	{"blk.0.attn_norm.weight", ggml.F32, []uint64{64}},
+	{"blk.0.attn_q.weight", ggml.F16, []uint64{64, 64}},
+	{"blk.0.ffn_up.weight", ggml.Q8_0, []uint64{64, 3}},
+	{"blk.0.ffn_down.weight", ggml.Q4_K, []uint64{256, 2}},
+	{"blk.0.four_d", ggml.BF16, []uint64{2, 3, 4, 5}},
+	{"output.weight", ggml.Q6_K, []uint64{256, 1}},
 }
 
 // buildFile writes a file with allValues and testTensors, tensor data random
@@ -287,27 +287,27 @@ func TestWriterErrors(t *testing.T) {
 		add  func(w *Writer) error
 		want string
 	}{
-		{"no dims", func(w *Writer) error { return w.AddTensor("a", tensor.F32, nil, nil) }, "0 dimensions"},
+		{"no dims", func(w *Writer) error { return w.AddTensor("a", ggml.F32, nil, nil) }, "0 dimensions"},
 		{"five dims", func(w *Writer) error {
-			return w.AddTensor("a", tensor.F32, []uint64{1, 1, 1, 1, 1}, make([]byte, 4))
+			return w.AddTensor("a", ggml.F32, []uint64{1, 1, 1, 1, 1}, make([]byte, 4))
 		}, "5 dimensions"},
-		{"zero dim", func(w *Writer) error { return w.AddTensor("a", tensor.F32, []uint64{4, 0}, nil) }, "dimension 1 is 0"},
-		{"unknown type", func(w *Writer) error { return w.AddTensor("a", tensor.DType(99), []uint64{4}, nil) }, "unknown tensor type"},
-		{"block size", func(w *Writer) error { return w.AddTensor("a", tensor.Q8_0, []uint64{16}, nil) }, "block size"},
-		{"short data", func(w *Writer) error { return w.AddTensor("a", tensor.F32, []uint64{4}, make([]byte, 15)) }, "15 bytes of data, want 16"},
-		{"empty name", func(w *Writer) error { return w.AddTensor("", tensor.F32, []uint64{1}, make([]byte, 4)) }, "must be 1..63"},
+		{"zero dim", func(w *Writer) error { return w.AddTensor("a", ggml.F32, []uint64{4, 0}, nil) }, "dimension 1 is 0"},
+		{"unknown type", func(w *Writer) error { return w.AddTensor("a", ggml.Type(99), []uint64{4}, nil) }, "unknown tensor type"},
+		{"block size", func(w *Writer) error { return w.AddTensor("a", ggml.Q8_0, []uint64{16}, nil) }, "block size"},
+		{"short data", func(w *Writer) error { return w.AddTensor("a", ggml.F32, []uint64{4}, make([]byte, 15)) }, "15 bytes of data, want 16"},
+		{"empty name", func(w *Writer) error { return w.AddTensor("", ggml.F32, []uint64{1}, make([]byte, 4)) }, "must be 1..63"},
 		{"long name", func(w *Writer) error {
-			return w.AddTensor(strings.Repeat("x", 64), tensor.F32, []uint64{1}, make([]byte, 4))
+			return w.AddTensor(strings.Repeat("x", 64), ggml.F32, []uint64{1}, make([]byte, 4))
 		}, "must be 1..63"},
 		{"duplicate", func(w *Writer) error {
-			if err := w.AddTensor("a", tensor.F32, []uint64{1}, make([]byte, 4)); err != nil {
+			if err := w.AddTensor("a", ggml.F32, []uint64{1}, make([]byte, 4)); err != nil {
 				return err
 			}
-			return w.AddTensorFunc("a", tensor.F32, []uint64{1}, ok)
+			return w.AddTensorFunc("a", ggml.F32, []uint64{1}, ok)
 		}, "duplicate tensor name"},
-		{"nil fill", func(w *Writer) error { return w.AddTensorFunc("a", tensor.F32, []uint64{1}, nil) }, "nil fill"},
+		{"nil fill", func(w *Writer) error { return w.AddTensorFunc("a", ggml.F32, []uint64{1}, nil) }, "nil fill"},
 		{"overflow", func(w *Writer) error {
-			return w.AddTensorFunc("a", tensor.F32, []uint64{math.MaxInt32, math.MaxInt32, math.MaxInt32}, ok)
+			return w.AddTensorFunc("a", ggml.F32, []uint64{math.MaxInt32, math.MaxInt32, math.MaxInt32}, ok)
 		}, "overflows"},
 	}
 	for _, tc := range tests {
@@ -331,25 +331,25 @@ func TestWriteToErrors(t *testing.T) {
 		want  string
 	}{
 		{"fill short", func(w *Writer) {
-			_ = w.AddTensorFunc("a", tensor.F32, []uint64{4}, func(out io.Writer) error {
+			_ = w.AddTensorFunc("a", ggml.F32, []uint64{4}, func(out io.Writer) error {
 				_, err := out.Write(make([]byte, 15))
 				return err
 			})
 		}, "wrote 15 of the tensor's 16 bytes"},
 		{"fill long", func(w *Writer) {
-			_ = w.AddTensorFunc("a", tensor.F32, []uint64{4}, func(out io.Writer) error {
+			_ = w.AddTensorFunc("a", ggml.F32, []uint64{4}, func(out io.Writer) error {
 				_, err := out.Write(make([]byte, 17))
 				return err
 			})
 		}, "past the end"},
 		{"fill long ignored error", func(w *Writer) {
-			_ = w.AddTensorFunc("a", tensor.F32, []uint64{4}, func(out io.Writer) error {
+			_ = w.AddTensorFunc("a", ggml.F32, []uint64{4}, func(out io.Writer) error {
 				_, _ = out.Write(make([]byte, 17))
 				return nil
 			})
 		}, "more than the tensor's 16 bytes"},
 		{"fill error", func(w *Writer) {
-			_ = w.AddTensorFunc("a", tensor.F32, []uint64{4}, func(io.Writer) error { return boom })
+			_ = w.AddTensorFunc("a", ggml.F32, []uint64{4}, func(io.Writer) error { return boom })
 		}, "boom"},
 		{"value type mismatch", func(w *Writer) { w.Set("k", Value{Type: TypeUint32, V: int32(1)}) }, "does not match"},
 		{"array type mismatch", func(w *Writer) {
@@ -376,7 +376,7 @@ func TestWriteToErrors(t *testing.T) {
 	}
 	// A failing destination is reported.
 	w := &Writer{}
-	_ = w.AddTensor("a", tensor.F32, []uint64{1 << 20}, make([]byte, 4<<20))
+	_ = w.AddTensor("a", ggml.F32, []uint64{1 << 20}, make([]byte, 4<<20))
 	if _, err := w.WriteTo(failWriter{}); err == nil || !strings.Contains(err.Error(), "disk full") {
 		t.Errorf("WriteTo a failing writer: %v", err)
 	}
@@ -418,7 +418,7 @@ func TestWriterStreamsLargeTensor(t *testing.T) {
 	const rows, cols = 4096, 4096 // 64 MiB of F32
 	w := &Writer{}
 	row := make([]byte, cols*4)
-	err := w.AddTensorFunc("big", tensor.F32, []uint64{cols, rows}, func(out io.Writer) error {
+	err := w.AddTensorFunc("big", ggml.F32, []uint64{cols, rows}, func(out io.Writer) error {
 		for r := 0; r < rows; r++ {
 			row[0] = byte(r)
 			if _, err := out.Write(row); err != nil {
@@ -456,7 +456,7 @@ func allocated(f func()) uint64 {
 type realFile struct {
 	path    string
 	arch    string
-	types   map[tensor.DType]int
+	types   map[ggml.Type]int
 	kvCount int
 }
 
@@ -464,16 +464,16 @@ func TestRealFiles(t *testing.T) {
 	shared := sharedDir(t)
 	llamaTiny := 21
 	files := []realFile{
-		{"models/aidreams260K-f32.gguf", "llama", map[tensor.DType]int{tensor.F32: 39}, 0},
-		{"models/tiny-f32.gguf", "llama", map[tensor.DType]int{tensor.F32: llamaTiny}, 0},
-		{"models/tiny-f16.gguf", "llama", map[tensor.DType]int{tensor.F16: 16, tensor.F32: 5}, 0},
-		{"models/tiny-bf16.gguf", "llama", map[tensor.DType]int{tensor.BF16: 16, tensor.F32: 5}, 0},
-		{"models/tiny-q8_0.gguf", "llama", map[tensor.DType]int{tensor.Q8_0: 16, tensor.F32: 5}, 0},
-		{"models/tiny-q6_k.gguf", "llama", map[tensor.DType]int{tensor.Q6_K: 16, tensor.F32: 5}, 0},
-		{"models/tiny-q4_k_m.gguf", "llama", map[tensor.DType]int{tensor.Q4_K: 13, tensor.Q6_K: 3, tensor.F32: 5}, 0},
-		{"models/tiny-q4_0.gguf", "llama", map[tensor.DType]int{tensor.Q4_0: 15, tensor.Q6_K: 1, tensor.F32: 5}, 0},
-		{"models/tiny-qwen2-f32.gguf", "qwen2", map[tensor.DType]int{tensor.F32: 26}, 0},
-		{"models/tiny-qwen2-q8_0.gguf", "qwen2", map[tensor.DType]int{tensor.Q8_0: 15, tensor.F32: 11}, 0},
+		{"models/aidreams260K-f32.gguf", "llama", map[ggml.Type]int{ggml.F32: 39}, 0},
+		{"models/tiny-f32.gguf", "llama", map[ggml.Type]int{ggml.F32: llamaTiny}, 0},
+		{"models/tiny-f16.gguf", "llama", map[ggml.Type]int{ggml.F16: 16, ggml.F32: 5}, 0},
+		{"models/tiny-bf16.gguf", "llama", map[ggml.Type]int{ggml.BF16: 16, ggml.F32: 5}, 0},
+		{"models/tiny-q8_0.gguf", "llama", map[ggml.Type]int{ggml.Q8_0: 16, ggml.F32: 5}, 0},
+		{"models/tiny-q6_k.gguf", "llama", map[ggml.Type]int{ggml.Q6_K: 16, ggml.F32: 5}, 0},
+		{"models/tiny-q4_k_m.gguf", "llama", map[ggml.Type]int{ggml.Q4_K: 13, ggml.Q6_K: 3, ggml.F32: 5}, 0},
+		{"models/tiny-q4_0.gguf", "llama", map[ggml.Type]int{ggml.Q4_0: 15, ggml.Q6_K: 1, ggml.F32: 5}, 0},
+		{"models/tiny-qwen2-f32.gguf", "qwen2", map[ggml.Type]int{ggml.F32: 26}, 0},
+		{"models/tiny-qwen2-q8_0.gguf", "qwen2", map[ggml.Type]int{ggml.Q8_0: 15, ggml.F32: 11}, 0},
 	}
 	vocabs, err := filepath.Glob(filepath.Join(shared, "testdata", "vocab", "*.gguf"))
 	if err != nil || len(vocabs) == 0 {
@@ -481,7 +481,7 @@ func TestRealFiles(t *testing.T) {
 	}
 	for _, v := range vocabs {
 		rel, _ := filepath.Rel(shared, v)
-		files = append(files, realFile{path: rel, types: map[tensor.DType]int{}})
+		files = append(files, realFile{path: rel, types: map[ggml.Type]int{}})
 	}
 	for _, rf := range files {
 		t.Run(filepath.Base(rf.path), func(t *testing.T) {
@@ -500,7 +500,7 @@ func TestRealFiles(t *testing.T) {
 					t.Errorf("architecture %q, %v; want %q", arch, err, rf.arch)
 				}
 			}
-			counts := map[tensor.DType]int{}
+			counts := map[ggml.Type]int{}
 			var end uint64
 			for i := range f.Tensors {
 				tt := &f.Tensors[i]
@@ -631,7 +631,7 @@ func TestOpenErrors(t *testing.T) {
 }
 
 func TestTensorHelpers(t *testing.T) {
-	tt := Tensor{Type: tensor.Q8_0, Dims: []uint64{64, 3, 2}}
+	tt := Tensor{Type: ggml.Q8_0, Dims: []uint64{64, 3, 2}}
 	if tt.Elements() != 384 || tt.Rows() != 6 || tt.Cols() != 64 || tt.Size() != 6*2*34 || tt.Shape() != "[64 3 2]" {
 		t.Errorf("helpers: elements %d rows %d cols %d size %d shape %s", tt.Elements(), tt.Rows(), tt.Cols(), tt.Size(), tt.Shape())
 	}

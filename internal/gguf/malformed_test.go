@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvserve/kvserve/internal/tensor"
+	"github.com/kvserve/kvserve/internal/ggml"
 )
 
 // raw builds GGUF bytes by hand, so tests can write what the Writer refuses to.
@@ -39,7 +39,7 @@ func header(nTensors, nKV uint64) *raw {
 func (r *raw) kvU32(key string, v uint32) *raw { return r.str(key).u32(uint32(TypeUint32)).u32(v) }
 
 // tinfo appends a tensor info.
-func (r *raw) tinfo(name string, typ tensor.DType, offset uint64, dims ...uint64) *raw {
+func (r *raw) tinfo(name string, typ ggml.Type, offset uint64, dims ...uint64) *raw {
 	r.str(name).u32(uint32(len(dims)))
 	for _, d := range dims {
 		r.u64(d)
@@ -104,36 +104,36 @@ func TestParseMalformed(t *testing.T) {
 		{"alignment 2^21", header(0, 1).kvU32(KeyAlignment, 1<<21).b, "not a power of two up to"},
 		{"alignment string", header(0, 1).str(KeyAlignment).u32(uint32(TypeString)).str("32").b, "general.alignment"},
 		{"truncated tensor name", header(1, 0).u64(100).bytes(make([]byte, 40)).b, "reading tensor name"},
-		{"empty tensor name", header(1, 0).tinfo("", tensor.F32, 0, 8).withData(32), "tensor 0 name is empty"},
-		{"non-UTF-8 tensor name", header(1, 0).tinfo("w\xc3", tensor.F32, 0, 8).withData(32), "not UTF-8"},
-		{"0 dims", header(1, 0).tinfo("w", tensor.F32, 0).bytes(make([]byte, 64)).b, `"w" has 0 dimensions`},
-		{"5 dims", header(1, 0).tinfo("w", tensor.F32, 0, 1, 1, 1, 1, 1).withData(32), `"w" has 5 dimensions`},
+		{"empty tensor name", header(1, 0).tinfo("", ggml.F32, 0, 8).withData(32), "tensor 0 name is empty"},
+		{"non-UTF-8 tensor name", header(1, 0).tinfo("w\xc3", ggml.F32, 0, 8).withData(32), "not UTF-8"},
+		{"0 dims", header(1, 0).tinfo("w", ggml.F32, 0).bytes(make([]byte, 64)).b, `"w" has 0 dimensions`},
+		{"5 dims", header(1, 0).tinfo("w", ggml.F32, 0, 1, 1, 1, 1, 1).withData(32), `"w" has 5 dimensions`},
 		{"truncated dims", header(1, 0).str("wwwww").u32(3).u64(4).u64(4).b, `dimensions of "wwwww"`},
-		{"zero dim", header(1, 0).tinfo("w", tensor.F32, 0, 8, 0).withData(32), "dimension 1 is 0"},
-		{"huge dim", header(1, 0).tinfo("w", tensor.F32, 0, 1<<40).withData(32), "dimension 0 is 1099511627776"},
-		{"element count overflow", header(1, 0).tinfo("w", tensor.F32, 0, math.MaxInt32, math.MaxInt32, math.MaxInt32).withData(32),
+		{"zero dim", header(1, 0).tinfo("w", ggml.F32, 0, 8, 0).withData(32), "dimension 1 is 0"},
+		{"huge dim", header(1, 0).tinfo("w", ggml.F32, 0, 1<<40).withData(32), "dimension 0 is 1099511627776"},
+		{"element count overflow", header(1, 0).tinfo("w", ggml.F32, 0, math.MaxInt32, math.MaxInt32, math.MaxInt32).withData(32),
 			"element count overflows"},
-		{"byte size overflow", header(1, 0).tinfo("w", tensor.F32, 0, math.MaxInt32, math.MaxInt32, 2).withData(32),
+		{"byte size overflow", header(1, 0).tinfo("w", ggml.F32, 0, math.MaxInt32, math.MaxInt32, 2).withData(32),
 			"byte size overflows"},
-		{"unknown type id 99", header(1, 0).tinfo("w", tensor.DType(99), 0, 8).withData(32), "unknown type id 99"},
-		{"removed type id 31", header(1, 0).tinfo("w", tensor.DType(31), 0, 32).withData(32), "unknown type id 31"},
-		{"row not a block multiple", header(1, 0).tinfo("w", tensor.Q8_0, 0, 33).withData(64), "row length 33 is not a multiple of the Q8_0 block size 32"},
-		{"k-quant row of 128", header(1, 0).tinfo("w", tensor.Q4_K, 0, 128, 2).withData(512), "block size 256"},
+		{"unknown type id 99", header(1, 0).tinfo("w", ggml.Type(99), 0, 8).withData(32), "unknown type id 99"},
+		{"removed type id 31", header(1, 0).tinfo("w", ggml.Type(31), 0, 32).withData(32), "unknown type id 31"},
+		{"row not a block multiple", header(1, 0).tinfo("w", ggml.Q8_0, 0, 33).withData(64), "row length 33 is not a multiple of the Q8_0 block size 32"},
+		{"k-quant row of 128", header(1, 0).tinfo("w", ggml.Q4_K, 0, 128, 2).withData(512), "block size 256"},
 		{"truncated type", header(1, 0).str("wwwwwwwwwwww").u32(1).u64(8).u8(0).b, `type of "wwwwwwwwwwww"`},
 		{"truncated offset", header(1, 0).str("wwwwwwwwwwww").u32(1).u64(8).u32(0).u32(0).b, `offset of "wwwwwwwwwwww"`},
-		{"misaligned offset", header(1, 0).tinfo("w", tensor.F32, 4, 8).withData(64), `"w" offset 4 is not aligned to 32`},
-		{"misaligned with alignment 64", header(1, 1).kvU32(KeyAlignment, 64).tinfo("w", tensor.F32, 32, 8).withData(128),
+		{"misaligned offset", header(1, 0).tinfo("w", ggml.F32, 4, 8).withData(64), `"w" offset 4 is not aligned to 32`},
+		{"misaligned with alignment 64", header(1, 1).kvU32(KeyAlignment, 64).tinfo("w", ggml.F32, 32, 8).withData(128),
 			"not aligned to 64"},
-		{"data past EOF", header(1, 0).tinfo("w", tensor.F32, 0, 16).withData(63), "extends past the end"},
-		{"offset past EOF", header(1, 0).tinfo("w", tensor.F32, 1<<40, 8).withData(32), "extends past the end"},
-		{"offset near max", header(1, 0).tinfo("w", tensor.F32, math.MaxUint64-31, 8).withData(32), "extends past the end"},
-		{"data section past EOF", header(1, 0).tinfo("w", tensor.F32, 0, 1).b, "data section starts at"},
-		{"duplicate tensor name", header(2, 0).tinfo("w", tensor.F32, 0, 8).tinfo("w", tensor.F32, 32, 8).withData(64),
+		{"data past EOF", header(1, 0).tinfo("w", ggml.F32, 0, 16).withData(63), "extends past the end"},
+		{"offset past EOF", header(1, 0).tinfo("w", ggml.F32, 1<<40, 8).withData(32), "extends past the end"},
+		{"offset near max", header(1, 0).tinfo("w", ggml.F32, math.MaxUint64-31, 8).withData(32), "extends past the end"},
+		{"data section past EOF", header(1, 0).tinfo("w", ggml.F32, 0, 1).b, "data section starts at"},
+		{"duplicate tensor name", header(2, 0).tinfo("w", ggml.F32, 0, 8).tinfo("w", ggml.F32, 32, 8).withData(64),
 			`duplicate tensor name "w"`},
-		{"overlapping tensors", header(2, 0).tinfo("a", tensor.F32, 0, 16).tinfo("b", tensor.F32, 32, 8).withData(64),
+		{"overlapping tensors", header(2, 0).tinfo("a", ggml.F32, 0, 16).tinfo("b", ggml.F32, 32, 8).withData(64),
 			`"a" (offset 0, 64 bytes) and "b" (offset 32) overlap`},
-		{"aliased tensors", header(2, 0).tinfo("a", tensor.F32, 0, 8).tinfo("b", tensor.F32, 0, 8).withData(64), "overlap"},
-		{"tensor info after bad count", header(2, 0).tinfo("a", tensor.F32, 0, 8).withData(32), "tensor 1 name is empty"},
+		{"aliased tensors", header(2, 0).tinfo("a", ggml.F32, 0, 8).tinfo("b", ggml.F32, 0, 8).withData(64), "overlap"},
+		{"tensor info after bad count", header(2, 0).tinfo("a", ggml.F32, 0, 8).withData(32), "tensor 1 name is empty"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -182,23 +182,23 @@ func TestParseValidEdgeCases(t *testing.T) {
 			}
 		}},
 		{"uint64 alignment", header(1, 1).str(KeyAlignment).u32(uint32(TypeUint64)).u64(64).
-			tinfo("w", tensor.F32, 0, 8).pad(64).bytes(make([]byte, 32)).b, func(t *testing.T, f *File) {
+			tinfo("w", ggml.F32, 0, 8).pad(64).bytes(make([]byte, 32)).b, func(t *testing.T, f *File) {
 			if f.Alignment != 64 || f.DataOffset%64 != 0 {
 				t.Errorf("alignment %d data offset %d", f.Alignment, f.DataOffset)
 			}
 		}},
-		{"tensors out of order", header(2, 0).tinfo("late", tensor.F32, 32, 8).tinfo("early", tensor.F32, 0, 8).withData(64),
+		{"tensors out of order", header(2, 0).tinfo("late", ggml.F32, 32, 8).tinfo("early", ggml.F32, 0, 8).withData(64),
 			func(t *testing.T, f *File) {
 				if f.Tensors[0].Name != "late" || f.Tensors[1].Offset != 0 {
 					t.Error("order not kept")
 				}
 			}},
-		{"last tensor without padding", header(1, 0).tinfo("w", tensor.F32, 0, 3).withData(12), func(t *testing.T, f *File) {
+		{"last tensor without padding", header(1, 0).tinfo("w", ggml.F32, 0, 3).withData(12), func(t *testing.T, f *File) {
 			if len(f.Tensors[0].Data) != 12 {
 				t.Error("wrong size")
 			}
 		}},
-		{"4-D tensor", header(1, 0).tinfo("w", tensor.F16, 0, 2, 3, 4, 5).withData(240), func(t *testing.T, f *File) {
+		{"4-D tensor", header(1, 0).tinfo("w", ggml.F16, 0, 2, 3, 4, 5).withData(240), func(t *testing.T, f *File) {
 			if f.Tensors[0].Elements() != 120 {
 				t.Error("wrong element count")
 			}
@@ -312,7 +312,7 @@ func TestParseAllocBound(t *testing.T) {
 	}
 	tensors := header(n, 0)
 	for i := range n {
-		tensors.tinfo(key(i), tensor.F32, uint64(i)*32, 1)
+		tensors.tinfo(key(i), ggml.F32, uint64(i)*32, 1)
 	}
 	tensorData := tensors.withData(n * 32)
 	emptyArrays := header(0, 1).str("k").u32(uint32(TypeArray)).u32(uint32(TypeArray)).u64(n)

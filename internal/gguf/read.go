@@ -8,7 +8,7 @@ import (
 	"sort"
 	"unicode/utf8"
 
-	"github.com/kvserve/kvserve/internal/tensor"
+	"github.com/kvserve/kvserve/internal/ggml"
 )
 
 // ErrFormat is wrapped by every error about the content of a file, so callers
@@ -332,7 +332,7 @@ func (d *decoder) tensorInfo(i uint64) (Tensor, error) {
 	if err != nil {
 		return t, err
 	}
-	t.Type = tensor.DType(typ)
+	t.Type = ggml.Type(typ)
 	if !t.Type.Known() {
 		return t, formatErr("tensor %q has unknown type id %d", name, typ)
 	}

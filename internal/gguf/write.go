@@ -8,7 +8,7 @@ import (
 	"io"
 	"math"
 
-	"github.com/kvserve/kvserve/internal/tensor"
+	"github.com/kvserve/kvserve/internal/ggml"
 )
 
 // Writer builds a GGUF v3 file: metadata in the order added, then tensors in
@@ -26,7 +26,7 @@ type Writer struct {
 
 type writerTensor struct {
 	name string
-	typ  tensor.DType
+	typ  ggml.Type
 	dims []uint64
 	size uint64
 	data []byte
@@ -106,7 +106,7 @@ func (w *Writer) Set(key string, v Value) {
 // AddTensor adds a tensor. dims are GGML order (row length first); data must
 // hold exactly the tensor's bytes. The Writer keeps a reference to data until
 // WriteTo.
-func (w *Writer) AddTensor(name string, typ tensor.DType, dims []uint64, data []byte) error {
+func (w *Writer) AddTensor(name string, typ ggml.Type, dims []uint64, data []byte) error {
 	t, err := w.newTensor(name, typ, dims)
 	if err != nil {
 		return err
@@ -123,7 +123,7 @@ func (w *Writer) AddTensor(name string, typ tensor.DType, dims []uint64, data []
 // called once, in tensor order, and must write exactly the tensor's bytes
 // (TensorSize) to its writer; writing more, or returning having written fewer,
 // fails WriteTo. Use it for tensors too large to keep in memory all at once.
-func (w *Writer) AddTensorFunc(name string, typ tensor.DType, dims []uint64, fill func(io.Writer) error) error {
+func (w *Writer) AddTensorFunc(name string, typ ggml.Type, dims []uint64, fill func(io.Writer) error) error {
 	if fill == nil {
 		return fmt.Errorf("gguf: tensor %q: nil fill function", name)
 	}
@@ -139,7 +139,7 @@ func (w *Writer) AddTensorFunc(name string, typ tensor.DType, dims []uint64, fil
 // TensorSize returns the number of bytes of a tensor of type typ with
 // dimensions dims (GGML order), or an error if the shape is invalid for the
 // type.
-func TensorSize(typ tensor.DType, dims []uint64) (uint64, error) {
+func TensorSize(typ ggml.Type, dims []uint64) (uint64, error) {
 	n, err := shapeSize(typ, dims)
 	if err != nil {
 		return 0, fmt.Errorf("gguf: %w", err)
@@ -147,7 +147,7 @@ func TensorSize(typ tensor.DType, dims []uint64) (uint64, error) {
 	return n, nil
 }
 
-func shapeSize(typ tensor.DType, dims []uint64) (uint64, error) {
+func shapeSize(typ ggml.Type, dims []uint64) (uint64, error) {
 	if len(dims) == 0 || len(dims) > MaxDims {
 		return 0, fmt.Errorf("%d dimensions (1..%d allowed)", len(dims), MaxDims)
 	}
@@ -175,7 +175,7 @@ func shapeSize(typ tensor.DType, dims []uint64) (uint64, error) {
 	return rowBytes * rows, nil
 }
 
-func (w *Writer) newTensor(name string, typ tensor.DType, dims []uint64) (writerTensor, error) {
+func (w *Writer) newTensor(name string, typ ggml.Type, dims []uint64) (writerTensor, error) {
 	if name == "" || len(name) > MaxNameLen {
 		return writerTensor{}, fmt.Errorf("gguf: tensor name %q: must be 1..%d bytes", name, MaxNameLen)
 	}

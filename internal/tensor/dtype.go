@@ -27,157 +27,60 @@
 // asmgen/q80rows.go).
 package tensor
 
-import "fmt"
+import (
+	"fmt"
 
-// DType is a tensor element type. Its values are GGML's type ids, so a GGUF
-// file's tensor type converts to a DType directly.
-type DType uint32
+	"github.com/kvserve/kvserve/internal/ggml"
+)
+
+// DType is a tensor element type: GGML's type id, as a GGUF file stores it.
+// It is defined in the leaf package ggml so that reading a GGUF file does not
+// link these kernels; its methods (String, BlockSize, TypeSize, RowBytes,
+// Known, Supported) are documented there.
+type DType = ggml.Type
 
 // The GGML type ids. Only some are computed with (see Supported); the rest are
 // named so that files using them get a precise error and so their sizes can be
 // validated.
 const (
-	F32     DType = 0
-	F16     DType = 1
-	Q4_0    DType = 2
-	Q4_1    DType = 3
-	Q5_0    DType = 6
-	Q5_1    DType = 7
-	Q8_0    DType = 8
-	Q8_1    DType = 9
-	Q2_K    DType = 10
-	Q3_K    DType = 11
-	Q4_K    DType = 12
-	Q5_K    DType = 13
-	Q6_K    DType = 14
-	Q8_K    DType = 15
-	IQ2_XXS DType = 16
-	IQ2_XS  DType = 17
-	IQ3_XXS DType = 18
-	IQ1_S   DType = 19
-	IQ4_NL  DType = 20
-	IQ3_S   DType = 21
-	IQ2_S   DType = 22
-	IQ4_XS  DType = 23
-	I8      DType = 24
-	I16     DType = 25
-	I32     DType = 26
-	I64     DType = 27
-	F64     DType = 28
-	IQ1_M   DType = 29
-	BF16    DType = 30
-	TQ1_0   DType = 34
-	TQ2_0   DType = 35
+	F32     = ggml.F32
+	F16     = ggml.F16
+	Q4_0    = ggml.Q4_0
+	Q4_1    = ggml.Q4_1
+	Q5_0    = ggml.Q5_0
+	Q5_1    = ggml.Q5_1
+	Q8_0    = ggml.Q8_0
+	Q8_1    = ggml.Q8_1
+	Q2_K    = ggml.Q2_K
+	Q3_K    = ggml.Q3_K
+	Q4_K    = ggml.Q4_K
+	Q5_K    = ggml.Q5_K
+	Q6_K    = ggml.Q6_K
+	Q8_K    = ggml.Q8_K
+	IQ2_XXS = ggml.IQ2_XXS
+	IQ2_XS  = ggml.IQ2_XS
+	IQ3_XXS = ggml.IQ3_XXS
+	IQ1_S   = ggml.IQ1_S
+	IQ4_NL  = ggml.IQ4_NL
+	IQ3_S   = ggml.IQ3_S
+	IQ2_S   = ggml.IQ2_S
+	IQ4_XS  = ggml.IQ4_XS
+	I8      = ggml.I8
+	I16     = ggml.I16
+	I32     = ggml.I32
+	I64     = ggml.I64
+	F64     = ggml.F64
+	IQ1_M   = ggml.IQ1_M
+	BF16    = ggml.BF16
+	TQ1_0   = ggml.TQ1_0
+	TQ2_0   = ggml.TQ2_0
 )
-
-type typeInfo struct {
-	name      string
-	blockSize int // elements per block
-	typeSize  int // bytes per block
-}
-
-// typeTable lists the layout of every GGML type whose size is known, so that a
-// reader can validate tensor extents even for types it cannot compute with.
-var typeTable = map[DType]typeInfo{
-	F32:     {"F32", 1, 4},
-	F16:     {"F16", 1, 2},
-	Q4_0:    {"Q4_0", 32, 2 + 16},
-	Q4_1:    {"Q4_1", 32, 2 + 2 + 16},
-	Q5_0:    {"Q5_0", 32, 2 + 4 + 16},
-	Q5_1:    {"Q5_1", 32, 2 + 2 + 4 + 16},
-	Q8_0:    {"Q8_0", 32, 2 + 32},
-	Q8_1:    {"Q8_1", 32, 4 + 32},
-	Q2_K:    {"Q2_K", 256, 256/16 + 256/4 + 2 + 2},
-	Q3_K:    {"Q3_K", 256, 256/8 + 256/4 + 12 + 2},
-	Q4_K:    {"Q4_K", 256, 2 + 2 + 12 + 256/2},
-	Q5_K:    {"Q5_K", 256, 2 + 2 + 12 + 256/8 + 256/2},
-	Q6_K:    {"Q6_K", 256, 256/2 + 256/4 + 256/16 + 2},
-	Q8_K:    {"Q8_K", 256, 4 + 256 + 256/16*2},
-	IQ2_XXS: {"IQ2_XXS", 256, 2 + 256/8*2},
-	IQ2_XS:  {"IQ2_XS", 256, 2 + 256/8*2 + 256/32},
-	IQ3_XXS: {"IQ3_XXS", 256, 2 + 256/4 + 256/8},
-	IQ1_S:   {"IQ1_S", 256, 2 + 256/8 + 256/16},
-	IQ4_NL:  {"IQ4_NL", 32, 2 + 16},
-	IQ3_S:   {"IQ3_S", 256, 2 + 256/4 + 256/8 + 256/32 + 4},
-	IQ2_S:   {"IQ2_S", 256, 2 + 256/4 + 256/16},
-	IQ4_XS:  {"IQ4_XS", 256, 2 + 2 + 256/64 + 256/2},
-	I8:      {"I8", 1, 1},
-	I16:     {"I16", 1, 2},
-	I32:     {"I32", 1, 4},
-	I64:     {"I64", 1, 8},
-	F64:     {"F64", 1, 8},
-	IQ1_M:   {"IQ1_M", 256, 256/8 + 256/16 + 256/32},
-	BF16:    {"BF16", 1, 2},
-	TQ1_0:   {"TQ1_0", 256, 2 + 4*13},
-	TQ2_0:   {"TQ2_0", 256, 2 + 64},
-}
-
-// Known reports whether the type's block layout is known.
-func (t DType) Known() bool {
-	_, ok := typeTable[t]
-	return ok
-}
-
-// Supported reports whether the kernels can compute with weights of this type.
-func (t DType) Supported() bool {
-	switch t {
-	case F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K:
-		return true
-	}
-	return false
-}
-
-// String returns GGML's name for the type, or "type(N)" for an unknown id.
-func (t DType) String() string {
-	if info, ok := typeTable[t]; ok {
-		return info.name
-	}
-	return fmt.Sprintf("type(%d)", uint32(t))
-}
-
-// BlockSize is the number of elements in one block of the type (1 for plain
-// types). It is 0 for an unknown type.
-func (t DType) BlockSize() int { return typeTable[t].blockSize }
-
-// TypeSize is the number of bytes of one block of the type. It is 0 for an
-// unknown type.
-func (t DType) TypeSize() int { return typeTable[t].typeSize }
-
-// RowBytes returns the byte size of n consecutive elements, which must be a
-// multiple of the block size.
-func (t DType) RowBytes(n int) int {
-	info := typeTable[t]
-	if info.blockSize == 0 {
-		return 0
-	}
-	return n / info.blockSize * info.typeSize
-}
 
 // ParseDType maps a type name such as "q8_0" or "F16" (any case) to its DType.
 func ParseDType(name string) (DType, error) {
-	for t, info := range typeTable {
-		if equalFold(info.name, name) {
-			return t, nil
-		}
+	t, err := ggml.ParseType(name)
+	if err != nil {
+		return 0, fmt.Errorf("tensor: %w", err)
 	}
-	return 0, fmt.Errorf("tensor: unknown type %q", name)
-}
-
-func equalFold(a, b string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := 0; i < len(a); i++ {
-		ca, cb := a[i], b[i]
-		if 'A' <= ca && ca <= 'Z' {
-			ca += 'a' - 'A'
-		}
-		if 'A' <= cb && cb <= 'Z' {
-			cb += 'a' - 'A'
-		}
-		if ca != cb {
-			return false
-		}
-	}
-	return true
+	return t, nil
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/kvserve/kvserve/internal/api"
+	"github.com/kvserve/kvserve/internal/chat/outparse"
 )
 
 // modelJSON is Gemini's Model resource.
@@ -28,7 +29,7 @@ var methods = []string{methodGenerate, methodCountTokens}
 func toModelJSON(m *api.Model) modelJSON {
 	thinking := false
 	if m.Template != nil {
-		_, _, thinking = m.Template.ReasoningTags()
+		_, _, thinking = outparse.ForTemplate(m.Template).ReasoningTags()
 	}
 	return modelJSON{
 		Name: "models/" + m.ID, Version: "kvserve", DisplayName: m.ID, Description: m.Description,

@@ -1,4 +1,4 @@
-package chat
+package outparse
 
 import (
 	"bytes"
@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/kvserve/kvserve/internal/chat/pyjson"
 )
 
 // scanValue runs the scanner over data and reports whether data is one JSON
@@ -54,9 +56,9 @@ func TestJSONScan(t *testing.T) {
 		}
 	}
 	// The depth limit.
-	deep := strings.Repeat("[", maxJSONDepth) + strings.Repeat("]", maxJSONDepth)
+	deep := strings.Repeat("[", pyjson.MaxDepth) + strings.Repeat("]", pyjson.MaxDepth)
 	if !scanValue([]byte(deep)) || scanValue([]byte("["+deep+"]")) {
-		t.Error("depth limit not at maxJSONDepth")
+		t.Error("depth limit not at pyjson.MaxDepth")
 	}
 }
 
@@ -107,7 +109,7 @@ func FuzzJSONScan(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		if bytes.Count(data, []byte("["))+bytes.Count(data, []byte("{")) >= maxJSONDepth {
+		if bytes.Count(data, []byte("["))+bytes.Count(data, []byte("{")) >= pyjson.MaxDepth {
 			return
 		}
 		if got, want := scanValue(data), json.Valid(data); got != want {
@@ -162,7 +164,7 @@ var fuzzStems = []string{
 // must be well formed (a call not marked broken has JSON-object arguments);
 // and the chunking must not change the events.
 func FuzzStreamParser(f *testing.F) {
-	tmpls := make([]*Template, len(fuzzStems))
+	tmpls := make([]testTemplate, len(fuzzStems))
 	for i, stem := range fuzzStems {
 		tmpls[i] = parseShared(f, stem)
 	}
@@ -185,7 +187,7 @@ func FuzzStreamParser(f *testing.F) {
 			return
 		}
 		tmpl := tmpls[int(family)%len(tmpls)]
-		o := ParseOptions{ParseReasoning: flags&1 != 0, ReasoningOpen: flags&2 != 0}
+		o := Options{ParseReasoning: flags&1 != 0, ReasoningOpen: flags&2 != 0}
 		if flags&4 == 0 {
 			o.Tools = tools
 		}

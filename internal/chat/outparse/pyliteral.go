@@ -1,9 +1,11 @@
-package chat
+package outparse
 
 import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/kvserve/kvserve/internal/chat/pyjson"
 )
 
 // Some models write tool calls as Python literals rather than JSON: Hermes
@@ -94,7 +96,7 @@ func (r *pyReader) dict() ([]pyField, pyStatus) {
 
 // value reads one literal and writes it as JSON.
 func (r *pyReader) value(b *strings.Builder, depth int) pyStatus {
-	if depth > maxJSONDepth {
+	if depth > pyjson.MaxDepth {
 		return pyBad
 	}
 	r.space()
@@ -196,7 +198,7 @@ func (r *pyReader) value(b *strings.Builder, depth int) pyStatus {
 		}
 		// Python floats JSON lacks: "1.", ".5".
 		if f, err := strconv.ParseFloat(num, 64); err == nil && strings.Contains(num, ".") && !strings.ContainsAny(num, "xXnN_") {
-			b.WriteString(pyFloat(f))
+			b.WriteString(pyjson.Float(f))
 			return pyOK
 		}
 		return pyBad
@@ -247,7 +249,7 @@ func (r *pyReader) str(b *strings.Builder) pyStatus {
 		switch {
 		case c == q:
 			r.i = j + 1
-			writeJSONString(b, string(v), false)
+			pyjson.WriteString(b, string(v), false)
 			return pyOK
 		case c == '\n':
 			return pyBad

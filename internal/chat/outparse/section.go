@@ -1,6 +1,10 @@
-package chat
+package outparse
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/kvserve/kvserve/internal/chat/pyjson"
+)
 
 // A tool-call section is read by a small program of steps (toolformat.go):
 // literals, whitespace, a JSON call object, a name up to a delimiter, the
@@ -653,7 +657,7 @@ func (p *StreamParser) python(eof bool) stepResult {
 // jsonStringBody returns s as the inside of a JSON string.
 func jsonStringBody(s string) string {
 	var b strings.Builder
-	writeJSONString(&b, s, false)
+	pyjson.WriteString(&b, s, false)
 	out := b.String()
 	return out[1 : len(out)-1]
 }
@@ -694,7 +698,7 @@ func pyCallArgs(s string) (string, bool) {
 		if j == r.i {
 			return "", false
 		}
-		writeJSONString(&b, s[r.i:j], false)
+		pyjson.WriteString(&b, s[r.i:j], false)
 		b.WriteString(": ")
 		r.i = j
 		r.space()

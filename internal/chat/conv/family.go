@@ -1,10 +1,10 @@
-package chat
+package conv
 
 import "strings"
 
-// Template families, as returned by Template.Family. A family names a prompt
-// layout and, above all, the way the model writes tool calls, which
-// Template.NewParser parses per family (toolformat.go).
+// Template families, as returned by chat.Template.Family. A family names a
+// prompt layout and, above all, the way the model writes tool calls, which
+// package outparse parses per family.
 const (
 	// FamilyChatML: <|im_start|>role … <|im_end|>, no tool-call syntax (also
 	// the fallback template).
@@ -45,10 +45,10 @@ const (
 	FamilyUnknown = "unknown"
 )
 
-// detectFamily names the family of a template from marker strings in its
+// DetectFamily names the family of a template from marker strings in its
 // source, most specific first (Functionary and Firefunction templates also
 // contain Llama 3 headers; Hermes 3 is a Llama model with a ChatML template).
-func detectFamily(src string) string {
+func DetectFamily(src string) string {
 	has := func(s string) bool { return strings.Contains(src, s) }
 	switch {
 	case has("<|START_ACTION|>"):

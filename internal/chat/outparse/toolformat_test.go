@@ -1,4 +1,4 @@
-package chat
+package outparse
 
 import (
 	"encoding/json"
@@ -6,6 +6,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/kvserve/kvserve/internal/chat"
 )
 
 // assistantHeader is the text each family's templates write before an
@@ -27,7 +29,7 @@ var endOfTurn = []string{"<|im_end|>", "<|eot_id|>", "<|eom_id|>", "</s>", "<｜
 
 // generated returns the assistant turn that follows the user's message
 // in a rendered conversation, as the model would have generated it.
-func generated(t *testing.T, tmpl *Template, rendered, user string) string {
+func generated(t *testing.T, tmpl testTemplate, rendered, user string) string {
 	t.Helper()
 	h, ok := assistantHeader[tmpl.Family()]
 	if !ok {
@@ -98,7 +100,7 @@ func TestRoundTrip(t *testing.T) {
 				calls = calls[:1]
 			}
 			msgs := []Message{{Role: "user", Content: "Weather in Paris and news about it?"}, {Role: "assistant", ToolCalls: calls}}
-			ro := RenderOptions{Tools: tools, Now: spec.Now, BOS: spec.BOS, EOS: spec.EOS}
+			ro := chat.RenderOptions{Tools: tools, Now: spec.Now, BOS: spec.BOS, EOS: spec.EOS}
 			full, err := tmpl.Render(msgs, ro)
 			if err != nil {
 				t.Fatal(err)
@@ -110,7 +112,7 @@ func TestRoundTrip(t *testing.T) {
 				t.Fatal(err)
 			}
 			n := 0
-			o := ParseOptions{Tools: tools, ParseReasoning: true, NewID: func() string { n++; return calls[n-1].ID }}
+			o := Options{Tools: tools, ParseReasoning: true, NewID: func() string { n++; return calls[n-1].ID }}
 			// The turn as rendered does not reopen reasoning, even where the
 			// generation prompt does.
 			if tmpl.PromptOpensReasoning(prompt) != (tmpl.Family() == FamilyDeepSeekR1) {
@@ -131,7 +133,7 @@ func TestRoundTrip(t *testing.T) {
 					t.Errorf("call %d: arguments %q, want the bytes the template printed, %q", i, c.Arguments, calls[i].Arguments)
 				}
 			}
-			again, err := tmpl.Render([]Message{msgs[0], m}, RenderOptions{Tools: tools, Now: spec.Now, BOS: spec.BOS, EOS: spec.EOS})
+			again, err := tmpl.Render([]Message{msgs[0], m}, chat.RenderOptions{Tools: tools, Now: spec.Now, BOS: spec.BOS, EOS: spec.EOS})
 			if err != nil || again != full {
 				t.Fatalf("re-rendering the parsed turn differs (%v):\n%s\n----\n%s", err, again, full)
 			}
@@ -151,7 +153,7 @@ func TestRoundTripBuiltin(t *testing.T) {
 	tmpl := parseShared(t, "meta-llama-Llama-3.1-8B-Instruct")
 	tools := []Tool{{Name: "brave_search", Parameters: json.RawMessage(`{"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}`)}}
 	msgs := []Message{{Role: "user", Content: "Search the news"}, {Role: "assistant", ToolCalls: []ToolCall{{ID: "x", Name: "brave_search", Arguments: `{"query": "Paris news"}`}}}}
-	full, err := tmpl.Render(msgs, RenderOptions{Tools: tools, Extra: map[string]any{"builtin_tools": []any{"brave_search", "wolfram_alpha"}}})
+	full, err := tmpl.Render(msgs, chat.RenderOptions{Tools: tools, Extra: map[string]any{"builtin_tools": []any{"brave_search", "wolfram_alpha"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +161,7 @@ func TestRoundTripBuiltin(t *testing.T) {
 	if !strings.HasPrefix(gen, "<|python_tag|>brave_search.call(") {
 		t.Fatalf("unexpected render %q", gen)
 	}
-	checkCase(t, tmpl, ParseOptions{Tools: tools}, gen, wantCalls("", call("brave_search", `{"query": "Paris news"}`)), nil)
+	checkCase(t, tmpl, Options{Tools: tools}, gen, wantCalls("", call("brave_search", `{"query": "Paris news"}`)), nil)
 }
 
 // TestForcedCall checks that prefix + arguments + suffix parses back to
@@ -185,7 +187,7 @@ func TestForcedCall(t *testing.T) {
 			}
 			for _, args := range argsList {
 				t.Run(fmt.Sprintf("%s/%s/%d", stem, name, len(args)), func(t *testing.T) {
-					o := ParseOptions{Tools: []Tool{{Name: "other"}, tool}, Forced: true}
+					o := Options{Tools: []Tool{{Name: "other"}, tool}, Forced: true}
 					checkCase(t, tmpl, o, prefix+args+suffix, wantCalls("", call(name, args)), nil)
 				})
 			}
@@ -201,7 +203,7 @@ func TestForcedCall(t *testing.T) {
 		{"meetkai-functionary-medium-v3.1", "a>b"},
 		{"meetkai-functionary-medium-v3.2", "all"},
 	} {
-		if _, _, err := parseShared(t, bad.stem).ForcedCall(Tool{Name: bad.name}); err == nil || !strings.HasPrefix(err.Error(), "chat: forced call: ") {
+		if _, _, err := parseShared(t, bad.stem).ForcedCall(Tool{Name: bad.name}); err == nil || !strings.HasPrefix(err.Error(), "outparse: forced call: ") {
 			t.Errorf("%s: ForcedCall(%q) error %v", bad.stem, bad.name, err)
 		}
 	}
@@ -226,10 +228,7 @@ func TestReasoningTags(t *testing.T) {
 		}
 	}
 	// A Qwen 3 style template mentions <think>.
-	q3, err := Parse(ChatML + `{%- if enable_thinking is defined and not enable_thinking %}{{ '<think>\n\n</think>\n\n' }}{% endif %}{# <tool_call> #}`)
-	if err != nil {
-		t.Fatal(err)
-	}
+	q3 := newTestTemplate(t, chat.ChatML+`{%- if enable_thinking is defined and not enable_thinking %}{{ '<think>\n\n</think>\n\n' }}{% endif %}{# <tool_call> #}`)
 	if _, _, ok := q3.ReasoningTags(); !ok || q3.Family() != FamilyHermes {
 		t.Errorf("qwen3-like template: ok %v family %s", ok, q3.Family())
 	}
@@ -243,7 +242,7 @@ func TestReasoningTags(t *testing.T) {
 		}
 	}
 	r1 := parseShared(t, "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B")
-	prompt, err := r1.Render([]Message{{Role: "user", Content: "hi"}}, RenderOptions{AddGenerationPrompt: true})
+	prompt, err := r1.Render([]Message{{Role: "user", Content: "hi"}}, chat.RenderOptions{AddGenerationPrompt: true})
 	if err != nil || !r1.PromptOpensReasoning(prompt) {
 		t.Errorf("R1 generation prompt %q does not open reasoning (%v)", prompt, err)
 	}

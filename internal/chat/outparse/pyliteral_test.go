@@ -1,4 +1,4 @@
-package chat
+package outparse
 
 import (
 	"encoding/json"

@@ -1,4 +1,4 @@
-package chat
+package outparse
 
 import (
 	"encoding/json"
@@ -10,11 +10,13 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/kvserve/kvserve/internal/chat/pyjson"
 )
 
 // runParser feeds chunks to a parser with deterministic ids and returns
 // all events (copied: Push reuses its slice).
-func runParser(tmpl *Template, o ParseOptions, chunks []string, trace *[]traceItem) ([]Event, error) {
+func runParser(tmpl testTemplate, o Options, chunks []string, trace *[]traceItem) ([]Event, error) {
 	n := 0
 	o.NewID = func() string { n++; return fmt.Sprintf("call_%d", n) }
 	p := tmpl.NewParser(o)
@@ -184,7 +186,7 @@ func messageWant(m Message) want {
 
 // checkCase parses output one-shot, split in two at every byte and in
 // random chunkings; all must give the same events and the wanted message.
-func checkCase(t *testing.T, tmpl *Template, o ParseOptions, output string, w want, wantErr error) {
+func checkCase(t *testing.T, tmpl testTemplate, o Options, output string, w want, wantErr error) {
 	t.Helper()
 	var trace []traceItem
 	evs, err := runParser(tmpl, o, []string{output}, &trace)
@@ -270,7 +272,7 @@ func TestParseModelOutputs(t *testing.T) {
 	for _, tc := range spec.Cases {
 		t.Run(tc.Name, func(t *testing.T) {
 			tmpl := parseShared(t, tc.Template)
-			o := ParseOptions{Tools: namedTools(spec.Tools...), ReasoningOpen: tc.ReasoningOpen, ParseReasoning: tc.ParseReasoning}
+			o := Options{Tools: namedTools(spec.Tools...), ReasoningOpen: tc.ReasoningOpen, ParseReasoning: tc.ParseReasoning}
 			checkCase(t, tmpl, o, tc.Output, tc.Want, nil)
 		})
 	}
@@ -312,13 +314,13 @@ func TestParseFamilies(t *testing.T) {
 	gw := `{"location": "Paris"}`
 	type tcase struct {
 		name, stem, output string
-		opts               ParseOptions
+		opts               Options
 		noTools            bool
 		want               want
 		err                error
 	}
-	reasoning := ParseOptions{ParseReasoning: true}
-	open := ParseOptions{ParseReasoning: true, ReasoningOpen: true}
+	reasoning := Options{ParseReasoning: true}
+	open := Options{ParseReasoning: true, ReasoningOpen: true}
 	broken := func(w want, idx ...int) want { w.Broken = idx; return w }
 	withReasoning := func(w want, r string) want { w.Reasoning = r; return w }
 	cases := []tcase{
@@ -348,10 +350,10 @@ func TestParseFamilies(t *testing.T) {
 		{name: "reasoning open, closed at once", stem: qwen, opts: open, output: "</think>\n\nHi", want: wantCalls("Hi")},
 		{name: "partial tag at the end is content", stem: hermes, output: "a <tool_ca", want: wantCalls("a <tool_ca")},
 		{name: "gemma uses the hermes syntax", stem: gemma, output: "<tool_call>{\"name\": \"search\", \"arguments\": {}}</tool_call>", want: wantCalls("", call("search", "{}"))},
-		{name: "forced ok", stem: hermes, opts: ParseOptions{Forced: true}, output: "<tool_call>{\"name\": \"search\", \"arguments\": {}}</tool_call>", want: wantCalls("", call("search", "{}"))},
-		{name: "forced missing", stem: hermes, opts: ParseOptions{Forced: true}, output: "no", want: wantCalls("no"), err: ErrNoToolCall},
-		{name: "forced truncated", stem: hermes, opts: ParseOptions{Forced: true}, output: "<tool_call>{\"name\": \"search\", \"arguments\": {", want: broken(wantCalls("", call("search", "{")), 0), err: ErrNoToolCall},
-		{name: "deep nesting is broken, not a crash", stem: hermes, output: "<tool_call>{\"name\": \"search\", \"arguments\": {\"a\": " + strings.Repeat("[", 300), want: broken(wantCalls(strings.Repeat("[", 300-maxJSONDepth+1), call("search", `{"a": `+strings.Repeat("[", maxJSONDepth-1))), 0)},
+		{name: "forced ok", stem: hermes, opts: Options{Forced: true}, output: "<tool_call>{\"name\": \"search\", \"arguments\": {}}</tool_call>", want: wantCalls("", call("search", "{}"))},
+		{name: "forced missing", stem: hermes, opts: Options{Forced: true}, output: "no", want: wantCalls("no"), err: ErrNoToolCall},
+		{name: "forced truncated", stem: hermes, opts: Options{Forced: true}, output: "<tool_call>{\"name\": \"search\", \"arguments\": {", want: broken(wantCalls("", call("search", "{")), 0), err: ErrNoToolCall},
+		{name: "deep nesting is broken, not a crash", stem: hermes, output: "<tool_call>{\"name\": \"search\", \"arguments\": {\"a\": " + strings.Repeat("[", 300), want: broken(wantCalls(strings.Repeat("[", 300-pyjson.MaxDepth+1), call("search", `{"a": `+strings.Repeat("[", pyjson.MaxDepth-1))), 0)},
 
 		// Llama 3.x.
 		{name: "llama arguments key", stem: llama, output: "{\"name\": \"get_weather\", \"arguments\": " + gw + "}", want: wantCalls("", call("get_weather", gw))},
@@ -362,7 +364,7 @@ func TestParseFamilies(t *testing.T) {
 		{name: "llama json later is content", stem: llama, output: "Sure: {\"name\": \"search\", \"parameters\": {}}", want: wantCalls("Sure: {\"name\": \"search\", \"parameters\": {}}")},
 		{name: "llama python tag json", stem: llama, output: "<|python_tag|>{\"name\": \"search\", \"parameters\": {\"q\": 1}}", want: wantCalls("", call("search", `{"q": 1}`))},
 		{name: "llama builtin", stem: llama, output: "<|python_tag|>brave_search.call(query=\"it's \\\"x\\\"\", count=3, safe=True)", want: wantCalls("", call("brave_search", `{"query": "it's \"x\"", "count": 3, "safe": true}`))},
-		{name: "llama builtin undeclared", stem: llama, opts: ParseOptions{Tools: namedTools("get_weather")}, output: "<|python_tag|>wolfram_alpha.call(query=\"2+2\")", want: wantCalls("<|python_tag|>wolfram_alpha.call(query=\"2+2\")")},
+		{name: "llama builtin undeclared", stem: llama, opts: Options{Tools: namedTools("get_weather")}, output: "<|python_tag|>wolfram_alpha.call(query=\"2+2\")", want: wantCalls("<|python_tag|>wolfram_alpha.call(query=\"2+2\")")},
 		{name: "llama code", stem: llama, output: "<|python_tag|>print(\"hi\")\n", want: wantCalls("", call("python", `{"code": "print(\"hi\")\n"}`))},
 		{name: "llama no tools: json is content", stem: llama, noTools: true, output: "{\"name\": \"search\", \"parameters\": {}}", want: wantCalls("{\"name\": \"search\", \"parameters\": {}}")},
 
@@ -393,7 +395,7 @@ func TestParseFamilies(t *testing.T) {
 		{name: "r1 two calls", stem: r1, opts: open, output: "Plan.</think>" + dsCallsBegin + dsCallBegin + "function" + dsSep + "get_weather\n```json\n" + gw + "\n```" + dsCallEnd + "\n" + dsCallBegin + "function" + dsSep + "search\n```json\n{}\n```" + dsCallEnd + dsCallsEnd, want: withReasoning(wantCalls("", call("get_weather", gw), call("search", "{}")), "Plan.")},
 		{name: "r1 variant opener", stem: r1, output: "<｜tool_calls_begin｜>" + dsCallBegin + "function" + dsSep + "search\n```json\n{}\n```" + dsCallEnd + dsCallsEnd, want: wantCalls("", call("search", "{}"))},
 		{name: "r1 unknown function", stem: r1, output: dsCallsBegin + dsCallBegin + "function" + dsSep + "nope\n```json\n{}\n```" + dsCallEnd + dsCallsEnd, want: wantCalls(dsCallsBegin + dsCallBegin + "function" + dsSep + "nope\n```json\n{}\n```" + dsCallEnd + dsCallsEnd)},
-		{name: "r1 reasoning kept in content", stem: r1, opts: ParseOptions{ReasoningOpen: true}, output: "Hmm.\n</think>\n\n4", want: wantCalls("Hmm.\n</think>\n\n4")},
+		{name: "r1 reasoning kept in content", stem: r1, opts: Options{ReasoningOpen: true}, output: "Hmm.\n</think>\n\n4", want: wantCalls("Hmm.\n</think>\n\n4")},
 
 		// Command R7B and R+.
 		{name: "r7b parallel", stem: r7b, opts: reasoning, output: "<|START_THINKING|>Two lookups.<|END_THINKING|><|START_ACTION|>[\n    {\"tool_call_id\": \"0\", \"tool_name\": \"get_weather\", \"parameters\": " + gw + "},\n    {\"tool_call_id\": \"1\", \"tool_name\": \"search\", \"parameters\": {}}\n]<|END_ACTION|>", want: withReasoning(wantCalls("", call("get_weather", gw), call("search", "{}")), "Two lookups.")},
@@ -417,19 +419,19 @@ func TestHoldBack(t *testing.T) {
 	tools := namedTools("search")
 	cases := []struct {
 		stem   string
-		opts   ParseOptions
+		opts   Options
 		pushes []string
 		want   []string // content emitted after each push
 	}{
-		{"Qwen-Qwen2.5-7B-Instruct", ParseOptions{Tools: tools}, []string{"Hello wor", "ld <tool", "_c", "x"}, []string{"Hello wor", "ld", "", " <tool_cx"}},
-		{"Qwen-Qwen2.5-7B-Instruct", ParseOptions{}, []string{"Hello <tool", "_call>"}, []string{"Hello <tool", "_call>"}},
-		{"Qwen-Qwen2.5-7B-Instruct", ParseOptions{ParseReasoning: true}, []string{"<thi", "s is it"}, []string{"", "<this is it"}},
-		{"Qwen-Qwen2.5-7B-Instruct", ParseOptions{Tools: tools}, []string{"a\n\n", "b"}, []string{"a", "\n\nb"}},
-		{"mistralai-Mistral-Nemo-Instruct-2407", ParseOptions{Tools: tools}, []string{"x [TOOL", "S]"}, []string{"x", " [TOOLS]"}},
-		{"meta-llama-Llama-3.1-8B-Instruct", ParseOptions{Tools: tools}, []string{"{\"name\": \"sea", "rch_all\""}, []string{"", "{\"name\": \"search_all\""}},
-		{"meta-llama-Llama-3.1-8B-Instruct", ParseOptions{Tools: tools}, []string{"{\"name\": \"x"}, []string{"{\"name\": \"x"}},
-		{"meta-llama-Llama-3.1-8B-Instruct", ParseOptions{Tools: tools}, []string{"Sure {"}, []string{"Sure {"}},
-		{"meetkai-functionary-medium-v3.2", ParseOptions{Tools: tools}, []string{"al", "l\nHi>>", ">x"}, []string{"", "Hi", ">>>x"}},
+		{"Qwen-Qwen2.5-7B-Instruct", Options{Tools: tools}, []string{"Hello wor", "ld <tool", "_c", "x"}, []string{"Hello wor", "ld", "", " <tool_cx"}},
+		{"Qwen-Qwen2.5-7B-Instruct", Options{}, []string{"Hello <tool", "_call>"}, []string{"Hello <tool", "_call>"}},
+		{"Qwen-Qwen2.5-7B-Instruct", Options{ParseReasoning: true}, []string{"<thi", "s is it"}, []string{"", "<this is it"}},
+		{"Qwen-Qwen2.5-7B-Instruct", Options{Tools: tools}, []string{"a\n\n", "b"}, []string{"a", "\n\nb"}},
+		{"mistralai-Mistral-Nemo-Instruct-2407", Options{Tools: tools}, []string{"x [TOOL", "S]"}, []string{"x", " [TOOLS]"}},
+		{"meta-llama-Llama-3.1-8B-Instruct", Options{Tools: tools}, []string{"{\"name\": \"sea", "rch_all\""}, []string{"", "{\"name\": \"search_all\""}},
+		{"meta-llama-Llama-3.1-8B-Instruct", Options{Tools: tools}, []string{"{\"name\": \"x"}, []string{"{\"name\": \"x"}},
+		{"meta-llama-Llama-3.1-8B-Instruct", Options{Tools: tools}, []string{"Sure {"}, []string{"Sure {"}},
+		{"meetkai-functionary-medium-v3.2", Options{Tools: tools}, []string{"al", "l\nHi>>", ">x"}, []string{"", "Hi", ">>>x"}},
 	}
 	for _, tc := range cases {
 		p := parseShared(t, tc.stem).NewParser(tc.opts)
@@ -450,7 +452,7 @@ func TestHoldBack(t *testing.T) {
 // TestStreamedArguments checks that arguments are streamed as they come,
 // before the call is complete.
 func TestStreamedArguments(t *testing.T) {
-	p := parseShared(t, "Qwen-Qwen2.5-7B-Instruct").NewParser(ParseOptions{Tools: namedTools("get_weather"), NewID: func() string { return "id" }})
+	p := parseShared(t, "Qwen-Qwen2.5-7B-Instruct").NewParser(Options{Tools: namedTools("get_weather"), NewID: func() string { return "id" }})
 	var kinds []string
 	for _, s := range []string{"<tool_call>\n{\"name\": \"get_", "weather\", ", "\"arguments\": {\"loc", "ation\": \"Par", "is\"}}\n</tool_call>"} {
 		var line []string
@@ -488,7 +490,7 @@ func TestRandomIDs(t *testing.T) {
 			t.Fatal(err)
 		}
 		for range 20 {
-			m, err := tmpl.ParseMessage(prefix+"{}"+suffix+prefix+"{}"+suffix, ParseOptions{Tools: namedTools("f")})
+			m, err := tmpl.ParseMessage(prefix+"{}"+suffix+prefix+"{}"+suffix, Options{Tools: namedTools("f")})
 			if err != nil || len(m.ToolCalls) == 0 {
 				t.Fatalf("%s: %v %+v", tc.stem, err, m)
 			}
@@ -505,7 +507,7 @@ func TestRandomIDs(t *testing.T) {
 // TestParseAllocs checks that streaming plain content allocates nothing per
 // token.
 func TestParseAllocs(t *testing.T) {
-	p := parseShared(t, "Qwen-Qwen2.5-7B-Instruct").NewParser(ParseOptions{Tools: namedTools("search"), ParseReasoning: true})
+	p := parseShared(t, "Qwen-Qwen2.5-7B-Instruct").NewParser(Options{Tools: namedTools("search"), ParseReasoning: true})
 	p.Push("Warm up. ")
 	toks := []string{"The", " quick", " brown", " fox", " jumps", "."}
 	i := 0
@@ -515,7 +517,7 @@ func TestParseAllocs(t *testing.T) {
 	}); a != 0 {
 		t.Fatalf("%v allocations per token", a)
 	}
-	r := parseShared(t, "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B").NewParser(ParseOptions{ParseReasoning: true, ReasoningOpen: true, Tools: namedTools("search")})
+	r := parseShared(t, "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B").NewParser(Options{ParseReasoning: true, ReasoningOpen: true, Tools: namedTools("search")})
 	r.Push("Hmm")
 	if a := testing.AllocsPerRun(1000, func() { r.Push(" wait") }); a != 0 {
 		t.Fatalf("%v allocations per reasoning token", a)
@@ -532,7 +534,7 @@ func TestParseRandomFragments(t *testing.T) {
 		"function", "```json", "```", "<|START_ACTION|>", "<|END_ACTION|>", `"tool_name"`, `"parameters"`, "Action:",
 		"<|python_tag|>", "brave_search.call(", `query="x")`, "python", `"id"`, `"type"`, "<|START_THINKING|>",
 		"<|END_THINKING|>", "<|START_RESPONSE|>", `"{`, `}"`, "é"}
-	tmpls := make([]*Template, len(fuzzStems))
+	tmpls := make([]testTemplate, len(fuzzStems))
 	for i, s := range fuzzStems {
 		tmpls[i] = parseShared(t, s)
 	}
@@ -565,7 +567,7 @@ func TestParseRandomFragments(t *testing.T) {
 			s = s[:i] + frags[r.IntN(len(frags))] + s[j:]
 		}
 		flags := r.IntN(8)
-		o := ParseOptions{ParseReasoning: flags&1 != 0, ReasoningOpen: flags&2 != 0}
+		o := Options{ParseReasoning: flags&1 != 0, ReasoningOpen: flags&2 != 0}
 		if flags&4 == 0 {
 			o.Tools = tools
 		}
@@ -610,7 +612,7 @@ func BenchmarkStreamParser(b *testing.B) {
 		}
 		toks, s = append(toks, s[:n]), s[n:]
 	}
-	o := ParseOptions{Tools: namedTools("search", "get_weather"), ParseReasoning: true, NewID: func() string { return "id" }}
+	o := Options{Tools: namedTools("search", "get_weather"), ParseReasoning: true, NewID: func() string { return "id" }}
 	b.ReportAllocs()
 	for b.Loop() {
 		p := tmpl.NewParser(o)
@@ -634,7 +636,7 @@ func TestForcedAfterReasoning(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, closeTag, _ := tmpl.ReasoningTags()
-	o := ParseOptions{Tools: []Tool{tool}, ReasoningOpen: true, ParseReasoning: true, Forced: true}
+	o := Options{Tools: []Tool{tool}, ReasoningOpen: true, ParseReasoning: true, Forced: true}
 	m, err := tmpl.ParseMessage("ok"+closeTag+prefix+`{"q": 1}`+suffix, o)
 	if err != nil || len(m.ToolCalls) != 1 || m.ReasoningContent != "ok" || m.ToolCalls[0].Arguments != `{"q": 1}` {
 		t.Fatalf("closed reasoning: %+v %v", m, err)
@@ -643,7 +645,7 @@ func TestForcedAfterReasoning(t *testing.T) {
 		t.Fatalf("call inside reasoning: err %v, want ErrNoToolCall", err)
 	}
 	var b MessageBuilder
-	p := tmpl.NewParser(ParseOptions{Tools: []Tool{tool}})
+	p := tmpl.NewParser(Options{Tools: []Tool{tool}})
 	b.Add(p.Push(prefix + `{"q": `)...)
 	evs, err := p.Finish()
 	b.Add(evs...)

@@ -1,8 +1,11 @@
-package chat
+package outparse
 
 import (
 	"fmt"
 	"strings"
+
+	"github.com/kvserve/kvserve/internal/chat/conv"
+	"github.com/kvserve/kvserve/internal/chat/pyjson"
 )
 
 // This file describes, per template family, how a model writes tool calls
@@ -244,26 +247,47 @@ var commandRFormat = &toolFormat{
 	},
 }
 
+// Template is what decides a model's output syntax: its chat template's
+// family and source. *chat.Template implements it.
+type Template interface {
+	Family() string
+	Source() string
+}
+
+// Syntax is the output syntax of the model a chat template belongs to: how
+// it writes tool calls and reasoning. The zero value is not usable; make one
+// with ForTemplate.
+type Syntax struct {
+	f   *toolFormat
+	src string // the template's source, for ReasoningTags
+}
+
+// ForTemplate returns the output syntax of the model of template t, by its
+// family (see conv.DetectFamily).
+func ForTemplate(t Template) Syntax {
+	return Syntax{f: formatFor(t.Family()), src: t.Source()}
+}
+
 // formatFor returns the output syntax of a family. Families without a
 // tool-call syntax of their own (ChatML, Gemma, Phi-3, unknown) get the
 // Hermes one, the most common convention among fine-tunes.
 func formatFor(family string) *toolFormat {
 	switch family {
-	case FamilyLlama3:
+	case conv.FamilyLlama3:
 		return llama3Format
-	case FamilyMistral:
+	case conv.FamilyMistral:
 		return mistralFormat
-	case FamilyFunctionaryV31:
+	case conv.FamilyFunctionaryV31:
 		return functionaryV31Format
-	case FamilyFunctionaryV32:
+	case conv.FamilyFunctionaryV32:
 		return functionaryV32Format
-	case FamilyFirefunctionV2:
+	case conv.FamilyFirefunctionV2:
 		return firefunctionFormat
-	case FamilyDeepSeekR1:
+	case conv.FamilyDeepSeekR1:
 		return deepseekFormat
-	case FamilyCommandR7B:
+	case conv.FamilyCommandR7B:
 		return commandR7BFormat
-	case FamilyCommandR:
+	case conv.FamilyCommandR:
 		return commandRFormat
 	}
 	return hermesFormat
@@ -276,18 +300,18 @@ func formatFor(family string) *toolFormat {
 // mentions the tags, as Qwen 3's and QwQ's do); when it is false the tags
 // are the common <think> convention, which the parser still recognizes at
 // the start of the output.
-func (t *Template) ReasoningTags() (open, close string, ok bool) {
-	f := formatFor(t.family)
-	ok = f.thinkFamily || strings.Contains(t.src, f.think[0]) || strings.Contains(t.src, f.think[1])
+func (sx Syntax) ReasoningTags() (open, close string, ok bool) {
+	f := sx.f
+	ok = f.thinkFamily || strings.Contains(sx.src, f.think[0]) || strings.Contains(sx.src, f.think[1])
 	return f.think[0], f.think[1], ok
 }
 
 // PromptOpensReasoning reports whether a rendered prompt ends inside an open
 // reasoning block: it ends with the open tag, maybe followed by spaces (the
 // DeepSeek R1 distills' generation prompt ends with "<think>\n"). Then the
-// output starts inside the reasoning: set ParseOptions.ReasoningOpen.
-func (t *Template) PromptOpensReasoning(prompt string) bool {
-	open, _, _ := t.ReasoningTags()
+// output starts inside the reasoning: set Options.ReasoningOpen.
+func (sx Syntax) PromptOpensReasoning(prompt string) bool {
+	open, _, _ := sx.ReasoningTags()
 	return strings.HasSuffix(strings.TrimRight(prompt, " \t\r\n"), open)
 }
 
@@ -295,10 +319,10 @@ func (t *Template) PromptOpensReasoning(prompt string) bool {
 // see: when detokenizing a generation for NewParser, render these tokens as
 // their text (end-of-generation tokens are not needed and must not be
 // rendered).
-func (t *Template) OutputMarkers() []string {
-	f := formatFor(t.family)
+func (sx Syntax) OutputMarkers() []string {
+	f := sx.f
 	out := append([]string(nil), f.markers...)
-	open, close, _ := t.ReasoningTags()
+	open, close, _ := sx.ReasoningTags()
 	for _, m := range []string{open, close} {
 		found := false
 		for _, x := range out {
@@ -324,21 +348,21 @@ func (t *Template) OutputMarkers() []string {
 // (PromptOpensReasoning), the grammar must let the model close it first (or
 // the caller prepends the close tag): the parser reads a call only outside
 // reasoning.
-func (t *Template) ForcedCall(tool Tool) (prefix, suffix string, err error) {
+func (sx Syntax) ForcedCall(tool conv.Tool) (prefix, suffix string, err error) {
 	name := tool.Name
 	if name == "" {
-		return "", "", fmt.Errorf("chat: forced call: empty tool name")
+		return "", "", fmt.Errorf("outparse: forced call: empty tool name")
 	}
 	for i := 0; i < len(name); i++ {
 		if name[i] < 0x20 || name[i] == 0x7f {
-			return "", "", fmt.Errorf("chat: forced call: tool name %q holds a control character", name)
+			return "", "", fmt.Errorf("outparse: forced call: tool name %q holds a control character", name)
 		}
 	}
 	var b strings.Builder
-	writeJSONString(&b, name, false)
-	prefix, suffix, err = formatFor(t.family).forced(name, b.String())
+	pyjson.WriteString(&b, name, false)
+	prefix, suffix, err = sx.f.forced(name, b.String())
 	if err != nil {
-		return "", "", fmt.Errorf("chat: forced call: %w", err)
+		return "", "", fmt.Errorf("outparse: forced call: %w", err)
 	}
 	return prefix, suffix, nil
 }

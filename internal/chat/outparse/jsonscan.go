@@ -1,8 +1,10 @@
-package chat
+package outparse
 
 import (
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/kvserve/kvserve/internal/chat/pyjson"
 )
 
 // jsonScan is an incremental JSON syntax checker: it is fed one byte at a
@@ -63,7 +65,7 @@ func (s *jsonScan) reset() {
 	s.lit = ""
 	s.nhex = 0
 	if s.depth == 0 {
-		s.depth = maxJSONDepth
+		s.depth = pyjson.MaxDepth
 	}
 }
 

@@ -1,6 +1,9 @@
-package chat
-
-// Parsing what a model generates.
+// Package outparse parses what a model generates, in its family's own
+// output syntax; package chat renders the prompt it answers. The two share
+// only the conversation's data (package conv). ForTemplate gives the syntax
+// of a template's model family; its NewParser parses one generation,
+// ForcedCall gives the text a grammar-forced call must have, and
+// OutputMarkers the special tokens the parser must see as text.
 //
 // A model answers in its own syntax: reasoning between tags, plain text, and
 // tool calls written the way its fine-tune taught it (<tool_call>{…}</tool_call>,
@@ -33,10 +36,14 @@ package chat
 // content bytes is kept. Every other input byte is either in exactly one
 // event or part of a tag or of a tool call's syntax.
 
+package outparse
+
 import (
 	"errors"
 	"math/rand/v2"
 	"strings"
+
+	"github.com/kvserve/kvserve/internal/chat/conv"
 )
 
 // EventKind says what an Event carries.
@@ -82,7 +89,7 @@ type Event struct {
 	Index int
 	// ID is the call's id, on ToolCallBegin: generated, in the family's
 	// style ("call_" and 24 alphanumerics; 9 alphanumerics for Mistral,
-	// whose templates insist on it), unless ParseOptions.NewID is set.
+	// whose templates insist on it), unless Options.NewID is set.
 	ID string
 	// Name is the function's name, on ToolCallBegin.
 	Name string
@@ -93,16 +100,16 @@ type Event struct {
 	Broken bool
 }
 
-// ParseOptions configures a StreamParser. The zero value parses content and
+// Options configures a StreamParser. The zero value parses content and
 // leaves reasoning tags in it.
-type ParseOptions struct {
+type Options struct {
 	// Tools are the request's tools: only these names are tool calls; text
 	// that merely looks like a call of another name stays content. No
 	// tools: no tool calls.
-	Tools []Tool
+	Tools []conv.Tool
 	// ReasoningOpen: the generation prompt already opened reasoning (the
 	// DeepSeek R1 distills; Qwen 3 with thinking; see
-	// Template.PromptOpensReasoning): the output starts inside it.
+	// Syntax.PromptOpensReasoning): the output starts inside it.
 	ReasoningOpen bool
 	// ParseReasoning splits reasoning into Reasoning events; else the
 	// reasoning, tags included, stays in the content as the model wrote it.
@@ -119,7 +126,7 @@ type ParseOptions struct {
 
 // ErrNoToolCall is returned by Finish when a forced tool call was expected
 // and the output holds none (or only a truncated one).
-var ErrNoToolCall = errors.New("chat: parse: the output holds no complete tool call")
+var ErrNoToolCall = errors.New("outparse: the output holds no complete tool call")
 
 type parserState uint8
 
@@ -147,7 +154,7 @@ type traceItem struct {
 }
 
 // StreamParser parses one generation incrementally. It is not safe for
-// concurrent use; make one per generated sequence with Template.NewParser.
+// concurrent use; make one per generated sequence with Syntax.NewParser.
 //
 // The parser keeps the unconsumed input in buf: bytes before out have been
 // emitted or skipped; bytes from out to cur have been read but not yet
@@ -156,7 +163,7 @@ type traceItem struct {
 // the consumed prefix is dropped.
 type StreamParser struct {
 	f      *toolFormat
-	opts   ParseOptions
+	opts   Options
 	buf    string
 	cur    int
 	out    int
@@ -193,10 +200,9 @@ type StreamParser struct {
 	trace *[]traceItem // tests only
 }
 
-// NewParser returns a parser for one generation of a model using this
-// template.
-func (t *Template) NewParser(o ParseOptions) *StreamParser {
-	p := &StreamParser{f: formatFor(t.family), opts: o, atStart: true, tool: -1}
+// NewParser returns a parser for one generation of a model in this syntax.
+func (sx Syntax) NewParser(o Options) *StreamParser {
+	p := &StreamParser{f: sx.f, opts: o, atStart: true, tool: -1}
 	if o.ReasoningOpen {
 		p.state = stReasoning
 		p.started = true
@@ -227,7 +233,7 @@ func (p *StreamParser) Push(text string) []Event {
 // open call. A tool call that is not yet unambiguous (an unknown name,
 // invalid syntax, cut off) becomes content; a call already announced is
 // ended, with Broken set if its arguments are incomplete. With
-// ParseOptions.Forced it returns ErrNoToolCall if no call completed.
+// Options.Forced it returns ErrNoToolCall if no call completed.
 // Later calls return nothing.
 func (p *StreamParser) Finish() ([]Event, error) {
 	p.events = p.events[:0]
@@ -613,12 +619,12 @@ func randomID(short bool) string {
 	return string(b[:size])
 }
 
-// MessageBuilder folds parser events into an assistant Message: content,
+// MessageBuilder folds parser events into an assistant conv.Message: content,
 // reasoning and tool calls with their full arguments. The zero value is
 // ready to use.
 type MessageBuilder struct {
 	content, reasoning strings.Builder
-	calls              []ToolCall
+	calls              []conv.ToolCall
 	args               []strings.Builder
 	broken             []bool
 }
@@ -633,7 +639,7 @@ func (b *MessageBuilder) Add(events ...Event) {
 			b.reasoning.WriteString(ev.Text)
 		case ToolCallBegin:
 			for len(b.calls) <= ev.Index {
-				b.calls = append(b.calls, ToolCall{})
+				b.calls = append(b.calls, conv.ToolCall{})
 				b.args = append(b.args, strings.Builder{})
 				b.broken = append(b.broken, false)
 			}
@@ -651,8 +657,8 @@ func (b *MessageBuilder) Add(events ...Event) {
 }
 
 // Message returns the assistant message built so far.
-func (b *MessageBuilder) Message() Message {
-	m := Message{Role: "assistant", Content: b.content.String(), ReasoningContent: b.reasoning.String()}
+func (b *MessageBuilder) Message() conv.Message {
+	m := conv.Message{Role: "assistant", Content: b.content.String(), ReasoningContent: b.reasoning.String()}
 	for i, c := range b.calls {
 		c.Arguments = b.args[i].String()
 		m.ToolCalls = append(m.ToolCalls, c)
@@ -665,8 +671,8 @@ func (b *MessageBuilder) Broken(i int) bool { return i < len(b.broken) && b.brok
 
 // ParseMessage parses a whole generation at once into an assistant message
 // (see NewParser; the error is Finish's).
-func (t *Template) ParseMessage(text string, o ParseOptions) (Message, error) {
-	p := t.NewParser(o)
+func (sx Syntax) ParseMessage(text string, o Options) (conv.Message, error) {
+	p := sx.NewParser(o)
 	var b MessageBuilder
 	b.Add(p.Push(text)...)
 	evs, err := p.Finish()
