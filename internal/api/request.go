@@ -113,7 +113,8 @@ type Breakpoint struct {
 // Extension is the "kvserve" object accepted in the JSON body of every
 // dialect:
 //
-//	{"kvserve": {"session_id": "…", "retention": "ephemeral|session|persistent|pinned",
+//	{"kvserve": {"session_id": "…", "end_session": true,
+//	             "retention": "ephemeral|session|persistent|pinned",
 //	             "ttl": "5m" | 300, "priority": 1, "expected_output_tokens": 200,
 //	             "ignore_eos": true}}
 //
@@ -128,6 +129,9 @@ type Extension struct {
 	Priority             *int     `json:"priority"`
 	ExpectedOutputTokens int      `json:"expected_output_tokens"`
 	IgnoreEOS            bool     `json:"ignore_eos"`
+	// EndSession ends session_id after this request: its KV moves down a
+	// tier at once instead of after the idle timeout.
+	EndSession bool `json:"end_session"`
 }
 
 // MaxSessionIDLen bounds the kvserve session_id.
@@ -142,6 +146,12 @@ func (e *Extension) Apply(r *Request) error {
 		return InvalidParam("kvserve.session_id", "session_id is longer than %d bytes", MaxSessionIDLen)
 	}
 	r.Hints.SessionID = e.SessionID
+	if e.EndSession {
+		if e.SessionID == "" {
+			return InvalidParam("kvserve.end_session", "end_session needs a session_id")
+		}
+		r.Hints.EndSession = true
+	}
 	if e.Retention != "" {
 		ret, err := ParseRetention(e.Retention)
 		if err != nil {

@@ -135,6 +135,10 @@ type Config struct {
 	// stay unevictable when the request names no TTL (default 5 minutes,
 	// the shortest cache lifetime hosted APIs offer).
 	DefaultPinTTL time.Duration
+	// SessionIdleTimeout is how long an agent session (hints.session_id)
+	// may stay idle before its blocks are demoted: moved to the host tier,
+	// or made the first to be evicted (default 10 minutes).
+	SessionIdleTimeout time.Duration
 	// MaxPinnedFraction bounds the share of the KV pool that pins may
 	// hold (default 0.5): a request that would pin more is refused with
 	// ErrPinQuota, so every request that fits in the rest can always run.
@@ -172,6 +176,9 @@ func (c Config) withDefaults(shape batch.Shape) Config {
 	if c.DefaultPinTTL <= 0 {
 		c.DefaultPinTTL = 5 * time.Minute
 	}
+	if c.SessionIdleTimeout <= 0 {
+		c.SessionIdleTimeout = 10 * time.Minute
+	}
 	if c.MaxPinnedFraction <= 0 || c.MaxPinnedFraction > 1 {
 		c.MaxPinnedFraction = 0.5
 	}
@@ -192,10 +199,13 @@ type Engine struct {
 	inbox inbox
 	// constraints caches compiled constraints (Submit, any goroutine).
 	constraints constraintCache
-	wake        chan struct{} // a submission arrived (capacity 1)
-	waiting     atomic.Int64  // requests submitted and not yet finished admission
-	stop        context.CancelFunc
-	done        chan struct{}
+	// sessions are the agent sessions between turns (step loop only).
+	sessions        map[sessionKey]*session
+	sessionsChecked time.Time
+	wake            chan struct{} // a submission arrived (capacity 1)
+	waiting         atomic.Int64  // requests submitted and not yet finished admission
+	stop            context.CancelFunc
+	done            chan struct{}
 	// stepped: no step loop; the caller runs Step (NewStepped).
 	stepped   bool
 	closeOnce sync.Once
@@ -337,6 +347,7 @@ func newEngine(f Forwarder, cfg Config) (*Engine, error) {
 		cfg: cfg, fwd: f, shape: shape, clock: cfg.Clock, kv: pool,
 		eog:      map[int32]bool{},
 		inflight: map[kv.Hash]int{},
+		sessions: map[sessionKey]*session{},
 		wake:     make(chan struct{}, 1),
 		done:     make(chan struct{}),
 	}
@@ -484,7 +495,15 @@ func (e *Engine) loop(ctx context.Context) {
 		if len(e.running) == 0 && len(e.queue) == 0 {
 			e.m.running.Set(0)
 			e.m.waitingGauge.Set(0)
+			// Idle sessions expire while nothing runs too.
+			var tick <-chan time.Time
+			if len(e.sessions) > 0 {
+				tick = time.After(sessionCheckEvery) // an unfired timer is collected (Go 1.23+)
+			}
 			select {
+			case <-tick:
+				e.expireSessions()
+				continue
 			case <-e.wake:
 				// Requests often arrive together: let the handlers still
 				// parsing and tokenizing theirs submit before the first
@@ -520,6 +539,7 @@ func (e *Engine) loop(ctx context.Context) {
 func (e *Engine) step(ctx context.Context) bool {
 	e.drainSubmissions()
 	e.reapCancelled()
+	e.expireSessions()
 	if !e.schedule() {
 		// What was reaped (cancelled, finished) shows in the counts now,
 		// not at the next pass.
@@ -665,11 +685,20 @@ func (e *Engine) reapCancelled() {
 // finish ends sample s: releases its blocks and tells the stream.
 func (e *Engine) finish(s *seqState, reason FinishReason, err error) {
 	e.unannounce(s)
+	r := s.req
 	if s.kv != nil {
+		// The first sample's chain stands for its session's turn.
+		inSession := s.index == 0 && r.Hints.SessionID != ""
+		var hashes []kv.Hash
+		if inSession {
+			hashes = slices.Clone(s.kv.BlockHashes())
+		}
 		s.kv.Release()
 		s.kv = nil
+		if inSession {
+			e.rememberSession(r, hashes)
+		}
 	}
-	r := s.req
 	if !r.admitted {
 		r.admitted = true
 		e.waiting.Add(-1)

@@ -17,6 +17,7 @@ type metrics struct {
 	stepTime                       prometheus.Histogram
 	batchSeqs, batchTokens         prometheus.Histogram
 	prefixQueries, prefixHits      prometheus.Counter
+	sessionsIdled                  prometheus.Counter
 	preemptions                    prometheus.Counter
 	promptTokens, generatedTokens  prometheus.Counter
 	finished                       *prometheus.CounterVec
@@ -29,6 +30,8 @@ type metrics struct {
 func newMetrics(reg prometheus.Registerer, pool *kv.Pool) (*metrics, error) {
 	latency := []float64{.001, .005, .01, .02, .04, .06, .08, .1, .25, .5, .75, 1, 2.5, 5, 7.5, 10, 20, 40, 80}
 	m := &metrics{
+		sessionsIdled: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvserve_sessions_idled_total",
+			Help: "Agent sessions whose blocks were demoted after the idle timeout."}),
 		ttft: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kvserve_time_to_first_token_seconds",
 			Help: "Time from arrival to the first generated token.", Buckets: latency}),
 		itl: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kvserve_inter_token_latency_seconds",
@@ -92,7 +95,7 @@ func newMetrics(reg prometheus.Registerer, pool *kv.Pool) (*metrics, error) {
 	}
 	for _, c := range []prometheus.Collector{m.ttft, m.itl, m.queueTime, m.e2e, m.stepTime, m.batchSeqs, m.batchTokens,
 		m.prefixQueries, m.prefixHits, m.preemptions, m.promptTokens, m.generatedTokens, m.finished,
-		m.running, m.waitingGauge, m.kvUsage, m.blocks, m.blocksByRetention} {
+		m.running, m.waitingGauge, m.kvUsage, m.blocks, m.blocksByRetention, m.sessionsIdled} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("engine: register metrics: %w", err)
 		}

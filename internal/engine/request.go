@@ -57,6 +57,9 @@ type Hints struct {
 	Retention            Retention     `json:"retention,omitempty"`
 	TTL                  time.Duration `json:"ttl_ns,omitempty"`
 	ExpectedOutputTokens int           `json:"expected_output_tokens,omitempty"`
+	// EndSession ends SessionID after this request: its blocks are demoted
+	// at once instead of after the idle timeout.
+	EndSession bool `json:"end_session,omitempty"`
 }
 
 // LogitsProcessor constrains or reshapes one sample's next-token

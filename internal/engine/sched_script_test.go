@@ -32,7 +32,7 @@ import (
 //
 //	new [max-batch-tokens=N] [block-size=N] [kv-blocks=N] [host-blocks=N] [max-running=N] [no-prefix-cache] [contiguous]
 //	submit name=A prompt=SEG:LEN[,SEG:LEN...] max=N [priority=N] [n=N] [scope=S] [expect=N]
-//	       [retention=ephemeral|session|persistent|pinned] [ttl=DURATION]
+//	       [retention=ephemeral|session|persistent|pinned] [ttl=DURATION] [session=ID [end-session]]
 //	advance by=DURATION   move the virtual clock (pins expire)
 //	cancel name=A
 //	step [n=N]     run N passes (default 1)
@@ -264,6 +264,8 @@ func (h *schedHarness) submit(args map[string]string, num func(string, int) (int
 			return "", fmt.Errorf("retention=%q: unknown class", v)
 		}
 	}
+	r.Hints.SessionID = args["session"]
+	_, r.Hints.EndSession = args["end-session"]
 	if v, ok := args["ttl"]; ok {
 		if r.Hints.TTL, err = time.ParseDuration(v); err != nil {
 			return "", err

@@ -778,3 +778,43 @@ func (p *Pool) checkChainsLocked() error {
 	}
 	return nil
 }
+
+// Demote moves a finished conversation's blocks down: the cached blocks of
+// the chain hashes (a sequence's BlockHashes) go to G2 now, tail first,
+// instead of waiting to be evicted; without G2 they become the first of
+// their class to be evicted. It stops at a block still in use (its prefix
+// is in use too) and leaves pinned blocks alone. It returns how many blocks
+// moved to G2 and how many were lowered.
+func (p *Pool) Demote(hashes []Hash) (moved, lowered int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i := len(hashes) - 1; i >= 0; i-- {
+		id, ok := p.index[hashes[i]]
+		if !ok {
+			continue // evicted already
+		}
+		m := &p.meta[id]
+		if m.refs > 0 {
+			break
+		}
+		if m.class == ClassPinned {
+			continue
+		}
+		if p.host == nil {
+			if p.value != nil {
+				p.value.lower(id)
+				lowered++
+			}
+			continue
+		}
+		if m.children > 0 { // another branch extends it: it stays
+			continue
+		}
+		p.evictor.Remove(id)
+		p.offloadLocked(id)
+		p.unindexLocked(id)
+		p.free = append(p.free, id)
+		moved++
+	}
+	return moved, lowered
+}

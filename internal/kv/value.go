@@ -232,3 +232,19 @@ func (h *pinHeap) Pop() any {
 
 // defaultNow is the pool's clock when Config.Now is not set.
 func defaultNow() time.Time { return time.Now() }
+
+// lower makes candidate id the first of its class to go (its recency and
+// hits forgotten).
+func (v *valueEvictor) lower(id BlockID) {
+	if v.inPins[id] {
+		return
+	}
+	m := &v.p.meta[id]
+	if v.where[id] < 0 { // held by its children: its turn comes after them
+		m.lastUse, m.uses = 0, 0
+		return
+	}
+	heap.Remove(&v.classes[v.evictClass(m)], int(v.where[id]))
+	m.lastUse, m.uses = 0, 0
+	v.push(id)
+}

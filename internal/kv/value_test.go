@@ -244,3 +244,47 @@ func TestHostTier(t *testing.T) {
 		})
 	}
 }
+
+// TestDemote: a finished session's chain moves to G2 at once (or, without
+// G2, goes first), and comes back on its next turn.
+func TestDemote(t *testing.T) {
+	cfg := Config{NumBlocks: 10, BlockSize: 4, Layers: 2, KVDim: 4}
+	cfg.HostMemoryBytes = 8 * cfg.BlockBytes()
+	p, err := NewPool(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	turn := seqTokens(1, 17)
+	cache(t, p, turn, time.Time{})
+	s := p.NewSequence(Hash{7}, nil)
+	if moved, _ := p.Demote(s.PromptHashes(turn)); moved != 4 {
+		t.Fatalf("moved %d blocks, want 4", moved)
+	}
+	if st := p.Stats(); st.Cached != 0 || st.Host.Blocks != 4 {
+		t.Fatalf("after demotion: %+v", st)
+	}
+	if err := p.CheckInvariants(); err != nil {
+		t.Fatal(err)
+	}
+	if hit := s.MatchPrefix(turn); hit != 16 {
+		t.Fatalf("next turn hit %d tokens, want 16", hit)
+	}
+	checkContent(t, s)
+	s.Release()
+
+	// Without G2: the demoted chain is evicted before a fresher one of the
+	// same class, although it was released later.
+	q, _ := valuePool(t, 9)
+	old, fresh := seqTokens(1, 17), seqTokens(50, 17)
+	cache(t, q, fresh, time.Time{})
+	cache(t, q, old, time.Time{})
+	if _, lowered := q.Demote(q.NewSequence(Hash{7}, nil).PromptHashes(old)); lowered != 4 {
+		t.Fatalf("lowered %d, want 4", lowered)
+	}
+	if err := evict(t, q, 5); err != nil { // the free block, then four evictions
+		t.Fatal(err)
+	}
+	if f := findable(q, fresh); !f[3] {
+		t.Fatalf("the fresh chain was evicted before the demoted one: %v", f)
+	}
+}

@@ -351,15 +351,20 @@ func TestSegmentsAndHints(t *testing.T) {
 			{"role": "assistant", "content": "Answer one"},
 			{"role": "user", "content": "Question two"},
 		},
-		"kvserve": map[string]any{"session_id": "s-1", "ttl": "10m", "priority": 3, "expected_output_tokens": 50},
+		"kvserve": map[string]any{"session_id": "s-1", "ttl": "10m", "priority": 3, "expected_output_tokens": 50, "end_session": true},
 	}, &resp)
 	r := env.Recorder.Last(t)
-	if r.Hints.SessionID != "s-1" || r.Hints.TTL != 10*time.Minute || r.Priority != 3 || r.Hints.ExpectedOutputTokens != 50 {
+	if r.Hints.SessionID != "s-1" || r.Hints.TTL != 10*time.Minute || r.Priority != 3 || r.Hints.ExpectedOutputTokens != 50 || !r.Hints.EndSession {
 		t.Fatalf("hints not passed: %+v priority %d", r.Hints, r.Priority)
 	}
 	if len(r.Segments) != 2 || r.Segments[0].Retention != engine.RetentionPersistent || r.Segments[1].Retention != engine.RetentionSession ||
 		r.Segments[0].Start != 0 || r.Segments[0].End != r.Segments[1].Start || r.Segments[1].End != len(r.Prompt) {
 		t.Fatalf("segments %+v for %d tokens", r.Segments, len(r.Prompt))
+	}
+	if status, data, _ := post(t, env.URL("/v1/chat/completions"), map[string]any{
+		"model": apitest.ModelName, "max_tokens": 1, "messages": userMsg("hi"), "kvserve": map[string]any{"end_session": true},
+	}); status != 400 || !strings.Contains(string(data), "end_session") {
+		t.Fatalf("end_session without session_id: %d %s", status, data)
 	}
 	sys := env.Tokenizer.Decode(r.Prompt[:r.Segments[0].End])
 	if !strings.HasSuffix(sys, "rules.<|im_end|>\n") {
