@@ -361,6 +361,12 @@ func TestSegmentsAndHints(t *testing.T) {
 		r.Segments[0].Start != 0 || r.Segments[0].End != r.Segments[1].Start || r.Segments[1].End != len(r.Prompt) {
 		t.Fatalf("segments %+v for %d tokens", r.Segments, len(r.Prompt))
 	}
+	postOK(t, env.URL("/v1/chat/completions"), map[string]any{
+		"model": apitest.ModelName, "max_tokens": 1, "messages": userMsg("hi"), "prompt_cache_key": "agent-7",
+	}, &resp)
+	if r := env.Recorder.Last(t); r.Hints.SessionID != "agent-7" {
+		t.Fatalf("prompt_cache_key gave session %q", r.Hints.SessionID)
+	}
 	if status, data, _ := post(t, env.URL("/v1/chat/completions"), map[string]any{
 		"model": apitest.ModelName, "max_tokens": 1, "messages": userMsg("hi"), "kvserve": map[string]any{"end_session": true},
 	}); status != 400 || !strings.Contains(string(data), "end_session") {

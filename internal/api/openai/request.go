@@ -30,6 +30,9 @@ type samplingFields struct {
 	Stop              stringOrList       `json:"stop"`
 	N                 *int               `json:"n"`
 	Kvserve           *api.Extension     `json:"kvserve"`
+	// PromptCacheKey is OpenAI's key for requests that share a prefix;
+	// here it names the agent session (kvserve.session_id wins).
+	PromptCacheKey string `json:"prompt_cache_key"`
 }
 
 // apply sets the sampling fields of r.
@@ -113,7 +116,16 @@ func (f *samplingFields) apply(r *api.Request) error {
 		}
 		r.N = *f.N
 	}
-	return f.Kvserve.Apply(r)
+	if err := f.Kvserve.Apply(r); err != nil {
+		return err
+	}
+	if k := f.PromptCacheKey; k != "" && r.Hints.SessionID == "" {
+		if len(k) > api.MaxSessionIDLen {
+			return api.InvalidParam("prompt_cache_key", "prompt_cache_key is longer than %d bytes", api.MaxSessionIDLen)
+		}
+		r.Hints.SessionID = k
+	}
+	return nil
 }
 
 // chatRequest is the body of POST /v1/chat/completions.
