@@ -44,10 +44,10 @@ func (c Class) String() string {
 // held.
 type valueEvictor struct {
 	p       *Pool
-	classes [NumClasses]candidateHeap // leaves by priority, per class
-	pins    pinHeap                   // cached pinned blocks before their expiry, by expiry
-	held    int                       // cached blocks with cached children, not pinned
-	where   []int32                   // per block: index in its class heap or pins, -1 when not there
+	classes [NumClasses]blockHeap // leaves by priority, per class
+	pins    blockHeap             // cached pinned blocks before their expiry, by expiry
+	held    int                   // cached blocks with cached children, not pinned
+	where   []int32               // per block: index in its class heap or pins, -1 when not there
 	inPins  []bool
 	tick    uint64  // releases so far: the evictor's clock
 	bonus   float64 // priority per prefix hit, in ticks
@@ -63,9 +63,9 @@ func newValueEvictor(p *Pool) *valueEvictor {
 		v.where[i] = -1
 	}
 	for c := range v.classes {
-		v.classes[c].v = v
+		v.classes[c] = blockHeap{v: v, less: byPriority}
 	}
-	v.pins.v = v
+	v.pins = blockHeap{v: v, less: byExpiry}
 	return v
 }
 
@@ -173,62 +173,47 @@ func (v *valueEvictor) Len() int {
 	return v.n - len(v.pins.ids)
 }
 
-// candidateHeap orders one class's leaves by priority, then block id (a
-// fixed order for equal priorities).
-type candidateHeap struct {
-	v   *valueEvictor
-	ids []BlockID
+// blockHeap is a heap of blocks that records each block's index in
+// valueEvictor.where (so any block can be removed in O(log n)). less
+// orders two blocks.
+type blockHeap struct {
+	v    *valueEvictor
+	ids  []BlockID
+	less func(a, b *blockMeta, ida, idb BlockID) bool
 }
 
-func (h *candidateHeap) Len() int { return len(h.ids) }
-func (h *candidateHeap) Less(i, j int) bool {
-	a, b := &h.v.p.meta[h.ids[i]], &h.v.p.meta[h.ids[j]]
+func (h *blockHeap) Len() int { return len(h.ids) }
+func (h *blockHeap) Less(i, j int) bool {
+	a, b := h.ids[i], h.ids[j]
+	return h.less(&h.v.p.meta[a], &h.v.p.meta[b], a, b)
+}
+func (h *blockHeap) Swap(i, j int) {
+	h.ids[i], h.ids[j] = h.ids[j], h.ids[i]
+	h.v.where[h.ids[i]], h.v.where[h.ids[j]] = int32(i), int32(j)
+}
+func (h *blockHeap) Push(x any) {
+	id := x.(BlockID)
+	h.v.where[id] = int32(len(h.ids))
+	h.ids = append(h.ids, id)
+}
+func (h *blockHeap) Pop() any {
+	id := h.ids[len(h.ids)-1]
+	h.ids = h.ids[:len(h.ids)-1]
+	h.v.where[id] = -1
+	return id
+}
+
+// byPriority orders a class's candidates: lowest priority first, then
+// block id (a fixed order for equal priorities).
+func byPriority(a, b *blockMeta, ida, idb BlockID) bool {
 	if a.priority != b.priority {
 		return a.priority < b.priority
 	}
-	return h.ids[i] < h.ids[j]
-}
-func (h *candidateHeap) Swap(i, j int) {
-	h.ids[i], h.ids[j] = h.ids[j], h.ids[i]
-	h.v.where[h.ids[i]], h.v.where[h.ids[j]] = int32(i), int32(j)
-}
-func (h *candidateHeap) Push(x any) {
-	id := x.(BlockID)
-	h.v.where[id] = int32(len(h.ids))
-	h.ids = append(h.ids, id)
-}
-func (h *candidateHeap) Pop() any {
-	id := h.ids[len(h.ids)-1]
-	h.ids = h.ids[:len(h.ids)-1]
-	h.v.where[id] = -1
-	return id
+	return ida < idb
 }
 
-// pinHeap orders unexpired pinned blocks by expiry.
-type pinHeap struct {
-	v   *valueEvictor
-	ids []BlockID
-}
-
-func (h *pinHeap) Len() int { return len(h.ids) }
-func (h *pinHeap) Less(i, j int) bool {
-	return h.v.p.meta[h.ids[i]].expiry < h.v.p.meta[h.ids[j]].expiry
-}
-func (h *pinHeap) Swap(i, j int) {
-	h.ids[i], h.ids[j] = h.ids[j], h.ids[i]
-	h.v.where[h.ids[i]], h.v.where[h.ids[j]] = int32(i), int32(j)
-}
-func (h *pinHeap) Push(x any) {
-	id := x.(BlockID)
-	h.v.where[id] = int32(len(h.ids))
-	h.ids = append(h.ids, id)
-}
-func (h *pinHeap) Pop() any {
-	id := h.ids[len(h.ids)-1]
-	h.ids = h.ids[:len(h.ids)-1]
-	h.v.where[id] = -1
-	return id
-}
+// byExpiry orders unexpired pins: the soonest to expire first.
+func byExpiry(a, b *blockMeta, _, _ BlockID) bool { return a.expiry < b.expiry }
 
 // defaultNow is the pool's clock when Config.Now is not set.
 func defaultNow() time.Time { return time.Now() }
