@@ -35,10 +35,11 @@ func (c Class) String() string {
 //     until their expiry, and then become unclassified cached blocks.
 //   - Within a class, the lowest value: recency plus frequency. A block's
 //     priority is the time of its last release (counted in releases) plus
-//     a bonus per prefix hit it served, each hit worth an eighth of the
-//     pool's turnover: a block that saved prefill several times outlives
-//     fresher blocks that never did, but not forever. Without hits this is
-//     LRU, tail first.
+//     a bonus per prefix hit it served, each hit worth one turnover of the
+//     pool: a block that saved prefill outlives fresher blocks that never
+//     did, but not forever. Without hits this is LRU, tail first. (On the
+//     Mooncake traces a hit worth an eighth of a turnover, or four, did
+//     less well; docs/performance.md.)
 //
 // It reads the pool's block metadata and is called with the pool's lock
 // held.
@@ -58,7 +59,7 @@ var _ Evictor = (*valueEvictor)(nil)
 
 func newValueEvictor(p *Pool) *valueEvictor {
 	v := &valueEvictor{p: p, where: make([]int32, p.cfg.NumBlocks), inPins: make([]bool, p.cfg.NumBlocks),
-		bonus: max(1, float64(p.cfg.NumBlocks)/8)}
+		bonus: float64(p.cfg.NumBlocks)}
 	for i := range v.where {
 		v.where[i] = -1
 	}
