@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -235,53 +236,12 @@ arrivals (a CPU model cannot keep up with a GPU cluster's trace; stretch it, or 
 			if limit > 0 && limit < len(trace) {
 				trace = trace[:limit]
 			}
-			p := sim.DefaultProfile()
-			if profilePath != "" {
-				q, err := sim.ReadProfile(profilePath)
-				if err != nil {
-					return err
-				}
-				p = *q
-			}
-			longest := 0
-			for _, t := range trace {
-				longest = max(longest, t.InputLength+max(t.OutputLength, 1))
-			}
-			p.Shape.Context = max(p.Shape.Context, longest)
-			// The trace's tokens stand for nothing: a small vocabulary keeps
-			// the sampler's work per token small.
-			const vocab = 256
-			clock := sim.NewVirtualClock()
-			shape, err := p.Shape.Batch()
+			res, err := replayTrace(cmd.Context(), trace, replaySettings{profilePath: profilePath, kvTokens: kvTokens,
+				hostTokens: hostTokens, stretch: stretch, maxBatchTokens: maxBatchTokens, maxRunning: maxRunning, lru: eviction == "lru"})
 			if err != nil {
 				return err
 			}
-			perToken := int64(2 * shape.Layers * shape.KVDim * shape.KVType.RowBytes(1))
-			e, _, err := sim.NewEngine(&p, sim.Options{Clock: clock, Vocab: vocab, EndOfGeneration: -1}, engine.Config{
-				KVMemoryBytes: kvTokens * perToken, KVHostMemoryBytes: hostTokens * perToken, MaxBatchTokens: maxBatchTokens, MaxRunning: maxRunning,
-				MaxWaiting: len(trace) + 1, LRUEviction: eviction == "lru",
-			})
-			if err != nil {
-				return fmt.Errorf("sim replay: %w", err)
-			}
-			defer e.Close()
-			arrivals := make([]sim.Arrival, len(trace))
-			for i, t := range trace {
-				arrivals[i] = t.Arrival(vocab, stretch)
-			}
-			start := time.Now()
-			outs, err := sim.Run(cmd.Context(), e, clock, arrivals)
-			if err != nil {
-				return err
-			}
-			wall := time.Since(start)
-			s := sim.Summarize(outs)
-			virtual := clock.Since()
-			res := replayResult{Trace: filepath.Base(tracePath), Profile: p.Model, KVTokens: e.KV().NumBlocks() * e.Config().BlockSize,
-				Requests: s.Requests, Failed: s.Failed, HitRate: s.HitRate,
-				PromptTokens: s.PromptTokens, CachedTokens: s.CachedTokens, OutputTokens: s.OutputTokens,
-				TTFTp50: ms(s.TTFTp50), TTFTp90: ms(s.TTFTp90), TTFTp99: ms(s.TTFTp99), E2Ep50: ms(s.E2Ep50),
-				VirtualS: virtual.Seconds(), WallS: wall.Seconds(), Speedup: virtual.Seconds() / wall.Seconds()}
+			res.Trace = filepath.Base(tracePath)
 			out := cmd.OutOrStdout()
 			if asJSON {
 				enc := json.NewEncoder(out)
@@ -307,6 +267,67 @@ arrivals (a CPU model cannot keep up with a GPU cluster's trace; stretch it, or 
 	f.BoolVar(&asJSON, "json", false, "print the result as JSON")
 	f.StringVar(&eviction, "eviction", "value", "eviction policy: value (retention by value, the default) or lru (the baseline)")
 	return cmd
+}
+
+// replaySettings are a replay's engine settings.
+type replaySettings struct {
+	profilePath          string
+	kvTokens, hostTokens int64
+	stretch              float64
+	maxBatchTokens       int
+	maxRunning           int
+	lru                  bool
+}
+
+// replayTrace runs trace through a simulated engine in virtual time.
+func replayTrace(ctx context.Context, trace []sim.TraceRequest, o replaySettings) (replayResult, error) {
+	p := sim.DefaultProfile()
+	if o.profilePath != "" {
+		q, err := sim.ReadProfile(o.profilePath)
+		if err != nil {
+			return replayResult{}, err
+		}
+		p = *q
+	}
+	longest := 0
+	for _, t := range trace {
+		longest = max(longest, t.InputLength+max(t.OutputLength, 1))
+	}
+	p.Shape.Context = max(p.Shape.Context, longest)
+	// The trace's tokens stand for nothing: a small vocabulary keeps the
+	// sampler's work per token small.
+	const vocab = 256
+	clock := sim.NewVirtualClock()
+	shape, err := p.Shape.Batch()
+	if err != nil {
+		return replayResult{}, err
+	}
+	perToken := int64(2 * shape.Layers * shape.KVDim * shape.KVType.RowBytes(1))
+	e, _, err := sim.NewEngine(&p, sim.Options{Clock: clock, Vocab: vocab, EndOfGeneration: -1}, engine.Config{
+		KVMemoryBytes: o.kvTokens * perToken, KVHostMemoryBytes: o.hostTokens * perToken, MaxBatchTokens: o.maxBatchTokens,
+		MaxRunning: o.maxRunning, MaxWaiting: len(trace) + 1, LRUEviction: o.lru,
+	})
+	if err != nil {
+		return replayResult{}, fmt.Errorf("replay: %w", err)
+	}
+	defer e.Close()
+	arrivals := make([]sim.Arrival, len(trace))
+	for i, t := range trace {
+		arrivals[i] = t.Arrival(vocab, o.stretch)
+	}
+	start := time.Now()
+	outs, err := sim.Run(ctx, e, clock, arrivals)
+	if err != nil {
+		return replayResult{}, err
+	}
+	wall := time.Since(start)
+	s := sim.Summarize(outs)
+	virtual := clock.Since()
+	return replayResult{Profile: p.Model, KVTokens: e.KV().NumBlocks() * e.Config().BlockSize,
+		Requests: s.Requests, Failed: s.Failed, HitRate: s.HitRate,
+		PromptTokens: s.PromptTokens, CachedTokens: s.CachedTokens, OutputTokens: s.OutputTokens,
+		TTFTp50: ms(s.TTFTp50), TTFTp90: ms(s.TTFTp90), TTFTp99: ms(s.TTFTp99), E2Ep50: ms(s.E2Ep50),
+		VirtualS: virtual.Seconds(), WallS: wall.Seconds(), Speedup: virtual.Seconds() / wall.Seconds()}, nil
 }
 
 // replayResult is what sim replay reports.

@@ -136,3 +136,27 @@ func TestReplayMatchesReference(t *testing.T) {
 	}
 	t.Logf("%d requests: hit rate %.4f, reference %.4f", n, s.HitRate, want)
 }
+
+// TestOptimalHitRate: by hand on a small trace; unbounded, it is the plain
+// count.
+func TestOptimalHitRate(t *testing.T) {
+	// Three requests of two full blocks: a, b, a again. With room for two
+	// blocks the optimum keeps a's (used again) over b's.
+	tr := []TraceRequest{
+		{InputLength: 1024, HashIDs: []int64{1, 2}},
+		{InputLength: 1024, HashIDs: []int64{3, 4}},
+		{InputLength: 1024, HashIDs: []int64{1, 2}},
+	}
+	if got, want := OptimalHitRate(tr, 1024), 1024.0/3072; math.Abs(got-want) > 1e-12 {
+		t.Fatalf("optimum with room for 2 blocks: %v, want %v", got, want)
+	}
+	if got := OptimalHitRate(tr, 512); got != 1.0/6 {
+		t.Fatalf("optimum with room for 1 block: %v, want 1/6", got)
+	}
+	if got := OptimalHitRate(tr, 0); got != 0 {
+		t.Fatalf("no room: %v", got)
+	}
+	if got, want := OptimalHitRate(tr, 1<<30), referenceHitRate(tr); got != want {
+		t.Fatalf("unbounded: %v, want the unbounded count %v", got, want)
+	}
+}
