@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,6 +12,7 @@ import (
 	"github.com/kvserve/kvserve/internal/api"
 	"github.com/kvserve/kvserve/internal/api/apitest"
 	"github.com/kvserve/kvserve/internal/api/openai"
+	"github.com/kvserve/kvserve/internal/testshared"
 )
 
 // runGenerateCmd runs `generate ARGS...` and returns stdout and stderr.
@@ -181,7 +181,7 @@ func TestGenerateOutput(t *testing.T) {
 		{name: "batch 0", args: append(slices.Clone(base), "--batch", "0"), wantErr: "--batch"},
 		{name: "bad sampling", args: append(slices.Clone(base), "--top-p", "2"), wantErr: "top_p"},
 		{name: "prompt longer than the context",
-			args:    []string{"--model", filepath.Join(apitest.SharedDir(t), "models", "tiny-q8_0.gguf"), "--prompt-tokens", strings.Repeat("5,", 300) + "5"},
+			args:    []string{"--model", testshared.Path(t, "models", "tiny-q8_0.gguf"), "--prompt-tokens", strings.Repeat("5,", 300) + "5"},
 			wantErr: "no room in the model's context"},
 	}
 	for _, tt := range tests {

@@ -11,18 +11,12 @@ import (
 
 	"github.com/kvserve/kvserve/internal/gguf"
 	"github.com/kvserve/kvserve/internal/synth"
+	"github.com/kvserve/kvserve/internal/testshared"
 )
 
 func sharedModel(t *testing.T, name string) string {
 	t.Helper()
-	p, err := filepath.Abs(filepath.Join("..", "..", "..", "shared", "models", name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(p); err != nil {
-		t.Skipf("shared model %s not found: %v", name, err)
-	}
-	return p
+	return testshared.Path(t, "models", name)
 }
 
 // runModel runs `model ARGS...` and returns stdout and stderr.

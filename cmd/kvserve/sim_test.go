@@ -6,12 +6,12 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/kvserve/kvserve/internal/api/apitest"
 	"github.com/kvserve/kvserve/internal/sim"
+	"github.com/kvserve/kvserve/internal/testshared"
 )
 
 // TestSimCalibrateAndReplay: calibrate on the tiny model gives a profile
@@ -40,8 +40,7 @@ func TestSimCalibrateAndReplay(t *testing.T) {
 		t.Fatalf("profile %+v", p)
 	}
 
-	_, file, _, _ := runtime.Caller(0)
-	trace := filepath.Join(filepath.Dir(file), "..", "..", "..", "shared", "traces", "mooncake_fast25_conversation_trace.jsonl")
+	trace := testshared.Path(t, "traces", "mooncake_fast25_conversation_trace.jsonl")
 	if _, err := os.Stat(trace); err != nil {
 		t.Fatalf("the shared traces are missing: %v", err)
 	}

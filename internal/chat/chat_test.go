@@ -3,16 +3,17 @@ package chat
 import (
 	"encoding/json"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/kvserve/kvserve/internal/testshared"
 )
 
 func parseShared(t testing.TB, stem string) *Template {
 	t.Helper()
-	src, err := os.ReadFile(filepath.Join(sharedDir(t), "chat-templates", stem+".jinja"))
+	src, err := os.ReadFile(testshared.Path(t, "testdata", "chat-templates", stem+".jinja"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,22 +18,12 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
-)
 
-// sharedDir returns ../shared/testdata relative to the repository root, found
-// from this file's location so the test works from any checkout.
-func sharedDir(t testing.TB) string {
-	t.Helper()
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		t.Fatal("cannot locate the test file")
-	}
-	return filepath.Join(filepath.Dir(file), "..", "..", "..", "shared", "testdata")
-}
+	"github.com/kvserve/kvserve/internal/testshared"
+)
 
 type goldenCase struct {
 	Name             string    `json:"name"`
@@ -107,7 +97,7 @@ func TestGoldenTemplates(t *testing.T) {
 	for _, tl := range spec.Tools {
 		tools = append(tools, Tool{Name: tl.Name, Description: tl.Description, Parameters: tl.Parameters})
 	}
-	files, err := filepath.Glob(filepath.Join(sharedDir(t), "chat-templates", "*.jinja"))
+	files, err := filepath.Glob(testshared.Path(t, "testdata", "chat-templates", "*.jinja"))
 	if err != nil || len(files) < 17 {
 		t.Fatalf("found %d templates (%v); want the 17 in shared/testdata/chat-templates", len(files), err)
 	}

@@ -2,8 +2,6 @@ package constrain_test
 
 import (
 	"encoding/json"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -12,13 +10,13 @@ import (
 	"github.com/kvserve/kvserve/internal/engine"
 	"github.com/kvserve/kvserve/internal/gguf"
 	"github.com/kvserve/kvserve/internal/grammar"
+	"github.com/kvserve/kvserve/internal/testshared"
 	"github.com/kvserve/kvserve/internal/tokenizer"
 )
 
 func tinyTokenizer(t *testing.T) *tokenizer.Tokenizer {
 	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	f, err := gguf.Open(filepath.Join(filepath.Dir(file), "..", "..", "..", "shared", "models", "tiny-f32.gguf"))
+	f, err := gguf.Open(testshared.Path(t, "models", "tiny-f32.gguf"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"path/filepath"
-	"runtime"
 	"testing"
 	"time"
 
@@ -16,6 +14,7 @@ import (
 	"github.com/kvserve/kvserve/internal/model"
 	"github.com/kvserve/kvserve/internal/sample"
 	"github.com/kvserve/kvserve/internal/tensor"
+	"github.com/kvserve/kvserve/internal/testshared"
 	"github.com/kvserve/kvserve/internal/tokenizer"
 )
 
@@ -26,8 +25,7 @@ var _ engine.LogitsProcessor = (*grammar.Matcher)(nil)
 // this package: every sample must end by itself (end-of-generation, not the
 // length limit) with an instance of the schema.
 func TestEngineGeneratesSchemaInstances(t *testing.T) {
-	_, file, _, _ := runtime.Caller(0)
-	f, err := gguf.Open(filepath.Join(filepath.Dir(file), "..", "..", "..", "shared", "models", "tiny-f32.gguf"))
+	f, err := gguf.Open(testshared.Path(t, "models", "tiny-f32.gguf"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,8 +6,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
-	"runtime"
 	"slices"
 	"sync"
 	"testing"
@@ -17,12 +15,12 @@ import (
 	"github.com/kvserve/kvserve/internal/model"
 	"github.com/kvserve/kvserve/internal/sample"
 	"github.com/kvserve/kvserve/internal/tensor"
+	"github.com/kvserve/kvserve/internal/testshared"
 )
 
 func sharedModel(t testing.TB, name string) *model.Model {
 	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	path := filepath.Join(filepath.Dir(file), "..", "..", "..", "shared", "models", name)
+	path := testshared.Path(t, "models", name)
 	if _, err := os.Stat(path); err != nil {
 		t.Fatalf("test model not found: %v", err)
 	}

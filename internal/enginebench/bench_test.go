@@ -4,18 +4,16 @@ import (
 	"context"
 	"math"
 	"os"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/kvserve/kvserve/internal/gguf"
 	"github.com/kvserve/kvserve/internal/model"
+	"github.com/kvserve/kvserve/internal/testshared"
 )
 
 func tinyModel(t *testing.T) *model.Model {
-	_, file, _, _ := runtime.Caller(0)
-	path := filepath.Join(filepath.Dir(file), "..", "..", "..", "shared", "models", "tiny-q8_0.gguf")
+	path := testshared.Path(t, "models", "tiny-q8_0.gguf")
 	if _, err := os.Stat(path); err != nil {
 		t.Fatal(err)
 	}

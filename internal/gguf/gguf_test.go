@@ -15,22 +15,8 @@ import (
 	"testing"
 
 	"github.com/kvserve/kvserve/internal/ggml"
+	"github.com/kvserve/kvserve/internal/testshared"
 )
-
-// sharedDir returns /work/shared seen from this package: ../../../shared
-// relative to the package directory (the repository is at <x>/main and
-// shared data at <x>/shared).
-func sharedDir(t testing.TB) string {
-	t.Helper()
-	dir, err := filepath.Abs(filepath.Join("..", "..", "..", "shared"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(dir); err != nil {
-		t.Skipf("shared test data not found at %s: %v", dir, err)
-	}
-	return dir
-}
 
 // allValues returns one metadata entry of every value type, scalar and array,
 // including arrays of arrays and the edge values of each type.
@@ -461,7 +447,7 @@ type realFile struct {
 }
 
 func TestRealFiles(t *testing.T) {
-	shared := sharedDir(t)
+	shared := testshared.Dir(t)
 	llamaTiny := 21
 	files := []realFile{
 		{"models/aidreams260K-f32.gguf", "llama", map[ggml.Type]int{ggml.F32: 39}, 0},
@@ -535,7 +521,7 @@ func TestRealFiles(t *testing.T) {
 // Writer lays files out exactly as llama.cpp's gguf writer and llama-quantize
 // do.
 func TestRewriteRealFiles(t *testing.T) {
-	shared := sharedDir(t)
+	shared := testshared.Dir(t)
 	paths, _ := filepath.Glob(filepath.Join(shared, "models", "*.gguf"))
 	vocab, _ := filepath.Glob(filepath.Join(shared, "testdata", "vocab", "*.gguf"))
 	paths = append(paths, vocab...)

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"path/filepath"
 	"testing"
+
+	"github.com/kvserve/kvserve/internal/testshared"
 )
 
 func TestParsePlacement(t *testing.T) {
@@ -25,7 +27,7 @@ func TestParsePlacement(t *testing.T) {
 // TestOpenPlacedSameBytes opens a real model both ways and checks that the
 // metadata and every tensor's bytes agree, and that both close cleanly.
 func TestOpenPlacedSameBytes(t *testing.T) {
-	path := filepath.Join(sharedDir(t), "models", "tiny-f32.gguf")
+	path := testshared.Path(t, "models", "tiny-f32.gguf")
 	mapped, err := OpenPlaced(path, Mapped)
 	if err != nil {
 		t.Fatal(err)
@@ -55,7 +57,7 @@ func TestOpenPlacedSameBytes(t *testing.T) {
 // TestRewrite: a private copy can be rewritten in place, the change seen
 // through its tensors; a read-only mapping refuses without calling fn.
 func TestRewrite(t *testing.T) {
-	path := filepath.Join(sharedDir(t), "models", "tiny-f32.gguf")
+	path := testshared.Path(t, "models", "tiny-f32.gguf")
 	mapped, err := OpenPlaced(path, Mapped)
 	if err != nil {
 		t.Fatal(err)

@@ -2,13 +2,12 @@ package grammar
 
 import (
 	"bytes"
-	"path/filepath"
-	"runtime"
 	"sync"
 	"testing"
 
 	"github.com/kvserve/kvserve/internal/gguf"
 	"github.com/kvserve/kvserve/internal/synth"
+	"github.com/kvserve/kvserve/internal/testshared"
 	"github.com/kvserve/kvserve/internal/tokenizer"
 )
 
@@ -56,16 +55,6 @@ func synthTokenizer(t testing.TB, shape string) *tokenizer.Tokenizer {
 	return tok
 }
 
-// sharedDir is /work/shared, found relative to this package directory.
-func sharedDir(t testing.TB) string {
-	t.Helper()
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		t.Fatal("no caller information")
-	}
-	return filepath.Join(filepath.Dir(file), "..", "..", "..", "shared")
-}
-
 // tinyTokenizer loads the placeholder SPM vocabulary of the shared tiny
 // model (byte tokens only up to 0x7F).
 func tinyTokenizer(t testing.TB) *tokenizer.Tokenizer {
@@ -75,7 +64,7 @@ func tinyTokenizer(t testing.TB) *tokenizer.Tokenizer {
 	if tok, ok := tokCache["tiny"]; ok {
 		return tok
 	}
-	f, err := gguf.Open(filepath.Join(sharedDir(t), "models", "tiny-f32.gguf"))
+	f, err := gguf.Open(testshared.Path(t, "models", "tiny-f32.gguf"))
 	if err != nil {
 		t.Fatal(err)
 	}

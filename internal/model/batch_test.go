@@ -9,6 +9,7 @@ import (
 
 	"github.com/kvserve/kvserve/internal/model"
 	"github.com/kvserve/kvserve/internal/tensor"
+	"github.com/kvserve/kvserve/internal/testshared"
 )
 
 // TestBatchInvariance checks that a sequence's logits do not depend on what
@@ -17,7 +18,7 @@ import (
 // and decode), and prefilled in chunks of any size. This is what makes
 // prefix caching, chunked prefill and continuous batching exact.
 func TestBatchInvariance(t *testing.T) {
-	shared := sharedDir(t)
+	shared := testshared.Dir(t)
 	for _, name := range []string{"tiny-f32", "tiny-q8_0", "tiny-q4_k_m", "tiny-qwen2-q8_0", "tiny-bf16"} {
 		t.Run(name, func(t *testing.T) {
 			m, closeFn := loadModel(t, filepath.Join(shared, "models", name+".gguf"))
@@ -35,7 +36,7 @@ func TestBatchInvariance(t *testing.T) {
 // stored as Q8_0 and as f32: their attention takes other kernels (and, for
 // Q8_0, a query head or a group of tokens and KV head per task).
 func TestBatchInvarianceKVTypes(t *testing.T) {
-	m, closeFn := loadModel(t, filepath.Join(sharedDir(t), "models", "tiny-q8_0.gguf"))
+	m, closeFn := loadModel(t, filepath.Join(testshared.Dir(t), "models", "tiny-q8_0.gguf"))
 	defer closeFn()
 	for _, kvType := range []tensor.DType{tensor.Q8_0, tensor.F32} {
 		for _, threads := range []int{1, 2} {
@@ -183,7 +184,7 @@ func (c *forkCache) Block(l, b int) (k, v []byte) {
 // sharing three blocks, sequences sharing only the first of them, one with
 // a different prefix and one shorter than a block.
 func TestSharedPrefixAttention(t *testing.T) {
-	m, closeFn := loadModel(t, filepath.Join(sharedDir(t), "models", "tiny-q8_0.gguf"))
+	m, closeFn := loadModel(t, filepath.Join(testshared.Dir(t), "models", "tiny-q8_0.gguf"))
 	defer closeFn()
 	cfg := &m.Config
 	const bs = 16

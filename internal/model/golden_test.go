@@ -6,24 +6,13 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"runtime"
 	"testing"
 
 	"github.com/kvserve/kvserve/internal/gguf"
 	"github.com/kvserve/kvserve/internal/model"
 	"github.com/kvserve/kvserve/internal/tensor"
+	"github.com/kvserve/kvserve/internal/testshared"
 )
-
-// sharedDir is ../shared relative to the repository root, where the test
-// models and llama.cpp's reference outputs live.
-func sharedDir(t testing.TB) string {
-	_, file, _, _ := runtime.Caller(0)
-	dir := filepath.Join(filepath.Dir(file), "..", "..", "..", "shared")
-	if _, err := os.Stat(dir); err != nil {
-		t.Fatalf("shared test data not found at %s: %v", dir, err)
-	}
-	return dir
-}
 
 type refFile struct {
 	Model string    `json:"model"`
@@ -114,7 +103,7 @@ func loadModel(t testing.TB, path string) (*model.Model, func()) {
 func weightType(m *model.Model) tensor.DType { return m.Layers[0].Gate.Type }
 
 func TestGolden(t *testing.T) {
-	shared := sharedDir(t)
+	shared := testshared.Dir(t)
 	pool := tensor.NewPool(2)
 	defer pool.Close()
 	for _, name := range goldenModels {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/kvserve/kvserve/internal/model"
 	"github.com/kvserve/kvserve/internal/tensor"
+	"github.com/kvserve/kvserve/internal/testshared"
 )
 
 // TestNoiseFloor measures how much a model's top-5 probabilities move when
@@ -25,7 +26,7 @@ func TestNoiseFloor(t *testing.T) {
 	if os.Getenv("KVSERVE_NOISE") == "" {
 		t.Skip("diagnostic; set KVSERVE_NOISE=1 to run")
 	}
-	shared := sharedDir(t)
+	shared := testshared.Dir(t)
 	pool := tensor.NewPool(2)
 	defer pool.Close()
 	for _, name := range goldenModels {

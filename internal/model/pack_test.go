@@ -10,6 +10,7 @@ import (
 	"github.com/kvserve/kvserve/internal/gguf"
 	"github.com/kvserve/kvserve/internal/model"
 	"github.com/kvserve/kvserve/internal/tensor"
+	"github.com/kvserve/kvserve/internal/testshared"
 )
 
 // TestPackedWeights: a model opened into private memory (the huge-pages
@@ -19,7 +20,7 @@ import (
 // lookups and the output product (tiny-qwen2-q8_0 ties the two: one packed
 // matrix serves both).
 func TestPackedWeights(t *testing.T) {
-	shared := sharedDir(t)
+	shared := testshared.Dir(t)
 	for _, name := range []string{"tiny-q8_0", "tiny-qwen2-q8_0"} {
 		t.Run(name, func(t *testing.T) {
 			path := filepath.Join(shared, "models", name+".gguf")

@@ -5,12 +5,11 @@ import (
 	"context"
 	"math"
 	"os"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/kvserve/kvserve/internal/engine"
+	"github.com/kvserve/kvserve/internal/testshared"
 )
 
 func TestReadTrace(t *testing.T) {
@@ -88,8 +87,7 @@ func referenceHitRate(tr []TraceRequest) float64 {
 // rate against the independent count. The engine recomputes a fully
 // cached prompt's last token, so it may fall a little short.
 func TestReplayMatchesReference(t *testing.T) {
-	_, file, _, _ := runtime.Caller(0)
-	path := filepath.Join(filepath.Dir(file), "..", "..", "..", "shared", "traces", "mooncake_fast25_conversation_trace.jsonl")
+	path := testshared.Path(t, "traces", "mooncake_fast25_conversation_trace.jsonl")
 	f, err := os.Open(path)
 	if err != nil {
 		t.Fatalf("the shared traces are missing: %v", err)

@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
-	"path/filepath"
 	"reflect"
 	"runtime"
 	"strings"
@@ -17,27 +15,14 @@ import (
 
 	"github.com/kvserve/kvserve/internal/gguf"
 	"github.com/kvserve/kvserve/internal/tensor"
+	"github.com/kvserve/kvserve/internal/testshared"
 )
 
 var big = flag.Bool("big", false, "also write the large shapes (slow)")
 
-// sharedDir returns the shared data directory, ../shared next to the
-// repository (../../../shared from this package).
-func sharedDir(t testing.TB) string {
-	t.Helper()
-	dir, err := filepath.Abs(filepath.Join("..", "..", "..", "shared"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(dir); err != nil {
-		t.Skipf("shared test data not found at %s: %v", dir, err)
-	}
-	return dir
-}
-
 func openShared(t *testing.T, name string) *gguf.File {
 	t.Helper()
-	f, err := gguf.Open(filepath.Join(sharedDir(t), "models", name))
+	f, err := gguf.Open(testshared.Path(t, "models", name))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,32 +4,16 @@ import (
 	"bytes"
 	"encoding/binary"
 	"math"
-	"os"
-	"path/filepath"
-	"runtime"
 	"testing"
 
 	"github.com/kvserve/kvserve/internal/gguf"
 	"github.com/kvserve/kvserve/internal/tensor"
+	"github.com/kvserve/kvserve/internal/testshared"
 )
-
-// modelsDir is /work/shared/models, found relative to this package directory
-// (…/main/internal/tensor → …/shared/models) so a clean clone works too.
-func modelsDir(t testing.TB) string {
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		t.Fatal("cannot locate test file")
-	}
-	dir := filepath.Join(filepath.Dir(file), "..", "..", "..", "shared", "models")
-	if _, err := os.Stat(dir); err != nil {
-		t.Fatalf("shared models not found: %v", err)
-	}
-	return dir
-}
 
 func openModel(t testing.TB, name string) *gguf.File {
 	t.Helper()
-	f, err := gguf.Open(filepath.Join(modelsDir(t), name))
+	f, err := gguf.Open(testshared.Path(t, "models", name))
 	if err != nil {
 		t.Fatalf("open %s: %v", name, err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kvserve/kvserve/internal/chat"
 	"github.com/kvserve/kvserve/internal/synth"
+	"github.com/kvserve/kvserve/internal/testshared"
 )
 
 // synthMetadatas caches the synthetic shapes' tokenizer metadata:
@@ -66,7 +67,7 @@ func (t *Tokenizer) resetCaches(opts Options) {
 func agentDocs(tb testing.TB) (prose, code []string) {
 	tb.Helper()
 	read := func(elem ...string) string {
-		raw, err := os.ReadFile(sharedPath(tb, elem...))
+		raw, err := os.ReadFile(testshared.Path(tb, elem...))
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -190,7 +191,7 @@ func BenchmarkAgentPrompt(b *testing.B) {
 			func(t *Tokenizer) string { return agentPrompt(b, t, agentTurns) },
 			func(t *Tokenizer) string { return agentPrompt(b, t, agentTurns-1) }})
 	}
-	spm := sharedPath(b, "testdata", "vocab", "ggml-vocab-llama-spm.gguf")
+	spm := testshared.Path(b, "testdata", "vocab", "ggml-vocab-llama-spm.gguf")
 	models = append(models, model{"llama-spm", func(o Options) *Tokenizer { return loadTokenizerOptions(b, spm, o) },
 		func(*Tokenizer) string { return llama2Prompt(b, agentTurns) },
 		func(*Tokenizer) string { return llama2Prompt(b, agentTurns-1) }})

@@ -2,16 +2,17 @@ package tokenizer
 
 import (
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/kvserve/kvserve/internal/testshared"
 )
 
 // benchText is about 40 kB of mixed text: the vocabulary test inputs
 // (English, code-like punctuation, CJK, emoji, Cyrillic, whitespace runs)
 // repeated.
 func benchText(b *testing.B) string {
-	raw, err := os.ReadFile(filepath.Join(sharedDir(b), "testdata", "vocab", "ggml-vocab-gpt-2.gguf.inp"))
+	raw, err := os.ReadFile(testshared.Path(b, "testdata", "vocab", "ggml-vocab-gpt-2.gguf.inp"))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -30,7 +31,7 @@ func BenchmarkEncode(b *testing.B) {
 				if cache == "uncached" {
 					opts = noCaches
 				}
-				tok := loadTokenizerOptions(b, filepath.Join(sharedDir(b), "testdata", "vocab", "ggml-vocab-"+name+".gguf"), opts)
+				tok := loadTokenizerOptions(b, testshared.Path(b, "testdata", "vocab", "ggml-vocab-"+name+".gguf"), opts)
 				benchEncode(b, tok, text)
 			})
 		}
@@ -52,7 +53,7 @@ func benchEncode(b *testing.B, tok *Tokenizer, text string) {
 // BenchmarkDecode renders ~10k tokens back to text.
 func BenchmarkDecode(b *testing.B) {
 	text := benchText(b)
-	tok := loadTokenizer(b, filepath.Join(sharedDir(b), "testdata", "vocab", "ggml-vocab-gpt-2.gguf"))
+	tok := loadTokenizer(b, testshared.Path(b, "testdata", "vocab", "ggml-vocab-gpt-2.gguf"))
 	ids := tok.Encode(text, false, false)
 	var buf []byte
 	b.ReportAllocs()
@@ -65,7 +66,7 @@ func BenchmarkDecode(b *testing.B) {
 // BenchmarkStreamDecoder adds ids one at a time.
 func BenchmarkStreamDecoder(b *testing.B) {
 	text := benchText(b)
-	tok := loadTokenizer(b, filepath.Join(sharedDir(b), "testdata", "vocab", "ggml-vocab-llama-spm.gguf"))
+	tok := loadTokenizer(b, testshared.Path(b, "testdata", "vocab", "ggml-vocab-llama-spm.gguf"))
 	ids := tok.Encode(text, false, false)
 	d := tok.NewStreamDecoder()
 	var buf []byte
@@ -82,7 +83,7 @@ func BenchmarkStreamDecoder(b *testing.B) {
 func BenchmarkLoad(b *testing.B) {
 	for _, name := range []string{"llama-spm", "deepseek-llm"} {
 		b.Run(name, func(b *testing.B) {
-			path := filepath.Join(sharedDir(b), "testdata", "vocab", "ggml-vocab-"+name+".gguf")
+			path := testshared.Path(b, "testdata", "vocab", "ggml-vocab-"+name+".gguf")
 			f := loadTokenizer(b, path) // warm the page cache
 			_ = f
 			for b.Loop() {

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/kvserve/kvserve/internal/gguf"
+	"github.com/kvserve/kvserve/internal/testshared"
 )
 
 // Cache configurations every equivalence test runs: the defaults, and
@@ -33,7 +34,7 @@ func loadCachedSet(t testing.TB, name string, load func(Options) *Tokenizer) cac
 }
 
 func vocabCachedSets(t testing.TB) []cachedSet {
-	files, err := filepath.Glob(sharedPath(t, "testdata", "vocab", "ggml-vocab-*.gguf"))
+	files, err := filepath.Glob(testshared.Path(t, "testdata", "vocab", "ggml-vocab-*.gguf"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no vocab files: %v", err)
 	}
@@ -113,7 +114,7 @@ func TestCacheEquivalenceVocab(t *testing.T) {
 			}
 			// The reference is what llama.cpp produces, so the cached
 			// tokenizer must pass the golden test too (warm this time).
-			path := sharedPath(t, "testdata", "vocab", "ggml-vocab-"+s.name+".gguf")
+			path := testshared.Path(t, "testdata", "vocab", "ggml-vocab-"+s.name+".gguf")
 			for i, c := range readVocabTests(t, path+".inp", path+".out") {
 				for pass := range 2 {
 					if got := s.tiny.Encode(c.input, false, false); !slices.Equal(got, c.want) {
@@ -209,8 +210,8 @@ func TestSPMPieces(t *testing.T) {
 // TestConcurrentCache shares tokenizers with tiny and default caches
 // between goroutines encoding overlapping texts (run with -race).
 func TestConcurrentCache(t *testing.T) {
-	path := sharedPath(t, "testdata", "vocab", "ggml-vocab-llama-spm.gguf")
-	bpePath := sharedPath(t, "testdata", "vocab", "ggml-vocab-deepseek-coder.gguf")
+	path := testshared.Path(t, "testdata", "vocab", "ggml-vocab-llama-spm.gguf")
+	bpePath := testshared.Path(t, "testdata", "vocab", "ggml-vocab-deepseek-coder.gguf")
 	texts := randomTexts(t, 60, 3)
 	for _, p := range []string{path, bpePath} {
 		plain := loadTokenizerOptions(t, p, noCaches)
@@ -242,7 +243,7 @@ func TestConcurrentCache(t *testing.T) {
 // TestFragmentScopes checks that fragments are reused within a scope only,
 // and only for calls that ask.
 func TestFragmentScopes(t *testing.T) {
-	tok := loadTokenizerOptions(t, sharedPath(t, "testdata", "vocab", "ggml-vocab-gpt-2.gguf"), Options{})
+	tok := loadTokenizerOptions(t, testshared.Path(t, "testdata", "vocab", "ggml-vocab-gpt-2.gguf"), Options{})
 	text := strings.Repeat("A system prompt long enough to be cached. ", 4) + "<|endoftext|>" + strings.Repeat("Tools: a, b, c; ", 8)
 	a := EncodeOptions{ParseSpecial: true, ReuseFragments: true, Scope: "tenant-a"}
 	b := EncodeOptions{ParseSpecial: true, ReuseFragments: true, Scope: "tenant-b"}
@@ -426,7 +427,7 @@ func TestCacheAllocs(t *testing.T) {
 	// (The vocabularies with regular-expression pre-tokenizers allocate
 	// in the regex engine.)
 	for _, name := range []string{"llama-spm", "gpt-2", "starcoder"} {
-		tok := loadTokenizer(t, sharedPath(t, "testdata", "vocab", "ggml-vocab-"+name+".gguf"))
+		tok := loadTokenizer(t, testshared.Path(t, "testdata", "vocab", "ggml-vocab-"+name+".gguf"))
 		for _, opts := range []EncodeOptions{{ParseSpecial: true}, {ParseSpecial: true, ReuseFragments: true}} {
 			dst := tok.AppendEncodeWith(nil, text, opts)
 			if n := testing.AllocsPerRun(20, func() { dst = tok.AppendEncodeWith(dst[:0], text, opts) }); n != 0 {

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/kvserve/kvserve/internal/testshared"
 )
 
 // fuzzVocabNames are the real vocabularies FuzzEncode runs against: both
@@ -25,7 +27,7 @@ var fuzzVocabs struct {
 func loadFuzzVocabs(t testing.TB) []*Tokenizer {
 	fuzzVocabs.once.Do(func() {
 		for _, name := range fuzzVocabNames {
-			path := sharedPath(t, "testdata", "vocab", "ggml-vocab-"+name+".gguf")
+			path := testshared.Path(t, "testdata", "vocab", "ggml-vocab-"+name+".gguf")
 			set := loadCachedSet(t, name, func(o Options) *Tokenizer { return loadTokenizerOptions(t, path, o) })
 			fuzzVocabs.sets = append(fuzzVocabs.sets, set)
 			fuzzVocabs.toks = append(fuzzVocabs.toks, set.cached)
@@ -82,7 +84,7 @@ func checkEncode(t *testing.T, tok *Tokenizer, text string, addSpecial, parseSpe
 
 func encodeSeeds(t testing.TB) []string {
 	seeds := []string{"<s>x</s>", "<|endoftext|>a", "<|end|>\n b", "õ ø", ">>TITLE<< x", "\xe2\x96", "a\u2581b"}
-	files, _ := filepath.Glob(sharedPath(t, "testdata", "vocab", "*.inp"))
+	files, _ := filepath.Glob(testshared.Path(t, "testdata", "vocab", "*.inp"))
 	raw, err := os.ReadFile(files[0])
 	if err != nil {
 		t.Fatal(err)
@@ -117,7 +119,7 @@ func FuzzEncode(f *testing.F) {
 
 // TestConcurrentEncode shares one Tokenizer between goroutines.
 func TestConcurrentEncode(t *testing.T) {
-	tok := loadTokenizer(t, sharedPath(t, "testdata", "vocab", "ggml-vocab-deepseek-coder.gguf"))
+	tok := loadTokenizer(t, testshared.Path(t, "testdata", "vocab", "ggml-vocab-deepseek-coder.gguf"))
 	inputs := encodeSeeds(t)
 	want := make([][]int32, len(inputs))
 	for i, s := range inputs {

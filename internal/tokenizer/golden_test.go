@@ -9,22 +9,8 @@ import (
 	"testing"
 
 	"github.com/kvserve/kvserve/internal/gguf"
+	"github.com/kvserve/kvserve/internal/testshared"
 )
-
-// sharedDir is the project's shared test data, ../shared from the
-// repository root, i.e. three levels up from this package.
-func sharedDir(t testing.TB) string {
-	t.Helper()
-	dir := filepath.Join("..", "..", "..", "shared")
-	if _, err := os.Stat(dir); err != nil {
-		t.Fatalf("shared test data not found at %s: %v", dir, err)
-	}
-	return dir
-}
-
-func sharedPath(t testing.TB, elem ...string) string {
-	return filepath.Join(append([]string{sharedDir(t)}, elem...)...)
-}
 
 func loadTokenizer(t testing.TB, path string) *Tokenizer {
 	t.Helper()
@@ -95,7 +81,7 @@ func readVocabTests(t testing.TB, inp, out string) []vocabCase {
 // vocabulary in shared/testdata/vocab and compares with the ids llama.cpp
 // produced (add_special false, parse_special false, as test-tokenizer-0).
 func TestVocabGolden(t *testing.T) {
-	files, err := filepath.Glob(filepath.Join(sharedDir(t), "testdata", "vocab", "ggml-vocab-*.gguf"))
+	files, err := filepath.Glob(testshared.Path(t, "testdata", "vocab", "ggml-vocab-*.gguf"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no vocab files: %v", err)
 	}

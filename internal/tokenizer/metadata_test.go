@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/kvserve/kvserve/internal/gguf"
+	"github.com/kvserve/kvserve/internal/testshared"
 )
 
 // fakeMetadata is an in-memory Metadata.
@@ -182,7 +183,7 @@ func TestBPEMerging(t *testing.T) {
 // TestSpecialStrip checks the rstrip rule llama.cpp applies to Phi-3's
 // special tokens with the real phi-3 vocabulary.
 func TestSpecialStrip(t *testing.T) {
-	tok := loadTokenizer(t, sharedPath(t, "testdata", "vocab", "ggml-vocab-phi-3.gguf"))
+	tok := loadTokenizer(t, testshared.Path(t, "testdata", "vocab", "ggml-vocab-phi-3.gguf"))
 	end, _ := tok.TokenID("<|end|>")
 	sys, _ := tok.TokenID("<|system|>")
 	hi := tok.Encode("Hi", false, false) // "▁Hi": text after a special token gets the prefix space

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/kvserve/kvserve/internal/testshared"
 )
 
 type referenceFile struct {
@@ -25,7 +27,7 @@ type referenceFile struct {
 // model against llama-server: /tokenize with and without special tokens,
 // and the text the server returned for the generated ids.
 func TestAidreamsReference(t *testing.T) {
-	shared := sharedDir(t)
+	shared := testshared.Dir(t)
 	tok := loadTokenizer(t, filepath.Join(shared, "models", "aidreams260K-f32.gguf"))
 	raw, err := os.ReadFile(filepath.Join(shared, "testdata", "reference", "aidreams260K-f32.json"))
 	if err != nil {
@@ -95,7 +97,7 @@ func TestAidreamsReference(t *testing.T) {
 // TestTinyPlaceholderVocab loads the synthetic models' placeholder
 // vocabulary (SPM, byte tokens only up to 0x7F) and checks what it can do.
 func TestTinyPlaceholderVocab(t *testing.T) {
-	shared := sharedDir(t)
+	shared := testshared.Dir(t)
 	for _, name := range []string{"tiny-f32.gguf", "tiny-q4_0.gguf", "tiny-qwen2-f32.gguf", "tiny-qwen2-q8_0.gguf"} {
 		t.Run(name, func(t *testing.T) {
 			tok := loadTokenizer(t, filepath.Join(shared, "models", name))

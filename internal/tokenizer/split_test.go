@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/kvserve/kvserve/internal/testshared"
 )
 
 // splitWords runs splitters over text and returns the words.
@@ -124,7 +126,7 @@ func splitterSeeds(t testing.TB) []string {
 		"1234567890", "٣٤٥ ١٢", "Ⅻ 12", "½¾", "x\u00a0\u00a0y", "\u3000\u3000a", "\u0085x",
 		"🦙🦙  🦙", "e\u0301", "ﬁ", "\xff\xfe bad", "a\x00b", "İstanbul'DA", "K'LL", "(x)...\n\n",
 	}
-	files, _ := filepath.Glob(filepath.Join(sharedDir(t), "testdata", "vocab", "*.inp"))
+	files, _ := filepath.Glob(testshared.Path(t, "testdata", "vocab", "*.inp"))
 	for _, f := range files {
 		raw, err := os.ReadFile(f)
 		if err != nil {

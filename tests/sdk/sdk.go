@@ -17,6 +17,17 @@
 // the server constrains (tool arguments that parse and follow the schema),
 // never text.
 //
+// # Both engines
+//
+// Every test runs twice (Engines): against the real forward pass and
+// against `kvserve serve --engine sim`, the simulator that a router or a
+// capacity study puts in its place. Nothing the tests assert needs a real
+// model: random weights already rule out checking text, and the simulator
+// keeps what the assertions rest on (the real tokenizer and template, the
+// real scheduler and KV manager behind the cached-token counts, and the
+// real grammar constraints, whose free strings it bounds so that
+// constrained output ends).
+//
 // # Expected token counts
 //
 // Usage numbers are checked exactly. The server's own prompt builder
@@ -71,9 +82,19 @@ type Options struct {
 	// tenant's KV cache is isolated, so tests that count cached tokens can
 	// run side by side under different keys.
 	APIKeys []string
+	// Engine is what computes the tokens (serve's --engine): "model" for
+	// the real forward pass, "sim" for the simulator; empty means serve's
+	// default.
+	Engine string
 	// Args are more `kvserve serve` flags.
 	Args []string
 }
+
+// Engines returns the engines every SDK test runs against. The simulator
+// (the same scheduler, KV manager, constraints and API, with a forward
+// pass that only spends modelled time) must look to a client exactly like
+// the real engine, so it passes the same tests.
+func Engines() []string { return []string{"model", "sim"} }
 
 // Server is a running `kvserve serve` process.
 type Server struct {
@@ -129,6 +150,9 @@ func Start(t testing.TB, o Options) *Server {
 	dataDir := filepath.Join(dir, "data")
 	args := []string{"serve", "--addr", "127.0.0.1:0", "--data-dir", dataDir,
 		"--block-size", fmt.Sprint(BlockSize), "--kv-cache-memory", "512MiB", "--shutdown-timeout", "5s"}
+	if o.Engine != "" {
+		args = append(args, "--engine", o.Engine)
+	}
 	for _, k := range o.APIKeys {
 		args = append(args, "--api-key", k)
 	}

@@ -41,9 +41,9 @@ var scripts = []script{
 // scriptTimeout bounds one script's run.
 const scriptTimeout = 2 * time.Minute
 
-// TestSDKs runs every script against one kvserve server, each under its
-// own API key (so its own tenant: cached-token counts of one script are
-// not disturbed by another's prompts).
+// TestSDKs runs every script against a kvserve server of each engine,
+// each script under its own API key (so its own tenant: cached-token
+// counts of one script are not disturbed by another's prompts).
 func TestSDKs(t *testing.T) {
 	node := findNode(t)
 	dir := filepath.Join(sdk.RepoRoot(t), "tests", "sdk")
@@ -53,7 +53,16 @@ func TestSDKs(t *testing.T) {
 	for _, s := range scripts {
 		keys = append(keys, apiKey(s.name)+"="+s.name)
 	}
-	srv := sdk.Start(t, sdk.Options{APIKeys: keys})
+	for _, engine := range sdk.Engines() {
+		t.Run(engine, func(t *testing.T) {
+			srv := sdk.Start(t, sdk.Options{APIKeys: keys, Engine: engine})
+			runScripts(t, node, dir, srv)
+		})
+	}
+}
+
+// runScripts runs every script against srv, one subtest each.
+func runScripts(t *testing.T, node, dir string, srv *sdk.Server) {
 	for _, s := range scripts {
 		t.Run(s.name, func(t *testing.T) {
 			fx := fixture(t, srv, s.name)

@@ -4,5 +4,6 @@
 // tool call whose arguments unmarshal into a Go struct, and the cached
 // tokens of a request that shares a long system prompt with an earlier
 // one. The server is the real `kvserve serve` binary with its synthetic
-// model, started by package tests/sdk; the tests are in openai_test.go.
+// model, started by package tests/sdk, once with each engine (the real
+// forward pass and --engine sim); the tests are in openai_test.go.
 package sdkgo

@@ -85,11 +85,18 @@ func checkUsage(t *testing.T, u openai.CompletionUsage, prompt, cached, maxToken
 	}
 }
 
-// TestOpenAIGo runs its steps in order against one server: the first chat
+// TestOpenAIGo runs the steps against a server of each engine.
+func TestOpenAIGo(t *testing.T) {
+	for _, engine := range sdk.Engines() {
+		t.Run(engine, func(t *testing.T) { testOpenAIGo(t, engine) })
+	}
+}
+
+// testOpenAIGo runs its steps in order against one server: the first chat
 // request of the tenant finds nothing cached, later ones with the same
 // prompt find its full blocks.
-func TestOpenAIGo(t *testing.T) {
-	srv := sdk.Start(t, sdk.Options{APIKeys: []string{apiKey + "=sdkgo"}})
+func testOpenAIGo(t *testing.T, engine string) {
+	srv := sdk.Start(t, sdk.Options{APIKeys: []string{apiKey + "=sdkgo"}, Engine: engine})
 	client := openai.NewClient(option.WithBaseURL(srv.URL+"/v1/"), option.WithAPIKey(apiKey),
 		option.WithMaxRetries(0), option.WithRequestTimeout(time.Minute))
 	ctx := context.Background()

@@ -2,7 +2,6 @@ package anthropic
 
 import (
 	"os"
-	"path/filepath"
 	"slices"
 
 	"github.com/kvserve/kvserve/internal/api"
@@ -13,6 +12,7 @@ import (
 	"github.com/kvserve/kvserve/internal/api/apitest"
 	"github.com/kvserve/kvserve/internal/chat"
 	"github.com/kvserve/kvserve/internal/engine"
+	"github.com/kvserve/kvserve/internal/testshared"
 )
 
 // prefixTokens returns how many leading tokens of prompt the rendering of
@@ -147,7 +147,7 @@ func TestTokensThrough(t *testing.T) {
 		t.Run(tmpl, func(t *testing.T) {
 			o := apitest.Options{}
 			if tmpl != "" {
-				src, err := os.ReadFile(filepath.Join(apitest.SharedDir(t), "testdata", "chat-templates", tmpl))
+				src, err := os.ReadFile(testshared.Path(t, "testdata", "chat-templates", tmpl))
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -6,13 +6,13 @@ import (
 	"encoding/json"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/kvserve/kvserve/internal/api/apitest"
 	"github.com/kvserve/kvserve/internal/chat"
+	"github.com/kvserve/kvserve/internal/testshared"
 )
 
 func TestMessageMatchesEngine(t *testing.T) {
@@ -183,7 +183,7 @@ func TestStopSequence(t *testing.T) {
 // prompt opens <think>: the random model never closes it, so its output
 // is one thinking block. Thinking blocks are accepted back in history.
 func TestThinking(t *testing.T) {
-	src, err := os.ReadFile(filepath.Join(apitest.SharedDir(t), "testdata", "chat-templates", "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja"))
+	src, err := os.ReadFile(testshared.Path(t, "testdata", "chat-templates", "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,7 +25,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -42,19 +41,9 @@ import (
 	"github.com/kvserve/kvserve/internal/grammar"
 	"github.com/kvserve/kvserve/internal/model"
 	"github.com/kvserve/kvserve/internal/tensor"
+	"github.com/kvserve/kvserve/internal/testshared"
 	"github.com/kvserve/kvserve/internal/tokenizer"
 )
-
-// SharedDir returns the shared/ directory beside the repository.
-func SharedDir(t testing.TB) string {
-	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	dir := filepath.Join(filepath.Dir(file), "..", "..", "..", "..", "shared")
-	if _, err := os.Stat(dir); err != nil {
-		t.Fatalf("shared directory not found: %v", err)
-	}
-	return dir
-}
 
 // TemplateFile is the chat template written into the test model: Qwen
 // 2.5's (the Hermes tool-call family), from shared/testdata.
@@ -77,7 +66,7 @@ var (
 // runs reuse it).
 func ModelFile(t testing.TB) string {
 	t.Helper()
-	shared := SharedDir(t)
+	shared := testshared.Dir(t)
 	modelOnce.Do(func() { modelPath, modelErr = writeModel(shared) })
 	if modelErr != nil {
 		t.Fatalf("apitest: %v", modelErr)
@@ -155,7 +144,7 @@ type Options struct {
 	// Wrap, when set, wraps the backend (e.g. with a fake that fails).
 	Wrap func(api.Backend) api.Backend
 	// Template, when set, is the chat template source used instead of the
-	// model's (e.g. a reasoning model's, from SharedDir/testdata).
+	// model's (e.g. a reasoning model's, from the shared testdata).
 	Template string
 }
 

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"net/http"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -14,6 +13,7 @@ import (
 	"github.com/kvserve/kvserve/internal/api/apitest"
 	"github.com/kvserve/kvserve/internal/chat"
 	"github.com/kvserve/kvserve/internal/engine"
+	"github.com/kvserve/kvserve/internal/testshared"
 )
 
 func TestGenerateContentMatchesEngine(t *testing.T) {
@@ -479,7 +479,7 @@ func TestModels(t *testing.T) {
 // reasoning: the output is thought, returned as thought parts when
 // includeThoughts is set and counted as thoughtsTokenCount either way.
 func TestThoughts(t *testing.T) {
-	src, err := os.ReadFile(filepath.Join(apitest.SharedDir(t), "testdata", "chat-templates", "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja"))
+	src, err := os.ReadFile(testshared.Path(t, "testdata", "chat-templates", "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,6 @@ import (
 	"math"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +16,7 @@ import (
 	"github.com/kvserve/kvserve/internal/api/apitest"
 	"github.com/kvserve/kvserve/internal/chat"
 	"github.com/kvserve/kvserve/internal/engine"
+	"github.com/kvserve/kvserve/internal/testshared"
 )
 
 func TestParallelSamples(t *testing.T) {
@@ -398,7 +398,7 @@ func TestSegmentsAndHints(t *testing.T) {
 // prompt opens <think>: the output is reasoning until </think>. The random
 // model never closes it, so everything it writes is reasoning_content.
 func TestReasoning(t *testing.T) {
-	src, err := os.ReadFile(filepath.Join(apitest.SharedDir(t), "testdata", "chat-templates", "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja"))
+	src, err := os.ReadFile(testshared.Path(t, "testdata", "chat-templates", "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,12 +4,12 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"runtime"
 	"testing"
 	"time"
 
 	"github.com/kvserve/kvserve/internal/chat"
 	"github.com/kvserve/kvserve/internal/chat/conv"
+	"github.com/kvserve/kvserve/internal/testshared"
 )
 
 // The tests speak of the conversation's data as package chat does.
@@ -49,22 +49,11 @@ func newTestTemplate(t testing.TB, src string) testTemplate {
 
 func parseShared(t testing.TB, stem string) testTemplate {
 	t.Helper()
-	src, err := os.ReadFile(filepath.Join(sharedDir(t), "chat-templates", stem+".jinja"))
+	src, err := os.ReadFile(testshared.Path(t, "testdata", "chat-templates", stem+".jinja"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return newTestTemplate(t, string(src))
-}
-
-// sharedDir returns ../shared/testdata relative to the repository root, found
-// from this file's location so the test works from any checkout.
-func sharedDir(t testing.TB) string {
-	t.Helper()
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		t.Fatal("cannot locate the test file")
-	}
-	return filepath.Join(filepath.Dir(file), "..", "..", "..", "..", "shared", "testdata")
 }
 
 // goldenSpec is what these tests use of package chat's golden cases: the
