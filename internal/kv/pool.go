@@ -21,6 +21,15 @@
 // Only full blocks get a hash. A hash is registered in the prefix index at
 // most once: committing a block whose hash is already known hands back the
 // existing block instead (de-duplication), so equal content is stored once.
+// Each findable block knows the findable block it extends (its parent in
+// the chain) and how many extend it: eviction cuts chains from the tail.
+//
+// What is kept (value.go): cached blocks are reclaimed leaves first, lowest
+// retention class first, then least valuable; pinned blocks not before
+// their expiry; a sequence's blocks from its first ephemeral one on are
+// never cached. Where (host.go): with a host-memory tier (G2), evicted
+// blocks move down and come back on a prefix hit; a block lives in one tier
+// at a time.
 //
 // Concurrency: a Pool is safe for concurrent use; one mutex guards its
 // metadata. Block contents are written only by the sequence that owns the
