@@ -312,3 +312,59 @@ func sharedPrefix(ctx context.Context, m *model.Model, o Options) (Result, error
 		"elapsed_s":      round(time.Since(start).Seconds(), 1),
 	}, nil
 }
+
+// onboard: a 4,096-token prefix served from the pool (G1), from host memory
+// (G2, after other traffic pushed it out of the pool), and computed from
+// scratch: the TTFT of each, 64 new tokens after the prefix.
+func onboard(ctx context.Context, m *model.Model, o Options) (Result, error) {
+	const prefixLen, suffixLen = 4096, 64
+	if err := needContext(m, prefixLen+2*suffixLen); err != nil {
+		return nil, err
+	}
+	perToken := int64(m.Config.KVBytesPerToken(2)) // f16
+	// The pool holds one prefix and a little more: the next prompt pushes
+	// the first one down to G2, which has room for both.
+	e, err := newEngine(m, o, engine.Config{
+		KVMemoryBytes:     (prefixLen + 4*suffixLen) * perToken,
+		KVHostMemoryBytes: 3 * prefixLen * perToken,
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer e.Close()
+	rng := rand.New(rand.NewPCG(4, 4))
+	prefix, other := tokens(rng, m, prefixLen), tokens(rng, m, prefixLen)
+	req := func(p []int32) engine.Request {
+		return engine.Request{Prompt: concat(p, tokens(rng, m, suffixLen)), MaxTokens: 1, Scope: "onboard"}
+	}
+	o.logf("onboard: cold (computing the prefix)")
+	cold, err := run(ctx, e.Engine, req(prefix), 0)
+	if err != nil {
+		return nil, err
+	}
+	o.logf("onboard: from the pool (G1)")
+	g1, err := run(ctx, e.Engine, req(prefix), 0)
+	if err != nil {
+		return nil, err
+	}
+	o.logf("onboard: another prompt pushes the prefix down to host memory (G2)")
+	if _, err := run(ctx, e.Engine, req(other), 0); err != nil {
+		return nil, err
+	}
+	before := e.KV().Stats().Host
+	o.logf("onboard: from host memory (G2)")
+	g2, err := run(ctx, e.Engine, req(prefix), 0)
+	if err != nil {
+		return nil, err
+	}
+	after := e.KV().Stats().Host
+	return Result{
+		"cold_ttft_ms":        round(ms(cold.ttft), 1),
+		"g1_ttft_ms":          round(ms(g1.ttft), 1),
+		"g2_ttft_ms":          round(ms(g2.ttft), 1),
+		"g1_speedup":          round(ms(cold.ttft)/ms(g1.ttft), 1),
+		"g2_speedup":          round(ms(cold.ttft)/ms(g2.ttft), 1),
+		"g2_cached_tokens":    g2.usage.CachedTokens,
+		"g2_onboarded_blocks": after.Onboarded - before.Onboarded,
+	}, nil
+}

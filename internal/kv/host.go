@@ -21,7 +21,14 @@ type hostTier struct {
 	byHash       map[Hash]*list.Element
 	lists        [NumClasses]*list.List // per class, front = least recent
 	stats        hostStats
+	// spare holds the buffers of blocks that left G2, for the next ones
+	// that come: a block moving up usually makes room by pushing another
+	// down, and fresh memory costs page faults that dwarf the copy.
+	spare [][]byte
 }
+
+// maxSpare bounds the recycled buffers kept.
+const maxSpare = 64
 
 type hostEntry struct {
 	hash  Hash
@@ -66,11 +73,17 @@ func (t *hostTier) put(h Hash, c Class, data []byte) (stored bool, evicted []Has
 		}
 		evicted = append(evicted, victim.hash)
 		t.remove(victim.hash)
+		t.recycle(victim.data)
 		t.stats.Evicted++
 	}
 	e := &hostEntry{hash: h, class: c}
 	if !t.noStorage {
-		e.data = append([]byte(nil), data...)
+		if n := len(t.spare); n > 0 {
+			e.data = append(t.spare[n-1][:0], data...)
+			t.spare = t.spare[:n-1]
+		} else {
+			e.data = append([]byte(nil), data...)
+		}
 	}
 	t.byHash[h] = t.lists[c].PushBack(e)
 	t.used += t.blockBytes
@@ -109,6 +122,13 @@ func (t *hostTier) remove(h Hash) {
 	t.lists[e.class].Remove(el)
 	delete(t.byHash, h)
 	t.used -= t.blockBytes
+}
+
+// recycle keeps a buffer that is no longer needed for a later put.
+func (t *hostTier) recycle(b []byte) {
+	if b != nil && len(t.spare) < maxSpare {
+		t.spare = append(t.spare, b)
+	}
 }
 
 // has reports whether G2 holds h.

@@ -465,6 +465,7 @@ func (p *Pool) onboardLocked(h Hash, parent BlockID, class Class, expiry int64) 
 	}
 	if e.data != nil {
 		copy(p.blockData(id), e.data)
+		p.host.recycle(e.data)
 	}
 	m := &p.meta[id]
 	m.hashed, m.hash, m.class = true, h, max(class, e.class)
