@@ -48,6 +48,7 @@ type serveOptions struct {
 	configPath      string
 	kvMemory        byteSize
 	kvHostMemory    byteSize
+	kvEviction      string
 	kvType          string
 	blockSize       int
 	maxBatchTokens  int
@@ -112,6 +113,7 @@ Each tenant's KV cache is isolated from every other's.`,
 	f.StringVar(&o.dataDir, "data-dir", "", "data directory: server secret, synthetic model (default $XDG_DATA_HOME/kvserve or ~/.local/share/kvserve)")
 	f.StringVar(&o.configPath, "config", "", "YAML file with settings (keys are these flag names)")
 	f.Var(&o.kvMemory, "kv-cache-memory", "KV cache size, e.g. 4GiB; auto: 25% of MemAvailable, within [256MiB, 4GiB]")
+	f.StringVar(&o.kvEviction, "kv-eviction", "value", "which cached KV blocks go first: value (retention class, then recency and reuse; chains cut from the tail) or lru (least recently released: the baseline, for comparisons)")
 	f.Var(&o.kvHostMemory, "kv-host-memory", "host-memory KV tier (G2), e.g. 8GiB: blocks evicted from the KV cache move there and come back on a prefix hit instead of being recomputed (default 0: none)")
 	f.StringVar(&o.kvType, "kv-cache-type", "f16", "KV cache element type: f16, f32, q8_0")
 	f.IntVar(&o.blockSize, "block-size", 16, "KV block size in tokens")
@@ -142,6 +144,9 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 	keys, err := parseAPIKeys(o.apiKeys)
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
+	}
+	if o.kvEviction != "value" && o.kvEviction != "lru" {
+		return fmt.Errorf("serve: --kv-eviction %q: want value or lru", o.kvEviction)
 	}
 	if o.engine != "model" && o.engine != "sim" {
 		return fmt.Errorf("serve: --engine %q: want model or sim", o.engine)
@@ -266,6 +271,7 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 		BlockSize:          o.blockSize,
 		KVMemoryBytes:      kvMemory,
 		KVHostMemoryBytes:  int64(o.kvHostMemory),
+		LRUEviction:        o.kvEviction == "lru",
 		DisablePrefixCache: o.noPrefixCache,
 		Logger:             log,
 		Secret:             secret,

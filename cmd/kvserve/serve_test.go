@@ -215,6 +215,7 @@ func TestServeRejectsBadSettings(t *testing.T) {
 		{[]string{"--model-alias", "claude-["}, "--model-alias"},
 		{[]string{"--model-alias", ""}, "--model-alias"},
 		{[]string{"--engine", "gpu"}, "--engine"},
+		{[]string{"--kv-eviction", "fifo"}, "--kv-eviction"},
 		{[]string{"--sim-profile", "p.json"}, "--engine sim"},
 	}
 	for _, tt := range tests {
