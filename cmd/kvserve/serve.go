@@ -49,6 +49,8 @@ type serveOptions struct {
 	kvMemory        byteSize
 	kvHostMemory    byteSize
 	kvEviction      string
+	maxPinned       float64
+	maxPinnedTenant float64
 	kvType          string
 	blockSize       int
 	maxBatchTokens  int
@@ -113,6 +115,8 @@ Each tenant's KV cache is isolated from every other's.`,
 	f.StringVar(&o.dataDir, "data-dir", "", "data directory: server secret, synthetic model (default $XDG_DATA_HOME/kvserve or ~/.local/share/kvserve)")
 	f.StringVar(&o.configPath, "config", "", "YAML file with settings (keys are these flag names)")
 	f.Var(&o.kvMemory, "kv-cache-memory", "KV cache size, e.g. 4GiB; auto: 25% of MemAvailable, within [256MiB, 4GiB]")
+	f.Float64Var(&o.maxPinned, "kv-max-pinned", 0.5, "share of the KV cache pins may hold (retention pinned, context caches); a request that would pin more gets 429")
+	f.Float64Var(&o.maxPinnedTenant, "kv-max-pinned-per-tenant", 0.25, "share of the KV cache one tenant's pins may hold (at most --kv-max-pinned)")
 	f.StringVar(&o.kvEviction, "kv-eviction", "value", "which cached KV blocks go first: value (retention class, then recency and reuse; chains cut from the tail) or lru (least recently released: the baseline, for comparisons)")
 	f.Var(&o.kvHostMemory, "kv-host-memory", "host-memory KV tier (G2), e.g. 8GiB: blocks evicted from the KV cache move there and come back on a prefix hit instead of being recomputed (default 0: none)")
 	f.StringVar(&o.kvType, "kv-cache-type", "f16", "KV cache element type: f16, f32, q8_0")
@@ -144,6 +148,9 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 	keys, err := parseAPIKeys(o.apiKeys)
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
+	}
+	if !(o.maxPinned > 0 && o.maxPinned <= 1) || !(o.maxPinnedTenant > 0 && o.maxPinnedTenant <= o.maxPinned) {
+		return fmt.Errorf("serve: --kv-max-pinned %v, --kv-max-pinned-per-tenant %v: want 0 < per tenant ≤ overall ≤ 1", o.maxPinned, o.maxPinnedTenant)
 	}
 	if o.kvEviction != "value" && o.kvEviction != "lru" {
 		return fmt.Errorf("serve: --kv-eviction %q: want value or lru", o.kvEviction)
@@ -272,6 +279,8 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 		KVMemoryBytes:      kvMemory,
 		KVHostMemoryBytes:  int64(o.kvHostMemory),
 		LRUEviction:        o.kvEviction == "lru",
+		MaxPinnedFraction:  o.maxPinned,
+		MaxPinnedPerTenant: o.maxPinnedTenant,
 		DisablePrefixCache: o.noPrefixCache,
 		Logger:             log,
 		Secret:             secret,

@@ -216,6 +216,8 @@ func TestServeRejectsBadSettings(t *testing.T) {
 		{[]string{"--model-alias", ""}, "--model-alias"},
 		{[]string{"--engine", "gpu"}, "--engine"},
 		{[]string{"--kv-eviction", "fifo"}, "--kv-eviction"},
+		{[]string{"--kv-max-pinned", "0.2", "--kv-max-pinned-per-tenant", "0.3"}, "--kv-max-pinned"},
+		{[]string{"--kv-max-pinned", "1.5"}, "--kv-max-pinned"},
 		{[]string{"--sim-profile", "p.json"}, "--engine sim"},
 	}
 	for _, tt := range tests {

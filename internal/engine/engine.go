@@ -143,6 +143,9 @@ type Config struct {
 	// hold (default 0.5): a request that would pin more is refused with
 	// ErrPinQuota, so every request that fits in the rest can always run.
 	MaxPinnedFraction float64
+	// MaxPinnedPerTenant bounds the share of the pool one tenant's pins may
+	// hold (default 0.25), so no tenant takes every pin.
+	MaxPinnedPerTenant float64
 }
 
 func (c Config) withDefaults(shape batch.Shape) Config {
@@ -181,6 +184,9 @@ func (c Config) withDefaults(shape batch.Shape) Config {
 	}
 	if c.MaxPinnedFraction <= 0 || c.MaxPinnedFraction > 1 {
 		c.MaxPinnedFraction = 0.5
+	}
+	if c.MaxPinnedPerTenant <= 0 || c.MaxPinnedPerTenant > c.MaxPinnedFraction {
+		c.MaxPinnedPerTenant = min(0.25, c.MaxPinnedFraction)
 	}
 	return c
 }
@@ -459,9 +465,15 @@ func (e *Engine) validate(r *Request) error {
 		return fmt.Errorf("%w: %d tokens need %d KV blocks, the pool has %d beside the pinned ones", ErrTooLong, len(r.Prompt)+r.MaxTokens, need, room)
 	}
 	if pins(r) {
-		if p, n := e.kv.Pinned(), len(r.Prompt)/bs; p+n > e.maxPinned() {
+		n := len(r.Prompt) / bs
+		if p := e.kv.Pinned(); p+n > e.maxPinned() {
 			return fmt.Errorf("%w: %d blocks are pinned and this request would pin up to %d more; the limit is %d (%.0f%% of the KV pool)",
 				ErrPinQuota, p, n, e.maxPinned(), 100*e.cfg.MaxPinnedFraction)
+		}
+		limit := int(float64(e.kv.NumBlocks()) * e.cfg.MaxPinnedPerTenant)
+		if p := e.kv.PinnedBy(e.salt(r.Scope)); p+n > limit {
+			return fmt.Errorf("%w: the tenant has %d blocks pinned and this request would pin up to %d more; a tenant's limit is %d (%.0f%% of the KV pool)",
+				ErrPinQuota, p, n, limit, 100*e.cfg.MaxPinnedPerTenant)
 		}
 	}
 	if _, err := sample.New(r.Sampling, vocab); err != nil {

@@ -213,6 +213,8 @@ type blockMeta struct {
 	uses uint32
 	// expiry of a pinned block (Unix nanoseconds; 0: none).
 	expiry int64
+	// owner is the scope (tenant) of the sequence that stored the block.
+	owner uint32
 	// lastUse is when the block was last released (the value evictor's
 	// clock) and priority its key while it is a candidate.
 	lastUse  uint64
@@ -233,8 +235,12 @@ type Pool struct {
 	evictor Evictor
 	value   *valueEvictor // the evictor, when it is the value policy
 	host    *hostTier     // G2, when configured
-	stats   Stats
-	classes [NumClasses]int // hashed blocks by class
+	// owners numbers the scopes (tenants); pinnedBy counts each one's
+	// findable pinned blocks.
+	owners   map[Hash]uint32
+	pinnedBy map[uint32]int
+	stats    Stats
+	classes  [NumClasses]int // hashed blocks by class
 }
 
 // Stats counts blocks by state and prefix-cache traffic.
@@ -271,6 +277,7 @@ func NewPool(cfg Config) (*Pool, error) {
 	for i := range p.meta {
 		p.meta[i].parent = -1
 	}
+	p.owners, p.pinnedBy = map[Hash]uint32{}, map[uint32]int{}
 	if c.HostMemoryBytes > 0 {
 		p.host = newHostTier(c.HostMemoryBytes, int64(p.blockBytes), c.NoStorage)
 	}
@@ -362,17 +369,53 @@ func (p *Pool) raiseLocked(id BlockID, c Class, expiry int64) {
 	if c <= m.class {
 		return
 	}
-	p.classes[m.class]--
+	p.countLocked(id, -1)
 	m.class = c
-	p.classes[c]++
+	p.countLocked(id, +1)
+}
+
+// countLocked adds delta to the counts of findable block id's class (and,
+// for a pin, its owner's pins).
+func (p *Pool) countLocked(id BlockID, delta int) {
+	m := &p.meta[id]
+	p.classes[m.class] += delta
+	if m.class == ClassPinned {
+		p.pinnedBy[m.owner] += delta
+	}
+}
+
+// ownerLocked is the small number that stands for scope in the blocks'
+// metadata (for counting each tenant's pins).
+func (p *Pool) ownerLocked(scope Hash) uint32 {
+	o, ok := p.owners[scope]
+	if !ok {
+		o = uint32(len(p.owners))
+		p.owners[scope] = o
+	}
+	return o
+}
+
+// PinnedBy is the number of findable pinned blocks of the sequences of
+// scope (a tenant).
+func (p *Pool) PinnedBy(scope Hash) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.value != nil {
+		p.value.expire()
+	}
+	o, ok := p.owners[scope]
+	if !ok {
+		return 0
+	}
+	return p.pinnedBy[o]
 }
 
 // demoteLocked makes an expired pin an unclassified block.
 func (p *Pool) demoteLocked(id BlockID) {
 	m := &p.meta[id]
-	p.classes[m.class]--
+	p.countLocked(id, -1)
 	m.class, m.expiry = 0, 0
-	p.classes[0]++
+	p.countLocked(id, +1)
 }
 
 // Pinned is the number of findable blocks of ClassPinned (held by their
@@ -448,7 +491,7 @@ func (p *Pool) offloadLocked(id BlockID) {
 // under its hash after parent (the chain's previous block, -1 for the
 // first), with one reference for the caller. It reports false when G2
 // does not hold h or the pool has no room.
-func (p *Pool) onboardLocked(h Hash, parent BlockID, class Class, expiry int64) (BlockID, bool) {
+func (p *Pool) onboardLocked(h Hash, parent BlockID, class Class, expiry int64, owner uint32) (BlockID, bool) {
 	if p.host == nil || !p.host.has(h) || p.cfg.DisableIndex {
 		return -1, false
 	}
@@ -468,7 +511,7 @@ func (p *Pool) onboardLocked(h Hash, parent BlockID, class Class, expiry int64) 
 		p.host.recycle(e.data)
 	}
 	m := &p.meta[id]
-	m.hashed, m.hash, m.class = true, h, max(class, e.class)
+	m.hashed, m.hash, m.class, m.owner = true, h, max(class, e.class), owner
 	if m.class == ClassPinned {
 		m.expiry = expiry
 	}
@@ -478,7 +521,7 @@ func (p *Pool) onboardLocked(h Hash, parent BlockID, class Class, expiry int64) 
 		p.meta[parent].children++
 		parentHash = p.meta[parent].hash
 	}
-	p.classes[m.class]++
+	p.countLocked(id, +1)
 	p.index[h] = id
 	if p.cfg.Events != nil {
 		p.cfg.Events.Publish(Event{Kind: BlockRemoved, Tier: TierHost, Hashes: []Hash{h}, BlockSize: p.cfg.BlockSize})
@@ -495,7 +538,7 @@ func (p *Pool) unindexLocked(id BlockID) {
 		return
 	}
 	delete(p.index, m.hash)
-	p.classes[m.class]--
+	p.countLocked(id, -1)
 	m.class = 0
 	if p.cfg.Events != nil {
 		p.cfg.Events.Publish(Event{Kind: BlockRemoved, Tier: TierPool, Hashes: []Hash{m.hash}, BlockSize: p.cfg.BlockSize})
@@ -543,7 +586,7 @@ func (p *Pool) releaseLocked(id BlockID) {
 // commitLocked registers a full block's hash. If a block with that hash is
 // already known, the caller's block is released and the known one returned
 // with a reference taken, so equal content is kept once.
-func (p *Pool) commitLocked(id BlockID, h Hash, parent Hash, tokens []int32, class Class, expiry int64) BlockID {
+func (p *Pool) commitLocked(id BlockID, h Hash, parent Hash, tokens []int32, class Class, expiry int64, owner uint32) BlockID {
 	if p.cfg.DisableIndex {
 		return id
 	}
@@ -559,7 +602,7 @@ func (p *Pool) commitLocked(id BlockID, h Hash, parent Hash, tokens []int32, cla
 	if m.hashed {
 		panic(fmt.Sprintf("kv: block %d committed twice", id))
 	}
-	m.hashed, m.hash, m.class = true, h, class
+	m.hashed, m.hash, m.class, m.owner = true, h, class, owner
 	if class == ClassPinned {
 		m.expiry = expiry
 	}
@@ -567,7 +610,7 @@ func (p *Pool) commitLocked(id BlockID, h Hash, parent Hash, tokens []int32, cla
 		m.parent = par
 		p.meta[par].children++
 	}
-	p.classes[class]++
+	p.countLocked(id, +1)
 	p.index[h] = id
 	if p.host != nil && p.host.has(h) {
 		// Computed again (its prefix was matched short of it): the fresh
@@ -602,6 +645,7 @@ func (p *Pool) Clear() {
 		*m = blockMeta{refs: m.refs, parent: -1}
 	}
 	p.classes = [NumClasses]int{}
+	clear(p.pinnedBy)
 	if p.host != nil {
 		p.host.clear()
 		if p.cfg.Events != nil {
@@ -696,6 +740,22 @@ func (p *Pool) CheckInvariants() error {
 	}
 	if classes != p.classes {
 		return fmt.Errorf("kv: hashed blocks by class %v, counted %v", classes, p.classes)
+	}
+	pinned := map[uint32]int{}
+	for i := range p.meta {
+		if m := &p.meta[i]; m.hashed && m.class == ClassPinned {
+			pinned[m.owner]++
+		}
+	}
+	for o, n := range p.pinnedBy {
+		if pinned[o] != n {
+			return fmt.Errorf("kv: owner %d counted %d pinned blocks, has %d", o, n, pinned[o])
+		}
+	}
+	for o, n := range pinned {
+		if p.pinnedBy[o] != n {
+			return fmt.Errorf("kv: owner %d has %d pinned blocks, counted %d", o, n, p.pinnedBy[o])
+		}
 	}
 	return nil
 }

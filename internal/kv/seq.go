@@ -24,6 +24,8 @@ type Sequence struct {
 	// blocks beyond (SetClasses).
 	classes []Class
 	rest    Class
+	// owner numbers scope in the pool (ownerLocked).
+	owner uint32
 	// pinUntil is when the blocks this sequence pins (ClassPinned) may be
 	// evicted again (Unix nanoseconds).
 	pinUntil int64
@@ -32,7 +34,10 @@ type Sequence struct {
 // NewSequence starts an empty sequence whose block hashes are salted with
 // scope and bound to extra (model identity).
 func (p *Pool) NewSequence(scope Hash, extra []byte) *Sequence {
-	return &Sequence{pool: p, hasher: NewHasher(extra), scope: scope}
+	p.mu.Lock()
+	owner := p.ownerLocked(scope)
+	p.mu.Unlock()
+	return &Sequence{pool: p, hasher: NewHasher(extra), scope: scope, owner: owner}
 }
 
 // SetClasses sets the retention classes the sequence gives its full
@@ -117,7 +122,7 @@ func (s *Sequence) MatchPrefixHashes(prompt []int32, hashes []Hash) int {
 			if i > 0 {
 				parent = s.blocks[i-1]
 			}
-			if id, ok = p.onboardLocked(hashes[i], parent, s.classOf(i), s.pinUntil); !ok {
+			if id, ok = p.onboardLocked(hashes[i], parent, s.classOf(i), s.pinUntil, s.owner); !ok {
 				break
 			}
 		}
@@ -224,7 +229,7 @@ func (s *Sequence) Commit(tokens []int32) {
 		} else {
 			h = s.hasher.Block(parent, blockTokens)
 		}
-		s.blocks[i] = p.commitLocked(s.blocks[i], h, parent, blockTokens, s.classOf(i), s.pinUntil)
+		s.blocks[i] = p.commitLocked(s.blocks[i], h, parent, blockTokens, s.classOf(i), s.pinUntil, s.owner)
 		s.hashes = append(s.hashes, h)
 	}
 }
@@ -240,15 +245,17 @@ func (s *Sequence) Fork() *Sequence {
 		p.acquireLocked(id)
 	}
 	return &Sequence{
-		pool:    p,
-		hasher:  NewHasher(s.hasher.extra),
-		scope:   s.scope,
-		blocks:  append([]BlockID(nil), s.blocks...),
-		hashes:  append([]Hash(nil), s.hashes...),
-		tokens:  append([]int32(nil), s.tokens...),
-		known:   s.known,
-		classes: append([]Class(nil), s.classes...),
-		rest:    s.rest,
+		pool:     p,
+		hasher:   NewHasher(s.hasher.extra),
+		scope:    s.scope,
+		blocks:   append([]BlockID(nil), s.blocks...),
+		hashes:   append([]Hash(nil), s.hashes...),
+		tokens:   append([]int32(nil), s.tokens...),
+		known:    s.known,
+		classes:  append([]Class(nil), s.classes...),
+		rest:     s.rest,
+		owner:    s.owner,
+		pinUntil: s.pinUntil,
 	}
 }
 
