@@ -47,7 +47,7 @@ type serveOptions struct {
 	dataDir         string
 	configPath      string
 	kvMemory        byteSize
-	kvHostMemory    byteSize
+	kvHostMemory    hostSize
 	kvEviction      string
 	maxPinned       float64
 	maxPinnedTenant float64
@@ -118,7 +118,7 @@ Each tenant's KV cache is isolated from every other's.`,
 	f.Float64Var(&o.maxPinned, "kv-max-pinned", 0.5, "share of the KV cache pins may hold (retention pinned, context caches); a request that would pin more gets 429")
 	f.Float64Var(&o.maxPinnedTenant, "kv-max-pinned-per-tenant", 0.25, "share of the KV cache one tenant's pins may hold (at most --kv-max-pinned)")
 	f.StringVar(&o.kvEviction, "kv-eviction", "value", "which cached KV blocks go first: value (retention class, then recency and reuse; chains cut from the tail) or lru (least recently released: the baseline, for comparisons)")
-	f.Var(&o.kvHostMemory, "kv-host-memory", "host-memory KV tier (G2), e.g. 8GiB: blocks evicted from the KV cache move there and come back on a prefix hit instead of being recomputed (default 0: none)")
+	f.Var(&o.kvHostMemory, "kv-host-memory", "host-memory KV tier (G2), e.g. 8GiB: blocks evicted from the KV cache move there and come back on a prefix hit instead of being recomputed; auto: twice the KV cache, within 25% of MemAvailable (filled only as blocks are evicted); off: none")
 	f.StringVar(&o.kvType, "kv-cache-type", "f16", "KV cache element type: f16, f32, q8_0")
 	f.IntVar(&o.blockSize, "block-size", 16, "KV block size in tokens")
 	f.IntVar(&o.maxBatchTokens, "max-batch-tokens", 512, "tokens per forward pass (prefill chunk budget)")
@@ -246,6 +246,13 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 			runtime.GOMAXPROCS(threads + runtime.NumCPU())
 		}
 	}
+	hostMemory := int64(o.kvHostMemory)
+	switch hostMemory {
+	case 0:
+		hostMemory = defaultHostMemory(kvMemory, memAvailable())
+	case -1:
+		hostMemory = 0
+	}
 	fwd, closeFwd, err := servedForwarder(o, loaded, kvType)
 	if err != nil {
 		shutdownHTTP(hs, time.Second)
@@ -277,7 +284,7 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 		MaxWaiting:         o.maxWaiting,
 		BlockSize:          o.blockSize,
 		KVMemoryBytes:      kvMemory,
-		KVHostMemoryBytes:  int64(o.kvHostMemory),
+		KVHostMemoryBytes:  hostMemory,
 		LRUEviction:        o.kvEviction == "lru",
 		MaxPinnedFraction:  o.maxPinned,
 		MaxPinnedPerTenant: o.maxPinnedTenant,
@@ -302,8 +309,8 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 	// Agents' first requests come together and most carry tools: build the
 	// constraint vocabulary now rather than on the first of them.
 	constraints.Prepare()
-	fmt.Fprintf(stderr, "kvserve: serving %q on http://%s: context %d tokens, KV cache %s (%d blocks of %d tokens, %s)\n",
-		loaded.id, ln.Addr(), ctxLen, formatBytes(kvMemory), e.KV().NumBlocks(), ec.BlockSize, kvType)
+	fmt.Fprintf(stderr, "kvserve: serving %q on http://%s: context %d tokens, KV cache %s (%d blocks of %d tokens, %s), host tier %s\n",
+		loaded.id, ln.Addr(), ctxLen, formatBytes(kvMemory), e.KV().NumBlocks(), ec.BlockSize, kvType, hostTierString(hostMemory))
 	if loaded.synthetic {
 		fmt.Fprintln(stderr, "kvserve: NOTE: this is a synthetic random-weight model; its output is not language. Pass --model FILE.gguf for a real one.")
 	}

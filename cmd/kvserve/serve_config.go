@@ -267,3 +267,49 @@ func defaultDataDir(getenv func(string) string) string {
 	}
 	return filepath.Join(os.TempDir(), "kvserve")
 }
+
+// hostSize is --kv-host-memory: a size, auto (0), or off (-1).
+type hostSize int64
+
+func (h *hostSize) String() string {
+	switch *h {
+	case 0:
+		return "auto"
+	case -1:
+		return "off"
+	}
+	return formatBytes(int64(*h))
+}
+
+func (h *hostSize) Type() string { return "size" }
+
+func (h *hostSize) Set(s string) error {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "off", "none", "0":
+		*h = -1
+		return nil
+	}
+	v, err := parseBytes(s)
+	if err != nil {
+		return err
+	}
+	*h = hostSize(v)
+	return nil
+}
+
+// defaultHostMemory is the host tier's budget when not set: twice the KV
+// cache, within a quarter of the memory available (it fills only as blocks
+// are evicted into it).
+func defaultHostMemory(kvMemory, avail int64) int64 {
+	if avail <= 0 {
+		return kvMemory
+	}
+	return max(0, min(2*kvMemory, avail/4))
+}
+
+func hostTierString(b int64) string {
+	if b <= 0 {
+		return "off"
+	}
+	return formatBytes(b)
+}

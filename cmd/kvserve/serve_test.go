@@ -231,3 +231,27 @@ func TestServeRejectsBadSettings(t *testing.T) {
 		}
 	}
 }
+
+func TestHostSize(t *testing.T) {
+	tests := []struct {
+		in   string
+		want hostSize
+		err  bool
+	}{
+		{"auto", 0, false}, {"", 0, false}, {"off", -1, false}, {"none", -1, false}, {"0", -1, false},
+		{"8GiB", 8 << 30, false}, {"1.5M", 3 << 19, false}, {"lots", 0, true}, {"-1G", 0, true},
+	}
+	for _, tt := range tests {
+		var h hostSize
+		err := h.Set(tt.in)
+		if (err != nil) != tt.err || (err == nil && h != tt.want) {
+			t.Errorf("%q: %d, %v; want %d (error %v)", tt.in, h, err, tt.want, tt.err)
+		}
+	}
+	if got := defaultHostMemory(1<<30, 16<<30); got != 2<<30 {
+		t.Errorf("default with room: %d", got)
+	}
+	if got := defaultHostMemory(1<<30, 4<<30); got != 1<<30 {
+		t.Errorf("default on a small machine: %d, want a quarter of available", got)
+	}
+}
