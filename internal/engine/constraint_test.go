@@ -184,3 +184,37 @@ func TestConstraintCompiledOnce(t *testing.T) {
 		}
 	}
 }
+
+// FuzzRequestJSON: a request decoded from any bytes (what a remote worker
+// receives) is refused with an error or served; it never panics the
+// engine, and the engine stays usable.
+func FuzzRequestJSON(f *testing.F) {
+	good, _ := json.Marshal(Request{Prompt: []int32{1, 2, 3}, MaxTokens: 2, N: 2,
+		Segments: []Segment{{Start: 0, End: 2, Retention: RetentionPinned}},
+		Hints:    Hints{SessionID: "s", TTL: time.Minute, EndSession: true}})
+	f.Add(good)
+	f.Add([]byte(`{"prompt":[1],"max_tokens":1,"constraint":{"kind":"json_object"}}`))
+	f.Add([]byte(`{"prompt":[-1,99999],"max_tokens":-5,"n":1000,"segments":[{"start":-3,"end":99,"retention":200}]}`))
+	f.Add([]byte(`{"prompt":[1],"max_tokens":1,"sampling":{"banned_tokens":[1,2],"logit_bias":{"3":1e9}}}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var r Request
+		if json.Unmarshal(data, &r) != nil {
+			return
+		}
+		e, err := NewStepped(nullForwarder{}, Config{Constraints: testCompiler{"json_object": func() LogitsProcessor { return fixedLogits{1: 1} }}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer e.Close()
+		ctx := context.Background()
+		if _, err := e.Submit(ctx, r); err != nil {
+			return
+		}
+		for i := 0; e.Pending() && i < 64; i++ {
+			e.Step(ctx)
+		}
+		if err := e.KV().CheckInvariants(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
