@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
 	"slices"
 	"strconv"
@@ -18,15 +16,7 @@ import (
 // runGenerateCmd runs `generate ARGS...` and returns stdout and stderr.
 func runGenerateCmd(t *testing.T, args ...string) (string, string, error) {
 	t.Helper()
-	cmd := newGenerateCmd()
-	var out, errOut bytes.Buffer
-	cmd.SetOut(&out)
-	cmd.SetErr(&errOut)
-	cmd.SetArgs(args)
-	cmd.SilenceUsage = true
-	cmd.SilenceErrors = true
-	err := cmd.ExecuteContext(context.Background())
-	return out.String(), errOut.String(), err
+	return runCommand(newGenerateCmd(), args...)
 }
 
 // parseIDs reads --print-tokens output.

@@ -22,15 +22,7 @@ func sharedModel(t *testing.T, name string) string {
 // runModel runs `model ARGS...` and returns stdout and stderr.
 func runModel(t *testing.T, args ...string) (string, string, error) {
 	t.Helper()
-	cmd := newModelCmd()
-	var out, errOut bytes.Buffer
-	cmd.SetOut(&out)
-	cmd.SetErr(&errOut)
-	cmd.SetArgs(args)
-	cmd.SilenceUsage = true
-	cmd.SilenceErrors = true
-	err := cmd.Execute()
-	return out.String(), errOut.String(), err
+	return runCommand(newModelCmd(), args...)
 }
 
 func TestModelInfoShared(t *testing.T) {

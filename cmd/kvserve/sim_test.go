@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -21,15 +19,11 @@ func TestSimCalibrateAndReplay(t *testing.T) {
 	profile := filepath.Join(dir, "profile.json")
 	run := func(args ...string) string {
 		t.Helper()
-		cmd := newRootCmd()
-		var out, errOut bytes.Buffer
-		cmd.SetOut(&out)
-		cmd.SetErr(&errOut)
-		cmd.SetArgs(args)
-		if err := cmd.ExecuteContext(context.Background()); err != nil {
-			t.Fatalf("%v: %v\n%s", args, err, errOut.String())
+		out, errOut, err := runCommand(newRootCmd(), args...)
+		if err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, errOut)
 		}
-		return out.String()
+		return out
 	}
 	run("sim", "calibrate", "-m", apitest.ModelFile(t), "-o", profile, "-t", "1", "--max-prompt", "64", "--max-batch", "4")
 	p, err := sim.ReadProfile(profile)
@@ -57,11 +51,7 @@ func TestSimCalibrateAndReplay(t *testing.T) {
 		{"sim", "replay", "--trace", trace, "--stretch", "0"},
 		{"sim", "calibrate", "-m", apitest.ModelFile(t), "-o", profile, "--only-passes"},
 	} {
-		cmd := newRootCmd()
-		cmd.SetOut(&bytes.Buffer{})
-		cmd.SetErr(&bytes.Buffer{})
-		cmd.SetArgs(bad)
-		if err := cmd.ExecuteContext(context.Background()); err == nil || !strings.Contains(err.Error(), "sim") {
+		if _, _, err := runCommand(newRootCmd(), bad...); err == nil || !strings.Contains(err.Error(), "sim") {
 			t.Errorf("%v: error %v", bad, err)
 		}
 	}

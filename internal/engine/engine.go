@@ -324,16 +324,8 @@ func newEngine(f Forwarder, cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
-	var evictor kv.Evictor
-	if cfg.LRUEviction {
-		n, err := kv.NumBlocksFor(cfg.KVMemoryBytes, cfg.BlockSize, shape.Layers, shape.KVDim, kvType)
-		if err != nil {
-			return nil, fmt.Errorf("engine: %w", err)
-		}
-		evictor = kv.NewLRU(n)
-	}
 	pool, err := kv.NewPool(kv.Config{
-		Evictor:      evictor,
+		LRU:          cfg.LRUEviction,
 		MemoryBytes:  cfg.KVMemoryBytes,
 		BlockSize:    cfg.BlockSize,
 		Layers:       shape.Layers,
@@ -461,14 +453,15 @@ func (e *Engine) validate(r *Request) error {
 	// A request that fits beside the pins held now is taken; if more pins
 	// come before it runs, it waits for them to expire. One that fits
 	// beside a full quota of pins never waits for pins.
-	if room := e.kv.NumBlocks() - e.kv.Pinned(); need > room {
+	pinned := e.kv.Pinned()
+	if room := e.kv.NumBlocks() - pinned; need > room {
 		return fmt.Errorf("%w: %d tokens need %d KV blocks, the pool has %d beside the pinned ones", ErrTooLong, len(r.Prompt)+r.MaxTokens, need, room)
 	}
 	if pins(r) {
 		n := len(r.Prompt) / bs
-		if p := e.kv.Pinned(); p+n > e.maxPinned() {
+		if pinned+n > e.maxPinned() {
 			return fmt.Errorf("%w: %d blocks are pinned and this request would pin up to %d more; the limit is %d (%.0f%% of the KV pool)",
-				ErrPinQuota, p, n, e.maxPinned(), 100*e.cfg.MaxPinnedFraction)
+				ErrPinQuota, pinned, n, e.maxPinned(), 100*e.cfg.MaxPinnedFraction)
 		}
 		limit := int(float64(e.kv.NumBlocks()) * e.cfg.MaxPinnedPerTenant)
 		if p := e.kv.PinnedBy(e.salt(r.Scope)); p+n > limit {

@@ -117,8 +117,11 @@ type Config struct {
 	Type ElemType
 	// Evictor chooses which cached block to reclaim (default: retention by
 	// value: leaves first, lowest class, then least valuable; pinned blocks
-	// kept until their expiry). NewLRU is the plain baseline.
+	// kept until their expiry).
 	Evictor Evictor
+	// LRU, with no Evictor given, evicts least recently released first
+	// instead (the plain baseline, for comparisons).
+	LRU bool
 	// HostMemoryBytes is the budget of the host-memory tier (G2): blocks
 	// evicted from the pool move there and come back on a prefix hit
 	// instead of being recomputed (0: no G2, evicted blocks are dropped).
@@ -138,16 +141,6 @@ type Config struct {
 	// millions of tokens fits in memory. Sizing by MemoryBytes still
 	// counts the bytes a real slab would take.
 	NoStorage bool
-}
-
-// NumBlocksFor is how many blocks a pool of memoryBytes holds with this
-// shape (what NewPool will make), for sizing an evictor beforehand.
-func NumBlocksFor(memoryBytes int64, blockSize, layers, kvDim int, t ElemType) (int, error) {
-	c, err := (&Config{MemoryBytes: memoryBytes, BlockSize: blockSize, Layers: layers, KVDim: kvDim, Type: t}).withDefaults()
-	if err != nil {
-		return 0, err
-	}
-	return c.NumBlocks, nil
 }
 
 // BlockBytes is the size of one block under this configuration.
@@ -280,6 +273,10 @@ func NewPool(cfg Config) (*Pool, error) {
 	p.owners, p.pinnedBy = map[Hash]uint32{}, map[uint32]int{}
 	if c.HostMemoryBytes > 0 {
 		p.host = newHostTier(c.HostMemoryBytes, int64(p.blockBytes), c.NoStorage)
+	}
+	if p.evictor == nil && c.LRU {
+		p.evictor = NewLRU(c.NumBlocks)
+		p.cfg.Evictor = p.evictor
 	}
 	if p.evictor == nil {
 		v := newValueEvictor(p)
