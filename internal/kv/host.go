@@ -33,6 +33,7 @@ const maxSpare = 64
 type hostEntry struct {
 	hash  Hash
 	class Class
+	owner uint32 // the scope's number in the pool
 	data  []byte // nil without storage
 }
 
@@ -57,9 +58,10 @@ func newHostTier(budget, blockBytes int64, noStorage bool) *hostTier {
 }
 
 // put stores a copy of an evicted block, making room by evicting G2's
-// least valuable blocks; the hashes it evicted are returned for events. A
-// block worth less than everything G2 holds, with G2 full, is dropped.
-func (t *hostTier) put(h Hash, c Class, data []byte) (stored bool, evicted []Hash) {
+// least valuable blocks, which it returns (their buffers the caller's, to
+// move further down or recycle). A block worth less than everything G2
+// holds, with G2 full, is dropped.
+func (t *hostTier) put(h Hash, c Class, owner uint32, data []byte) (stored bool, evicted []*hostEntry) {
 	if t.blockBytes > t.budget {
 		return false, nil
 	}
@@ -71,12 +73,11 @@ func (t *hostTier) put(h Hash, c Class, data []byte) (stored bool, evicted []Has
 		if victim == nil || victim.class > c {
 			return false, evicted // everything here is worth more
 		}
-		evicted = append(evicted, victim.hash)
+		evicted = append(evicted, victim)
 		t.remove(victim.hash)
-		t.recycle(victim.data)
 		t.stats.Evicted++
 	}
-	e := &hostEntry{hash: h, class: c}
+	e := &hostEntry{hash: h, class: c, owner: owner}
 	if !t.noStorage {
 		if n := len(t.spare); n > 0 {
 			e.data = append(t.spare[n-1][:0], data...)

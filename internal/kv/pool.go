@@ -40,9 +40,11 @@ package kv
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
+	"github.com/kvserve/kvserve/internal/kv/diskstore"
 	"github.com/kvserve/kvserve/internal/tensor"
 )
 
@@ -126,6 +128,15 @@ type Config struct {
 	// evicted from the pool move there and come back on a prefix hit
 	// instead of being recomputed (0: no G2, evicted blocks are dropped).
 	HostMemoryBytes int64
+	// DiskDir and DiskBytes configure the disk tier (G3): blocks leaving
+	// memory are written, encrypted per scope, under DiskDir up to
+	// DiskBytes, and found again by later prefix matches and by the next
+	// process that opens the directory (0: no G3). Close the pool to
+	// write what memory holds and release the directory.
+	DiskDir   string
+	DiskBytes int64
+	// Logger receives the tiers' failures (default: discard).
+	Logger *slog.Logger
 	// Now is the pool's clock, for pins' expiry (default: time.Now; the
 	// engine passes its own, so a simulation in virtual time expires pins
 	// in that time).
@@ -226,11 +237,13 @@ type Pool struct {
 	free    []BlockID // LIFO: recently freed blocks are warm in cache
 	index   map[Hash]BlockID
 	evictor Evictor
-	value   *valueEvictor // the evictor, when it is the value policy
-	host    *hostTier     // G2, when configured
-	// owners numbers the scopes (tenants); pinnedBy counts each one's
-	// findable pinned blocks.
+	value   *valueEvictor    // the evictor, when it is the value policy
+	host    *hostTier        // G2, when configured
+	disk    *diskstore.Store // G3, when configured
+	// owners numbers the scopes (tenants), scopes lists them by number;
+	// pinnedBy counts each one's findable pinned blocks.
 	owners   map[Hash]uint32
+	scopes   []Hash
 	pinnedBy map[uint32]int
 	stats    Stats
 	classes  [NumClasses]int // hashed blocks by class
@@ -242,8 +255,9 @@ type Stats struct {
 	// Pinned counts the cached blocks kept until their pins expire (part of
 	// Cached, not evictable).
 	Pinned int
-	// Host is G2's (zero without one).
+	// Host is G2's and Disk G3's (zero without one).
 	Host HostStats
+	Disk DiskStats
 	// Queries and Hits count tokens looked up and found by MatchPrefix.
 	QueryTokens, HitTokens int64
 	Evictions              int64
@@ -289,6 +303,14 @@ func NewPool(cfg Config) (*Pool, error) {
 	}
 	if !c.NoStorage {
 		p.slab = make([]byte, total)
+	}
+	if c.DiskBytes > 0 {
+		if c.NoStorage {
+			return nil, errors.New("kv: a disk tier needs a pool with storage")
+		}
+		if err := p.openDisk(); err != nil {
+			return nil, fmt.Errorf("kv: disk tier: %w", err)
+		}
 	}
 	// Hand out low ids first.
 	for i := range p.free {
@@ -337,6 +359,9 @@ func (p *Pool) Stats() Stats {
 	if p.host != nil {
 		s.Host = HostStats{Blocks: len(p.host.byHash), Stored: p.host.stats.Stored,
 			Onboarded: p.host.stats.Onboarded, Evicted: p.host.stats.Evicted}
+	}
+	if p.disk != nil {
+		s.Disk = p.disk.Stats()
 	}
 	if p.value != nil {
 		p.value.expire()
@@ -388,6 +413,7 @@ func (p *Pool) ownerLocked(scope Hash) uint32 {
 	if !ok {
 		o = uint32(len(p.owners))
 		p.owners[scope] = o
+		p.scopes = append(p.scopes, scope)
 	}
 	return o
 }
@@ -457,22 +483,22 @@ func (p *Pool) allocLocked() (BlockID, error) {
 	return id, nil
 }
 
-// offloadLocked copies an evicted block down to G2, if there is one.
+// offloadLocked copies an evicted block down: to G2 if there is one (G2's
+// own victims spilling on to G3), else to G3 if there is one.
 func (p *Pool) offloadLocked(id BlockID) {
-	if p.host == nil {
-		return
-	}
 	m := &p.meta[id]
 	c := m.class
 	if c == ClassDefault || c == ClassPinned { // an evicted pin has expired
 		c = ClassSession
 	}
-	stored, evicted := p.host.put(m.hash, c, p.blockData(id))
-	if p.cfg.Events == nil {
+	if p.host == nil {
+		p.toDiskLocked(m.hash, c, m.owner, p.blockData(id), true)
 		return
 	}
-	if len(evicted) > 0 {
-		p.cfg.Events.Publish(Event{Kind: BlockRemoved, Tier: TierHost, Hashes: evicted, BlockSize: p.cfg.BlockSize})
+	stored, evicted := p.host.put(m.hash, c, m.owner, p.blockData(id))
+	p.spillLocked(evicted)
+	if p.cfg.Events == nil {
+		return
 	}
 	if stored {
 		var parent Hash
@@ -484,31 +510,57 @@ func (p *Pool) offloadLocked(id BlockID) {
 	}
 }
 
-// onboardLocked brings block h back from G2 into a pool block, registered
+// onboardLocked brings block h back from G2, or from G3's memory (staged
+// by Fetch, or still queued for writing), into a pool block, registered
 // under its hash after parent (the chain's previous block, -1 for the
-// first), with one reference for the caller. It reports false when G2
-// does not hold h or the pool has no room.
+// first), with one reference for the caller. It reports false when
+// neither holds h there or the pool has no room.
 func (p *Pool) onboardLocked(h Hash, parent BlockID, class Class, expiry int64, owner uint32) (BlockID, bool) {
-	if p.host == nil || !p.host.has(h) || p.cfg.DisableIndex {
+	if p.cfg.DisableIndex {
 		return -1, false
 	}
-	// Out of G2 first: making room in the pool may push blocks down into
-	// G2 and, G2 being full, push this one out of it.
-	e, _ := p.host.take(h)
-	id, err := p.allocLocked()
-	if err != nil {
-		if stored, _ := p.host.put(e.hash, e.class, e.data); stored { // back where it was: its room is still free
-			p.host.stats.Stored--
+	var (
+		id   BlockID
+		from Class
+		tier Tier
+	)
+	switch {
+	case p.host != nil && p.host.has(h):
+		// Out of G2 first: making room in the pool may push blocks down
+		// into G2 and, G2 being full, push this one out of it.
+		e, _ := p.host.take(h)
+		var err error
+		if id, err = p.allocLocked(); err != nil {
+			if stored, _ := p.host.put(e.hash, e.class, e.owner, e.data); stored { // back where it was: its room is still free
+				p.host.stats.Stored--
+			}
+			p.host.stats.Onboarded--
+			return -1, false
 		}
-		p.host.stats.Onboarded--
+		if e.data != nil {
+			copy(p.blockData(id), e.data)
+			p.host.recycle(e.data)
+		}
+		from, tier = e.class, TierHost
+	case p.disk != nil:
+		if len(p.free)+p.evictor.Len() == 0 {
+			return -1, false
+		}
+		data, c, ok := p.disk.Take(p.scopes[owner], h)
+		if !ok {
+			return -1, false
+		}
+		var err error
+		if id, err = p.allocLocked(); err != nil { // cannot happen: room was checked
+			return -1, false
+		}
+		copy(p.blockData(id), data)
+		from, tier = Class(c), TierDisk
+	default:
 		return -1, false
-	}
-	if e.data != nil {
-		copy(p.blockData(id), e.data)
-		p.host.recycle(e.data)
 	}
 	m := &p.meta[id]
-	m.hashed, m.hash, m.class, m.owner = true, h, max(class, e.class), owner
+	m.hashed, m.hash, m.class, m.owner = true, h, max(class, from), owner
 	if m.class == ClassPinned {
 		m.expiry = expiry
 	}
@@ -521,7 +573,9 @@ func (p *Pool) onboardLocked(h Hash, parent BlockID, class Class, expiry int64, 
 	p.countLocked(id, +1)
 	p.index[h] = id
 	if p.cfg.Events != nil {
-		p.cfg.Events.Publish(Event{Kind: BlockRemoved, Tier: TierHost, Hashes: []Hash{h}, BlockSize: p.cfg.BlockSize})
+		if tier == TierHost { // G3 keeps its copy
+			p.cfg.Events.Publish(Event{Kind: BlockRemoved, Tier: TierHost, Hashes: []Hash{h}, BlockSize: p.cfg.BlockSize})
+		}
 		p.cfg.Events.Publish(Event{Kind: BlockStored, Tier: TierPool, Hashes: []Hash{h}, Parent: parentHash,
 			BlockSize: p.cfg.BlockSize, Class: m.class})
 	}
@@ -847,11 +901,11 @@ func (p *Pool) checkChainsLocked() error {
 }
 
 // Demote moves a finished conversation's blocks down: the cached blocks of
-// the chain hashes (a sequence's BlockHashes) go to G2 now, tail first,
-// instead of waiting to be evicted; without G2 they become the first of
-// their class to be evicted. It stops at a block still in use (its prefix
-// is in use too) and leaves pinned blocks alone. It returns how many blocks
-// moved to G2 and how many were lowered.
+// the chain hashes (a sequence's BlockHashes) go to G2 (G3 without G2)
+// now, tail first, instead of waiting to be evicted; without either they
+// become the first of their class to be evicted. It stops at a block still
+// in use (its prefix is in use too) and leaves pinned blocks alone. It
+// returns how many blocks moved down and how many were lowered.
 func (p *Pool) Demote(hashes []Hash) (moved, lowered int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -867,7 +921,7 @@ func (p *Pool) Demote(hashes []Hash) (moved, lowered int) {
 		if m.class == ClassPinned {
 			continue
 		}
-		if p.host == nil {
+		if p.host == nil && p.disk == nil {
 			if p.value != nil {
 				p.value.lower(id)
 				lowered++

@@ -1,6 +1,7 @@
 package kv
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"hash/fnv"
@@ -248,11 +249,17 @@ func runRandomOps(t *testing.T, seed uint64, steps int) {
 	log := NewEventLog(1 << 14)
 	// Two runs in three with a host tier (G2) of up to 20 blocks.
 	host := int64(rng.IntN(3)) * int64(rng.IntN(21))
-	p, err := NewPool(Config{NumBlocks: 12 + rng.IntN(20), BlockSize: 4, Layers: 2, KVDim: 4, Events: log,
-		HostMemoryBytes: host * 2 * 2 * 4 * 4 * 2})
+	cfg := Config{NumBlocks: 12 + rng.IntN(20), BlockSize: 4, Layers: 2, KVDim: 4, Events: log}
+	cfg.HostMemoryBytes = host * cfg.BlockBytes()
+	// One run in three with a disk tier (G3) of up to 40 blocks.
+	if rng.IntN(3) == 0 {
+		cfg.DiskDir, cfg.DiskBytes = t.TempDir(), int64(1+rng.IntN(40))*(cfg.BlockBytes()+200)
+	}
+	p, err := NewPool(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer p.Close(context.Background())
 	// A clock that moves one second per step, so pins expire during the run.
 	now := time.Unix(1000, 0)
 	p.cfg.Now = func() time.Time { return now }
@@ -275,6 +282,9 @@ func runRandomOps(t *testing.T, seed uint64, steps int) {
 		}
 		s.SetClasses(classes, Class(rng.IntN(NumClasses)))
 		s.PinUntil(now.Add(time.Duration(rng.IntN(20)) * time.Second))
+		if p.HasDisk() && rng.IntN(2) == 0 {
+			fetchWait(t, p, s.scope, prompt)
+		}
 		hit := s.MatchPrefix(prompt)
 		if err := extend(s, prompt[hit:]); err != nil {
 			s.Release()

@@ -80,8 +80,9 @@ type Config struct {
 
 // Stats counts the store's contents and traffic.
 type Stats struct {
-	Blocks     int
-	Bytes      int64
+	Blocks int
+	Bytes  int64
+	// QueueDepth counts the blocks waiting to be written or being written.
 	QueueDepth int
 	Staged     int
 	// Written blocks; WriteErrors failed writes (the block dropped);
@@ -565,7 +566,7 @@ func (s *Store) Fetch(scope Hash, chain []Hash, done func()) int {
 		if !ok || el.Value.(*entry).scope != scope || room <= 0 {
 			break
 		}
-		room -= el.Value.(*entry).size
+		room -= el.Value.(*entry).size - fileSize(0)
 		s.loading[h] = true
 		load = append(load, h)
 		inflight++
@@ -596,7 +597,7 @@ func (s *Store) stagingLimit() int64 {
 	}
 	for c := range s.lists {
 		if f := s.lists[c].Front(); f != nil {
-			return 64 * f.Value.(*entry).size
+			return 64 * (f.Value.(*entry).size - fileSize(0))
 		}
 	}
 	return 1
@@ -742,7 +743,7 @@ func (s *Store) Stats() Stats {
 	defer s.mu.Unlock()
 	st := s.stats
 	st.Blocks, st.Bytes = len(s.entries), s.used
-	st.QueueDepth, st.Staged = len(s.queue), len(s.stage)
+	st.QueueDepth, st.Staged = len(s.queued), len(s.stage)
 	return st
 }
 

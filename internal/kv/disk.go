@@ -1,0 +1,157 @@
+package kv
+
+import (
+	"bytes"
+	"context"
+
+	"github.com/kvserve/kvserve/internal/kv/diskstore"
+)
+
+// The disk tier (G3) is a diskstore.Store under the pool: blocks leaving
+// memory (G2's victims, or the pool's own without G2) are queued to it, and
+// a prefix that continues on disk is loaded by Fetch before its request is
+// admitted, then onboarded like a G2 hit. Unlike G2 it keeps its copy when
+// a block goes back up: disk is cheap, and the block need not be written
+// again when it next leaves memory.
+
+// DiskStats describes G3 (zero without one).
+type DiskStats = diskstore.Stats
+
+// openDisk opens G3 for a pool.
+func (p *Pool) openDisk() error {
+	c := p.cfg
+	staging := min(int64(p.blockBytes)*int64(c.NumBlocks), c.DiskBytes, 1<<30)
+	d, err := diskstore.Open(diskstore.Config{
+		Dir: c.DiskDir, Budget: c.DiskBytes, Staging: staging, Logger: c.Logger,
+		Events: func(stored bool, class uint8, hashes []diskstore.Hash) {
+			if c.Events == nil {
+				return
+			}
+			ev := Event{Kind: BlockRemoved, Tier: TierDisk, BlockSize: c.BlockSize, Class: Class(class)}
+			if stored {
+				ev.Kind = BlockStored
+			}
+			for _, h := range hashes {
+				ev.Hashes = append(ev.Hashes, Hash(h))
+			}
+			c.Events.Publish(ev)
+		},
+	})
+	if err != nil {
+		return err
+	}
+	p.disk = d
+	return nil
+}
+
+// spillLocked passes G2's victims on to G3, or recycles their buffers.
+func (p *Pool) spillLocked(victims []*hostEntry) {
+	for _, v := range victims {
+		if p.cfg.Events != nil {
+			p.cfg.Events.Publish(Event{Kind: BlockRemoved, Tier: TierHost, Hashes: []Hash{v.hash}, BlockSize: p.cfg.BlockSize})
+		}
+		if !p.toDiskLocked(v.hash, v.class, v.owner, v.data, false) {
+			p.host.recycle(v.data)
+		}
+	}
+}
+
+// toDiskLocked queues a block for G3 and reports whether G3 took data
+// (copied first when clone is set, as for a pool block about to be reused).
+func (p *Pool) toDiskLocked(h Hash, c Class, owner uint32, data []byte, clone bool) bool {
+	if p.disk == nil || data == nil {
+		return false
+	}
+	b := diskstore.Block{Hash: h, Scope: p.scopes[owner], Class: uint8(min(c, diskstore.NumClasses-1))}
+	if p.disk.Has(h) {
+		p.disk.Put(b) // marks it used
+		return false
+	}
+	b.Data = data
+	if clone {
+		b.Data = bytes.Clone(data)
+	}
+	return p.disk.Put(b) && !clone
+}
+
+// Fetch starts moving the blocks of a prompt's chain that only G3 holds
+// up into memory, so that a prefix match can onboard them, and calls done
+// when they have arrived. It returns how many blocks are on their way; 0
+// means nothing to wait for (done is not called). scope is the chain's
+// scope salt.
+func (p *Pool) Fetch(scope Hash, chain []Hash, done func()) int {
+	if p.disk == nil || p.cfg.DisableIndex {
+		return 0
+	}
+	p.mu.Lock()
+	i := 0
+	for ; i < len(chain); i++ {
+		if _, ok := p.index[chain[i]]; ok {
+			continue
+		}
+		if p.host != nil && p.host.has(chain[i]) {
+			continue
+		}
+		break
+	}
+	p.mu.Unlock()
+	if i == len(chain) {
+		return 0
+	}
+	rest := make([]diskstore.Hash, len(chain)-i)
+	for j, h := range chain[i:] {
+		rest[j] = h
+	}
+	return p.disk.Fetch(scope, rest, done)
+}
+
+// HasDisk reports whether the pool has a disk tier.
+func (p *Pool) HasDisk() bool { return p.disk != nil }
+
+// Close writes the blocks held in memory (the pool's findable blocks and
+// G2's) to G3, so the next process finds them, waits for G3's queue (until
+// ctx ends) and closes it. The pool must no longer be in use. Without G3 it
+// does nothing.
+func (p *Pool) Close(ctx context.Context) error {
+	if p.disk == nil {
+		return nil
+	}
+	p.mu.Lock()
+	var blocks []diskstore.Block
+	if p.slab != nil {
+		for i := range p.meta {
+			m := &p.meta[i]
+			if !m.hashed || p.disk.Has(m.hash) {
+				continue
+			}
+			c := m.class
+			if c == ClassDefault {
+				c = ClassSession
+			}
+			blocks = append(blocks, diskstore.Block{Hash: m.hash, Scope: p.scopes[m.owner], Class: uint8(c), Data: p.blockData(BlockID(i))})
+		}
+		if p.host != nil {
+			for _, el := range p.host.byHash {
+				e := el.Value.(*hostEntry)
+				if e.data != nil && !p.disk.Has(e.hash) {
+					blocks = append(blocks, diskstore.Block{Hash: e.hash, Scope: p.scopes[e.owner], Class: uint8(e.class), Data: e.data})
+				}
+			}
+		}
+	}
+	p.mu.Unlock()
+	var werr error
+	for _, b := range blocks {
+		if ctx.Err() != nil {
+			break
+		}
+		if err := p.disk.Write(b); err != nil && werr == nil {
+			werr = err
+		}
+	}
+	err := p.disk.Close(ctx)
+	if err == nil {
+		err = werr
+	}
+	return err
+}
