@@ -48,6 +48,7 @@ type serveOptions struct {
 	configPath      string
 	kvMemory        byteSize
 	kvHostMemory    hostSize
+	kvDisk          hostSize
 	kvEviction      string
 	maxPinned       float64
 	maxPinnedTenant float64
@@ -119,6 +120,7 @@ Each tenant's KV cache is isolated from every other's.`,
 	f.Float64Var(&o.maxPinnedTenant, "kv-max-pinned-per-tenant", 0.25, "share of the KV cache one tenant's pins may hold (at most --kv-max-pinned)")
 	f.StringVar(&o.kvEviction, "kv-eviction", "value", "which cached KV blocks go first: value (retention class, then recency and reuse; chains cut from the tail) or lru (least recently released: the baseline, for comparisons)")
 	f.Var(&o.kvHostMemory, "kv-host-memory", "host-memory KV tier (G2), e.g. 8GiB: blocks evicted from the KV cache move there and come back on a prefix hit instead of being recomputed; auto: twice the KV cache, within 25% of MemAvailable (filled only as blocks are evicted); off: none")
+	f.Var(&o.kvDisk, "kv-disk", "disk KV tier (G3) under the data directory, e.g. 20GiB: blocks leaving memory are written there encrypted per tenant, read back ahead of the requests that need them, and kept across restarts; auto: a tenth of the free space there, at most 32GiB (filled only as blocks leave memory); off: none")
 	f.StringVar(&o.kvType, "kv-cache-type", "f16", "KV cache element type: f16, f32, q8_0")
 	f.IntVar(&o.blockSize, "block-size", 16, "KV block size in tokens")
 	f.IntVar(&o.maxBatchTokens, "max-batch-tokens", 512, "tokens per forward pass (prefill chunk budget)")
@@ -253,6 +255,13 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 	case -1:
 		hostMemory = 0
 	}
+	diskBytes := int64(o.kvDisk)
+	switch {
+	case diskBytes == -1 || o.engine == "sim": // the simulator's pool holds no data to write
+		diskBytes = 0
+	case diskBytes == 0:
+		diskBytes = defaultDiskBytes(diskFree(dataDir))
+	}
 	fwd, closeFwd, err := servedForwarder(o, loaded, kvType)
 	if err != nil {
 		shutdownHTTP(hs, time.Second)
@@ -285,6 +294,8 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 		BlockSize:          o.blockSize,
 		KVMemoryBytes:      kvMemory,
 		KVHostMemoryBytes:  hostMemory,
+		KVDiskDir:          filepath.Join(dataDir, "kv"),
+		KVDiskBytes:        diskBytes,
 		LRUEviction:        o.kvEviction == "lru",
 		MaxPinnedFraction:  o.maxPinned,
 		MaxPinnedPerTenant: o.maxPinnedTenant,
@@ -309,8 +320,8 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 	// Agents' first requests come together and most carry tools: build the
 	// constraint vocabulary now rather than on the first of them.
 	constraints.Prepare()
-	fmt.Fprintf(stderr, "kvserve: serving %q on http://%s: context %d tokens, KV cache %s (%d blocks of %d tokens, %s), host tier %s\n",
-		loaded.id, ln.Addr(), ctxLen, formatBytes(kvMemory), e.KV().NumBlocks(), ec.BlockSize, kvType, hostTierString(hostMemory))
+	fmt.Fprintf(stderr, "kvserve: serving %q on http://%s: context %d tokens, KV cache %s (%d blocks of %d tokens, %s), host tier %s, disk tier %s\n",
+		loaded.id, ln.Addr(), ctxLen, formatBytes(kvMemory), e.KV().NumBlocks(), ec.BlockSize, kvType, hostTierString(hostMemory), diskTierString(diskBytes, e.KV().Stats().Disk))
 	if loaded.synthetic {
 		fmt.Fprintln(stderr, "kvserve: NOTE: this is a synthetic random-weight model; its output is not language. Pass --model FILE.gguf for a real one.")
 	}

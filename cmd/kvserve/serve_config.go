@@ -7,7 +7,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 
+	"github.com/kvserve/kvserve/internal/kv"
 	"github.com/spf13/pflag"
 	"go.yaml.in/yaml/v3"
 )
@@ -305,6 +307,27 @@ func defaultHostMemory(kvMemory, avail int64) int64 {
 		return kvMemory
 	}
 	return max(0, min(2*kvMemory, avail/4))
+}
+
+// defaultDiskBytes is the disk tier's budget when not set: a tenth of the
+// free space, at most 32 GiB (it fills only as blocks leave memory).
+func defaultDiskBytes(free int64) int64 { return max(0, min(free/10, 32<<30)) }
+
+// diskFree is the space free for unprivileged users on path's filesystem
+// (0 when unknown).
+func diskFree(path string) int64 {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(path, &st); err != nil {
+		return 0
+	}
+	return int64(st.Bavail) * st.Bsize
+}
+
+func diskTierString(b int64, st kv.DiskStats) string {
+	if b <= 0 {
+		return "off"
+	}
+	return fmt.Sprintf("%s (%d blocks kept from before)", formatBytes(b), st.Blocks)
 }
 
 func hostTierString(b int64) string {

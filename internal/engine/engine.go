@@ -104,6 +104,14 @@ type Config struct {
 	// evicted from the pool move there and come back on a prefix hit
 	// instead of being recomputed (0: none).
 	KVHostMemoryBytes int64
+	// KVDiskDir and KVDiskBytes configure the disk tier (G3): blocks
+	// leaving memory are written there, encrypted per tenant, and a
+	// prompt that continues on disk waits for its blocks to be read back
+	// (others keep running) instead of recomputing them. Close writes
+	// what memory holds, so the next engine on the directory finds it
+	// (0 bytes: none).
+	KVDiskDir   string
+	KVDiskBytes int64
 	// LRUEviction evicts cached blocks least recently released first
 	// instead of by value (kv's default): the baseline, for comparisons.
 	LRUEviction bool
@@ -274,6 +282,9 @@ type seqState struct {
 	order     uint64    // arrival order, for FCFS and victim choice
 	reserved  int       // contiguous mode: positions reserved at admission
 	pending   []kv.Hash // prompt blocks this sequence is computing, announced in Engine.inflight
+	// fetching is when the sequence began waiting for its prompt's blocks
+	// to come up from disk (zero: not waiting).
+	fetching time.Time
 }
 
 // entry is one sequence's part of the current forward pass.
@@ -337,6 +348,9 @@ func newEngine(f Forwarder, cfg Config) (*Engine, error) {
 		Now:          cfg.Clock.Now,
 
 		HostMemoryBytes: cfg.KVHostMemoryBytes,
+		DiskDir:         cfg.KVDiskDir,
+		DiskBytes:       cfg.KVDiskBytes,
+		Logger:          cfg.Logger,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
@@ -358,15 +372,27 @@ func newEngine(f Forwarder, cfg Config) (*Engine, error) {
 	return e, nil
 }
 
-// Close stops the step loop, failing requests still in flight. It does not
-// close the forward pass.
+// Close stops the step loop, failing requests still in flight, and with a
+// disk tier writes the cached blocks to it (for at most diskFlushTimeout).
+// It does not close the forward pass.
 func (e *Engine) Close() {
 	e.stop()
 	<-e.done
-	if e.stepped {
-		e.closeOnce.Do(func() { e.failAll(ErrClosed) })
-	}
+	e.closeOnce.Do(func() {
+		if e.stepped {
+			e.failAll(ErrClosed)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), diskFlushTimeout)
+		defer cancel()
+		if err := e.kv.Close(ctx); err != nil {
+			e.cfg.Logger.Warn("engine: KV disk tier not fully written at close", "err", err)
+		}
+	})
 }
+
+// diskFlushTimeout bounds how long Close spends writing memory's blocks to
+// the disk tier.
+const diskFlushTimeout = 30 * time.Second
 
 // KV returns the engine's block pool (for metrics and tests).
 func (e *Engine) KV() *kv.Pool { return e.kv }

@@ -158,6 +158,12 @@ func TestEquivalence(t *testing.T) {
 		{"chunk-33", Config{MaxBatchTokens: 33}, f16},
 		// Room for about two sequences at a time: preemption is certain.
 		{"preempt", Config{KVMemoryBytes: kvPerToken * 16 * 14, BlockSize: 16}, f16},
+		// The same with the memory tiers below: what comes back from
+		// host memory or disk is what was computed.
+		{"preempt-host", Config{KVMemoryBytes: kvPerToken * 16 * 14, BlockSize: 16, KVHostMemoryBytes: kvPerToken * 16 * 3}, f16},
+		{"preempt-disk", Config{KVMemoryBytes: kvPerToken * 16 * 14, BlockSize: 16, KVDiskDir: t.TempDir(), KVDiskBytes: 1 << 30}, f16},
+		{"preempt-host-disk", Config{KVMemoryBytes: kvPerToken * 16 * 14, BlockSize: 16, KVHostMemoryBytes: kvPerToken * 16 * 3,
+			KVDiskDir: t.TempDir(), KVDiskBytes: 1 << 30}, f16},
 		{"preempt-contiguous", Config{KVMemoryBytes: kvPerToken * 16 * 16, BlockSize: 16, Contiguous: true}, f16},
 		{"kv-f32", Config{}, model.ForwarderOptions{KVType: tensor.F32}},
 		{"kv-q8_0", Config{}, model.ForwarderOptions{KVType: tensor.Q8_0}},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"time"
 
 	"github.com/kvserve/kvserve/internal/batch"
 	"github.com/kvserve/kvserve/internal/kv"
@@ -131,6 +132,10 @@ func (e *Engine) admit(s *seqState) (ok, deferred bool) {
 	limit := (len(s.tokens) - 1) / bs // blocks that can ever hit
 	if caching {
 		hashes = seq.PromptHashes(s.tokens)
+		if e.awaitDisk(s, hashes[:limit]) {
+			seq.Release()
+			return false, true
+		}
 		hit = seq.MatchPrefixHashes(s.tokens, hashes)
 		if next := hit / bs; next < limit && e.inflight[hashes[next]] > 0 {
 			seq.Release()
@@ -172,6 +177,40 @@ func (e *Engine) admit(s *seqState) (ok, deferred bool) {
 	e.m.prefixQueries.Add(float64(len(s.tokens)))
 	e.m.prefixHits.Add(float64(hit))
 	return true, false
+}
+
+// awaitDisk starts moving the prompt's blocks that only the disk tier holds
+// up into memory and reports whether s must wait for them: it is passed
+// over (others are admitted and run meanwhile) until they arrive, or for
+// at most maxDiskWait, after which it takes what has come and recomputes
+// the rest.
+func (e *Engine) awaitDisk(s *seqState, chain []kv.Hash) bool {
+	if !e.kv.HasDisk() {
+		return false
+	}
+	now := e.clock.Now()
+	if !s.fetching.IsZero() && now.Sub(s.fetching) > maxDiskWait {
+		return false
+	}
+	if e.kv.Fetch(e.salt(s.req.Scope), chain, e.wakeUp) == 0 {
+		s.fetching = time.Time{}
+		return false
+	}
+	if s.fetching.IsZero() {
+		s.fetching = now
+	}
+	return true
+}
+
+// maxDiskWait bounds how long a request waits for its blocks from disk.
+const maxDiskWait = 2 * time.Second
+
+// wakeUp makes an idle step loop look at its queue again.
+func (e *Engine) wakeUp() {
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
 }
 
 // unannounce withdraws s's in-flight blocks (its prefill ended, or it

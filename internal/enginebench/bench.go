@@ -49,7 +49,7 @@ type Scenario struct {
 func Scenarios() []Scenario {
 	return []Scenario{
 		{"prefix-ttft", "TTFT of a 2,000-token cached prefix + 64 new tokens vs the same prompt cold", prefixTTFT},
-		{"onboard", "TTFT of a 4,096-token prefix from the pool (G1), from host memory (G2), and recomputed", onboard},
+		{"onboard", "TTFT of a 4,096-token prefix from the pool (G1), host memory (G2), disk (G3, also after a restart), and recomputed", onboard},
 		{"interleaved", "prompt A, a different prompt B, then A + 64 tokens: is A still cached?", interleaved},
 		{"waste", "KV slots allocated but unused, paged vs contiguous, mixed lengths", waste},
 		{"concurrency", "sequences in flight and tokens/s at an equal KV budget, paged vs contiguous", concurrency},

@@ -91,9 +91,9 @@ func seal(aead cipher.AEAD, h header, data []byte) []byte {
 	return aead.Seal(out, h.nonce[:], data, out[:headerSize])
 }
 
-// open authenticates and decrypts a file image into dst (reused when large
-// enough), checking that it holds the block hash of scope.
-func open(aead cipher.AEAD, file []byte, scope, hash Hash, dst []byte) ([]byte, error) {
+// open authenticates and decrypts a file image in place, checking that it
+// holds the block hash of scope, and returns the contents (a part of file).
+func open(aead cipher.AEAD, file []byte, scope, hash Hash) ([]byte, error) {
 	h, err := parseHeader(file)
 	if err != nil {
 		return nil, err
@@ -104,7 +104,8 @@ func open(aead cipher.AEAD, file []byte, scope, hash Hash, dst []byte) ([]byte, 
 	if int64(len(file)) != fileSize(int(h.length)) {
 		return nil, fmt.Errorf("%w: %d bytes for a block of %d", errCorrupt, len(file), h.length)
 	}
-	out, err := aead.Open(dst[:0], h.nonce[:], file[headerSize:], file[:headerSize])
+	body := file[headerSize:]
+	out, err := aead.Open(body[:0], h.nonce[:], body, file[:headerSize])
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errCorrupt, err)
 	}

@@ -613,7 +613,7 @@ func (s *Store) load(scope Hash, chain []Hash) {
 		if err == nil {
 			var file []byte
 			if file, err = os.ReadFile(s.blockPath(h)); err == nil {
-				data, err = open(aead, file, scope, h, nil)
+				data, err = open(aead, file, scope, h)
 			}
 		}
 		s.mu.Lock()

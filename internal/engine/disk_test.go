@@ -1,0 +1,106 @@
+package engine
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/kvserve/kvserve/internal/model"
+	"github.com/kvserve/kvserve/internal/tensor"
+)
+
+// TestDiskTierAcrossRestarts: a prompt pushed out of memory comes back from
+// disk as a prefix hit; a new engine on the same directory (a restarted
+// server) reports it cached too; with the files damaged it is recomputed.
+// The tokens are always the ones computed from scratch.
+func TestDiskTierAcrossRestarts(t *testing.T) {
+	m := sharedModel(t, "tiny-f32.gguf")
+	kvPerToken := int64(m.Config.KVBytesPerToken(2))
+	dir := t.TempDir()
+	prompts := randomPrompts(11, 2, 100, 100, m.Config.Vocab, nil)
+	a, b := prompts[0], prompts[1]
+	const gen = 6
+	want := greedyReference(t, m, a, gen)
+	start := func() *Engine {
+		f, err := model.NewForwarder(m, model.ForwarderOptions{Threads: 2, KVType: tensor.F16})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(f.Close)
+		// Room for one prompt at a time: the next pushes the last out.
+		e, err := New(f, Config{KVMemoryBytes: kvPerToken * 16 * 8, BlockSize: 16, KVDiskDir: dir, KVDiskBytes: 1 << 30})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(e.Close)
+		return e
+	}
+	run := func(e *Engine, p []int32) ([]int32, Usage) {
+		t.Helper()
+		st, err := e.Submit(context.Background(), Request{Prompt: p, MaxTokens: gen, IgnoreEOS: true, Scope: "tenant"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		toks, _ := collect(t, st, 1)
+		return toks[0], st.Usage()
+	}
+	e := start()
+	run(e, a)
+	run(e, b)
+	for deadline := time.Now().Add(10 * time.Second); e.KV().Stats().Disk.QueueDepth > 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the disk tier did not write its queue")
+		}
+	}
+	if e.KV().Stats().Disk.Blocks == 0 {
+		t.Fatal("nothing reached the disk tier")
+	}
+	got, u := run(e, a)
+	if u.CachedTokens != 96 || !slices.Equal(got, want) {
+		t.Fatalf("from disk: %d cached tokens (want 96), tokens %v (want %v)", u.CachedTokens, got, want)
+	}
+	if st := e.KV().Stats().Disk; st.Hits == 0 {
+		t.Fatalf("no block came from disk: %+v", st)
+	}
+	e.Close()
+
+	e = start()
+	got, u = run(e, a)
+	if u.CachedTokens != 96 || !slices.Equal(got, want) {
+		t.Fatalf("after a restart: %d cached tokens (want 96), tokens %v (want %v)", u.CachedTokens, got, want)
+	}
+	e.Close()
+
+	// Damage every block file: flip one byte in some, cut others short.
+	n := 0
+	err := filepath.WalkDir(filepath.Join(dir, "blocks"), func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		n++
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if n%2 == 0 {
+			data = data[:len(data)-3]
+		} else {
+			data[len(data)/2] ^= 0x10
+		}
+		return os.WriteFile(path, data, 0o600)
+	})
+	if err != nil || n == 0 {
+		t.Fatalf("damaging %d files: %v", n, err)
+	}
+	e = start()
+	got, u = run(e, a)
+	if u.CachedTokens != 0 || !slices.Equal(got, want) {
+		t.Fatalf("with damaged files: %d cached tokens (want 0), tokens %v (want %v)", u.CachedTokens, got, want)
+	}
+	if err := e.KV().CheckInvariants(); err != nil {
+		t.Fatal(err)
+	}
+}
