@@ -1,0 +1,119 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvserve/kvserve/internal/api/apitest"
+)
+
+// servingServer is a `kvserve serve` running in the test.
+type servingServer struct {
+	base, model string
+	stop        func() error // shuts it down gracefully and returns serve's error
+}
+
+// startServe runs `kvserve serve` with args and waits until it serves.
+func startServe(t *testing.T, args ...string) *servingServer {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	cmd := newServeCmd()
+	cmd.SetErr(pw)
+	cmd.SetArgs(args)
+	done := make(chan error, 1)
+	go func() { done <- cmd.ExecuteContext(ctx); pw.Close() }()
+	addrRe := regexp.MustCompile(`serving "([^"]+)" on (http://[0-9.]+:[0-9]+)`)
+	sc := bufio.NewScanner(pr)
+	s := &servingServer{}
+	for sc.Scan() {
+		if m := addrRe.FindStringSubmatch(sc.Text()); m != nil {
+			s.model, s.base = m[1], m[2]
+			break
+		}
+	}
+	go func() { _, _ = io.Copy(io.Discard, pr) }()
+	if s.base == "" {
+		cancel()
+		t.Fatalf("server did not start: %v", <-done)
+	}
+	stopped := false
+	s.stop = func() error {
+		if stopped {
+			return nil
+		}
+		stopped = true
+		cancel()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(30 * time.Second):
+			t.Fatal("serve did not shut down")
+			return nil
+		}
+	}
+	t.Cleanup(func() { s.stop() })
+	return s
+}
+
+// TestServeWarmRestart: a prompt served before a restart is served from
+// the disk tier after it, its cached tokens reported.
+func TestServeWarmRestart(t *testing.T) {
+	modelFile := apitest.ModelFile(t)
+	dataDir := t.TempDir()
+	args := []string{"--model", modelFile, "--addr", "127.0.0.1:0", "--data-dir", dataDir,
+		"--kv-cache-memory", "16MiB", "--threads", "1", "--kv-disk", "64MiB"}
+	prompt := strings.Repeat("The quick brown fox jumps over the lazy dog near the river bank. ", 12)
+	chat := func(s *servingServer) int {
+		t.Helper()
+		body, _ := json.Marshal(map[string]any{"model": s.model, "max_tokens": 2,
+			"messages": []map[string]string{{"role": "user", "content": prompt}}})
+		resp, err := http.Post(s.base+"/v1/chat/completions", "application/json", strings.NewReader(string(body)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var out struct {
+			Usage struct {
+				PromptTokens int `json:"prompt_tokens"`
+				Details      struct {
+					CachedTokens int `json:"cached_tokens"`
+				} `json:"prompt_tokens_details"`
+			} `json:"usage"`
+		}
+		data, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 || json.Unmarshal(data, &out) != nil {
+			t.Fatalf("status %d: %s", resp.StatusCode, data)
+		}
+		if out.Usage.PromptTokens < 64 {
+			t.Fatalf("prompt of %d tokens is too short for this test", out.Usage.PromptTokens)
+		}
+		return out.Usage.Details.CachedTokens
+	}
+	s := startServe(t, args...)
+	if c := chat(s); c != 0 {
+		t.Fatalf("cold request: %d cached tokens", c)
+	}
+	if err := s.stop(); err != nil {
+		t.Fatalf("serve: %v", err)
+	}
+	s = startServe(t, args...)
+	if c := chat(s); c < 48 {
+		t.Fatalf("after the restart: %d cached tokens, want the prompt's full blocks", c)
+	}
+	// --kv-disk off forgets nothing on disk but reads nothing from it.
+	if err := s.stop(); err != nil {
+		t.Fatalf("serve: %v", err)
+	}
+	s = startServe(t, append(args, "--kv-disk", "off")...)
+	if c := chat(s); c != 0 {
+		t.Fatalf("with the disk tier off: %d cached tokens", c)
+	}
+}
