@@ -104,3 +104,64 @@ func TestDiskTierAcrossRestarts(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestPrefetchWhileQueued: a queued request's blocks start coming up from
+// disk when it is queued, while another request runs, not when it reaches
+// the front of the queue.
+func TestPrefetchWhileQueued(t *testing.T) {
+	m := sharedModel(t, "tiny-f32.gguf")
+	kvPerToken := int64(m.Config.KVBytesPerToken(2))
+	dir := t.TempDir()
+	a := randomPrompts(12, 1, 100, 100, m.Config.Vocab, nil)[0]
+	f, err := model.NewForwarder(m, model.ForwarderOptions{Threads: 2, KVType: tensor.F16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	cfg := Config{KVMemoryBytes: kvPerToken * 16 * 16, BlockSize: 16, KVDiskDir: dir, KVDiskBytes: 1 << 30, MaxRunning: 1}
+	e, err := NewStepped(f, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	drive := func() {
+		for e.Pending() {
+			e.Step(ctx)
+		}
+	}
+	if _, err := e.Submit(ctx, Request{Prompt: a, MaxTokens: 1}); err != nil {
+		t.Fatal(err)
+	}
+	drive()
+	e.Close() // writes a's blocks to disk
+
+	e, err = NewStepped(f, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	busy := randomPrompts(13, 1, 40, 40, m.Config.Vocab, nil)[0]
+	if _, err := e.Submit(ctx, Request{Prompt: busy, MaxTokens: 50, IgnoreEOS: true}); err != nil {
+		t.Fatal(err)
+	}
+	e.Step(ctx) // busy runs, alone (MaxRunning 1)
+	st, err := e.Submit(ctx, Request{Prompt: a, MaxTokens: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Step(ctx) // a is queued behind busy
+	deadline := time.Now().Add(10 * time.Second)
+	for e.KV().Stats().Disk.Loaded < 6 {
+		if time.Now().After(deadline) {
+			t.Fatalf("a's blocks were not loaded while it waited: %+v", e.KV().Stats().Disk)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if st.QueueTime() != 0 {
+		t.Fatal("a was admitted before its blocks were loaded: the test shows nothing")
+	}
+	drive()
+	if u := st.Usage(); u.CachedTokens != 96 {
+		t.Fatalf("a reported %d cached tokens, want 96", u.CachedTokens)
+	}
+}

@@ -665,6 +665,7 @@ func (e *Engine) enqueue(r *request) {
 	if r.procs != nil {
 		s.proc = r.procs[0]
 	}
+	e.prefetch(s)
 	e.insertWaiting(s)
 }
 

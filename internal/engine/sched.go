@@ -202,6 +202,21 @@ func (e *Engine) awaitDisk(s *seqState, chain []kv.Hash) bool {
 	return true
 }
 
+// prefetch starts bringing a newly queued request's prompt blocks up from
+// disk, so that they are in memory by the time it reaches the front of
+// the queue rather than when it gets there.
+func (e *Engine) prefetch(s *seqState) {
+	if !e.kv.HasDisk() || e.cfg.DisablePrefixCache || e.cfg.Contiguous {
+		return
+	}
+	bs := e.cfg.BlockSize
+	salt := e.salt(s.req.Scope)
+	hashes := kv.NewHasher([]byte(e.cfg.ModelID)).Chain(nil, salt, s.tokens[:(len(s.tokens)-1)/bs*bs], bs)
+	if e.kv.Fetch(salt, hashes, e.wakeUp) > 0 {
+		s.fetching = e.clock.Now()
+	}
+}
+
 // maxDiskWait bounds how long a request waits for its blocks from disk.
 const maxDiskWait = 2 * time.Second
 
