@@ -193,6 +193,7 @@ func newSimReplayCmd() *cobra.Command {
 	var (
 		tracePath, profilePath string
 		kvTokens, hostTokens   int64
+		diskTokens             int64
 		limit                  int
 		stretch                float64
 		maxBatchTokens         int
@@ -237,7 +238,7 @@ arrivals (a CPU model cannot keep up with a GPU cluster's trace; stretch it, or 
 				trace = trace[:limit]
 			}
 			res, err := replayTrace(cmd.Context(), trace, replaySettings{profilePath: profilePath, kvTokens: kvTokens,
-				hostTokens: hostTokens, stretch: stretch, maxBatchTokens: maxBatchTokens, maxRunning: maxRunning, lru: eviction == "lru"})
+				hostTokens: hostTokens, diskTokens: diskTokens, stretch: stretch, maxBatchTokens: maxBatchTokens, maxRunning: maxRunning, lru: eviction == "lru"})
 			if err != nil {
 				return err
 			}
@@ -260,6 +261,7 @@ arrivals (a CPU model cannot keep up with a GPU cluster's trace; stretch it, or 
 	f.StringVar(&profilePath, "sim-profile", "", "cost profile from kvserve sim calibrate (default: the built-in one)")
 	f.Int64Var(&kvTokens, "kv-tokens", 1_000_000, "KV pool size in tokens")
 	f.Int64Var(&hostTokens, "kv-host-tokens", 0, "host-memory tier (G2) size in tokens (0: none)")
+	f.Int64Var(&diskTokens, "kv-disk-tokens", 0, "disk tier (G3) size in tokens, bookkeeping only (0: none)")
 	f.IntVar(&limit, "limit", 0, "replay only the first N requests (0: all)")
 	f.Float64Var(&stretch, "stretch", 1, "multiply the gaps between arrivals by this")
 	f.IntVar(&maxBatchTokens, "max-batch-tokens", 0, "tokens per pass (default: the profile's)")
@@ -273,6 +275,7 @@ arrivals (a CPU model cannot keep up with a GPU cluster's trace; stretch it, or 
 type replaySettings struct {
 	profilePath          string
 	kvTokens, hostTokens int64
+	diskTokens           int64 // G3, index-only in the simulator
 	stretch              float64
 	maxBatchTokens       int
 	maxRunning           int
@@ -304,8 +307,9 @@ func replayTrace(ctx context.Context, trace []sim.TraceRequest, o replaySettings
 	}
 	perToken := int64(2 * shape.Layers * shape.KVDim * shape.KVType.RowBytes(1))
 	e, _, err := sim.NewEngine(&p, sim.Options{Clock: clock, Vocab: vocab, EndOfGeneration: -1}, engine.Config{
-		KVMemoryBytes: o.kvTokens * perToken, KVHostMemoryBytes: o.hostTokens * perToken, MaxBatchTokens: o.maxBatchTokens,
-		MaxRunning: o.maxRunning, MaxWaiting: len(trace) + 1, LRUEviction: o.lru,
+		KVMemoryBytes: o.kvTokens * perToken, KVHostMemoryBytes: o.hostTokens * perToken, KVDiskBytes: o.diskTokens * perToken,
+		MaxBatchTokens: o.maxBatchTokens,
+		MaxRunning:     o.maxRunning, MaxWaiting: len(trace) + 1, LRUEviction: o.lru,
 	})
 	if err != nil {
 		return replayResult{}, fmt.Errorf("replay: %w", err)
@@ -323,7 +327,9 @@ func replayTrace(ctx context.Context, trace []sim.TraceRequest, o replaySettings
 	wall := time.Since(start)
 	s := sim.Summarize(outs)
 	virtual := clock.Since()
+	kvs, bs := e.KV().Stats(), int64(e.Config().BlockSize)
 	return replayResult{Profile: p.Model, KVTokens: e.KV().NumBlocks() * e.Config().BlockSize,
+		HostHitTokens: kvs.Host.Onboarded * bs, DiskHitTokens: kvs.Disk.Hits * bs,
 		Requests: s.Requests, Failed: s.Failed, HitRate: s.HitRate,
 		PromptTokens: s.PromptTokens, CachedTokens: s.CachedTokens, OutputTokens: s.OutputTokens,
 		TTFTp50: ms(s.TTFTp50), TTFTp90: ms(s.TTFTp90), TTFTp99: ms(s.TTFTp99), E2Ep50: ms(s.E2Ep50),
@@ -340,14 +346,18 @@ type replayResult struct {
 	HitRate      float64 `json:"hit_rate"`
 	PromptTokens int64   `json:"prompt_tokens"`
 	CachedTokens int64   `json:"cached_tokens"`
-	OutputTokens int64   `json:"output_tokens"`
-	TTFTp50      float64 `json:"ttft_p50_ms"`
-	TTFTp90      float64 `json:"ttft_p90_ms"`
-	TTFTp99      float64 `json:"ttft_p99_ms"`
-	E2Ep50       float64 `json:"e2e_p50_ms"`
-	VirtualS     float64 `json:"virtual_s"`
-	WallS        float64 `json:"wall_s"`
-	Speedup      float64 `json:"speedup"`
+	// HostHitTokens and DiskHitTokens were onboarded from G2 and G3 (every
+	// admission, a preempted request's again included).
+	HostHitTokens int64   `json:"g2_hit_tokens"`
+	DiskHitTokens int64   `json:"g3_hit_tokens"`
+	OutputTokens  int64   `json:"output_tokens"`
+	TTFTp50       float64 `json:"ttft_p50_ms"`
+	TTFTp90       float64 `json:"ttft_p90_ms"`
+	TTFTp99       float64 `json:"ttft_p99_ms"`
+	E2Ep50        float64 `json:"e2e_p50_ms"`
+	VirtualS      float64 `json:"virtual_s"`
+	WallS         float64 `json:"wall_s"`
+	Speedup       float64 `json:"speedup"`
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

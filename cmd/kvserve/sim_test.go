@@ -46,6 +46,18 @@ func TestSimCalibrateAndReplay(t *testing.T) {
 	if res.Requests != 40 || res.Failed != 0 || res.HitRate <= 0 || res.TTFTp50 <= 0 || res.Speedup <= 1 {
 		t.Fatalf("replay %+v", res)
 	}
+	// A pool too small for the trace's reuse, then the same with a disk
+	// tier below it: G3's hits are hits.
+	small := run("sim", "replay", "--trace", trace, "--sim-profile", profile, "--limit", "200", "--kv-tokens", "80000", "--json")
+	tiered := run("sim", "replay", "--trace", trace, "--sim-profile", profile, "--limit", "200", "--kv-tokens", "80000",
+		"--kv-disk-tokens", "2000000", "--json")
+	var s, g3 replayResult
+	if json.Unmarshal([]byte(small), &s) != nil || json.Unmarshal([]byte(tiered), &g3) != nil {
+		t.Fatalf("%s\n%s", small, tiered)
+	}
+	if g3.DiskHitTokens == 0 || g3.HitRate <= s.HitRate || s.DiskHitTokens != 0 {
+		t.Fatalf("small pool: %+v\nwith G3: %+v", s, g3)
+	}
 	for _, bad := range [][]string{
 		{"sim", "replay", "--trace", filepath.Join(dir, "missing.jsonl")},
 		{"sim", "replay", "--trace", trace, "--stretch", "0"},

@@ -23,6 +23,7 @@ func (p *Pool) openDisk() error {
 	staging := min(int64(p.blockBytes)*int64(c.NumBlocks), c.DiskBytes, 1<<30)
 	d, err := diskstore.Open(diskstore.Config{
 		Dir: c.DiskDir, Budget: c.DiskBytes, Staging: staging, Logger: c.Logger,
+		IndexOnly: c.NoStorage, BlockBytes: int64(p.blockBytes),
 		Events: func(stored bool, class uint8, hashes []diskstore.Hash) {
 			if c.Events == nil {
 				return
@@ -59,11 +60,11 @@ func (p *Pool) spillLocked(victims []*hostEntry) {
 // toDiskLocked queues a block for G3 and reports whether G3 took data
 // (copied first when clone is set, as for a pool block about to be reused).
 func (p *Pool) toDiskLocked(h Hash, c Class, owner uint32, data []byte, clone bool) bool {
-	if p.disk == nil || data == nil {
+	if p.disk == nil {
 		return false
 	}
 	b := diskstore.Block{Hash: h, Scope: p.scopes[owner], Class: uint8(min(c, diskstore.NumClasses-1))}
-	if p.disk.Has(h) {
+	if p.disk.Has(h) || data == nil { // known already, or a pool without storage (the disk tier is index-only)
 		p.disk.Put(b) // marks it used
 		return false
 	}

@@ -132,7 +132,8 @@ type Config struct {
 	// memory are written, encrypted per scope, under DiskDir up to
 	// DiskBytes, and found again by later prefix matches and by the next
 	// process that opens the directory (0: no G3). Close the pool to
-	// write what memory holds and release the directory.
+	// write what memory holds and release the directory. With NoStorage
+	// G3 keeps its bookkeeping only (no directory).
 	DiskDir   string
 	DiskBytes int64
 	// Logger receives the tiers' failures (default: discard).
@@ -305,9 +306,6 @@ func NewPool(cfg Config) (*Pool, error) {
 		p.slab = make([]byte, total)
 	}
 	if c.DiskBytes > 0 {
-		if c.NoStorage {
-			return nil, errors.New("kv: a disk tier needs a pool with storage")
-		}
 		if err := p.openDisk(); err != nil {
 			return nil, fmt.Errorf("kv: disk tier: %w", err)
 		}

@@ -76,6 +76,12 @@ type Config struct {
 	// WriteFile writes a file image atomically (default: a temporary file
 	// renamed into place). Tests replace it to act as a full disk.
 	WriteFile func(path string, data []byte) error
+	// IndexOnly keeps the bookkeeping without the data or any file (for
+	// the simulator, whose blocks hold nothing): a block put is indexed at
+	// once as BlockBytes large, and one indexed is at hand at once. Dir,
+	// keys and the writer are not used.
+	IndexOnly  bool
+	BlockBytes int64
 }
 
 // Stats counts the store's contents and traffic.
@@ -141,6 +147,9 @@ type Store struct {
 // it holds, and starts its writer. Only one process may have a directory
 // open at a time.
 func Open(cfg Config) (*Store, error) {
+	if cfg.IndexOnly {
+		return openIndexOnly(cfg)
+	}
 	if cfg.Dir == "" {
 		return nil, errors.New("diskstore: no directory")
 	}
@@ -351,6 +360,9 @@ func (s *Store) Has(h Hash) bool {
 // only marked used. With the queue full, the lowest-class block waiting —
 // the oldest of that class — is dropped, or b itself when none is lower.
 func (s *Store) Put(b Block) bool {
+	if s.cfg.IndexOnly {
+		return s.putIndexOnly(b)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closing || b.Class >= NumClasses {
@@ -533,7 +545,9 @@ func (s *Store) removeFiles(es []*entry) {
 	}
 	hashes := make([]Hash, len(es))
 	for i, e := range es {
-		os.Remove(s.blockPath(e.hash))
+		if !s.cfg.IndexOnly {
+			os.Remove(s.blockPath(e.hash))
+		}
 		hashes[i] = e.hash
 	}
 	if s.cfg.Events != nil {
@@ -548,6 +562,9 @@ func (s *Store) removeFiles(es []*entry) {
 // an earlier Fetch); 0 means every block the store holds can be taken now
 // and done will not be called. At most the staging budget is loaded.
 func (s *Store) Fetch(scope Hash, chain []Hash, done func()) int {
+	if s.cfg.IndexOnly {
+		return 0
+	}
 	s.mu.Lock()
 	var load []Hash
 	inflight, room := 0, s.stagingLimit()-s.stageBytes
@@ -691,6 +708,12 @@ func (s *Store) Take(scope, h Hash) (data []byte, class uint8, ok bool) {
 		s.stats.Hits++
 		return b.Data, b.Class, true
 	}
+	if el, found := s.entries[h]; found && s.cfg.IndexOnly && el.Value.(*entry).scope == scope {
+		e := el.Value.(*entry)
+		s.lists[e.class].MoveToBack(el)
+		s.stats.Hits++
+		return nil, e.class, true
+	}
 	return nil, 0, false
 }
 
@@ -726,7 +749,10 @@ func (s *Store) ForgetScope(scope Hash) error {
 		s.unindexLocked(e.hash)
 	}
 	s.mu.Unlock()
-	err := os.Remove(s.saltPath(scope))
+	var err error
+	if !s.cfg.IndexOnly {
+		err = os.Remove(s.saltPath(scope))
+	}
 	if errors.Is(err, fs.ErrNotExist) {
 		err = nil
 	}
@@ -757,6 +783,9 @@ func (s *Store) Close(ctx context.Context) error {
 	}
 	s.closing = true
 	s.mu.Unlock()
+	if s.cfg.IndexOnly {
+		return nil
+	}
 	select {
 	case s.wake <- struct{}{}:
 	default:
@@ -779,6 +808,45 @@ func (s *Store) Close(ctx context.Context) error {
 	s.loaders.Wait()
 	s.unlock()
 	return err
+}
+
+// openIndexOnly is Open for a store that keeps no data.
+func openIndexOnly(cfg Config) (*Store, error) {
+	if cfg.Budget <= 0 || cfg.BlockBytes <= 0 {
+		return nil, fmt.Errorf("diskstore: budget %d bytes for blocks of %d", cfg.Budget, cfg.BlockBytes)
+	}
+	s := &Store{cfg: cfg, entries: map[Hash]*list.Element{}, queued: map[Hash]*Block{}, stage: map[Hash]*staged{},
+		stageOrder: list.New(), loading: map[Hash]bool{}, aeads: map[Hash]cipher.AEAD{}, unlock: func() {}}
+	for c := range s.lists {
+		s.lists[c] = list.New()
+	}
+	return s, nil
+}
+
+// putIndexOnly indexes a block at once, as if written.
+func (s *Store) putIndexOnly(b Block) bool {
+	s.mu.Lock()
+	if el, ok := s.entries[b.Hash]; ok {
+		s.lists[el.Value.(*entry).class].MoveToBack(el)
+		s.mu.Unlock()
+		return true
+	}
+	size := s.cfg.BlockBytes
+	if s.closing || b.Class >= NumClasses || !s.roomLocked(size, b.Class) {
+		s.stats.Dropped++
+		s.mu.Unlock()
+		return false
+	}
+	s.entries[b.Hash] = s.lists[b.Class].PushBack(&entry{hash: b.Hash, scope: b.Scope, class: b.Class, size: size})
+	s.used += size
+	s.stats.Written++
+	removed := s.evictLocked(0, NumClasses)
+	s.mu.Unlock()
+	if s.cfg.Events != nil {
+		s.cfg.Events(true, b.Class, []Hash{b.Hash})
+	}
+	s.removeFiles(removed)
+	return true
 }
 
 // writeAtomic writes data to path by way of a temporary file in tmp.

@@ -431,3 +431,34 @@ func BenchmarkFetch(b *testing.B) {
 		}
 	}
 }
+
+// TestIndexOnly: the simulator's store keeps the bookkeeping — budget,
+// classes, scopes — and touches no file.
+func TestIndexOnly(t *testing.T) {
+	s, err := Open(Config{IndexOnly: true, BlockBytes: 100, Budget: 250})
+	if err != nil {
+		t.Fatal(err)
+	}
+	scope := hashOf("t")
+	s.Put(Block{Hash: hashOf("a"), Scope: scope, Class: 2})
+	s.Put(Block{Hash: hashOf("b"), Scope: scope, Class: 3})
+	s.Put(Block{Hash: hashOf("c"), Scope: scope, Class: 2}) // evicts a
+	if s.Has(hashOf("a")) || !s.Has(hashOf("b")) || !s.Has(hashOf("c")) {
+		t.Fatal("index-only eviction")
+	}
+	if s.Fetch(scope, []Hash{hashOf("b")}, func() { t.Error("done called") }) != 0 {
+		t.Fatal("an index-only fetch has something to wait for")
+	}
+	if data, c, ok := s.Take(scope, hashOf("b")); !ok || data != nil || c != 3 {
+		t.Fatalf("take: %v %d %v", data, c, ok)
+	}
+	if _, _, ok := s.Take(hashOf("other"), hashOf("b")); ok {
+		t.Fatal("another scope took a block")
+	}
+	if err := s.ForgetScope(scope); err != nil || s.Has(hashOf("b")) {
+		t.Fatalf("forget: %v", err)
+	}
+	if err := s.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
