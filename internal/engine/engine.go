@@ -394,6 +394,13 @@ func (e *Engine) Close() {
 // the disk tier.
 const diskFlushTimeout = 30 * time.Second
 
+// ForgetScope drops every cached block of scope (a deleted tenant) from
+// every tier, destroying its disk key. Requests of the scope still running
+// keep their blocks until they end, then free them.
+func (e *Engine) ForgetScope(scope string) error {
+	return e.kv.ForgetScope(e.salt(scope))
+}
+
 // KV returns the engine's block pool (for metrics and tests).
 func (e *Engine) KV() *kv.Pool { return e.kv }
 

@@ -156,3 +156,45 @@ func (p *Pool) Close(ctx context.Context) error {
 	}
 	return err
 }
+
+// ForgetScope drops every block of a scope (a deleted tenant) from every
+// tier: cached pool blocks are freed, ones in use lose their hash (freed
+// when released), G2's copies are dropped, and G3 destroys the scope's key
+// with its files (crypto-shredding).
+func (p *Pool) ForgetScope(scope Hash) error {
+	p.mu.Lock()
+	if o, ok := p.owners[scope]; ok {
+		for i := range p.meta {
+			id, m := BlockID(i), &p.meta[i]
+			if !m.hashed || m.owner != o {
+				continue
+			}
+			if m.refs == 0 {
+				p.evictor.Remove(id)
+				p.unindexLocked(id)
+				p.free = append(p.free, id)
+				continue
+			}
+			p.unindexLocked(id)
+		}
+		if p.host != nil {
+			var gone []Hash
+			for h, el := range p.host.byHash {
+				if e := el.Value.(*hostEntry); e.owner == o {
+					gone = append(gone, h)
+				}
+			}
+			for _, h := range gone {
+				p.host.remove(h)
+			}
+			if len(gone) > 0 && p.cfg.Events != nil {
+				p.cfg.Events.Publish(Event{Kind: BlockRemoved, Tier: TierHost, Hashes: gone, BlockSize: p.cfg.BlockSize})
+			}
+		}
+	}
+	p.mu.Unlock()
+	if p.disk != nil {
+		return p.disk.ForgetScope(scope)
+	}
+	return nil
+}

@@ -156,3 +156,59 @@ func TestDiskTierCorruptBlock(t *testing.T) {
 		t.Fatalf("corrupt count %d, want 1", st.Corrupt)
 	}
 }
+
+// TestForgetScope: a forgotten scope's blocks are gone from every tier,
+// in use or not; another scope's stay.
+func TestForgetScope(t *testing.T) {
+	p := diskPool(t, 12, 2, t.TempDir())
+	gone, kept := Hash{1}, Hash{2}
+	run := func(scope Hash, tokens []int32) *Sequence {
+		s := p.NewSequence(scope, nil)
+		hit := s.MatchPrefix(tokens)
+		if err := extend(s, tokens[hit:]); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	// Spread both scopes over G1, G2 and G3, and keep one of gone's in use.
+	for i := range 4 {
+		run(gone, seqTokens(int32(100*i), 17)).Release()
+		run(kept, seqTokens(int32(100*i), 17)).Release()
+	}
+	written(t, p)
+	active := run(gone, seqTokens(1000, 17))
+	if err := p.ForgetScope(gone); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.CheckInvariants(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		tokens := seqTokens(int32(100*i), 17)
+		if n := fetchWait(t, p, gone, tokens); n != 0 {
+			t.Fatalf("prompt %d: %d blocks of a forgotten scope on disk", i, n)
+		}
+		s := p.NewSequence(gone, nil)
+		if hit := s.MatchPrefix(tokens); hit != 0 {
+			t.Fatalf("prompt %d: a forgotten scope hit %d tokens", i, hit)
+		}
+		s.Release()
+	}
+	active.Release()
+	if err := p.CheckInvariants(); err != nil {
+		t.Fatal(err)
+	}
+	s := p.NewSequence(gone, nil)
+	if hit := s.MatchPrefix(seqTokens(1000, 17)); hit != 0 {
+		t.Fatalf("a forgotten block in use at the time was cached: %d tokens", hit)
+	}
+	s.Release()
+	// The other scope still finds its last prompt, from some tier.
+	fetchWait(t, p, kept, seqTokens(300, 17))
+	k := p.NewSequence(kept, nil)
+	if hit := k.MatchPrefix(seqTokens(300, 17)); hit != 16 {
+		t.Fatalf("the kept scope hit %d tokens, want 16", hit)
+	}
+	checkContent(t, k)
+	k.Release()
+}
