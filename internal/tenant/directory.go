@@ -314,7 +314,22 @@ func (d *Directory) DeleteTenant(ctx context.Context, by Actor, name string) ([]
 		}
 		return tx.Delete(KindTenants, t.ID)
 	})
-	return revoked, d.record(ctx, by, "tenant.delete", "tenants/"+name, err)
+	if err = d.record(ctx, by, "tenant.delete", "tenants/"+name, err); err != nil {
+		return nil, err
+	}
+	// Each revoked key gets its own record, so that a key's history is
+	// complete under its own name.
+	var errs []error
+	for _, id := range revoked {
+		e := audit.Entry{Principal: by.Principal, Tenant: by.Tenant, Action: "key.revoke", Resource: "keys/" + id,
+			Outcome: audit.OK, Reason: "its tenant " + name + " was deleted"}
+		if d.audit != nil {
+			if _, err := d.audit.Append(ctx, e); err != nil {
+				errs = append(errs, fmt.Errorf("tenant: key %s was revoked but could not be audited: %w", id, err))
+			}
+		}
+	}
+	return revoked, errors.Join(errs...)
 }
 
 // KeySpec describes a key to create.

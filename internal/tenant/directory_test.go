@@ -224,6 +224,15 @@ func TestDeleteTenantRevokesKeys(t *testing.T) {
 	if g, _ := e.d.Grants(ctx, acme.ID, "cachedContents/c1"); len(g) != 0 {
 		t.Fatalf("bindings of a deleted tenant: %v", g)
 	}
+	var revokes int
+	for _, a := range e.actions(t) {
+		if strings.HasPrefix(a, "key.revoke keys/") {
+			revokes++
+		}
+	}
+	if revokes != 2 {
+		t.Fatalf("%d key.revoke records, want one per revoked key: %q", revokes, e.actions(t))
+	}
 	if _, err := e.d.DeleteTenant(ctx, by, "acme"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("second delete: %v", err)
 	}
