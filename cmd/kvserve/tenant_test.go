@@ -397,3 +397,56 @@ func TestStoreKeysAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestServeStoreKeys runs `kvserve serve` on a data directory holding a
+// tenant's keys: a stored key is accepted, /metrics is refused to a
+// developer, and a key revoked with `kvserve key revoke` while the server
+// runs is refused from its next use. The audit chain the two wrote into
+// verifies afterwards.
+func TestServeStoreKeys(t *testing.T) {
+	dir := t.TempDir()
+	run(t, dir, "tenant", "create", "acme")
+	out, _ := run(t, dir, "key", "create", "--tenant", "acme", "--role", "developer")
+	secret := strings.TrimSpace(out)
+	id, _ := tenant.ParseKey(secret)
+	s := startServe(t, "--model", apitest.ModelFile(t), "--addr", "127.0.0.1:0", "--data-dir", dir,
+		"--kv-cache-memory", "16MiB", "--threads", "1")
+	base, model := s.base, s.model
+
+	call := func(method, path, body string) (int, string) {
+		req, err := http.NewRequest(method, base+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+secret)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		data, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(data)
+	}
+	chat := `{"model":"` + model + `","messages":[{"role":"user","content":"hi"}],"max_tokens":2}`
+	if status, body := call("POST", "/v1/chat/completions", chat); status != 200 {
+		t.Fatalf("stored key: %d %s", status, body)
+	}
+	if status, body := call("GET", "/metrics", ""); status != 403 {
+		t.Fatalf("/metrics for a developer: %d %.200s", status, body)
+	}
+	run(t, dir, "key", "revoke", id)
+	if status, body := call("POST", "/v1/chat/completions", chat); status != 401 || !strings.Contains(body, "API key revoked") {
+		t.Fatalf("revoked key: %d %s", status, body)
+	}
+	if err := s.stop(); err != nil {
+		t.Fatal(err)
+	}
+	out, _ = run(t, dir, "audit", "verify")
+	if !strings.Contains(out, "5 records, chain intact") {
+		t.Fatalf("audit verify: %s", out)
+	}
+	out, _ = run(t, dir, "audit", "tail", "-n", "1")
+	if !strings.Contains(out, "API key revoked") || !strings.Contains(out, "keys/"+id) {
+		t.Fatalf("last audit record:\n%s", out)
+	}
+}
