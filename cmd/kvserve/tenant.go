@@ -82,8 +82,8 @@ func newTenantCmd() *cobra.Command {
 		Short: "Delete a tenant and revoke its keys",
 		Long: `Deletes the tenant and revokes all its keys in one change. The revoked keys stay
 listed (kvserve key list) so audit records can still name them. The tenant's other
-resources (context caches, KV kept on disk) are removed by the parts of the server
-that own them.`,
+resources (KV kept on disk, later context caches) are not removed by this command:
+they belong to the parts of the server that own them.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withState(dataDir, func(st *state) error {

@@ -271,10 +271,10 @@ func (d *Directory) Tenants(ctx context.Context) ([]Tenant, error) {
 
 // DeleteTenant deletes the tenant called name, revokes its keys and drops
 // its bindings, in one transaction, and returns the ids of the keys it
-// revoked. The tenant's other resources (context caches, KV blocks kept on
-// disk) belong to the packages that own them, which delete them when they
-// next see a scope whose tenant is gone; the revoked keys stay listed, so
-// the audit trail can still name them.
+// revoked. The revoked keys stay listed, so the audit trail can still name
+// them. The tenant's other resources (context caches, KV blocks on disk
+// and their per-tenant key) belong to the packages that own them, and
+// deleting those is theirs to do; nothing calls them from here yet.
 func (d *Directory) DeleteTenant(ctx context.Context, by Actor, name string) ([]string, error) {
 	var revoked []string
 	err := d.store.Update(ctx, func(tx Tx) error {
