@@ -76,8 +76,10 @@ var _ api.KeyVerifier = storeKeys{}
 // revoked keys are 401s with the store's message.
 func (s storeKeys) Verify(ctx context.Context, key string) (api.Principal, error) {
 	p, err := s.d.VerifyKey(ctx, key)
-	ap := api.Principal{Tenant: p.Tenant, Name: p.Name, Role: string(p.Role), KeyID: p.KeyID, Models: p.Models,
-		Admin: p.Role.Has(tenant.Admin)}
+	ap := api.Principal{Tenant: p.Tenant, Name: p.Name, Role: string(p.Role), KeyID: p.KeyID, Models: p.Models}
+	for _, perm := range p.Role.Permissions() {
+		ap.Permissions = append(ap.Permissions, string(perm))
+	}
 	switch {
 	case err == nil:
 		return ap, nil

@@ -263,6 +263,7 @@ func TestStoreKeysAPI(t *testing.T) {
 	revoked, revokedID := newKey(tenant.RoleUser, 0)
 	expiring, expiringID := newKey(tenant.RoleUser, time.Hour)
 	otherModel, _ := newKey(tenant.RoleUser, 0, "other-model")
+	viewer, _ := newKey(tenant.RoleViewer, 0)
 	if _, err := d.RevokeKey(ctx, by, revokedID); err != nil {
 		t.Fatal(err)
 	}
@@ -316,6 +317,7 @@ func TestStoreKeysAPI(t *testing.T) {
 			{"expired", expiring, 401, "API key expired"},
 			{"unknown", "kvs_000000000000_" + strings.Repeat("0", 64), 401, "invalid API key"},
 			{"model not allowed", otherModel, 403, "may not use the model"},
+			{"viewer", viewer, 403, "may not generate"},
 		}
 		for _, tt := range tests {
 			t.Run(dl.name+"/"+tt.name, func(t *testing.T) {
@@ -379,7 +381,8 @@ func TestStoreKeysAPI(t *testing.T) {
 		"auth keys/" + revokedID + " API key revoked",
 		"auth keys/" + expiringID + " API key expired",
 		"auth keys/000000000000 invalid API key",
-		"models.use models/tiny-chat",
+		"models.use models/tiny-chat this API key may not use",
+		"models.use models/tiny-chat this API key's role \"viewer\" may not generate",
 		"admin GET /metrics",
 		"auth GET /metrics missing API key",
 	} {
@@ -448,5 +451,13 @@ func TestServeStoreKeys(t *testing.T) {
 	out, _ = run(t, dir, "audit", "tail", "-n", "1")
 	if !strings.Contains(out, "API key revoked") || !strings.Contains(out, "keys/"+id) {
 		t.Fatalf("last audit record:\n%s", out)
+	}
+}
+
+// TestPermissionNames: the permissions the API server checks are named as
+// in the tenant store's table.
+func TestPermissionNames(t *testing.T) {
+	if api.PermissionModelsUse != string(tenant.ModelsUse) || api.PermissionAdmin != string(tenant.Admin) {
+		t.Fatalf("api checks %q and %q; the store names %q and %q", api.PermissionModelsUse, api.PermissionAdmin, tenant.ModelsUse, tenant.Admin)
 	}
 }

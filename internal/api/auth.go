@@ -50,10 +50,18 @@ type Principal struct {
 	KeyID string
 	// Models, when not empty, lists the only models the key may use.
 	Models []string
-	// Admin reports whether the role grants the admin permission: reading
-	// /metrics.
-	Admin bool
+	// Permissions are what the role grants, by the tenant store's names;
+	// this package checks PermissionModelsUse and PermissionAdmin.
+	Permissions []string
 }
+
+// The permissions the server checks (named as in the tenant store).
+const (
+	// PermissionModelsUse: generating with a model.
+	PermissionModelsUse = "models.use"
+	// PermissionAdmin: operating the server (/metrics).
+	PermissionAdmin = "admin"
+)
 
 // KeyVerifier checks keys kept outside the configuration (the tenant
 // store, in cmd/kvserve). Verify returns the principal of a key, or an
@@ -104,10 +112,13 @@ func newKeyring(keys []APIKey, verifier KeyVerifier) (*keyring, error) {
 		}
 		// Named by a prefix of its digest: enough to tell configured keys
 		// apart in audit records, useless for finding the key.
+		// Configured keys carry the permissions this package checks; the
+		// full role table is the tenant store's.
 		e.principal = Principal{Tenant: k.Tenant, Name: "config-key-" + hex.EncodeToString(e.digest[:4]),
-			Role: "developer", Models: slices.Clone(k.Models)}
+			Role: "developer", Models: slices.Clone(k.Models), Permissions: []string{PermissionModelsUse}}
 		if k.Tenant == "" {
-			e.principal.Role, e.principal.Admin = "admin", true
+			e.principal.Role = "admin"
+			e.principal.Permissions = append(e.principal.Permissions, PermissionAdmin)
 		}
 		kr.keys = append(kr.keys, e)
 	}
@@ -164,15 +175,23 @@ type Identity struct {
 	KeyID string
 	// models restricts the usable models (nil: all).
 	models map[string]bool
-	// admin: the key may read /metrics.
-	admin bool
+	// perms are the key's permissions; open: no key, everything allowed.
+	perms map[string]bool
+	open  bool
 }
 
 // Allows reports whether the identity may use model id.
 func (id Identity) Allows(model string) bool { return id.models == nil || id.models[model] }
 
+// Has reports whether the identity holds permission p (every permission on
+// an open server).
+func (id Identity) Has(p string) bool { return id.open || id.perms[p] }
+
 func identityOf(p Principal) Identity {
-	id := Identity{Tenant: p.Tenant, Principal: p.Name, Role: p.Role, KeyID: p.KeyID, admin: p.Admin}
+	id := Identity{Tenant: p.Tenant, Principal: p.Name, Role: p.Role, KeyID: p.KeyID, perms: map[string]bool{}}
+	for _, perm := range p.Permissions {
+		id.perms[perm] = true
+	}
 	if len(p.Models) > 0 {
 		id.models = map[string]bool{}
 		for _, m := range p.Models {
@@ -186,7 +205,7 @@ func identityOf(p Principal) Identity {
 // principal known of the key (for the audit record).
 func (kr *keyring) authenticate(r *http.Request) (Identity, Principal, *Error) {
 	if kr.open() {
-		return Identity{}, Principal{}, nil
+		return Identity{open: true}, Principal{}, nil
 	}
 	key := presentedKey(r)
 	if key == "" {

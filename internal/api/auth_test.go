@@ -65,7 +65,7 @@ func TestMetricsAuth(t *testing.T) {
 	s, err := New(Config{
 		APIKeys: []APIKey{{Key: "sk-operator"}, {Key: "sk-team", Tenant: "t1"}},
 		Keys: fakeKeys{
-			"kvs-admin":   {p: Principal{Tenant: "tn_a", Name: "ann", Role: "admin", Admin: true}},
+			"kvs-admin":   {p: Principal{Tenant: "tn_a", Name: "ann", Role: "admin", Permissions: []string{PermissionAdmin}}},
 			"kvs-user":    {p: Principal{Tenant: "tn_a", Name: "uma", Role: "user", KeyID: "u1"}},
 			"kvs-revoked": {p: Principal{Tenant: "tn_a", KeyID: "r1"}, err: Errorf(CodeUnauthorized, "API key revoked")},
 			"kvs-broken":  {err: errors.New("disk on fire")},
@@ -150,9 +150,18 @@ func TestConfiguredKeyRoles(t *testing.T) {
 		r := httptest.NewRequest("GET", "/", nil)
 		r.Header.Set("X-Api-Key", tt.key)
 		id, _, e := kr.authenticate(r)
-		if e != nil || id.Tenant != tt.tenant || id.Role != tt.role || id.admin != tt.admin || id.Allows("x") != tt.allowsX ||
+		if e != nil || id.Tenant != tt.tenant || id.Role != tt.role || id.Has(PermissionAdmin) != tt.admin ||
+			!id.Has(PermissionModelsUse) || id.Allows("x") != tt.allowsX ||
 			!strings.HasPrefix(id.Principal, "config-key-") {
 			t.Errorf("%s: %+v %v", tt.key, id, e)
 		}
+	}
+}
+
+func TestOpenIdentity(t *testing.T) {
+	kr, _ := newKeyring(nil, nil)
+	id, _, e := kr.authenticate(httptest.NewRequest("GET", "/", nil))
+	if e != nil || !id.Has(PermissionAdmin) || !id.Has(PermissionModelsUse) || !id.Allows("any") {
+		t.Fatalf("open server identity %+v %v", id, e)
 	}
 }

@@ -319,7 +319,7 @@ func (s *Server) wrap(d Dialect, rt Route) http.Handler {
 func (s *Server) adminOnly(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id, p, err := s.keys.authenticate(r)
-		if err == nil && !s.keys.open() && !id.admin {
+		if err == nil && !id.Has(PermissionAdmin) {
 			err = Errorf(CodeForbidden, "%s needs a key with the admin role; this key's role is %q", r.URL.Path, id.Role)
 		}
 		if err != nil {
@@ -487,12 +487,17 @@ func (c *Call) Model(name string) (*Model, error) {
 			Message: fmt.Sprintf("the model %q does not exist; this server serves %q", name, m.ID)}
 	}
 	if !c.Identity.Allows(m.ID) {
-		e := &Error{Code: CodeForbidden, Param: "model", Message: fmt.Sprintf("this API key may not use the model %q", m.ID)}
-		c.server.audit(c.Context(), audit.Entry{Principal: c.Identity.Principal, Tenant: c.Identity.Tenant,
-			Action: "models.use", Resource: "models/" + m.ID, Outcome: audit.Denied, Reason: e.Message})
-		return nil, e
+		return nil, c.forbidModel(m, fmt.Sprintf("this API key may not use the model %q", m.ID))
 	}
 	return m, nil
+}
+
+// forbidModel returns the 403 of a model the caller may not use, recorded
+// in the audit log.
+func (c *Call) forbidModel(m *Model, msg string) *Error {
+	c.server.audit(c.Context(), audit.Entry{Principal: c.Identity.Principal, Tenant: c.Identity.Tenant,
+		Action: PermissionModelsUse, Resource: "models/" + m.ID, Outcome: audit.Denied, Reason: msg})
+	return &Error{Code: CodeForbidden, Param: "model", Message: msg}
 }
 
 // hasAlias reports whether name is one of m's aliases or matches one of
