@@ -129,9 +129,6 @@ SHA-256 is stored: this is the only time the key can be read. Roles:
 				return err
 			}
 			spec.Role = r
-			if spec.TTL < 0 {
-				return fmt.Errorf("--expires %s: want a positive duration", spec.TTL)
-			}
 			return withState(dataDir, func(st *state) error {
 				k, secret, err := st.dir.CreateKey(cmd.Context(), localActor(), spec)
 				if err != nil {

@@ -96,7 +96,7 @@ func TestTenantKeyAuditCommands(t *testing.T) {
 	}
 
 	out, _ = run(t, dir, "audit", "verify")
-	if !strings.Contains(out, "11 records, chain intact") {
+	if !strings.Contains(out, "12 records, chain intact") {
 		t.Fatalf("audit verify: %s", out)
 	}
 	out, _ = run(t, dir, "audit", "tail", "-n", "4")

@@ -242,6 +242,9 @@ func (d *Directory) CreateTenant(ctx context.Context, by Actor, name string) (Te
 			} else if !errors.Is(err, ErrNotFound) {
 				return err
 			}
+			if _, err := tx.Get(KindTenants, t.ID); err == nil {
+				return fmt.Errorf("tenant: tenant id %s collides; create the tenant again", t.ID)
+			}
 			return put(tx, KindTenants, t.ID, t)
 		})
 	}
@@ -341,7 +344,7 @@ type KeySpec struct {
 	Role      Role
 	// Models, when not empty, are the only models the key may use.
 	Models []string
-	// TTL, when positive, is how long the key works.
+	// TTL, when positive, is how long the key works (zero: until revoked).
 	TTL time.Duration
 }
 
@@ -361,6 +364,9 @@ func (d *Directory) CreateKey(ctx context.Context, by Actor, spec KeySpec) (Key,
 	err := validName("principal", k.Principal)
 	if _, rerr := ParseRole(string(spec.Role)); err == nil && rerr != nil {
 		err = rerr
+	}
+	if err == nil && spec.TTL < 0 {
+		err = fmt.Errorf("tenant: key lifetime %s: want a positive duration, or zero for no expiry", spec.TTL)
 	}
 	for _, m := range spec.Models {
 		if err == nil && strings.TrimSpace(m) == "" {

@@ -178,6 +178,7 @@ func TestKeys(t *testing.T) {
 		{Tenant: "acme", Role: "root"},
 		{Tenant: "acme", Role: RoleUser, Principal: "a b"},
 		{Tenant: "acme", Role: RoleUser, Models: []string{" "}},
+		{Tenant: "acme", Role: RoleUser, TTL: -time.Hour},
 	}
 	for _, s := range bad {
 		if _, _, err := e.d.CreateKey(ctx, by, s); err == nil {
