@@ -61,6 +61,7 @@ type serveOptions struct {
 	computeNice     int
 	noPrefixCache   bool
 	apiKeys         []string
+	allowOpen       bool
 	bodyLimit       byteSize
 	shutdownTimeout time.Duration
 	pprofAddr       string
@@ -97,7 +98,13 @@ dashes as underscores: KVSERVE_KV_CACHE_MEMORY=4GiB; lists comma-separated) or b
 key of the YAML file given by --config (kv-cache-memory: 4GiB; api-key: [k1, k2=team]).
 Flags win over the environment, which wins over the file, which wins over defaults.
 
-API keys: --api-key KEY or KEY=TENANT (repeatable). With none, the server is open.
+API keys come from the data directory's tenant store (kvserve tenant, kvserve key)
+and from --api-key KEY or KEY=TENANT (repeatable; a KEY without a tenant acts as
+an admin of the default tenant, KEY=TENANT as a developer of TENANT). With no key
+at all, the server is open on a loopback address; on any other address the first
+start creates an admin key and prints it once, unless --allow-unauthenticated.
+When keys exist, /metrics needs an admin key. Denied requests and every key or
+tenant change are recorded in the data directory's audit.log (kvserve audit).
 Each tenant's KV cache is isolated from every other's.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -113,7 +120,7 @@ Each tenant's KV cache is isolated from every other's.`,
 	f.StringVar(&o.modelID, "model-id", "", "model name clients use (default: the file name without .gguf)")
 	f.StringArrayVar(&o.modelAliases, "model-alias", nil, "another model name to accept, exact or a pattern like 'claude-*' or 'gpt-*' (repeatable), for clients that send their own model names")
 	f.StringVar(&o.addr, "addr", "127.0.0.1:8080", "listen address")
-	f.StringVar(&o.dataDir, "data-dir", "", "data directory: server secret, synthetic model (default $XDG_DATA_HOME/kvserve or ~/.local/share/kvserve)")
+	f.StringVar(&o.dataDir, "data-dir", "", "data directory: server secret, tenant store, audit log, synthetic model (default $XDG_DATA_HOME/kvserve or ~/.local/share/kvserve)")
 	f.StringVar(&o.configPath, "config", "", "YAML file with settings (keys are these flag names)")
 	f.Var(&o.kvMemory, "kv-cache-memory", "KV cache size, e.g. 4GiB; auto: 25% of MemAvailable, within [256MiB, 4GiB]")
 	f.Float64Var(&o.maxPinned, "kv-max-pinned", 0.5, "share of the KV cache pins may hold (retention pinned, context caches); a request that would pin more gets 429")
@@ -129,7 +136,8 @@ Each tenant's KV cache is isolated from every other's.`,
 	f.IntVarP(&o.threads, "threads", "t", 0, "compute threads (default: all cores)")
 	f.IntVar(&o.computeNice, "compute-nice", 0, "run the compute threads below normal priority so request handling waits less behind forward passes: 1-19 raise their Linux nice value, 20 puts them under SCHED_IDLE (lowest tail latency; for machines not shared with other busy processes); 0: off")
 	f.BoolVar(&o.noPrefixCache, "no-prefix-cache", false, "disable prefix caching (every prompt is computed in full)")
-	f.StringArrayVar(&o.apiKeys, "api-key", nil, "accepted API key, KEY or KEY=TENANT (repeatable; none: no authentication)")
+	f.StringArrayVar(&o.apiKeys, "api-key", nil, "accepted API key besides the tenant store's, KEY (an admin) or KEY=TENANT (a developer of TENANT) (repeatable)")
+	f.BoolVar(&o.allowOpen, "allow-unauthenticated", false, "serve with no API key when none is active, on any address (default: only on a loopback address; elsewhere the first start creates an admin key)")
 	o.bodyLimit = api.DefaultBodyLimit
 	f.Var(&o.bodyLimit, "body-limit", "largest request body")
 	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long in-flight requests may run on after SIGINT/SIGTERM")
@@ -187,6 +195,19 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
+	st, err := openState(dataDir)
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	defer st.Close()
+	plan, err := planAuth(ctx, st.dir, o.addr, len(keys), o.allowOpen, stderr)
+	if err != nil {
+		return fmt.Errorf("serve: --addr %s: %w", o.addr, err)
+	}
+	var storeVerifier api.KeyVerifier
+	if plan.useStore {
+		storeVerifier = storeKeys{st.dir}
+	}
 
 	if o.pprofAddr != "" {
 		dbg, err := startDebugServer(o.pprofAddr, log, stderr)
@@ -198,7 +219,8 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	srv, err := api.New(api.Config{BodyLimit: int64(o.bodyLimit), APIKeys: keys, Registry: reg, Logger: log})
+	srv, err := api.New(api.Config{BodyLimit: int64(o.bodyLimit), APIKeys: keys, Keys: storeVerifier, Audit: st.audit,
+		Registry: reg, Logger: log})
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}

@@ -57,8 +57,13 @@
 //
 // # Security
 //
-// API keys are held only as SHA-256 digests and compared in constant time;
-// each key maps to a tenant whose id becomes the engine scope, so tenants
-// never share KV blocks. Bodies are size-limited and JSON nesting is bounded
-// before decoding.
+// Configured API keys are held only as SHA-256 digests and compared in
+// constant time; stored keys (the tenant store) are checked by a
+// KeyVerifier, which the server sees only through that interface. Each key
+// maps to a tenant whose id becomes the engine scope, so tenants never
+// share KV blocks, and to a principal and role: generating wants
+// models.use, and /metrics admin once any key exists. Every refusal (a missing, unknown, expired or
+// revoked key, a model the key may not use, /metrics) is recorded in the
+// AuditLog by the key's public id, never the key. Bodies are size-limited
+// and JSON nesting is bounded before decoding.
 package api

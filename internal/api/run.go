@@ -161,6 +161,9 @@ func (c *Call) Start(req *Request) (*Run, error) {
 	if err != nil {
 		return nil, err
 	}
+	if !c.Identity.Has(PermissionModelsUse) {
+		return nil, c.forbidModel(m, "this API key's role \""+c.Identity.Role+"\" may not generate (it lacks "+PermissionModelsUse+")")
+	}
 	p, err := buildPrompt(m, req, c.fragmentScope())
 	if err != nil {
 		return nil, err

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/kvserve/kvserve/internal/audit"
 	"github.com/kvserve/kvserve/internal/chat"
 	"github.com/kvserve/kvserve/internal/engine"
 	"github.com/kvserve/kvserve/internal/tokenizer"
@@ -90,8 +91,17 @@ type Config struct {
 	// BodyLimit is the largest accepted request body in bytes (default
 	// 16 MiB).
 	BodyLimit int64
-	// APIKeys are the accepted keys; none means the server is open.
+	// APIKeys are the keys accepted from the configuration.
 	APIKeys []APIKey
+	// Keys verifies keys kept elsewhere (the tenant store). With neither
+	// APIKeys nor Keys the server is open: no key is asked for, and
+	// /metrics is public.
+	Keys KeyVerifier
+	// Audit receives a record of every denied request: a missing, unknown,
+	// expired or revoked key, a model the key may not use, /metrics
+	// refused (default: none). Records name the key by its public id,
+	// never the key.
+	Audit AuditLog
 	// Registry receives the server's metrics and serves /metrics; the
 	// engine's metrics should be registered in the same one (default: a
 	// new registry with only the server's metrics).
@@ -161,7 +171,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	kr, err := newKeyring(cfg.APIKeys)
+	kr, err := newKeyring(cfg.APIKeys, cfg.Keys)
 	if err != nil {
 		return nil, err
 	}
@@ -172,7 +182,7 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, keys: kr, mux: http.NewServeMux(), log: cfg.Logger, m: m}
 	s.mux.HandleFunc("GET /health", s.health)
 	s.mux.HandleFunc("GET /ready", s.ready)
-	s.mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{Registry: cfg.Registry}))
+	s.mux.Handle("GET /metrics", s.adminOnly(promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{Registry: cfg.Registry})))
 	s.mux.HandleFunc("/", s.notFound)
 	return s, nil
 }
@@ -289,8 +299,9 @@ func (s *Server) wrap(d Dialect, rt Route) http.Handler {
 			}
 		}()
 		if !rt.Public {
-			id, err := s.keys.authenticate(r)
+			id, p, err := s.keys.authenticate(r)
 			if err != nil {
+				s.denied(r, p, "auth", err)
 				d.WriteError(rec, r, err)
 				return
 			}
@@ -300,6 +311,71 @@ func (s *Server) wrap(d Dialect, rt Route) http.Handler {
 			c.fail(err)
 		}
 	})
+}
+
+// adminOnly guards an operator endpoint (/metrics): when keys are
+// configured, it needs a key whose role grants admin (401 without one, 403
+// with another), refused in OpenAI's error shape.
+func (s *Server) adminOnly(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id, p, err := s.keys.authenticate(r)
+		if err == nil && !id.Has(PermissionAdmin) {
+			err = Errorf(CodeForbidden, "%s needs a key with the admin role; this key's role is %q", r.URL.Path, id.Role)
+		}
+		if err != nil {
+			action := "auth"
+			if err.Code == CodeForbidden {
+				action = "admin"
+			}
+			s.denied(r, p, action, err)
+			writeOpenAIError(w, err)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// writeOpenAIError writes e in OpenAI's error shape, for endpoints outside
+// every dialect.
+func writeOpenAIError(w http.ResponseWriter, e *Error) {
+	k := e.Code.Kind()
+	obj := map[string]any{"message": e.Message, "type": k.OpenAIType, "param": nil, "code": nil}
+	if k.OpenAICode != "" {
+		obj["code"] = k.OpenAICode
+	}
+	SetErrorHeaders(w, e)
+	_ = WriteJSON(w, e.Status(), map[string]any{"error": obj})
+}
+
+// denied records a refused request: who (as far as known), the route, and
+// why. The key itself is never recorded, nor the query string (which may
+// carry it as ?key=).
+func (s *Server) denied(r *http.Request, p Principal, action string, e *Error) {
+	if e.Code == CodeInternal {
+		s.log.Error("api: checking an API key failed", "path", r.URL.Path, "err", e.Err)
+	}
+	route := r.Method + " " + r.URL.Path
+	resource := route
+	if action == "auth" && p.KeyID != "" {
+		resource = "keys/" + p.KeyID // the key is what was refused
+	}
+	outcome := audit.Denied
+	if e.Code == CodeInternal {
+		outcome = audit.Failed
+	}
+	s.audit(r.Context(), audit.Entry{Principal: p.Name, Tenant: p.Tenant, Action: action, Resource: resource,
+		Outcome: outcome, Reason: e.Message + " (" + route + ")"})
+}
+
+// audit appends e to the audit log, if any. A failure to record is logged
+// (the request was refused anyway).
+func (s *Server) audit(ctx context.Context, e audit.Entry) {
+	if s.cfg.Audit == nil {
+		return
+	}
+	if _, err := s.cfg.Audit.Append(context.WithoutCancel(ctx), e); err != nil {
+		s.log.Error("api: audit record lost", "action", e.Action, "resource", e.Resource, "err", err)
+	}
 }
 
 func statusLabel(code int) string {
@@ -411,9 +487,17 @@ func (c *Call) Model(name string) (*Model, error) {
 			Message: fmt.Sprintf("the model %q does not exist; this server serves %q", name, m.ID)}
 	}
 	if !c.Identity.Allows(m.ID) {
-		return nil, &Error{Code: CodeForbidden, Param: "model", Message: fmt.Sprintf("this API key may not use the model %q", m.ID)}
+		return nil, c.forbidModel(m, fmt.Sprintf("this API key may not use the model %q", m.ID))
 	}
 	return m, nil
+}
+
+// forbidModel returns the 403 of a model the caller may not use, recorded
+// in the audit log.
+func (c *Call) forbidModel(m *Model, msg string) *Error {
+	c.server.audit(c.Context(), audit.Entry{Principal: c.Identity.Principal, Tenant: c.Identity.Tenant,
+		Action: PermissionModelsUse, Resource: "models/" + m.ID, Outcome: audit.Denied, Reason: msg})
+	return &Error{Code: CodeForbidden, Param: "model", Message: msg}
 }
 
 // hasAlias reports whether name is one of m's aliases or matches one of
