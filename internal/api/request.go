@@ -59,6 +59,10 @@ type Request struct {
 	// Breakpoints are cache breakpoints: the prompt up to the end of a
 	// message is worth keeping for a while (Anthropic cache_control).
 	Breakpoints []Breakpoint
+
+	// prefixOnly renders the conversation without the generation prompt:
+	// a context cache's prefix, which later requests extend.
+	prefixOnly bool
 }
 
 // ToolChoiceMode says whether the model may, must or must not call tools.

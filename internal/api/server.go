@@ -18,6 +18,7 @@ import (
 
 	"github.com/kvserve/kvserve/internal/audit"
 	"github.com/kvserve/kvserve/internal/chat"
+	"github.com/kvserve/kvserve/internal/ctxcache"
 	"github.com/kvserve/kvserve/internal/engine"
 	"github.com/kvserve/kvserve/internal/tokenizer"
 )
@@ -102,6 +103,9 @@ type Config struct {
 	// refused (default: none). Records name the key by its public id,
 	// never the key.
 	Audit AuditLog
+	// Caches keeps the context-cache resources (default: none; their
+	// endpoints answer 404 and a request naming a cache is refused).
+	Caches *ctxcache.Service
 	// Registry receives the server's metrics and serves /metrics; the
 	// engine's metrics should be registered in the same one (default: a
 	// new registry with only the server's metrics).
