@@ -27,6 +27,7 @@ import (
 	"github.com/kvserve/kvserve/internal/batch"
 	"github.com/kvserve/kvserve/internal/chat"
 	"github.com/kvserve/kvserve/internal/constrain"
+	"github.com/kvserve/kvserve/internal/ctxcache"
 	"github.com/kvserve/kvserve/internal/engine"
 	"github.com/kvserve/kvserve/internal/gguf"
 	"github.com/kvserve/kvserve/internal/grammar"
@@ -69,6 +70,7 @@ type serveOptions struct {
 	simProfile      string
 	simSeed         uint64
 	recordPasses    string
+	cacheMinTokens  int
 }
 
 // syntheticShape is the shape of the model generated when no --model is
@@ -84,7 +86,7 @@ func newServeCmd() *cobra.Command {
   OpenAI     /v1/chat/completions, /v1/completions, /v1/responses, /v1/models
   Anthropic  /v1/messages, /v1/messages/count_tokens
   Gemini     /v1beta/models/{model}:generateContent, :streamGenerateContent, :countTokens,
-             /v1beta/models
+             /v1beta/models, /v1beta/cachedContents[/{id}] (also under /v1)
   operations /health, /ready, /metrics
 
 With no --model, a synthetic model with SmolLM2-135M's shape and random weights is
@@ -145,6 +147,7 @@ Each tenant's KV cache is isolated from every other's.`,
 	f.StringVar(&o.simProfile, "sim-profile", "", "with --engine sim: the cost profile from kvserve sim calibrate (default: a built-in profile measured on SmolLM2-135M Q8_0, scaled to the model's size)")
 	f.Uint64Var(&o.simSeed, "sim-seed", 0, "with --engine sim: varies the simulated output tokens")
 	f.StringVar(&o.recordPasses, "record-passes", "", "append every forward pass's shape and duration to this file as JSON lines, to fit the simulator to real traffic (kvserve sim calibrate --passes FILE)")
+	f.IntVar(&o.cacheMinTokens, "cache-min-tokens", ctxcache.DefaultMinTokens, "smallest context cache (cachedContents) in tokens: a shorter prefix is refused with 400")
 	f.StringVar(&o.pprofAddr, "pprof-addr", "", "serve Go's profiling endpoints (/debug/pprof/: CPU, block, mutex, heap, execution trace) on this separate address, e.g. 127.0.0.1:6060 (default: off)")
 	return cmd
 }
@@ -170,6 +173,9 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 	}
 	if o.engine != "sim" && (o.simProfile != "" || o.simSeed != 0) {
 		return errors.New("serve: --sim-profile and --sim-seed need --engine sim")
+	}
+	if o.cacheMinTokens < 1 {
+		return fmt.Errorf("serve: --cache-min-tokens %d: want at least 1", o.cacheMinTokens)
 	}
 	if o.computeNice < 0 || o.computeNice > 20 {
 		return fmt.Errorf("serve: --compute-nice %d: want 0 (off), 1-19 (nice) or 20 (SCHED_IDLE)", o.computeNice)
@@ -217,10 +223,18 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 		defer dbg.Close()
 	}
 
+	caches, err := newCacheService(st, o.cacheMinTokens)
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	sweepCtx, stopSweep := context.WithCancel(ctx)
+	defer stopSweep()
+	go sweepCaches(sweepCtx, caches, log)
+
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	srv, err := api.New(api.Config{BodyLimit: int64(o.bodyLimit), APIKeys: keys, Keys: storeVerifier, Audit: st.audit,
-		Registry: reg, Logger: log})
+		Caches: caches, Registry: reg, Logger: log})
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}

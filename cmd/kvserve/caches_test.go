@@ -1,0 +1,272 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kvserve/kvserve/internal/api"
+	"github.com/kvserve/kvserve/internal/api/apitest"
+	"github.com/kvserve/kvserve/internal/api/gemini"
+	"github.com/kvserve/kvserve/internal/audit"
+	"github.com/kvserve/kvserve/internal/tenant"
+)
+
+// cacheMatrixEnv is a test server over the tenant store of a temporary
+// data directory, as serve wires it: stored keys, the audit log, and the
+// context caches in the store.
+type cacheMatrixEnv struct {
+	env   *apitest.Env
+	st    *state
+	dir   string
+	keys  map[string]string // principal → key
+	alpha tenant.Tenant
+}
+
+func newCacheMatrixEnv(t *testing.T) *cacheMatrixEnv {
+	t.Helper()
+	ctx := context.Background()
+	dir := t.TempDir()
+	st, err := openState(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	m := &cacheMatrixEnv{st: st, dir: dir, keys: map[string]string{}}
+	if m.alpha, err = st.dir.CreateTenant(ctx, localActor(), "alpha"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.dir.CreateTenant(ctx, localActor(), "beta"); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []struct {
+		tenant, principal string
+		role              tenant.Role
+	}{{"alpha", "admin", tenant.RoleAdmin}, {"alpha", "developer", tenant.RoleDeveloper}, {"alpha", "user", tenant.RoleUser},
+		{"alpha", "viewer", tenant.RoleViewer}, {"beta", "beta-dev", tenant.RoleDeveloper}} {
+		_, secret, err := st.dir.CreateKey(ctx, localActor(), tenant.KeySpec{Tenant: k.tenant, Principal: k.principal, Role: k.role})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.keys[k.principal] = secret
+	}
+	caches, err := newCacheService(st, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.env = apitest.New(t, apitest.Options{Dialects: []api.Dialect{gemini.New()},
+		Config: api.Config{Keys: storeKeys{st.dir}, Audit: st.audit, Caches: caches}})
+	return m
+}
+
+// do sends a request as principal and returns the status and body.
+func (m *cacheMatrixEnv) do(t *testing.T, principal, method, path, body string) (int, []byte) {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, m.env.URL(path), rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("x-goog-api-key", m.keys[principal])
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, data
+}
+
+var matrixCacheBody = `{"model":"models/` + apitest.ModelName + `","systemInstruction":{"parts":[{"text":"` +
+	strings.Repeat("A long shared system prompt. ", 6) + `"}]},"contents":[{"parts":[{"text":"Context."}]}],"ttl":"600s"}`
+
+// create makes a cache as principal and returns its name.
+func (m *cacheMatrixEnv) create(t *testing.T, principal string) string {
+	t.Helper()
+	status, data := m.do(t, principal, "POST", "/v1beta/cachedContents", matrixCacheBody)
+	var c struct{ Name string }
+	if status != 200 || json.Unmarshal(data, &c) != nil {
+		t.Fatalf("create as %s: %d %s", principal, status, data)
+	}
+	return c.Name
+}
+
+// lastAudit returns the newest audit record.
+func (m *cacheMatrixEnv) lastAudit(t *testing.T) audit.Record {
+	t.Helper()
+	recs, err := audit.Tail(filepath.Join(m.dir, auditFile), 1)
+	if err != nil || len(recs) != 1 {
+		t.Fatalf("audit tail: %v %v", recs, err)
+	}
+	return recs[0]
+}
+
+// TestCachePermissionMatrix asserts every cell of endpoint × role × the
+// cache's relation to the caller: its own tenant's, another tenant's, or
+// its own tenant's with a binding that grants the caller cachedContents.use.
+// Each cell's expected status comes from the role table (docs/tenants.md);
+// another tenant's cache is 404 whatever the role, never 403. Every cell is
+// audited: refusals as denied, the rest as ok.
+func TestCachePermissionMatrix(t *testing.T) {
+	m := newCacheMatrixEnv(t)
+	ctx := context.Background()
+	roles := []string{"admin", "developer", "user", "viewer"}
+	type relation string
+	const (
+		own   relation = "own"
+		other relation = "other"
+		bound relation = "bound"
+	)
+	// what each role may do on its own tenant's caches (the role table).
+	may := map[string]map[string]bool{
+		"create": {"admin": true, "developer": true},
+		"get":    {"admin": true, "developer": true, "user": true, "viewer": true},
+		"list":   {"admin": true, "developer": true, "user": true, "viewer": true},
+		"update": {"admin": true, "developer": true},
+		"delete": {"admin": true, "developer": true},
+		"use":    {"admin": true, "developer": true, "user": true},
+	}
+	gen := "/v1beta/models/" + apitest.ModelName + ":generateContent"
+	endpoints := []struct {
+		name      string
+		relations []relation // create and list act on the caller's own tenant only
+		request   func(cache string) (method, path, body string)
+	}{
+		{"create", []relation{own}, func(string) (string, string, string) { return "POST", "/v1beta/cachedContents", matrixCacheBody }},
+		{"list", []relation{own}, func(string) (string, string, string) { return "GET", "/v1beta/cachedContents", "" }},
+		{"get", []relation{own, other, bound}, func(c string) (string, string, string) { return "GET", "/v1beta/" + c, "" }},
+		{"update", []relation{own, other, bound}, func(c string) (string, string, string) {
+			return "PATCH", "/v1beta/" + c, `{"ttl":"900s"}`
+		}},
+		{"delete", []relation{own, other, bound}, func(c string) (string, string, string) { return "DELETE", "/v1beta/" + c, "" }},
+		{"use", []relation{own, other, bound}, func(c string) (string, string, string) {
+			return "POST", gen, `{"cachedContent":"` + c + `","contents":[{"parts":[{"text":"Q?"}]}],"generationConfig":{"maxOutputTokens":1}}`
+		}},
+	}
+	type cell struct {
+		endpoint, role string
+		rel            relation
+		want           int
+	}
+	var cells []cell
+	for _, ep := range endpoints {
+		for _, role := range roles {
+			for _, rel := range ep.relations {
+				want := 403
+				switch {
+				case rel == other:
+					want = 404 // existence never leaks
+				case may[ep.name][role]:
+					want = 200
+				case rel == bound && ep.name == "use" && role == "viewer":
+					// The binding grants cachedContents.use; generating
+					// still needs models.use, which a viewer lacks.
+					want = 403
+				}
+				cells = append(cells, cell{ep.name, role, rel, want})
+			}
+		}
+	}
+	if len(cells) != 2*4+4*4*3 {
+		t.Fatalf("%d cells", len(cells))
+	}
+	for _, c := range cells {
+		t.Run(fmt.Sprintf("%s/%s/%s", c.endpoint, c.role, c.rel), func(t *testing.T) {
+			// A fresh cache per cell: cells that delete must not affect others.
+			var cache string
+			switch c.rel {
+			case own:
+				cache = m.create(t, "admin")
+			case bound:
+				cache = m.create(t, "admin")
+				if err := m.st.dir.Grant(ctx, localActor(), m.alpha.ID, cache, c.role); err != nil {
+					t.Fatal(err)
+				}
+			case other:
+				cache = m.create(t, "beta-dev")
+			}
+			var method, path, body string
+			for _, ep := range endpoints {
+				if ep.name == c.endpoint {
+					method, path, body = ep.request(cache)
+				}
+			}
+			status, data := m.do(t, c.role, method, path, body)
+			if status != c.want {
+				t.Fatalf("status %d, want %d: %s", status, c.want, data)
+			}
+			if c.want == 404 && (!strings.Contains(string(data), "not found") || strings.Contains(string(data), "tenant")) {
+				t.Fatalf("another tenant's cache answered %s", data)
+			}
+			rec := m.lastAudit(t)
+			wantOutcome := audit.OK
+			if c.want != 200 {
+				wantOutcome = audit.Denied
+			}
+			if rec.Outcome != wantOutcome || rec.Principal != c.role {
+				t.Fatalf("last audit record %+v, want outcome %s by %s", rec.Entry, wantOutcome, c.role)
+			}
+			if c.endpoint == "list" && strings.Contains(string(data), "beta") {
+				t.Fatalf("list shows another tenant's cache: %s", data)
+			}
+		})
+	}
+	// Another tenant's list never shows alpha's caches.
+	status, data := m.do(t, "beta-dev", "GET", "/v1beta/cachedContents?pageSize=1000", "")
+	var list struct {
+		CachedContents []struct{ Name string } `json:"cachedContents"`
+	}
+	if status != 200 || json.Unmarshal(data, &list) != nil {
+		t.Fatalf("beta list: %d %s", status, data)
+	}
+	for _, c := range list.CachedContents {
+		if status, _ := m.do(t, "admin", "GET", "/v1beta/"+c.Name, ""); status != 404 {
+			t.Fatalf("beta lists %s, which alpha's admin can read (%d)", c.Name, status)
+		}
+	}
+	m.env.WaitIdle(t)
+}
+
+// TestCachesSurviveRestart: the records live in the tenant store, so a
+// new service over the same data directory finds them.
+func TestCachesSurviveRestart(t *testing.T) {
+	m := newCacheMatrixEnv(t)
+	name := m.create(t, "developer")
+	svc, err := newCacheService(m.st, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env2 := apitest.New(t, apitest.Options{Dialects: []api.Dialect{gemini.New()},
+		Config: api.Config{Keys: storeKeys{m.st.dir}, Audit: m.st.audit, Caches: svc}})
+	m.env = env2
+	status, data := m.do(t, "user", "POST", "/v1beta/models/"+apitest.ModelName+":generateContent",
+		`{"cachedContent":"`+name+`","contents":[{"parts":[{"text":"Q?"}]}],"generationConfig":{"maxOutputTokens":1}}`)
+	if status != 200 {
+		t.Fatalf("use after restart: %d %s", status, data)
+	}
+	// The new engine had none of its KV: the first use recomputed it and
+	// says so; the next use hits it.
+	var r struct {
+		UsageMetadata struct{ CachedContentTokenCount int } `json:"usageMetadata"`
+	}
+	if json.Unmarshal(data, &r) != nil || r.UsageMetadata.CachedContentTokenCount != 0 {
+		t.Fatalf("first use after restart reports cached tokens: %s", data)
+	}
+	_, data = m.do(t, "user", "POST", "/v1beta/models/"+apitest.ModelName+":generateContent",
+		`{"cachedContent":"`+name+`","contents":[{"parts":[{"text":"Q2?"}]}],"generationConfig":{"maxOutputTokens":1}}`)
+	if json.Unmarshal(data, &r) != nil || r.UsageMetadata.CachedContentTokenCount == 0 {
+		t.Fatalf("second use after restart: %s", data)
+	}
+	env2.WaitIdle(t)
+}
