@@ -11,8 +11,10 @@ import (
 	"testing"
 
 	"github.com/kvserve/kvserve/internal/api"
+	"github.com/kvserve/kvserve/internal/api/anthropic"
 	"github.com/kvserve/kvserve/internal/api/apitest"
 	"github.com/kvserve/kvserve/internal/api/gemini"
+	"github.com/kvserve/kvserve/internal/api/openai"
 	"github.com/kvserve/kvserve/internal/audit"
 	"github.com/kvserve/kvserve/internal/tenant"
 )
@@ -59,7 +61,7 @@ func newCacheMatrixEnv(t *testing.T) *cacheMatrixEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.env = apitest.New(t, apitest.Options{Dialects: []api.Dialect{gemini.New()},
+	m.env = apitest.New(t, apitest.Options{Dialects: []api.Dialect{openai.New(), anthropic.New(anthropic.Options{}), gemini.New()},
 		Config: api.Config{Keys: storeKeys{st.dir}, Audit: st.audit, Caches: caches}})
 	return m
 }
@@ -269,4 +271,69 @@ func TestCachesSurviveRestart(t *testing.T) {
 		t.Fatalf("second use after restart: %s", data)
 	}
 	env2.WaitIdle(t)
+}
+
+// TestCacheFromOtherDialects: a cache created through Gemini's API is used
+// from OpenAI chat completions and responses and from Anthropic messages
+// through the kvserve extension, each reporting the cache's blocks as
+// cached, and the refusals come in each dialect's own shape.
+func TestCacheFromOtherDialects(t *testing.T) {
+	m := newCacheMatrixEnv(t)
+	name := m.create(t, "developer")
+	var c struct {
+		UsageMetadata struct{ TotalTokenCount int } `json:"usageMetadata"`
+	}
+	_, data := m.do(t, "developer", "GET", "/v1beta/"+name, "")
+	if err := json.Unmarshal(data, &c); err != nil {
+		t.Fatal(err)
+	}
+	bs := m.env.Engine.Config().BlockSize
+	wantCached := c.UsageMetadata.TotalTokenCount / bs * bs
+	ext := `"kvserve":{"cached_content":"` + name + `"}`
+	for _, tc := range []struct {
+		name, path, body, cached string
+	}{
+		{"openai chat", "/v1/chat/completions", `{"model":"` + apitest.ModelName + `","max_tokens":1,"messages":[{"role":"user","content":"Q?"}],` + ext + `}`,
+			"usage.prompt_tokens_details.cached_tokens"},
+		{"openai responses", "/v1/responses", `{"model":"` + apitest.ModelName + `","max_output_tokens":16,"input":"Q?",` + ext + `}`,
+			"usage.input_tokens_details.cached_tokens"},
+		{"anthropic", "/v1/messages", `{"model":"` + apitest.ModelName + `","max_tokens":1,"messages":[{"role":"user","content":"Q?"}],` + ext + `}`,
+			"usage.cache_read_input_tokens"},
+	} {
+		status, data := m.do(t, "user", "POST", tc.path, tc.body)
+		if status != 200 {
+			t.Fatalf("%s: %d %s", tc.name, status, data)
+		}
+		var v any
+		if err := json.Unmarshal(data, &v); err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range strings.Split(tc.cached, ".") {
+			v, _ = v.(map[string]any)[k]
+		}
+		if got, _ := v.(float64); int(got) < wantCached {
+			t.Errorf("%s: %s = %v, want at least the cache's %d tokens: %s", tc.name, tc.cached, v, wantCached, data)
+		}
+		if rec := m.lastAudit(t); rec.Action != "cachedContents.use" || rec.Outcome != audit.OK {
+			t.Errorf("%s: last audit record %+v", tc.name, rec.Entry)
+		}
+	}
+	// Refusals, in each dialect's shape.
+	other := m.create(t, "beta-dev")
+	for _, tc := range []struct {
+		name, path, body, shape string
+		status                  int
+	}{
+		{"another tenant's cache", "/v1/chat/completions", `{"model":"` + apitest.ModelName + `","messages":[{"role":"user","content":"Q?"}],"kvserve":{"cached_content":"` + other + `"}}`, `"type":"invalid_request_error"`, 404},
+		{"a system message", "/v1/chat/completions", `{"model":"` + apitest.ModelName + `","messages":[{"role":"system","content":"S"},{"role":"user","content":"Q?"}],` + ext + `}`, `"param":"messages[0].role"`, 400},
+		{"a raw prompt", "/v1/completions", `{"model":"` + apitest.ModelName + `","prompt":"Q?",` + ext + `}`, `"param":"kvserve.cached_content"`, 400},
+		{"anthropic system", "/v1/messages", `{"model":"` + apitest.ModelName + `","max_tokens":1,"system":"S","messages":[{"role":"user","content":"Q?"}],` + ext + `}`, `"type":"error"`, 400},
+		{"gemini kvserve extension", "/v1beta/models/" + apitest.ModelName + ":generateContent", `{"contents":[{"parts":[{"text":"Q?"}]}],` + ext + `}`, `"INVALID_ARGUMENT"`, 400},
+	} {
+		status, data := m.do(t, "developer", "POST", tc.path, tc.body)
+		if status != tc.status || !strings.Contains(string(data), tc.shape) {
+			t.Errorf("%s: %d %s; want %d with %s", tc.name, status, data, tc.status, tc.shape)
+		}
+	}
+	m.env.WaitIdle(t)
 }

@@ -21,6 +21,86 @@ import (
 // generation prompt). Its errors are the client's (400s naming fields).
 type CacheRequest func(c *ctxcache.Cache) (*Request, error)
 
+// CacheRenderer is an optional Dialect capability: the dialect whose JSON
+// is the canonical form of cache records (Gemini's) turns a record into
+// its prefix Request, for every other dialect that creates or uses caches.
+// Register finds it by type assertion.
+type CacheRenderer interface {
+	CacheRequest(c *ctxcache.Cache) (*Request, error)
+}
+
+// CacheRequest returns the registered dialect's CacheRequest, or one that
+// refuses when no dialect renders caches.
+func (c *Call) CacheRequest() CacheRequest {
+	if r := c.server.cacheRenderer; r != nil {
+		return r
+	}
+	return func(*ctxcache.Cache) (*Request, error) {
+		return nil, Errorf(CodeNotFound, "context caches are not enabled on this server (no dialect renders them)")
+	}
+}
+
+// resolveCache applies the context cache req names, if any (applyCache).
+func (c *Call) resolveCache(req *Request) error {
+	if req.CachedContent == "" {
+		return nil
+	}
+	m, err := c.Model(req.Model)
+	if err != nil {
+		return err
+	}
+	return c.applyCache(req, m)
+}
+
+// applyCache makes req the continuation of the context cache it names
+// (req.CachedContent, from the kvserve extension): the cache is checked
+// for cachedContents.use (and audited), then its system prompt, tools and
+// turns go before req's messages. The request may not bring system
+// messages or tools of its own: they would render before the cache's
+// turns and change the prefix the cache holds. A raw prompt cannot
+// continue a conversation and is refused.
+func (c *Call) applyCache(req *Request, m *Model) error {
+	const param = "kvserve.cached_content"
+	cc, err := c.UseCache(req.CachedContent)
+	if err != nil {
+		if ae := (*Error)(nil); errors.As(err, &ae) && ae.Param == "cachedContent" {
+			ae.Param = param
+		}
+		return err
+	}
+	if cc.Model != m.ID {
+		return InvalidParam(param, "%s was created for the model %q, not %q", cc.Name(), cc.Model, m.ID)
+	}
+	if req.Messages == nil {
+		return InvalidParam(param, "a context cache holds a conversation: use it with messages, not a raw prompt")
+	}
+	for i, msg := range req.Messages {
+		if msg.Role == "system" || msg.Role == "developer" {
+			return InvalidParam(fmt.Sprintf("messages[%d].role", i), "a request that uses a context cache cannot add %s messages: the system prompt belongs in the cache", msg.Role)
+		}
+	}
+	if len(req.Tools) > 0 {
+		return InvalidParam("tools", "a request that uses a context cache cannot add tools: they belong in the cache")
+	}
+	base, err := c.CacheRequest()(&cc)
+	if err != nil {
+		return err
+	}
+	k := len(base.Messages)
+	req.Messages = append(base.Messages, req.Messages...)
+	req.Tools = base.Tools
+	if req.ToolChoice.Mode == ToolAuto {
+		req.ToolChoice = base.ToolChoice
+	}
+	for i := range req.Breakpoints {
+		if req.Breakpoints[i].Message >= 0 {
+			req.Breakpoints[i].Message += k
+		}
+	}
+	req.CachedContent = ""
+	return nil
+}
+
 // caller is the identity as the cache service sees it.
 func (id Identity) caller() ctxcache.Caller {
 	return ctxcache.Caller{Tenant: id.Tenant, Principal: id.Principal, Role: id.Role, Open: id.open}

@@ -24,6 +24,9 @@ type Prompt struct {
 // Tokenize renders and tokenizes req's prompt on the model it names,
 // without running it (for token counting endpoints).
 func (c *Call) Tokenize(req *Request) (*Prompt, error) {
+	if err := c.resolveCache(req); err != nil {
+		return nil, err
+	}
 	if err := req.validate(); err != nil {
 		return nil, err
 	}

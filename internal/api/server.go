@@ -158,9 +158,11 @@ type Server struct {
 	mux      *http.ServeMux
 	model    atomic.Pointer[Model]
 	dialects []Dialect
-	log      *slog.Logger
-	m        *httpMetrics
-	mu       sync.Mutex // guards registration
+	// cacheRenderer is the registered CacheRenderer's method, if any.
+	cacheRenderer CacheRequest
+	log           *slog.Logger
+	m             *httpMetrics
+	mu            sync.Mutex // guards registration
 }
 
 // New builds a server. Register dialects, then SetModel when the model is
@@ -201,6 +203,9 @@ func (s *Server) Register(d Dialect) error {
 		}
 	}
 	s.dialects = append(s.dialects, d)
+	if r, ok := d.(CacheRenderer); ok && s.cacheRenderer == nil {
+		s.cacheRenderer = r.CacheRequest
+	}
 	return nil
 }
 

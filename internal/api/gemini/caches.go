@@ -121,6 +121,12 @@ func compact(raw json.RawMessage) json.RawMessage {
 	return b.Bytes()
 }
 
+var _ api.CacheRenderer = (*Dialect)(nil)
+
+// CacheRequest renders a cache record for every dialect: Gemini's JSON is
+// the records' canonical form.
+func (d *Dialect) CacheRequest(c *ctxcache.Cache) (*api.Request, error) { return cacheRequest(c) }
+
 // cacheRequest is the Request whose prompt is the prefix of cache c: its
 // system instruction, tools and contents in Gemini's shapes.
 func cacheRequest(c *ctxcache.Cache) (*api.Request, error) {

@@ -203,6 +203,9 @@ func (g *generateRequest) toRequest(model string) (*api.Request, options, error)
 	if err := g.Kvserve.Apply(r); err != nil {
 		return nil, o, err
 	}
+	if r.CachedContent != "" {
+		return nil, o, api.InvalidParam("kvserve.cached_content", "a Gemini request names its cache in cachedContent")
+	}
 	return r, o, nil
 }
 
