@@ -337,3 +337,70 @@ func TestCacheFromOtherDialects(t *testing.T) {
 	}
 	m.env.WaitIdle(t)
 }
+
+// TestOpenAICachedContents walks /v1/cached_contents: the same resource as
+// Gemini's cachedContents, in OpenAI's style.
+func TestOpenAICachedContents(t *testing.T) {
+	m := newCacheMatrixEnv(t)
+	body := `{"model":"` + apitest.ModelName + `","display_name":"doc","ttl":"600s","messages":[` +
+		`{"role":"system","content":"` + strings.Repeat("A long shared system prompt. ", 6) + `"},` +
+		`{"role":"user","content":"Context."}],` +
+		`"tools":[{"type":"function","function":{"name":"lookup","description":"Look up","parameters":{"type":"object","properties":{"q":{"type":"string"}}}}}]}`
+	status, data := m.do(t, "developer", "POST", "/v1/cached_contents", body)
+	var c struct {
+		ID, Object, Name, Model string
+		ExpiresAt               int64 `json:"expires_at"`
+		Usage                   struct {
+			TotalTokens int `json:"total_tokens"`
+		}
+	}
+	if status != 200 || json.Unmarshal(data, &c) != nil || c.Object != "cached_content" || c.Name != "cachedContents/"+c.ID ||
+		c.Usage.TotalTokens < 64 || c.ExpiresAt == 0 {
+		t.Fatalf("create: %d %s", status, data)
+	}
+	if status, data := m.do(t, "user", "GET", "/v1beta/"+c.Name, ""); status != 200 {
+		t.Fatalf("the same resource through Gemini: %d %s", status, data)
+	}
+	status, data = m.do(t, "user", "POST", "/v1/chat/completions", `{"model":"`+apitest.ModelName+
+		`","max_tokens":1,"messages":[{"role":"user","content":"Q?"}],"kvserve":{"cached_content":"`+c.ID+`"}}`)
+	if status != 200 || strings.Contains(string(data), `"cached_tokens":0`) {
+		t.Fatalf("chat with the cache: %d %s", status, data)
+	}
+	status, data = m.do(t, "viewer", "GET", "/v1/cached_contents?limit=1", "")
+	if status != 200 || !strings.Contains(string(data), `"object":"list"`) || !strings.Contains(string(data), c.ID) {
+		t.Fatalf("list: %d %s", status, data)
+	}
+	status, data = m.do(t, "developer", "POST", "/v1/cached_contents/"+c.ID, `{"ttl":"1200s"}`)
+	var u struct {
+		ExpiresAt int64 `json:"expires_at"`
+	}
+	if status != 200 || json.Unmarshal(data, &u) != nil || u.ExpiresAt <= c.ExpiresAt {
+		t.Fatalf("update: %d %s", status, data)
+	}
+	for _, tc := range []struct {
+		name, who, method, path, body, shape string
+		status                               int
+	}{
+		{"unknown field", "developer", "POST", "/v1/cached_contents", strings.Replace(body, `"ttl"`, `"temperature":1,"ttl"`, 1), `"param":"temperature"`, 400},
+		{"bad ttl", "developer", "POST", "/v1/cached_contents", strings.Replace(body, `"600s"`, `"600"`, 1), `"param":"ttl"`, 400},
+		{"bad expire_time", "developer", "POST", "/v1/cached_contents", strings.Replace(body, `"ttl":"600s"`, `"expire_time":"soon"`, 1), `"param":"expire_time"`, 400},
+		{"viewer creates", "viewer", "POST", "/v1/cached_contents", body, `"type":"permission_error"`, 403},
+		{"other tenant", "beta-dev", "GET", "/v1/cached_contents/" + c.ID, "", `"code":"not_found"`, 404},
+		{"other tenant deletes", "beta-dev", "DELETE", "/v1/cached_contents/" + c.ID, "", `"code":"not_found"`, 404},
+		{"bad after", "developer", "GET", "/v1/cached_contents?after=x", "", `"param":"after"`, 400},
+		{"tool message", "developer", "POST", "/v1/cached_contents", strings.Replace(body, `"role":"user"`, `"role":"tool"`, 1), `"param":"messages[1].role"`, 400},
+	} {
+		status, data := m.do(t, tc.who, tc.method, tc.path, tc.body)
+		if status != tc.status || !strings.Contains(string(data), tc.shape) {
+			t.Errorf("%s: %d %s; want %d with %s", tc.name, status, data, tc.status, tc.shape)
+		}
+	}
+	status, data = m.do(t, "developer", "DELETE", "/v1/cached_contents/"+c.ID, "")
+	if status != 200 || !strings.Contains(string(data), `"deleted":true`) {
+		t.Fatalf("delete: %d %s", status, data)
+	}
+	if status, _ := m.do(t, "developer", "GET", "/v1/cached_contents/"+c.ID, ""); status != 404 {
+		t.Fatalf("get after delete: %d", status)
+	}
+	m.env.WaitIdle(t)
+}

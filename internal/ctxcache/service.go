@@ -498,3 +498,7 @@ func (t memTx) List(fn func(string, []byte) error) error {
 	}
 	return nil
 }
+
+// PageTokenAfter returns the page token of the page that starts after the
+// cache with id: for APIs that page by the last id seen (OpenAI's after=).
+func PageTokenAfter(id string) string { return base64.RawURLEncoding.EncodeToString([]byte(id)) }
