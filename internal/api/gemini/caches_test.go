@@ -13,6 +13,7 @@ import (
 	"github.com/kvserve/kvserve/internal/api"
 	"github.com/kvserve/kvserve/internal/api/apitest"
 	"github.com/kvserve/kvserve/internal/ctxcache"
+	"github.com/kvserve/kvserve/internal/engine"
 )
 
 // ownTenant authorizes every operation on the caller's own tenant's
@@ -247,4 +248,44 @@ func TestCachedContentsPinQuota(t *testing.T) {
 	if list, _, err := svc.List(context.Background(), ctxcache.Caller{Open: true}, 0, ""); err != nil || len(list) != 0 {
 		t.Fatalf("a refused create left %d caches (%v)", len(list), err)
 	}
+}
+
+// fuzzCacheEnv is a short-context server with context caches, for fuzzing
+// their endpoints.
+func fuzzCacheEnv(f *testing.F) *apitest.Env {
+	svc, err := ctxcache.New(ctxcache.Options{Store: &ctxcache.MemStore{}, Authorizer: ownTenant{}, MinTokens: 16})
+	if err != nil {
+		f.Fatal(err)
+	}
+	return newEnv(f, apitest.Options{Engine: engine.Config{MaxContext: 384},
+		Config: api.Config{BodyLimit: 1 << 20, Caches: svc}})
+}
+
+// FuzzCreateCachedContent: any body sent to caches.create gets a Gemini
+// answer below 500, and every KV block is released.
+func FuzzCreateCachedContent(f *testing.F) {
+	for _, s := range []string{
+		`{"model":"models/tiny-chat","systemInstruction":"` + strings.Repeat("abc ", 30) + `","ttl":"60s"}`,
+		`{"model":"tiny-chat","contents":[{"parts":[{"text":"x"}]}],"expireTime":"2030-01-01T00:00:00Z"}`,
+		`{"model":"models/tiny-chat","contents":"x","ttl":"10","kvserve":{"reuse_by_display_name":true}}`,
+		`{"model":"models/tiny-chat","tools":[{"functionDeclarations":[{"name":"f"}]}],"systemInstruction":"` + strings.Repeat("abc ", 30) + `"}`,
+		`{"model":1}`,
+	} {
+		f.Add([]byte(s))
+	}
+	fuzzEndpointOn(f, fuzzCacheEnv(f), "POST", "/v1beta/cachedContents")
+}
+
+// FuzzUpdateCachedContent: any body sent to caches.update of a live cache.
+func FuzzUpdateCachedContent(f *testing.F) {
+	env := fuzzCacheEnv(f)
+	status, data, _ := apitest.Post(f, env.URL("/v1beta/cachedContents"), `{"model":"models/tiny-chat","systemInstruction":"`+strings.Repeat("abc ", 30)+`","ttl":"3600s"}`)
+	var c cacheResp
+	if status != 200 || json.Unmarshal(data, &c) != nil {
+		f.Fatalf("create: %d %s", status, data)
+	}
+	for _, s := range []string{`{"ttl":"120s"}`, `{"expireTime":"2030-01-01T00:00:00Z"}`, `{"ttl":"1"}`, `{}`, `{"ttl":"5s","expireTime":"x"}`} {
+		f.Add([]byte(s))
+	}
+	fuzzEndpointOn(f, env, "PATCH", "/v1beta/"+c.Name)
 }
