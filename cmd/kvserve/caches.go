@@ -2,10 +2,15 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
+	"text/tabwriter"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/kvserve/kvserve/internal/ctxcache"
 	"github.com/kvserve/kvserve/internal/tenant"
@@ -101,4 +106,119 @@ func sweepCaches(ctx context.Context, s *ctxcache.Service, log *slog.Logger) {
 			}
 		}
 	}
+}
+
+// newCacheCmd is `kvserve cache`: the operator's view of context caches in
+// the data directory, and the bindings that grant cachedContents.use on
+// one cache to named principals.
+func newCacheCmd() *cobra.Command {
+	var dataDir, tenantName string
+	cmd := &cobra.Command{
+		Use:   "cache",
+		Short: "List context caches and grant their use to principals (bindings)",
+	}
+	dataDirFlag(cmd, &dataDir)
+	cmd.PersistentFlags().StringVar(&tenantName, "tenant", "", "the tenant (by name) whose caches to act on")
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List a tenant's live context caches (never their contents)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return withState(dataDir, func(st *state) error {
+				t, err := st.dir.Tenant(cmd.Context(), tenantName)
+				if err != nil {
+					return err
+				}
+				caches, err := newCacheService(st, 0)
+				if err != nil {
+					return err
+				}
+				// The operator acts on the data directory itself: a local
+				// caller with every permission on that tenant.
+				who := ctxcache.Caller{Tenant: t.ID, Principal: localActor().Principal, Open: true}
+				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
+				fmt.Fprintln(tw, "NAME\tDISPLAY NAME\tOWNER\tMODEL\tTOKENS\tEXPIRES\tUSE GRANTED TO")
+				token := ""
+				for {
+					page, next, err := caches.List(cmd.Context(), who, ctxcache.MaxPageSize, token)
+					if err != nil {
+						return err
+					}
+					for _, c := range page {
+						grants, err := st.dir.Grants(cmd.Context(), t.ID, c.Name())
+						if err != nil {
+							return err
+						}
+						fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", c.Name(), c.DisplayName, c.Owner, c.Model, c.TokenCount,
+							c.ExpireTime.Format(time.RFC3339), strings.Join(grants, ","))
+					}
+					if next == "" {
+						return tw.Flush()
+					}
+					token = next
+				}
+			})
+		},
+	}
+	grant := func(use string, add bool) *cobra.Command {
+		verb := "Grant"
+		if !add {
+			verb = "Withdraw"
+		}
+		return &cobra.Command{
+			Use:   use + " cachedContents/ID PRINCIPAL",
+			Short: verb + " cachedContents.use on one cache to a principal of its tenant",
+			Args:  cobra.ExactArgs(2),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				return withState(dataDir, func(st *state) error {
+					ctx := cmd.Context()
+					t, err := st.dir.Tenant(ctx, tenantName)
+					if err != nil {
+						return err
+					}
+					id, ok := ctxcache.ParseName(args[0])
+					if !ok {
+						return fmt.Errorf("cache %q: want cachedContents/ID", args[0])
+					}
+					name := ctxcache.NamePrefix + id
+					if add {
+						// Only a live cache of this tenant can be bound; an
+						// ungrant works on whatever is recorded.
+						err := cacheRecords{st.dir.Store()}.View(ctx, func(tx ctxcache.Tx) error {
+							b, err := tx.Get(id)
+							if err != nil {
+								return err
+							}
+							var c ctxcache.Cache
+							if err := json.Unmarshal(b, &c); err != nil {
+								return err
+							}
+							if c.Tenant != t.ID || !c.ExpireTime.After(time.Now()) {
+								return ctxcache.ErrNotFound
+							}
+							return nil
+						})
+						if errors.Is(err, ctxcache.ErrNotFound) {
+							return fmt.Errorf("tenant %s has no live cache %s", tenantName, name)
+						}
+						if err != nil {
+							return err
+						}
+						err = st.dir.Grant(ctx, localActor(), t.ID, name, args[1])
+						if err == nil {
+							fmt.Fprintf(cmd.OutOrStdout(), "%s may use %s\n", args[1], name)
+						}
+						return err
+					}
+					err = st.dir.Ungrant(ctx, localActor(), t.ID, name, args[1])
+					if err == nil {
+						fmt.Fprintf(cmd.OutOrStdout(), "%s may no longer use %s by a binding\n", args[1], name)
+					}
+					return err
+				})
+			},
+		}
+	}
+	cmd.AddCommand(list, grant("grant", true), grant("ungrant", false))
+	return cmd
 }

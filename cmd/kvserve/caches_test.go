@@ -404,3 +404,36 @@ func TestOpenAICachedContents(t *testing.T) {
 	}
 	m.env.WaitIdle(t)
 }
+
+// TestCacheCommands: `kvserve cache list|grant|ungrant` on the data
+// directory a server uses.
+func TestCacheCommands(t *testing.T) {
+	m := newCacheMatrixEnv(t)
+	name := m.create(t, "developer")
+	out, _ := run(t, m.dir, "cache", "list", "--tenant", "alpha")
+	if !strings.Contains(out, name) || !strings.Contains(out, "developer") || strings.Contains(out, "shared system prompt") {
+		t.Fatalf("cache list:\n%s", out)
+	}
+	if out, _ := run(t, m.dir, "cache", "list", "--tenant", "beta"); strings.Contains(out, name) {
+		t.Fatalf("beta's list shows alpha's cache:\n%s", out)
+	}
+	run(t, m.dir, "cache", "grant", "--tenant", "alpha", name, "viewer")
+	if grants, err := m.st.dir.Grants(context.Background(), m.alpha.ID, name); err != nil || len(grants) != 1 || grants[0] != "viewer" {
+		t.Fatalf("grants %v, %v", grants, err)
+	}
+	if out, _ := run(t, m.dir, "cache", "list", "--tenant", "alpha"); !strings.Contains(out, "viewer") {
+		t.Fatalf("cache list does not show the grant:\n%s", out)
+	}
+	if _, _, err := runCommand(newRootCmd(), "cache", "grant", "--tenant", "beta", name, "bob", "--data-dir", m.dir); err == nil {
+		t.Fatal("granted another tenant's cache")
+	}
+	run(t, m.dir, "cache", "ungrant", "--tenant", "alpha", name, "viewer")
+	if grants, _ := m.st.dir.Grants(context.Background(), m.alpha.ID, name); len(grants) != 0 {
+		t.Fatalf("grants after ungrant: %v", grants)
+	}
+	rec := m.lastAudit(t)
+	if rec.Action != "binding.ungrant" || rec.Outcome != audit.OK {
+		t.Fatalf("last audit record %+v", rec.Entry)
+	}
+	m.env.WaitIdle(t)
+}

@@ -82,7 +82,7 @@ func newTenantCmd() *cobra.Command {
 		Short: "Delete a tenant and revoke its keys",
 		Long: `Deletes the tenant and revokes all its keys in one change. The revoked keys stay
 listed (kvserve key list) so audit records can still name them. The tenant's other
-resources (KV kept on disk, later context caches) are not removed by this command:
+resources (KV kept on disk, context caches) are not removed by this command:
 they belong to the parts of the server that own them.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
