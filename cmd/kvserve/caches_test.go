@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -16,6 +17,7 @@ import (
 	"github.com/kvserve/kvserve/internal/api/gemini"
 	"github.com/kvserve/kvserve/internal/api/openai"
 	"github.com/kvserve/kvserve/internal/audit"
+	"github.com/kvserve/kvserve/internal/ctxcache"
 	"github.com/kvserve/kvserve/internal/tenant"
 )
 
@@ -433,6 +435,23 @@ func TestCacheCommands(t *testing.T) {
 	}
 	rec := m.lastAudit(t)
 	if rec.Action != "binding.ungrant" || rec.Outcome != audit.OK {
+		t.Fatalf("last audit record %+v", rec.Entry)
+	}
+	// Deleting a tenant deletes its caches.
+	betaCache := m.create(t, "beta-dev")
+	out, _ = run(t, m.dir, "tenant", "delete", "beta")
+	if !strings.Contains(out, "1 context caches deleted") {
+		t.Fatalf("tenant delete:\n%s", out)
+	}
+	id, _ := ctxcache.ParseName(betaCache)
+	err := cacheRecords{m.st.dir.Store()}.View(context.Background(), func(tx ctxcache.Tx) error {
+		_, err := tx.Get(id)
+		return err
+	})
+	if !errors.Is(err, ctxcache.ErrNotFound) {
+		t.Fatalf("the deleted tenant's cache: %v", err)
+	}
+	if rec := m.lastAudit(t); rec.Action != "cachedContents.delete" || rec.Resource != betaCache {
 		t.Fatalf("last audit record %+v", rec.Entry)
 	}
 	m.env.WaitIdle(t)

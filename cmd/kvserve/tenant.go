@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kvserve/kvserve/internal/audit"
+	"github.com/kvserve/kvserve/internal/ctxcache"
 	"github.com/kvserve/kvserve/internal/tenant"
 )
 
@@ -82,14 +83,31 @@ func newTenantCmd() *cobra.Command {
 		Short: "Delete a tenant and revoke its keys",
 		Long: `Deletes the tenant and revokes all its keys in one change. The revoked keys stay
 listed (kvserve key list) so audit records can still name them. The tenant's other
-resources (KV kept on disk, context caches) are not removed by this command:
-they belong to the parts of the server that own them.`,
+resources kept on disk (KV blocks) are not removed by this command: they belong to
+the parts of the server that own them. Its context caches are deleted (their pins
+lapse at their expiry).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withState(dataDir, func(st *state) error {
+				// The id, for its caches; a lookup failure is the deletion's
+				// to report (and audit).
+				t, _ := st.dir.Tenant(cmd.Context(), args[0])
 				revoked, err := st.dir.DeleteTenant(cmd.Context(), localActor(), args[0])
 				if err != nil {
 					return err
+				}
+				// Its context caches go too (their pins lapse at expiry).
+				caches, err := newCacheService(st, 0)
+				if err != nil {
+					return err
+				}
+				if t.ID == "" { // cannot happen: the deletion found it
+					return fmt.Errorf("tenant %s deleted, but its id was not found to delete its context caches", args[0])
+				}
+				if n, err := caches.DeleteTenant(cmd.Context(), ctxcache.Caller{Principal: localActor().Principal}, t.ID); err != nil {
+					return fmt.Errorf("tenant %s deleted, but its context caches: %w", args[0], err)
+				} else if n > 0 {
+					fmt.Fprintf(cmd.OutOrStdout(), "%d context caches deleted\n", n)
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "tenant %s deleted; %d keys revoked", args[0], len(revoked))
 				if len(revoked) > 0 {

@@ -401,6 +401,50 @@ func (s *Service) del(ctx context.Context, c Caller, name string) error {
 	return s.store.Update(ctx, func(tx Tx) error { return tx.Delete(cc.ID) })
 }
 
+// DeleteTenant deletes every cache of the tenant with id tenantID (its
+// tenant was deleted), recording each deletion as by, and returns how many
+// it deleted. Their pins lapse at their expiry, as any deleted cache's.
+func (s *Service) DeleteTenant(ctx context.Context, by Caller, tenantID string) (int, error) {
+	var gone []string
+	err := s.store.Update(ctx, func(tx Tx) error {
+		gone = gone[:0]
+		err := tx.List(func(id string, b []byte) error {
+			cc, err := decode(id, b)
+			if err != nil {
+				return err
+			}
+			if cc.Tenant == tenantID {
+				gone = append(gone, id)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, id := range gone {
+			if err := tx.Delete(id); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	var errs []error
+	for _, id := range gone {
+		if s.audit == nil {
+			break
+		}
+		e := audit.Entry{Principal: by.Principal, Tenant: by.Tenant, Action: "cachedContents.delete", Resource: NamePrefix + id,
+			Outcome: audit.OK, Reason: "its tenant " + tenantID + " was deleted"}
+		if _, err := s.audit.Append(context.WithoutCancel(ctx), e); err != nil {
+			errs = append(errs, fmt.Errorf("ctxcache: %s was deleted but could not be audited: %w", NamePrefix+id, err))
+		}
+	}
+	return len(gone), errors.Join(errs...)
+}
+
 // Sweep deletes every expired record and returns how many it deleted.
 func (s *Service) Sweep(ctx context.Context) (int, error) {
 	now := s.now()

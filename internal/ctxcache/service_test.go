@@ -300,3 +300,27 @@ func TestSweep(t *testing.T) {
 		t.Fatalf("left %d", len(list))
 	}
 }
+
+func TestDeleteTenant(t *testing.T) {
+	ctx := context.Background()
+	s, _, rec := newTestService(t)
+	p := &prefiller{}
+	for _, who := range []Caller{dev, dev, other} {
+		if _, _, err := s.Create(ctx, who, Spec{Model: "m"}, p.prefill); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n, err := s.DeleteTenant(ctx, Caller{Principal: "local:ops"}, dev.Tenant)
+	if err != nil || n != 2 {
+		t.Fatalf("deleted %d, %v", n, err)
+	}
+	if list, _, _ := s.List(ctx, dev, 0, ""); len(list) != 0 {
+		t.Fatalf("left %d", len(list))
+	}
+	if list, _, _ := s.List(ctx, other, 0, ""); len(list) != 1 {
+		t.Fatalf("the other tenant has %d", len(list))
+	}
+	if e := rec.entries[len(rec.entries)-3]; e.Action != "cachedContents.delete" || e.Principal != "local:ops" {
+		t.Fatalf("audit %+v", e)
+	}
+}
