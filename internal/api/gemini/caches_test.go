@@ -289,3 +289,24 @@ func FuzzUpdateCachedContent(f *testing.F) {
 	}
 	fuzzEndpointOn(f, env, "PATCH", "/v1beta/"+c.Name)
 }
+
+func TestCachedContentsReuseByDisplayName(t *testing.T) {
+	env := newCacheEnv(t, 64)
+	base := env.URL("/v1beta/cachedContents")
+	body := cacheCreateBody(`,"kvserve":{"reuse_by_display_name":true}`)
+	var a, b cacheResp
+	if status, data := send(t, "POST", base, body); status != 200 || json.Unmarshal(data, &a) != nil {
+		t.Fatalf("create: %d %s", status, data)
+	}
+	if status, data := send(t, "POST", base, body); status != 200 || json.Unmarshal(data, &b) != nil || b.Name != a.Name || b.ExpireTime != a.ExpireTime {
+		t.Fatalf("second create: %d %s (first %s)", status, data, a.Name)
+	}
+	other := strings.Replace(body, "Read the contract.", "Read it again.", 1)
+	if status, data := send(t, "POST", base, other); status != 409 || !strings.Contains(string(data), "ALREADY_EXISTS") {
+		t.Fatalf("same name, other contents: %d %s", status, data)
+	}
+	if status, data := send(t, "POST", base, cacheCreateBody(`,"kvserve":{"reuse":true}`)); status != 400 {
+		t.Fatalf("unknown kvserve option: %d %s", status, data)
+	}
+	env.WaitIdle(t)
+}
