@@ -63,9 +63,30 @@ func newCacheMatrixEnv(t *testing.T) *cacheMatrixEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The operator's configured key (--api-key KEY): an admin of the
+	// default tenant, whose id is "".
+	m.keys["operator"] = "operator-key"
 	m.env = apitest.New(t, apitest.Options{Dialects: []api.Dialect{openai.New(), anthropic.New(anthropic.Options{}), gemini.New()},
-		Config: api.Config{Keys: storeKeys{st.dir}, Audit: st.audit, Caches: caches}})
+		Config: api.Config{APIKeys: []api.APIKey{{Key: "operator-key"}}, Keys: storeKeys{st.dir}, Audit: st.audit, Caches: caches}})
 	return m
+}
+
+// TestDefaultTenantCacheIsolated: the default tenant's caches (a
+// configured key without a tenant) are as hidden from other tenants as
+// any tenant's, and the other way round.
+func TestDefaultTenantCacheIsolated(t *testing.T) {
+	m := newCacheMatrixEnv(t)
+	op := m.create(t, "operator")
+	alpha := m.create(t, "admin")
+	for _, tc := range []struct{ who, cache string }{{"admin", op}, {"viewer", op}, {"operator", alpha}} {
+		if status, data := m.do(t, tc.who, "GET", "/v1beta/"+tc.cache, ""); status != 404 {
+			t.Errorf("%s reads %s: %d %s", tc.who, tc.cache, status, data)
+		}
+	}
+	if status, data := m.do(t, "operator", "GET", "/v1beta/"+op, ""); status != 200 {
+		t.Errorf("the operator's own cache: %d %s", status, data)
+	}
+	m.env.WaitIdle(t)
 }
 
 // do sends a request as principal and returns the status and body.

@@ -92,12 +92,15 @@ func (s *Service) record(ctx context.Context, c Caller, action, resource string,
 	return err
 }
 
-// authorize checks c's permission on the resource name of owner.
+// authorize checks c's permission on the resource name of owner. Another
+// tenant's cache is not found before the Authorizer is asked: every cache
+// has an owner, the default tenant ("") included, and must not look like
+// a resource no tenant owns (which an Authorizer may let anyone see).
 func (s *Service) authorize(ctx context.Context, c Caller, perm, owner, name string) error {
+	if owner != c.Tenant {
+		return fmt.Errorf("%w: %s belongs to another tenant", ErrNotFound, name)
+	}
 	if c.Open {
-		if owner != c.Tenant {
-			return fmt.Errorf("%w: %s", ErrNotFound, name)
-		}
 		return nil
 	}
 	return s.authz.Authorize(ctx, c, perm, owner, name)

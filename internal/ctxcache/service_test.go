@@ -324,3 +324,35 @@ func TestDeleteTenant(t *testing.T) {
 		t.Fatalf("audit %+v", e)
 	}
 }
+
+// allowAll lets anyone do anything: the service itself must still keep
+// tenants apart, the default tenant ("") included.
+type allowAll struct{}
+
+func (allowAll) Authorize(context.Context, Caller, string, string, string) error { return nil }
+
+func TestTenantsApartWhateverTheAuthorizer(t *testing.T) {
+	ctx := context.Background()
+	s, err := New(Options{Store: &MemStore{}, Authorizer: allowAll{}, MinTokens: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &prefiller{}
+	def := Caller{Tenant: "", Principal: "operator", Role: "admin"}
+	c, _, err := s.Create(ctx, def, Spec{Model: "m"}, p.prefill)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, who := range []Caller{dev, other} {
+		if _, err := s.Get(ctx, who, c.Name()); !errors.Is(err, ErrNotFound) {
+			t.Errorf("%s/%s reads the default tenant's cache: %v", who.Tenant, who.Principal, err)
+		}
+	}
+	mine, _, err := s.Create(ctx, dev, Spec{Model: "m"}, p.prefill)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Use(ctx, def, mine.Name()); !errors.Is(err, ErrNotFound) {
+		t.Errorf("the default tenant uses a tenant's cache: %v", err)
+	}
+}
