@@ -316,7 +316,7 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 		BlockSize:          o.blockSize,
 		KVMemoryBytes:      kvMemory,
 		KVHostMemoryBytes:  hostMemory,
-		KVDiskDir:          filepath.Join(dataDir, "kv"),
+		KVDiskDir:          diskTierDir(dataDir),
 		KVDiskBytes:        diskBytes,
 		LRUEviction:        o.kvEviction == "lru",
 		MaxPinnedFraction:  o.maxPinned,

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -12,6 +13,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kvserve/kvserve/internal/audit"
+	"github.com/kvserve/kvserve/internal/kv"
+	"github.com/kvserve/kvserve/internal/kv/diskstore"
 	"github.com/kvserve/kvserve/internal/tenant"
 )
 
@@ -23,6 +26,23 @@ import (
 // dataDirFlag adds --data-dir to a command group.
 func dataDirFlag(cmd *cobra.Command, dir *string) {
 	cmd.PersistentFlags().StringVar(dir, "data-dir", "", "data directory holding state.db and audit.log (default $XDG_DATA_HOME/kvserve or ~/.local/share/kvserve)")
+}
+
+// shredTenantKV destroys a tenant's key of the disk KV tier in dataDir. A
+// data directory no server has used has no secret and nothing to shred.
+func shredTenantKV(dataDir, tenantID string) error {
+	if dataDir == "" {
+		dataDir = defaultDataDir(os.Getenv)
+	}
+	path := filepath.Join(dataDir, "secret")
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	secret, err := loadSecret(path)
+	if err != nil {
+		return err
+	}
+	return diskstore.ShredScope(diskTierDir(dataDir), kv.ScopeSalt(secret, tenantID))
 }
 
 // withState runs fn on the data directory's state.
@@ -79,17 +99,27 @@ func newTenantCmd() *cobra.Command {
 		},
 	}, &cobra.Command{
 		Use:   "delete NAME",
-		Short: "Delete a tenant and revoke its keys",
+		Short: "Delete a tenant, revoke its keys and destroy its disk KV key",
 		Long: `Deletes the tenant and revokes all its keys in one change. The revoked keys stay
-listed (kvserve key list) so audit records can still name them. The tenant's other
-resources (KV kept on disk, later context caches) are not removed by this command:
-they belong to the parts of the server that own them.`,
+listed (kvserve key list) so audit records can still name them. Then it destroys
+the tenant's key of the disk KV tier (crypto-shredding): its blocks on disk can no
+longer be decrypted by anyone, and the server deletes their files when it next
+starts (a server running meanwhile cannot serve them: no key of the tenant is valid).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withState(dataDir, func(st *state) error {
+				// Looked up first for its id; an unknown tenant fails (audited)
+				// in DeleteTenant.
+				t, lookupErr := st.dir.Tenant(cmd.Context(), args[0])
 				revoked, err := st.dir.DeleteTenant(cmd.Context(), localActor(), args[0])
 				if err != nil {
 					return err
+				}
+				if lookupErr != nil {
+					return lookupErr
+				}
+				if err := shredTenantKV(dataDir, t.ID); err != nil {
+					return fmt.Errorf("tenant %s deleted, but its disk KV key was not destroyed: %w", args[0], err)
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "tenant %s deleted; %d keys revoked", args[0], len(revoked))
 				if len(revoked) > 0 {

@@ -867,3 +867,16 @@ func writeAtomic(tmp, path string, data []byte) error {
 	}
 	return err
 }
+
+// ShredScope destroys scope's key in the store at dir without opening it
+// (for a tenant deleted while no server, or another process, holds the
+// store): its block files can no longer be decrypted and are deleted by the
+// next Open. A process holding the store open keeps the key it derived
+// until it forgets the scope or stops.
+func ShredScope(dir string, scope Hash) error {
+	err := os.Remove(filepath.Join(dir, "keys", hex.EncodeToString(scope[:])))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("diskstore: destroy scope key: %w", err)
+	}
+	return nil
+}

@@ -343,6 +343,16 @@ func TestForgetScopeShredsKey(t *testing.T) {
 	if hasTake(s2, t1, a) {
 		t.Fatal("a shredded block was served")
 	}
+
+	// Shredding a closed store's scope: its files are gone at the next open.
+	s2.Close(context.Background())
+	if err := ShredScope(dir, t2); err != nil {
+		t.Fatal(err)
+	}
+	s3 := open_(t, Config{Dir: dir})
+	if s3.Has(b) || !s3.Has(hashOf("c")) {
+		t.Fatal("a shredded scope's block survived the next open, or another's did not")
+	}
 }
 
 func TestOneProcessPerDirectory(t *testing.T) {
