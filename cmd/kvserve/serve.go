@@ -31,6 +31,7 @@ import (
 	"github.com/kvserve/kvserve/internal/gguf"
 	"github.com/kvserve/kvserve/internal/grammar"
 	"github.com/kvserve/kvserve/internal/kv"
+	"github.com/kvserve/kvserve/internal/kvevents"
 	"github.com/kvserve/kvserve/internal/model"
 	"github.com/kvserve/kvserve/internal/sim"
 	"github.com/kvserve/kvserve/internal/synth"
@@ -307,7 +308,9 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 		grammarOpts.MaxStringLength = 32
 	}
 	constraints := constrain.New(loaded.tok, loaded.tmpl, grammarOpts)
+	events := kv.NewEventLog(1 << 16)
 	e, err := engine.New(fwd, engine.Config{
+		Events:             events,
 		Constraints:        constraints,
 		KVNoStorage:        o.engine == "sim",
 		MaxBatchTokens:     o.maxBatchTokens,
@@ -339,6 +342,7 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 		ContextLength: ctxLen, Backend: api.LocalBackend(e), Tokenizer: loaded.tok, Template: loaded.tmpl,
 	}
 	srv.SetModel(served)
+	srv.HandleAdmin("GET /v1/kv/events", kvevents.Handler(kvevents.Source{Log: events, Snapshot: e.KV().Snapshot}))
 	// Agents' first requests come together and most carry tools: build the
 	// constraint vocabulary now rather than on the first of them.
 	constraints.Prepare()

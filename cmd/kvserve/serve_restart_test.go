@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kvserve/kvserve/internal/api/apitest"
+	"github.com/kvserve/kvserve/internal/kvevents"
 )
 
 // servingServer is a `kvserve serve` running in the test.
@@ -102,6 +103,26 @@ func TestServeWarmRestart(t *testing.T) {
 	s := startServe(t, args...)
 	if c := chat(s); c != 0 {
 		t.Fatalf("cold request: %d cached tokens", c)
+	}
+	// The KV event stream's snapshot lists the prompt's blocks.
+	resp, err := http.Get(s.base + "/v1/kv/events?snapshot=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<24)
+	var snapshot kvevents.Batch
+	for sc.Scan() {
+		if line, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+			if err := json.Unmarshal([]byte(line), &snapshot); err != nil {
+				t.Fatal(err)
+			}
+			break
+		}
+	}
+	resp.Body.Close()
+	if len(snapshot.Events) < 3 || snapshot.Events[0].Type != "BlockStored" || snapshot.Events[0].Medium != "GPU" {
+		t.Fatalf("KV event snapshot: %+v", snapshot)
 	}
 	if err := s.stop(); err != nil {
 		t.Fatalf("serve: %v", err)

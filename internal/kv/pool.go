@@ -670,6 +670,9 @@ func (p *Pool) commitLocked(id BlockID, h Hash, parent Hash, tokens []int32, cla
 		}
 	}
 	if p.cfg.Events != nil {
+		if parent == p.scopes[owner] { // the first block of its chain: no parent (as vLLM says it)
+			parent = Hash{}
+		}
 		p.cfg.Events.Publish(Event{Kind: BlockStored, Tier: TierPool, Hashes: []Hash{h}, Parent: parent,
 			Tokens: append([]int32(nil), tokens...), BlockSize: p.cfg.BlockSize, Class: class})
 	}

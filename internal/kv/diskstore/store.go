@@ -880,3 +880,23 @@ func ShredScope(dir string, scope Hash) error {
 	}
 	return nil
 }
+
+// Entry names a block the store holds on disk.
+type Entry struct {
+	Hash  Hash
+	Class uint8
+}
+
+// Entries lists the blocks on disk (for a snapshot of the tiers).
+func (s *Store) Entries() []Entry {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Entry, 0, len(s.entries))
+	for c := range s.lists {
+		for el := s.lists[c].Front(); el != nil; el = el.Next() {
+			e := el.Value.(*entry)
+			out = append(out, Entry{Hash: e.hash, Class: e.class})
+		}
+	}
+	return out
+}
