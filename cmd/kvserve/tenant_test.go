@@ -447,7 +447,7 @@ func TestServeStoreKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, _ = run(t, dir, "audit", "verify")
-	if !strings.Contains(out, "6 records, chain intact") { // 2 changes, 4 denials
+	if !strings.Contains(out, "6 records, chain intact") {
 		t.Fatalf("audit verify: %s", out)
 	}
 	out, _ = run(t, dir, "audit", "tail", "-n", "1")
