@@ -165,3 +165,70 @@ func TestPrefetchWhileQueued(t *testing.T) {
 		t.Fatalf("a reported %d cached tokens, want 96", u.CachedTokens)
 	}
 }
+
+// TestDiskTierFaults: a disk that refuses every write, and a budget too
+// small for one block, cost hits but never a wrong token; the engine
+// keeps serving and its pool stays consistent.
+func TestDiskTierFaults(t *testing.T) {
+	m := sharedModel(t, "tiny-f32.gguf")
+	kvPerToken := int64(m.Config.KVBytesPerToken(2))
+	prompts := randomPrompts(14, 3, 100, 100, m.Config.Vocab, nil)
+	const gen = 4
+	want := make([][]int32, len(prompts))
+	for i, p := range prompts {
+		want[i] = greedyReference(t, m, p, gen)
+	}
+	cases := []struct {
+		name  string
+		bytes int64
+		fault func(dir string) error
+		check func(st Stats) bool
+	}{
+		{"refusing filesystem", 1 << 30, func(dir string) error {
+			// Where the block files go is a file now: every write fails.
+			if err := os.RemoveAll(filepath.Join(dir, "blocks")); err != nil {
+				return err
+			}
+			return os.WriteFile(filepath.Join(dir, "blocks"), nil, 0o600)
+		}, func(st Stats) bool { return st.KV.Disk.WriteErrors > 0 && st.KV.Disk.Blocks == 0 }},
+		{"budget below a block", 1, nil, func(st Stats) bool { return st.KV.Disk.Dropped > 0 && st.KV.Disk.Blocks == 0 }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			e, err := newTestEngine(t, m, model.ForwarderOptions{Threads: 2, KVType: tensor.F16},
+				Config{KVMemoryBytes: kvPerToken * 16 * 8, BlockSize: 16, KVDiskDir: dir, KVDiskBytes: tc.bytes})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.fault != nil {
+				if err := tc.fault(dir); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for round := range 2 {
+				for i, p := range prompts {
+					st, err := e.Submit(context.Background(), Request{Prompt: p, MaxTokens: gen, IgnoreEOS: true})
+					if err != nil {
+						t.Fatal(err)
+					}
+					toks, _ := collect(t, st, 1)
+					if !slices.Equal(toks[0], want[i]) {
+						t.Fatalf("round %d prompt %d: %v, want %v", round, i, toks[0], want[i])
+					}
+				}
+			}
+			for deadline := time.Now().Add(10 * time.Second); e.KV().Stats().Disk.QueueDepth > 0; time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("the disk tier's queue did not drain")
+				}
+			}
+			if st := e.Now(); !tc.check(st) {
+				t.Fatalf("disk tier: %+v", st.KV.Disk)
+			}
+			if err := e.KV().CheckInvariants(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
