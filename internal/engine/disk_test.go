@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/kvserve/kvserve/internal/model"
 	"github.com/kvserve/kvserve/internal/tensor"
 )
@@ -24,14 +26,16 @@ func TestDiskTierAcrossRestarts(t *testing.T) {
 	a, b := prompts[0], prompts[1]
 	const gen = 6
 	want := greedyReference(t, m, a, gen)
+	var reg *prometheus.Registry
 	start := func() *Engine {
+		reg = prometheus.NewRegistry()
 		f, err := model.NewForwarder(m, model.ForwarderOptions{Threads: 2, KVType: tensor.F16})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(f.Close)
 		// Room for one prompt at a time: the next pushes the last out.
-		e, err := New(f, Config{KVMemoryBytes: kvPerToken * 16 * 8, BlockSize: 16, KVDiskDir: dir, KVDiskBytes: 1 << 30})
+		e, err := New(f, Config{KVMemoryBytes: kvPerToken * 16 * 8, BlockSize: 16, KVDiskDir: dir, KVDiskBytes: 1 << 30, Registerer: reg})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -65,6 +69,29 @@ func TestDiskTierAcrossRestarts(t *testing.T) {
 	if st := e.KV().Stats().Disk; st.Hits == 0 {
 		t.Fatalf("no block came from disk: %+v", st)
 	}
+	// The metrics tell the same: blocks on disk by class, one request's wait.
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var onDisk, waits float64
+	for _, f := range families {
+		for _, mt := range f.GetMetric() {
+			switch f.GetName() {
+			case "kvserve_kv_tier_blocks":
+				for _, l := range mt.GetLabel() {
+					if l.GetName() == "tier" && l.GetValue() == "disk" {
+						onDisk += mt.GetGauge().GetValue()
+					}
+				}
+			case "kvserve_kv_disk_wait_seconds":
+				waits += float64(mt.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	if onDisk == 0 || waits != 1 {
+		t.Fatalf("metrics: %v blocks on disk, %v waits for disk (want > 0, 1)", onDisk, waits)
+	}
 	e.Close()
 
 	e = start()
@@ -76,7 +103,7 @@ func TestDiskTierAcrossRestarts(t *testing.T) {
 
 	// Damage every block file: flip one byte in some, cut others short.
 	n := 0
-	err := filepath.WalkDir(filepath.Join(dir, "blocks"), func(path string, d os.DirEntry, err error) error {
+	err = filepath.WalkDir(filepath.Join(dir, "blocks"), func(path string, d os.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
 		}

@@ -357,6 +357,9 @@ func (p *Pool) Stats() Stats {
 	if p.host != nil {
 		s.Host = HostStats{Blocks: len(p.host.byHash), Stored: p.host.stats.Stored,
 			Onboarded: p.host.stats.Onboarded, Evicted: p.host.stats.Evicted}
+		for c := range p.host.lists {
+			s.Host.ByClass[c] = p.host.lists[c].Len()
+		}
 	}
 	if p.disk != nil {
 		s.Disk = p.disk.Stats()

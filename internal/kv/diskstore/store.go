@@ -98,6 +98,8 @@ type Stats struct {
 	// Loaded blocks read back; Corrupt files that failed to open (deleted);
 	// Hits blocks handed to Take; LoadNanos the time spent loading.
 	Loaded, Corrupt, Hits, LoadNanos int64
+	// ByClass counts the blocks on disk by retention class.
+	ByClass [NumClasses]int
 }
 
 type entry struct {
@@ -770,6 +772,9 @@ func (s *Store) Stats() Stats {
 	st := s.stats
 	st.Blocks, st.Bytes = len(s.entries), s.used
 	st.QueueDepth, st.Staged = len(s.queued), len(s.stage)
+	for c := range s.lists {
+		st.ByClass[c] = s.lists[c].Len()
+	}
 	return st
 }
 
