@@ -32,6 +32,7 @@ import (
 	"github.com/kvserve/kvserve/internal/gguf"
 	"github.com/kvserve/kvserve/internal/grammar"
 	"github.com/kvserve/kvserve/internal/kv"
+	"github.com/kvserve/kvserve/internal/kvevents"
 	"github.com/kvserve/kvserve/internal/model"
 	"github.com/kvserve/kvserve/internal/sim"
 	"github.com/kvserve/kvserve/internal/synth"
@@ -321,7 +322,9 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 		grammarOpts.MaxStringLength = 32
 	}
 	constraints := constrain.New(loaded.tok, loaded.tmpl, grammarOpts)
+	events := kv.NewEventLog(1 << 16)
 	e, err := engine.New(fwd, engine.Config{
+		Events:             events,
 		Constraints:        constraints,
 		KVNoStorage:        o.engine == "sim",
 		MaxBatchTokens:     o.maxBatchTokens,
@@ -330,7 +333,7 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 		BlockSize:          o.blockSize,
 		KVMemoryBytes:      kvMemory,
 		KVHostMemoryBytes:  hostMemory,
-		KVDiskDir:          filepath.Join(dataDir, "kv"),
+		KVDiskDir:          diskTierDir(dataDir),
 		KVDiskBytes:        diskBytes,
 		LRUEviction:        o.kvEviction == "lru",
 		MaxPinnedFraction:  o.maxPinned,
@@ -353,6 +356,7 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 		ContextLength: ctxLen, Backend: api.LocalBackend(e), Tokenizer: loaded.tok, Template: loaded.tmpl,
 	}
 	srv.SetModel(served)
+	srv.HandleAdmin("GET /v1/kv/events", kvevents.Handler(kvevents.Source{Log: events, Snapshot: e.KV().Snapshot}))
 	// Agents' first requests come together and most carry tools: build the
 	// constraint vocabulary now rather than on the first of them.
 	constraints.Prepare()

@@ -309,6 +309,9 @@ func defaultHostMemory(kvMemory, avail int64) int64 {
 	return max(0, min(2*kvMemory, avail/4))
 }
 
+// diskTierDir is where the disk KV tier lives in a data directory.
+func diskTierDir(dataDir string) string { return filepath.Join(dataDir, "kv") }
+
 // defaultDiskBytes is the disk tier's budget when not set: a tenth of the
 // free space, at most 32 GiB (it fills only as blocks leave memory).
 func defaultDiskBytes(free int64) int64 { return max(0, min(free/10, 32<<30)) }

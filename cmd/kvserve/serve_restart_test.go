@@ -6,12 +6,15 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/kvserve/kvserve/internal/api/apitest"
+	"github.com/kvserve/kvserve/internal/kvevents"
 )
 
 // servingServer is a `kvserve serve` running in the test.
@@ -101,6 +104,26 @@ func TestServeWarmRestart(t *testing.T) {
 	if c := chat(s); c != 0 {
 		t.Fatalf("cold request: %d cached tokens", c)
 	}
+	// The KV event stream's snapshot lists the prompt's blocks.
+	resp, err := http.Get(s.base + "/v1/kv/events?snapshot=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<24)
+	var snapshot kvevents.Batch
+	for sc.Scan() {
+		if line, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+			if err := json.Unmarshal([]byte(line), &snapshot); err != nil {
+				t.Fatal(err)
+			}
+			break
+		}
+	}
+	resp.Body.Close()
+	if len(snapshot.Events) < 3 || snapshot.Events[0].Type != "BlockStored" || snapshot.Events[0].Medium != "GPU" {
+		t.Fatalf("KV event snapshot: %+v", snapshot)
+	}
 	if err := s.stop(); err != nil {
 		t.Fatalf("serve: %v", err)
 	}
@@ -116,4 +139,65 @@ func TestServeWarmRestart(t *testing.T) {
 	if c := chat(s); c != 0 {
 		t.Fatalf("with the disk tier off: %d cached tokens", c)
 	}
+}
+
+// TestTenantDeleteShredsDiskKV: a deleted tenant's blocks on disk lose their
+// key with it, and the next start deletes them; another tenant's stay.
+func TestTenantDeleteShredsDiskKV(t *testing.T) {
+	dir := t.TempDir()
+	secrets := map[string]string{}
+	for _, name := range []string{"acme", "beta"} {
+		run(t, dir, "tenant", "create", name)
+		out, _ := run(t, dir, "key", "create", "--tenant", name, "--role", "developer")
+		secrets[name] = strings.TrimSpace(out)
+	}
+	args := []string{"--model", apitest.ModelFile(t), "--addr", "127.0.0.1:0", "--data-dir", dir,
+		"--kv-cache-memory", "16MiB", "--threads", "1", "--kv-disk", "64MiB"}
+	s := startServe(t, args...)
+	prompt := strings.Repeat("Every tenant's cache is its own, on disk as in memory. ", 12)
+	for _, name := range []string{"acme", "beta"} {
+		body, _ := json.Marshal(map[string]any{"model": s.model, "max_tokens": 1,
+			"messages": []map[string]string{{"role": "user", "content": prompt}}})
+		req, _ := http.NewRequest("POST", s.base+"/v1/chat/completions", strings.NewReader(string(body)))
+		req.Header.Set("Authorization", "Bearer "+secrets[name])
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("%s: status %d", name, resp.StatusCode)
+		}
+	}
+	if err := s.stop(); err != nil { // writes both tenants' blocks to disk
+		t.Fatal(err)
+	}
+	before := countFiles(t, filepath.Join(dir, "kv", "blocks"))
+	if before == 0 {
+		t.Fatal("nothing was written to the disk tier")
+	}
+	run(t, dir, "tenant", "delete", "acme")
+	s = startServe(t, args...)
+	if err := s.stop(); err != nil {
+		t.Fatal(err)
+	}
+	after := countFiles(t, filepath.Join(dir, "kv", "blocks"))
+	if after == 0 || after >= before {
+		t.Fatalf("%d block files before deleting a tenant, %d after: want beta's only", before, after)
+	}
+}
+
+func countFiles(t *testing.T, root string) int {
+	t.Helper()
+	n := 0
+	err := filepath.WalkDir(root, func(_ string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			n++
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -13,6 +14,8 @@ import (
 
 	"github.com/kvserve/kvserve/internal/audit"
 	"github.com/kvserve/kvserve/internal/ctxcache"
+	"github.com/kvserve/kvserve/internal/kv"
+	"github.com/kvserve/kvserve/internal/kv/diskstore"
 	"github.com/kvserve/kvserve/internal/tenant"
 )
 
@@ -24,6 +27,23 @@ import (
 // dataDirFlag adds --data-dir to a command group.
 func dataDirFlag(cmd *cobra.Command, dir *string) {
 	cmd.PersistentFlags().StringVar(dir, "data-dir", "", "data directory holding state.db and audit.log (default $XDG_DATA_HOME/kvserve or ~/.local/share/kvserve)")
+}
+
+// shredTenantKV destroys a tenant's key of the disk KV tier in dataDir. A
+// data directory no server has used has no secret and nothing to shred.
+func shredTenantKV(dataDir, tenantID string) error {
+	if dataDir == "" {
+		dataDir = defaultDataDir(os.Getenv)
+	}
+	path := filepath.Join(dataDir, "secret")
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	secret, err := loadSecret(path)
+	if err != nil {
+		return err
+	}
+	return diskstore.ShredScope(diskTierDir(dataDir), kv.ScopeSalt(secret, tenantID))
 }
 
 // withState runs fn on the data directory's state.
@@ -80,29 +100,33 @@ func newTenantCmd() *cobra.Command {
 		},
 	}, &cobra.Command{
 		Use:   "delete NAME",
-		Short: "Delete a tenant and revoke its keys",
+		Short: "Delete a tenant, revoke its keys and destroy its disk KV key",
 		Long: `Deletes the tenant and revokes all its keys in one change. The revoked keys stay
-listed (kvserve key list) so audit records can still name them. The tenant's other
-resources kept on disk (KV blocks) are not removed by this command: they belong to
-the parts of the server that own them. Its context caches are deleted (their pins
-lapse at their expiry).`,
+listed (kvserve key list) so audit records can still name them. Then it destroys
+the tenant's key of the disk KV tier (crypto-shredding): its blocks on disk can no
+longer be decrypted by anyone, and the server deletes their files when it next
+starts (a server running meanwhile cannot serve them: no key of the tenant is valid).
+Its context caches are deleted too (their pins lapse at their expiry).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withState(dataDir, func(st *state) error {
-				// The id, for its caches; a lookup failure is the deletion's
-				// to report (and audit).
-				t, _ := st.dir.Tenant(cmd.Context(), args[0])
+				// Looked up first for its id; an unknown tenant fails (audited)
+				// in DeleteTenant.
+				t, lookupErr := st.dir.Tenant(cmd.Context(), args[0])
 				revoked, err := st.dir.DeleteTenant(cmd.Context(), localActor(), args[0])
 				if err != nil {
 					return err
+				}
+				if lookupErr != nil {
+					return lookupErr
+				}
+				if err := shredTenantKV(dataDir, t.ID); err != nil {
+					return fmt.Errorf("tenant %s deleted, but its disk KV key was not destroyed: %w", args[0], err)
 				}
 				// Its context caches go too (their pins lapse at expiry).
 				caches, err := newCacheService(st, 0)
 				if err != nil {
 					return err
-				}
-				if t.ID == "" { // cannot happen: the deletion found it
-					return fmt.Errorf("tenant %s deleted, but its id was not found to delete its context caches", args[0])
 				}
 				if n, err := caches.DeleteTenant(cmd.Context(), ctxcache.Caller{Principal: localActor().Principal}, t.ID); err != nil {
 					return fmt.Errorf("tenant %s deleted, but its context caches: %w", args[0], err)

@@ -434,8 +434,10 @@ func TestServeStoreKeys(t *testing.T) {
 	if status, body := call("POST", "/v1/chat/completions", chat); status != 200 {
 		t.Fatalf("stored key: %d %s", status, body)
 	}
-	if status, body := call("GET", "/metrics", ""); status != 403 {
-		t.Fatalf("/metrics for a developer: %d %.200s", status, body)
+	for _, path := range []string{"/metrics", "/v1/kv/events"} {
+		if status, body := call("GET", path, ""); status != 403 {
+			t.Fatalf("%s for a developer: %d %.200s", path, status, body)
+		}
 	}
 	run(t, dir, "key", "revoke", id)
 	if status, body := call("POST", "/v1/chat/completions", chat); status != 401 || !strings.Contains(body, "API key revoked") {
@@ -445,7 +447,7 @@ func TestServeStoreKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, _ = run(t, dir, "audit", "verify")
-	if !strings.Contains(out, "5 records, chain intact") {
+	if !strings.Contains(out, "6 records, chain intact") {
 		t.Fatalf("audit verify: %s", out)
 	}
 	out, _ = run(t, dir, "audit", "tail", "-n", "1")

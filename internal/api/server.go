@@ -322,6 +322,12 @@ func (s *Server) wrap(d Dialect, rt Route) http.Handler {
 	})
 }
 
+// HandleAdmin serves an operator endpoint (the KV event stream) on
+// pattern, guarded as /metrics is: an admin key when keys are configured.
+func (s *Server) HandleAdmin(pattern string, h http.Handler) {
+	s.mux.Handle(pattern, s.adminOnly(h))
+}
+
 // adminOnly guards an operator endpoint (/metrics): when keys are
 // configured, it needs a key whose role grants admin (401 without one, 403
 // with another), refused in OpenAI's error shape.

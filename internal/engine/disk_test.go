@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/kvserve/kvserve/internal/model"
 	"github.com/kvserve/kvserve/internal/tensor"
 )
@@ -24,14 +26,16 @@ func TestDiskTierAcrossRestarts(t *testing.T) {
 	a, b := prompts[0], prompts[1]
 	const gen = 6
 	want := greedyReference(t, m, a, gen)
+	var reg *prometheus.Registry
 	start := func() *Engine {
+		reg = prometheus.NewRegistry()
 		f, err := model.NewForwarder(m, model.ForwarderOptions{Threads: 2, KVType: tensor.F16})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(f.Close)
 		// Room for one prompt at a time: the next pushes the last out.
-		e, err := New(f, Config{KVMemoryBytes: kvPerToken * 16 * 8, BlockSize: 16, KVDiskDir: dir, KVDiskBytes: 1 << 30})
+		e, err := New(f, Config{KVMemoryBytes: kvPerToken * 16 * 8, BlockSize: 16, KVDiskDir: dir, KVDiskBytes: 1 << 30, Registerer: reg})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -65,6 +69,29 @@ func TestDiskTierAcrossRestarts(t *testing.T) {
 	if st := e.KV().Stats().Disk; st.Hits == 0 {
 		t.Fatalf("no block came from disk: %+v", st)
 	}
+	// The metrics tell the same: blocks on disk by class, one request's wait.
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var onDisk, waits float64
+	for _, f := range families {
+		for _, mt := range f.GetMetric() {
+			switch f.GetName() {
+			case "kvserve_kv_tier_blocks":
+				for _, l := range mt.GetLabel() {
+					if l.GetName() == "tier" && l.GetValue() == "disk" {
+						onDisk += mt.GetGauge().GetValue()
+					}
+				}
+			case "kvserve_kv_disk_wait_seconds":
+				waits += float64(mt.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	if onDisk == 0 || waits != 1 {
+		t.Fatalf("metrics: %v blocks on disk, %v waits for disk (want > 0, 1)", onDisk, waits)
+	}
 	e.Close()
 
 	e = start()
@@ -76,7 +103,7 @@ func TestDiskTierAcrossRestarts(t *testing.T) {
 
 	// Damage every block file: flip one byte in some, cut others short.
 	n := 0
-	err := filepath.WalkDir(filepath.Join(dir, "blocks"), func(path string, d os.DirEntry, err error) error {
+	err = filepath.WalkDir(filepath.Join(dir, "blocks"), func(path string, d os.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
 		}
@@ -163,5 +190,72 @@ func TestPrefetchWhileQueued(t *testing.T) {
 	drive()
 	if u := st.Usage(); u.CachedTokens != 96 {
 		t.Fatalf("a reported %d cached tokens, want 96", u.CachedTokens)
+	}
+}
+
+// TestDiskTierFaults: a disk that refuses every write, and a budget too
+// small for one block, cost hits but never a wrong token; the engine
+// keeps serving and its pool stays consistent.
+func TestDiskTierFaults(t *testing.T) {
+	m := sharedModel(t, "tiny-f32.gguf")
+	kvPerToken := int64(m.Config.KVBytesPerToken(2))
+	prompts := randomPrompts(14, 3, 100, 100, m.Config.Vocab, nil)
+	const gen = 4
+	want := make([][]int32, len(prompts))
+	for i, p := range prompts {
+		want[i] = greedyReference(t, m, p, gen)
+	}
+	cases := []struct {
+		name  string
+		bytes int64
+		fault func(dir string) error
+		check func(st Stats) bool
+	}{
+		{"refusing filesystem", 1 << 30, func(dir string) error {
+			// Where the block files go is a file now: every write fails.
+			if err := os.RemoveAll(filepath.Join(dir, "blocks")); err != nil {
+				return err
+			}
+			return os.WriteFile(filepath.Join(dir, "blocks"), nil, 0o600)
+		}, func(st Stats) bool { return st.KV.Disk.WriteErrors > 0 && st.KV.Disk.Blocks == 0 }},
+		{"budget below a block", 1, nil, func(st Stats) bool { return st.KV.Disk.Dropped > 0 && st.KV.Disk.Blocks == 0 }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			e, err := newTestEngine(t, m, model.ForwarderOptions{Threads: 2, KVType: tensor.F16},
+				Config{KVMemoryBytes: kvPerToken * 16 * 8, BlockSize: 16, KVDiskDir: dir, KVDiskBytes: tc.bytes})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.fault != nil {
+				if err := tc.fault(dir); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for round := range 2 {
+				for i, p := range prompts {
+					st, err := e.Submit(context.Background(), Request{Prompt: p, MaxTokens: gen, IgnoreEOS: true})
+					if err != nil {
+						t.Fatal(err)
+					}
+					toks, _ := collect(t, st, 1)
+					if !slices.Equal(toks[0], want[i]) {
+						t.Fatalf("round %d prompt %d: %v, want %v", round, i, toks[0], want[i])
+					}
+				}
+			}
+			for deadline := time.Now().Add(10 * time.Second); e.KV().Stats().Disk.QueueDepth > 0; time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("the disk tier's queue did not drain")
+				}
+			}
+			if st := e.Now(); !tc.check(st) {
+				t.Fatalf("disk tier: %+v", st.KV.Disk)
+			}
+			if err := e.KV().CheckInvariants(); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }

@@ -285,6 +285,8 @@ type seqState struct {
 	// fetching is when the sequence began waiting for its prompt's blocks
 	// to come up from disk (zero: not waiting).
 	fetching time.Time
+	// diskGaveUp: it waited maxDiskWait once and no longer waits.
+	diskGaveUp bool
 }
 
 // entry is one sequence's part of the current forward pass.

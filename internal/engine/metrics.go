@@ -18,6 +18,7 @@ type metrics struct {
 	batchSeqs, batchTokens         prometheus.Histogram
 	prefixQueries, prefixHits      prometheus.Counter
 	sessionsIdled                  prometheus.Counter
+	diskWait                       prometheus.Histogram
 	preemptions                    prometheus.Counter
 	promptTokens, generatedTokens  prometheus.Counter
 	finished                       *prometheus.CounterVec
@@ -30,6 +31,9 @@ type metrics struct {
 func newMetrics(reg prometheus.Registerer, pool *kv.Pool) (*metrics, error) {
 	latency := []float64{.001, .005, .01, .02, .04, .06, .08, .1, .25, .5, .75, 1, 2.5, 5, 7.5, 10, 20, 40, 80}
 	m := &metrics{
+		diskWait: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kvserve_kv_disk_wait_seconds",
+			Help:    "How long requests whose prompt continued on disk (G3) waited, queued, for those blocks to be read back.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 12)}),
 		sessionsIdled: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvserve_sessions_idled_total",
 			Help: "Agent sessions whose blocks were demoted after the idle timeout."}),
 		ttft: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kvserve_time_to_first_token_seconds",
@@ -117,12 +121,33 @@ func newMetrics(reg prometheus.Registerer, pool *kv.Pool) (*metrics, error) {
 	}
 	for _, c := range []prometheus.Collector{m.ttft, m.itl, m.queueTime, m.e2e, m.stepTime, m.batchSeqs, m.batchTokens,
 		m.prefixQueries, m.prefixHits, m.preemptions, m.promptTokens, m.generatedTokens, m.finished,
-		m.running, m.waitingGauge, m.kvUsage, m.blocks, m.blocksByRetention, m.sessionsIdled} {
+		m.running, m.waitingGauge, m.kvUsage, m.blocks, m.blocksByRetention, m.sessionsIdled, m.diskWait, tierCollector{pool}} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("engine: register metrics: %w", err)
 		}
 	}
 	return m, nil
+}
+
+// tierCollector reports, at each scrape, the findable blocks of every tier
+// by retention class.
+type tierCollector struct{ pool *kv.Pool }
+
+var tierBlocksDesc = prometheus.NewDesc("kvserve_kv_tier_blocks",
+	"Findable KV blocks by tier (pool: G1, host: G2, disk: G3) and retention class.", []string{"tier", "retention"}, nil)
+
+func (c tierCollector) Describe(ch chan<- *prometheus.Desc) { ch <- tierBlocksDesc }
+
+func (c tierCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.pool.Stats()
+	for _, t := range []struct {
+		tier    kv.Tier
+		byClass [kv.NumClasses]int
+	}{{kv.TierPool, st.ByClass}, {kv.TierHost, st.Host.ByClass}, {kv.TierDisk, st.Disk.ByClass}} {
+		for r := RetentionDefault; r <= RetentionPinned; r++ {
+			ch <- prometheus.MustNewConstMetric(tierBlocksDesc, prometheus.GaugeValue, float64(t.byClass[r]), t.tier.String(), r.String())
+		}
+	}
 }
 
 func (m *metrics) observeStep(seqs, tokens int, d time.Duration) {

@@ -189,11 +189,19 @@ func (e *Engine) awaitDisk(s *seqState, chain []kv.Hash) bool {
 		return false
 	}
 	now := e.clock.Now()
+	if s.diskGaveUp {
+		return false
+	}
 	if !s.fetching.IsZero() && now.Sub(s.fetching) > maxDiskWait {
+		e.m.diskWait.Observe(now.Sub(s.fetching).Seconds())
+		s.diskGaveUp = true
 		return false
 	}
 	if e.kv.Fetch(e.salt(s.req.Scope), chain, e.wakeUp) == 0 {
-		s.fetching = time.Time{}
+		if !s.fetching.IsZero() {
+			e.m.diskWait.Observe(now.Sub(s.fetching).Seconds())
+			s.fetching = time.Time{}
+		}
 		return false
 	}
 	if s.fetching.IsZero() {

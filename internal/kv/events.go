@@ -60,7 +60,7 @@ type Event struct {
 	Kind      EventKind
 	Tier      Tier
 	Hashes    []Hash  // stored/removed blocks, in chain order for stored
-	Parent    Hash    // parent of Hashes[0] (stored only)
+	Parent    Hash    // parent of Hashes[0] (stored only; zero for the first block of a chain)
 	Tokens    []int32 // the tokens of the stored blocks, BlockSize per block
 	BlockSize int
 	Class     Class // retention class of the stored blocks when stored (it may rise later)
@@ -149,4 +149,44 @@ func (l *EventLog) Read(ctx context.Context, seq uint64, dst []Event) ([]Event, 
 			return dst, seq, ctx.Err()
 		}
 	}
+}
+
+// Snapshot describes every block findable now, in every tier, as stored
+// events (one per block), and returns the sequence number of the first
+// event of the pool's log that may not be reflected in it: a consumer that
+// applies the snapshot and then the log from there has the pool's view
+// (events between the two are applied twice, which stored and removed
+// events bear). Without an event log, next is 0.
+func (p *Pool) Snapshot() (events []Event, next uint64) {
+	if p.cfg.Events != nil {
+		next = p.cfg.Events.Next()
+	}
+	bs := p.cfg.BlockSize
+	p.mu.Lock()
+	for i := range p.meta {
+		m := &p.meta[i]
+		if !m.hashed {
+			continue
+		}
+		var parent Hash
+		if m.parent >= 0 {
+			parent = p.meta[m.parent].hash
+		}
+		events = append(events, Event{Kind: BlockStored, Tier: TierPool, Hashes: []Hash{m.hash}, Parent: parent, BlockSize: bs, Class: m.class})
+	}
+	if p.host != nil {
+		for c := range p.host.lists {
+			for el := p.host.lists[c].Front(); el != nil; el = el.Next() {
+				e := el.Value.(*hostEntry)
+				events = append(events, Event{Kind: BlockStored, Tier: TierHost, Hashes: []Hash{e.hash}, BlockSize: bs, Class: e.class})
+			}
+		}
+	}
+	p.mu.Unlock()
+	if p.disk != nil {
+		for _, e := range p.disk.Entries() {
+			events = append(events, Event{Kind: BlockStored, Tier: TierDisk, Hashes: []Hash{e.Hash}, BlockSize: bs, Class: Class(e.Class)})
+		}
+	}
+	return events, next
 }

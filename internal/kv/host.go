@@ -47,6 +47,8 @@ type hostStats struct {
 type HostStats struct {
 	Blocks                     int
 	Stored, Onboarded, Evicted int64
+	// ByClass counts the blocks by retention class.
+	ByClass [NumClasses]int
 }
 
 func newHostTier(budget, blockBytes int64, noStorage bool) *hostTier {

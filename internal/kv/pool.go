@@ -357,6 +357,9 @@ func (p *Pool) Stats() Stats {
 	if p.host != nil {
 		s.Host = HostStats{Blocks: len(p.host.byHash), Stored: p.host.stats.Stored,
 			Onboarded: p.host.stats.Onboarded, Evicted: p.host.stats.Evicted}
+		for c := range p.host.lists {
+			s.Host.ByClass[c] = p.host.lists[c].Len()
+		}
 	}
 	if p.disk != nil {
 		s.Disk = p.disk.Stats()
@@ -670,6 +673,9 @@ func (p *Pool) commitLocked(id BlockID, h Hash, parent Hash, tokens []int32, cla
 		}
 	}
 	if p.cfg.Events != nil {
+		if parent == p.scopes[owner] { // the first block of its chain: no parent (as vLLM says it)
+			parent = Hash{}
+		}
 		p.cfg.Events.Publish(Event{Kind: BlockStored, Tier: TierPool, Hashes: []Hash{h}, Parent: parent,
 			Tokens: append([]int32(nil), tokens...), BlockSize: p.cfg.BlockSize, Class: class})
 	}

@@ -98,6 +98,8 @@ type Stats struct {
 	// Loaded blocks read back; Corrupt files that failed to open (deleted);
 	// Hits blocks handed to Take; LoadNanos the time spent loading.
 	Loaded, Corrupt, Hits, LoadNanos int64
+	// ByClass counts the blocks on disk by retention class.
+	ByClass [NumClasses]int
 }
 
 type entry struct {
@@ -770,6 +772,9 @@ func (s *Store) Stats() Stats {
 	st := s.stats
 	st.Blocks, st.Bytes = len(s.entries), s.used
 	st.QueueDepth, st.Staged = len(s.queued), len(s.stage)
+	for c := range s.lists {
+		st.ByClass[c] = s.lists[c].Len()
+	}
 	return st
 }
 
@@ -866,4 +871,37 @@ func writeAtomic(tmp, path string, data []byte) error {
 		os.Remove(f.Name())
 	}
 	return err
+}
+
+// ShredScope destroys scope's key in the store at dir without opening it
+// (for a tenant deleted while no server, or another process, holds the
+// store): its block files can no longer be decrypted and are deleted by the
+// next Open. A process holding the store open keeps the key it derived
+// until it forgets the scope or stops.
+func ShredScope(dir string, scope Hash) error {
+	err := os.Remove(filepath.Join(dir, "keys", hex.EncodeToString(scope[:])))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("diskstore: destroy scope key: %w", err)
+	}
+	return nil
+}
+
+// Entry names a block the store holds on disk.
+type Entry struct {
+	Hash  Hash
+	Class uint8
+}
+
+// Entries lists the blocks on disk (for a snapshot of the tiers).
+func (s *Store) Entries() []Entry {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Entry, 0, len(s.entries))
+	for c := range s.lists {
+		for el := s.lists[c].Front(); el != nil; el = el.Next() {
+			e := el.Value.(*entry)
+			out = append(out, Entry{Hash: e.hash, Class: e.class})
+		}
+	}
+	return out
 }
