@@ -310,3 +310,44 @@ func TestCachedContentsReuseByDisplayName(t *testing.T) {
 	}
 	env.WaitIdle(t)
 }
+
+// TestCachedContentsPinsFollowUpdates: the KV blocks stay pinned to the
+// cache's expiry, an extension re-pins them past the first one, and a
+// cache left alone releases its pins when it expires.
+func TestCachedContentsPinsFollowUpdates(t *testing.T) {
+	env := newCacheEnv(t, 64)
+	base := env.URL("/v1beta/cachedContents")
+	kv := env.Engine.KV()
+	create := func(body string) cacheResp {
+		t.Helper()
+		var c cacheResp
+		if status, data := send(t, "POST", base, body); status != 200 || json.Unmarshal(data, &c) != nil {
+			t.Fatalf("create: %d %s", status, data)
+		}
+		return c
+	}
+	extended := create(strings.Replace(cacheCreateBody(""), `"300s"`, `"2s"`, 1))
+	pinned := kv.Pinned()
+	if pinned < extended.UsageMetadata.TotalTokenCount/env.Engine.Config().BlockSize {
+		t.Fatalf("%d blocks pinned for a cache of %d tokens", pinned, extended.UsageMetadata.TotalTokenCount)
+	}
+	control := create(strings.Replace(strings.Replace(cacheCreateBody(""), `"300s"`, `"2s"`, 1), "The contract", "Another contract", 1))
+	if kv.Pinned() <= pinned {
+		t.Fatalf("the second cache pinned nothing: %d then %d", pinned, kv.Pinned())
+	}
+	if status, data := send(t, "PATCH", env.URL("/v1beta/"+extended.Name), `{"ttl":"60s"}`); status != 200 {
+		t.Fatalf("update: %d %s", status, data)
+	}
+	exp, err := time.Parse(time.RFC3339Nano, control.ExpireTime)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Until(exp) + 300*time.Millisecond)
+	if got := kv.Pinned(); got != pinned {
+		t.Fatalf("after the first expiry %d blocks are pinned; want the extended cache's %d", got, pinned)
+	}
+	if status, _ := send(t, "GET", env.URL("/v1beta/"+control.Name), nil); status != 404 {
+		t.Fatalf("the expired cache: %d", status)
+	}
+	env.WaitIdle(t)
+}
