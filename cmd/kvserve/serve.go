@@ -293,10 +293,10 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 		hostMemory = 0
 	}
 	diskBytes := int64(o.kvDisk)
-	switch {
-	case diskBytes == -1 || o.engine == "sim": // the simulator's pool holds no data to write
+	switch diskBytes {
+	case -1:
 		diskBytes = 0
-	case diskBytes == 0:
+	case 0:
 		diskBytes = defaultDiskBytes(diskFree(dataDir))
 	}
 	fwd, closeFwd, err := servedForwarder(o, loaded, kvType)
@@ -361,7 +361,7 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 	// constraint vocabulary now rather than on the first of them.
 	constraints.Prepare()
 	fmt.Fprintf(stderr, "kvserve: serving %q on http://%s: context %d tokens, KV cache %s (%d blocks of %d tokens, %s), host tier %s, disk tier %s\n",
-		loaded.id, ln.Addr(), ctxLen, formatBytes(kvMemory), e.KV().NumBlocks(), ec.BlockSize, kvType, hostTierString(hostMemory), diskTierString(diskBytes, e.KV().Stats().Disk))
+		loaded.id, ln.Addr(), ctxLen, formatBytes(kvMemory), e.KV().NumBlocks(), ec.BlockSize, kvType, hostTierString(hostMemory), diskTierString(diskBytes, o.engine == "sim", e.KV().Stats().Disk))
 	if loaded.synthetic {
 		fmt.Fprintln(stderr, "kvserve: NOTE: this is a synthetic random-weight model; its output is not language. Pass --model FILE.gguf for a real one.")
 	}
