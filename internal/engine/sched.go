@@ -142,7 +142,10 @@ func (e *Engine) admit(s *seqState) (ok, deferred bool) {
 			return false, true
 		}
 	}
-	target := len(s.tokens) + 1
+	// Room for the remaining prompt and the first token, or, with the
+	// expected_output_tokens hint, the output expected (within max_tokens):
+	// a request that will grow waits for room rather than be preempted.
+	target := len(s.tokens) + max(1, min(r.Hints.ExpectedOutputTokens, r.MaxTokens)-s.generated)
 	if e.cfg.Contiguous {
 		target = len(s.tokens) + (r.MaxTokens - s.generated)
 	}
