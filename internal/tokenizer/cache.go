@@ -144,8 +144,8 @@ type wordEntry struct {
 	hash  uint64
 	scope string
 	key   string
-	ids  []int32
-	cost int64
+	ids   []int32
+	cost  int64
 }
 
 // wordEntryOverhead approximates the heap bytes of an entry beyond its key
