@@ -32,6 +32,7 @@ import (
 	"github.com/kvserve/kvserve/internal/gguf"
 	"github.com/kvserve/kvserve/internal/grammar"
 	"github.com/kvserve/kvserve/internal/kv"
+	"github.com/kvserve/kvserve/internal/kv/diskstore"
 	"github.com/kvserve/kvserve/internal/kvevents"
 	"github.com/kvserve/kvserve/internal/model"
 	"github.com/kvserve/kvserve/internal/sim"
@@ -298,6 +299,12 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 		diskBytes = 0
 	case 0:
 		diskBytes = defaultDiskBytes(diskFree(dataDir))
+		// Another server on this data directory holds the disk tier: by
+		// default this one runs without, rather than not at all.
+		if err := diskstore.Probe(diskTierDir(dataDir)); o.engine != "sim" && errors.Is(err, diskstore.ErrInUse) {
+			fmt.Fprintf(stderr, "kvserve: another server uses %s's disk KV tier; this one runs without (--kv-disk off to say so, or give each server its own --data-dir)\n", dataDir)
+			diskBytes = 0
+		}
 	}
 	fwd, closeFwd, err := servedForwarder(o, loaded, kvType)
 	if err != nil {

@@ -41,6 +41,9 @@ import (
 	"time"
 )
 
+// ErrInUse means another process holds the store's directory.
+var ErrInUse = errors.New("diskstore: the directory is in use by another process")
+
 // Hash is a block hash or a scope salt (kv.Hash).
 type Hash = [32]byte
 
@@ -923,4 +926,18 @@ func (s *Store) Entries() []Entry {
 		}
 	}
 	return out
+}
+
+// Probe reports whether a store could be opened in dir now: ErrInUse when
+// another process holds it.
+func Probe(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("diskstore: %w", err)
+	}
+	unlock, err := lockDir(filepath.Join(dir, "lock"))
+	if err != nil {
+		return err
+	}
+	unlock()
+	return nil
 }
