@@ -125,6 +125,12 @@ func (e *Engine) admit(s *seqState) (ok, deferred bool) {
 		}
 		seq.PinUntil(r.stream.arrival.Add(ttl))
 	}
+	if r.Hints.TTL > 0 && (rest == kv.ClassPersistent || slices.Contains(perBlock, kv.ClassPersistent)) {
+		// A TTL on persistent blocks (Anthropic's cache_control ttl, say)
+		// keeps their class until then, from the request's arrival; a hit
+		// by a later request with a TTL extends it.
+		seq.PersistUntil(r.stream.arrival.Add(r.Hints.TTL))
+	}
 	hit := 0
 	var hashes []kv.Hash
 	caching := !e.cfg.DisablePrefixCache && !e.cfg.Contiguous

@@ -386,15 +386,28 @@ func (p *Pool) raiseLocked(id BlockID, c Class, expiry int64) {
 	if !m.hashed {
 		return
 	}
-	if c == ClassPinned && expiry > m.expiry {
-		m.expiry = expiry
+	switch {
+	case c > m.class:
+		p.countLocked(id, -1)
+		m.class, m.expiry = c, classExpiry(c, expiry)
+		p.countLocked(id, +1)
+	case c == m.class && c == ClassPinned:
+		m.expiry = max(m.expiry, expiry)
+	case c == m.class && c == ClassPersistent && m.expiry != 0:
+		// Persistent without a TTL (0) outlasts any TTL.
+		if expiry == 0 || expiry > m.expiry {
+			m.expiry = expiry
+		}
 	}
-	if c <= m.class {
-		return
+}
+
+// classExpiry is the expiry a block of class c keeps: a pin's, or a
+// persistent block's TTL (0: none); other classes have none.
+func classExpiry(c Class, expiry int64) int64 {
+	if c == ClassPinned || c == ClassPersistent {
+		return expiry
 	}
-	p.countLocked(id, -1)
-	m.class = c
-	p.countLocked(id, +1)
+	return 0
 }
 
 // countLocked adds delta to the counts of findable block id's class (and,
@@ -434,7 +447,8 @@ func (p *Pool) PinnedBy(scope Hash) int {
 	return p.pinnedBy[o]
 }
 
-// demoteLocked makes an expired pin an unclassified block.
+// demoteLocked makes an expired pin, or a persistent block past its TTL,
+// an unclassified block.
 func (p *Pool) demoteLocked(id BlockID) {
 	m := &p.meta[id]
 	p.countLocked(id, -1)
@@ -579,8 +593,8 @@ func (p *Pool) onboardLocked(h Hash, parent BlockID, class Class, expiry int64, 
 	}
 	m := &p.meta[id]
 	m.hashed, m.hash, m.class, m.owner = true, h, max(class, from), owner
-	if m.class == ClassPinned {
-		m.expiry = expiry
+	if m.class == class {
+		m.expiry = classExpiry(class, expiry)
 	}
 	m.parent = parent
 	var parentHash Hash
@@ -672,9 +686,7 @@ func (p *Pool) commitLocked(id BlockID, h Hash, parent Hash, tokens []int32, cla
 		panic(fmt.Sprintf("kv: block %d committed twice", id))
 	}
 	m.hashed, m.hash, m.class, m.owner = true, h, class, owner
-	if class == ClassPinned {
-		m.expiry = expiry
-	}
+	m.expiry = classExpiry(class, expiry)
 	if par, ok := p.index[parent]; ok {
 		m.parent = par
 		p.meta[par].children++
@@ -910,9 +922,22 @@ func (p *Pool) checkChainsLocked() error {
 			}
 		}
 	}
-	nc := 0
+	nc, timed := 0, 0
 	for c := range v.classes {
 		nc += len(v.classes[c].ids)
+	}
+	for i := range p.meta {
+		id, m := BlockID(i), &p.meta[i]
+		want := m.refs == 0 && m.hashed && m.class == ClassPersistent && m.expiry != 0
+		if got := v.whereT[id] >= 0; got != want {
+			return fmt.Errorf("kv: block %d (class %d, expiry %d, refs %d) timed %v", id, m.class, m.expiry, m.refs, got)
+		}
+		if want {
+			timed++
+		}
+	}
+	if timed != len(v.timed.ids) {
+		return fmt.Errorf("kv: %d cached persistent blocks with a TTL, the timed heap holds %d", timed, len(v.timed.ids))
 	}
 	if pins != len(v.pins.ids) || cands != nc || held != v.held {
 		return fmt.Errorf("kv: evictor counts pins %d, candidates %d, held %d; blocks say %d, %d, %d",

@@ -282,6 +282,9 @@ func runRandomOps(t *testing.T, seed uint64, steps int) {
 		}
 		s.SetClasses(classes, Class(rng.IntN(NumClasses)))
 		s.PinUntil(now.Add(time.Duration(rng.IntN(20)) * time.Second))
+		if rng.IntN(2) == 0 {
+			s.PersistUntil(now.Add(time.Duration(rng.IntN(20)) * time.Second))
+		}
 		if p.HasDisk() && rng.IntN(2) == 0 {
 			fetchWait(t, p, s.scope, prompt)
 		}

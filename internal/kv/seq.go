@@ -29,6 +29,9 @@ type Sequence struct {
 	// pinUntil is when the blocks this sequence pins (ClassPinned) may be
 	// evicted again (Unix nanoseconds).
 	pinUntil int64
+	// persistUntil is when the blocks it makes persistent lose that class
+	// (Unix nanoseconds; 0: never).
+	persistUntil int64
 }
 
 // NewSequence starts an empty sequence whose block hashes are salted with
@@ -57,6 +60,27 @@ func (s *Sequence) SetClasses(perBlock []Class, rest Class) {
 // until then the pool never evicts them (a block pinned by several
 // sequences keeps the latest expiry).
 func (s *Sequence) PinUntil(t time.Time) { s.pinUntil = t.UnixNano() }
+
+// PersistUntil gives the blocks the sequence makes persistent a TTL: at t
+// they become unclassified (the zero time: they stay persistent). A block
+// persistent without a TTL for any sequence keeps none.
+func (s *Sequence) PersistUntil(t time.Time) {
+	s.persistUntil = 0
+	if !t.IsZero() {
+		s.persistUntil = t.UnixNano()
+	}
+}
+
+// expiryOf is the expiry the sequence gives its full block i's class.
+func (s *Sequence) expiryOf(i int) int64 {
+	switch s.classOf(i) {
+	case ClassPinned:
+		return s.pinUntil
+	case ClassPersistent:
+		return s.persistUntil
+	}
+	return 0
+}
 
 // classOf is the class the sequence gives its full block i.
 func (s *Sequence) classOf(i int) Class {
@@ -116,13 +140,13 @@ func (s *Sequence) MatchPrefixHashes(prompt []int32, hashes []Hash) int {
 		id, ok := p.index[hashes[i]]
 		if ok {
 			p.acquireLocked(id)
-			p.raiseLocked(id, s.classOf(i), s.pinUntil)
+			p.raiseLocked(id, s.classOf(i), s.expiryOf(i))
 		} else {
 			parent := BlockID(-1)
 			if i > 0 {
 				parent = s.blocks[i-1]
 			}
-			if id, ok = p.onboardLocked(hashes[i], parent, s.classOf(i), s.pinUntil, s.owner); !ok {
+			if id, ok = p.onboardLocked(hashes[i], parent, s.classOf(i), s.expiryOf(i), s.owner); !ok {
 				break
 			}
 		}
@@ -229,7 +253,7 @@ func (s *Sequence) Commit(tokens []int32) {
 		} else {
 			h = s.hasher.Block(parent, blockTokens)
 		}
-		s.blocks[i] = p.commitLocked(s.blocks[i], h, parent, blockTokens, s.classOf(i), s.pinUntil, s.owner)
+		s.blocks[i] = p.commitLocked(s.blocks[i], h, parent, blockTokens, s.classOf(i), s.expiryOf(i), s.owner)
 		s.hashes = append(s.hashes, h)
 	}
 }
@@ -255,7 +279,7 @@ func (s *Sequence) Fork() *Sequence {
 		classes:  append([]Class(nil), s.classes...),
 		rest:     s.rest,
 		owner:    s.owner,
-		pinUntil: s.pinUntil,
+		pinUntil: s.pinUntil, persistUntil: s.persistUntil,
 	}
 }
 

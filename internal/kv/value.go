@@ -50,6 +50,11 @@ type valueEvictor struct {
 	held    int                   // cached blocks with cached children, not pinned
 	where   []int32               // per block: index in its class heap or pins, -1 when not there
 	inPins  []bool
+	// timed holds the cached persistent blocks whose class has an expiry
+	// (a TTL), candidates or held, soonest first: at it they become
+	// unclassified.
+	timed  blockHeap
+	whereT []int32 // per block: index in timed, -1 when not there
 	tick    uint64  // releases so far: the evictor's clock
 	bonus   float64 // priority per prefix hit, in ticks
 	n       int     // cached blocks
@@ -59,14 +64,15 @@ var _ Evictor = (*valueEvictor)(nil)
 
 func newValueEvictor(p *Pool) *valueEvictor {
 	v := &valueEvictor{p: p, where: make([]int32, p.cfg.NumBlocks), inPins: make([]bool, p.cfg.NumBlocks),
-		bonus: float64(p.cfg.NumBlocks)}
+		whereT: make([]int32, p.cfg.NumBlocks), bonus: float64(p.cfg.NumBlocks)}
 	for i := range v.where {
-		v.where[i] = -1
+		v.where[i], v.whereT[i] = -1, -1
 	}
 	for c := range v.classes {
-		v.classes[c] = blockHeap{v: v, less: byPriority}
+		v.classes[c] = blockHeap{v: v, where: v.where, less: byPriority}
 	}
-	v.pins = blockHeap{v: v, less: byExpiry}
+	v.pins = blockHeap{v: v, where: v.where, less: byExpiry}
+	v.timed = blockHeap{v: v, where: v.whereT, less: byExpiry}
 	return v
 }
 
@@ -87,8 +93,11 @@ func (v *valueEvictor) Add(id BlockID) {
 	v.tick++
 	m := &v.p.meta[id]
 	m.lastUse = v.tick
-	if m.class == ClassPinned && m.expiry <= v.now() {
+	if v.expired(m) {
 		v.p.demoteLocked(id)
+	}
+	if m.class == ClassPersistent && m.expiry != 0 {
+		heap.Push(&v.timed, id)
 	}
 	switch {
 	case m.class == ClassPinned:
@@ -101,22 +110,50 @@ func (v *valueEvictor) Add(id BlockID) {
 	}
 }
 
+// expired reports whether a block's class has run out: a pin past its
+// expiry, or a persistent block past its TTL.
+func (v *valueEvictor) expired(m *blockMeta) bool {
+	switch m.class {
+	case ClassPinned:
+		return m.expiry <= v.now()
+	case ClassPersistent:
+		return m.expiry != 0 && m.expiry <= v.now()
+	}
+	return false
+}
+
 // push makes cached leaf id a candidate of its class.
 func (v *valueEvictor) push(id BlockID) {
 	m := &v.p.meta[id]
+	if m.class == ClassPersistent && v.expired(m) {
+		v.p.demoteLocked(id)
+	}
 	m.priority = float64(m.lastUse) + float64(m.uses)*v.bonus
 	heap.Push(&v.classes[v.evictClass(m)], id)
+}
+
+// unqueue takes candidate id out of its class heap.
+func (v *valueEvictor) unqueue(id BlockID) {
+	heap.Remove(&v.classes[v.evictClass(&v.p.meta[id])], int(v.where[id]))
+}
+
+// untime takes id out of timed, if it is there.
+func (v *valueEvictor) untime(id BlockID) {
+	if v.whereT[id] >= 0 {
+		heap.Remove(&v.timed, int(v.whereT[id]))
+	}
 }
 
 // Remove implements Evictor: id is referenced again.
 func (v *valueEvictor) Remove(id BlockID) {
 	v.n--
+	v.untime(id)
 	switch {
 	case v.inPins[id]:
 		heap.Remove(&v.pins, int(v.where[id]))
 		v.inPins[id] = false
 	case v.where[id] >= 0:
-		heap.Remove(&v.classes[v.evictClass(&v.p.meta[id])], int(v.where[id]))
+		v.unqueue(id)
 	default:
 		v.held--
 	}
@@ -132,9 +169,24 @@ func (v *valueEvictor) leaf(id BlockID) {
 	v.push(id)
 }
 
-// expire moves the pins whose time has come among the candidates.
+// expire moves the pins whose time has come among the candidates, and
+// the persistent candidates whose TTL has run out among the unclassified.
 func (v *valueEvictor) expire() {
 	now := v.now()
+	for len(v.timed.ids) > 0 {
+		id := v.timed.ids[0]
+		if v.p.meta[id].expiry > now {
+			break
+		}
+		heap.Pop(&v.timed)
+		if v.where[id] < 0 { // held by its children: it stays held
+			v.p.demoteLocked(id)
+			continue
+		}
+		v.unqueue(id)
+		v.p.demoteLocked(id)
+		v.push(id)
+	}
 	for len(v.pins.ids) > 0 {
 		id := v.pins.ids[0]
 		m := &v.p.meta[id]
@@ -161,6 +213,7 @@ func (v *valueEvictor) Victim() (BlockID, bool) {
 			continue
 		}
 		id := heap.Pop(h).(BlockID)
+		v.untime(id)
 		v.n--
 		return id, true
 	}
@@ -178,9 +231,10 @@ func (v *valueEvictor) Len() int {
 // valueEvictor.where (so any block can be removed in O(log n)). less
 // orders two blocks.
 type blockHeap struct {
-	v    *valueEvictor
-	ids  []BlockID
-	less func(a, b *blockMeta, ida, idb BlockID) bool
+	v     *valueEvictor
+	ids   []BlockID
+	where []int32 // each block's index in ids (shared by heaps no block is in twice)
+	less  func(a, b *blockMeta, ida, idb BlockID) bool
 }
 
 func (h *blockHeap) Len() int { return len(h.ids) }
@@ -190,17 +244,17 @@ func (h *blockHeap) Less(i, j int) bool {
 }
 func (h *blockHeap) Swap(i, j int) {
 	h.ids[i], h.ids[j] = h.ids[j], h.ids[i]
-	h.v.where[h.ids[i]], h.v.where[h.ids[j]] = int32(i), int32(j)
+	h.where[h.ids[i]], h.where[h.ids[j]] = int32(i), int32(j)
 }
 func (h *blockHeap) Push(x any) {
 	id := x.(BlockID)
-	h.v.where[id] = int32(len(h.ids))
+	h.where[id] = int32(len(h.ids))
 	h.ids = append(h.ids, id)
 }
 func (h *blockHeap) Pop() any {
 	id := h.ids[len(h.ids)-1]
 	h.ids = h.ids[:len(h.ids)-1]
-	h.v.where[id] = -1
+	h.where[id] = -1
 	return id
 }
 
@@ -213,7 +267,8 @@ func byPriority(a, b *blockMeta, ida, idb BlockID) bool {
 	return ida < idb
 }
 
-// byExpiry orders unexpired pins: the soonest to expire first.
+// byExpiry orders pins, or timed persistent blocks: the soonest to expire
+// first.
 func byExpiry(a, b *blockMeta, _, _ BlockID) bool { return a.expiry < b.expiry }
 
 // defaultNow is the pool's clock when Config.Now is not set.
@@ -230,7 +285,7 @@ func (v *valueEvictor) lower(id BlockID) {
 		m.lastUse, m.uses = 0, 0
 		return
 	}
-	heap.Remove(&v.classes[v.evictClass(m)], int(v.where[id]))
+	v.unqueue(id)
 	m.lastUse, m.uses = 0, 0
 	v.push(id)
 }

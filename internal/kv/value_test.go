@@ -288,3 +288,58 @@ func TestDemote(t *testing.T) {
 		t.Fatalf("the fresh chain was evicted before the demoted one: %v", f)
 	}
 }
+
+// TestPersistentTTL: a persistent block with a TTL outlasts session blocks
+// until its TTL runs out, and is then an unclassified block like any
+// other (its age counting against it); without a TTL it stays persistent,
+// and a TTL-less request's claim outlasts a TTL.
+func TestPersistentTTL(t *testing.T) {
+	p, now := valuePool(t, 5)
+	run := func(tokens []int32, class Class, ttl time.Duration) {
+		t.Helper()
+		s := p.NewSequence(Hash{7}, nil)
+		s.SetClasses(nil, class)
+		if ttl > 0 {
+			s.PersistUntil(now.Add(ttl))
+		}
+		hit := s.MatchPrefix(tokens)
+		if err := extend(s, tokens[hit:]); err != nil {
+			t.Fatal(err)
+		}
+		s.Release()
+		if err := p.CheckInvariants(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	timed, forever, session := seqTokens(1, 9), seqTokens(30, 9), seqTokens(60, 9) // 2 full blocks each
+	run(timed, ClassPersistent, time.Hour)
+	run(session, ClassSession, 0)
+	if err := evict(t, p, 3); err != nil { // the free block, then the session chain
+		t.Fatal(err)
+	}
+	if f := findable(p, timed); !f[0] || !f[1] {
+		t.Fatalf("a persistent chain within its TTL was evicted before a session one: %v", f)
+	}
+	if st := p.Stats(); st.ByClass[ClassPersistent] != 2 {
+		t.Fatalf("by class before the TTL: %v", st.ByClass)
+	}
+	*now = now.Add(2 * time.Hour)
+	run(session, ClassSession, 0) // fresher than the expired chain
+	if st := p.Stats(); st.ByClass[ClassPersistent] != 0 {
+		t.Fatalf("by class after the TTL: %v", st.ByClass)
+	}
+	if err := evict(t, p, 3); err != nil {
+		t.Fatal(err)
+	}
+	if f := findable(p, timed); f[0] || f[1] {
+		t.Fatalf("an expired persistent chain outlived a fresher session one: %v", f)
+	}
+
+	// A TTL-less claim outlasts a TTL: the chain stays persistent.
+	run(forever, ClassPersistent, 0)
+	run(forever, ClassPersistent, time.Minute)
+	*now = now.Add(time.Hour)
+	if st := p.Stats(); st.ByClass[ClassPersistent] != 2 {
+		t.Fatalf("a persistent chain without a TTL lost its class: %v", st.ByClass)
+	}
+}
