@@ -20,7 +20,7 @@ import (
 // servingServer is a `kvserve serve` running in the test.
 type servingServer struct {
 	base, model string
-	line        string // the "serving" line it printed
+	line        string       // the "serving" line it printed
 	stop        func() error // shuts it down gracefully and returns serve's error
 }
 

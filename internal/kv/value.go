@@ -55,9 +55,9 @@ type valueEvictor struct {
 	// unclassified.
 	timed  blockHeap
 	whereT []int32 // per block: index in timed, -1 when not there
-	tick    uint64  // releases so far: the evictor's clock
-	bonus   float64 // priority per prefix hit, in ticks
-	n       int     // cached blocks
+	tick   uint64  // releases so far: the evictor's clock
+	bonus  float64 // priority per prefix hit, in ticks
+	n      int     // cached blocks
 }
 
 var _ Evictor = (*valueEvictor)(nil)
