@@ -1,0 +1,317 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/kvserve/kvserve/internal/api"
+	"github.com/kvserve/kvserve/internal/engine"
+	"github.com/kvserve/kvserve/internal/sample"
+)
+
+func mustJSON(t testing.TB, v any) []byte {
+	t.Helper()
+	data, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+// prefer picks worker id when it is a candidate, else the least loaded.
+type prefer string
+
+func (p prefer) Pick(r *engine.Request, cands []Candidate) int {
+	for i, c := range cands {
+		if c.Worker == string(p) {
+			return i
+		}
+	}
+	return LeastLoaded{}.Pick(r, cands)
+}
+
+func prompt(n int) []int32 {
+	p := make([]int32, n)
+	for i := range p {
+		p[i] = int32(1 + i%60)
+	}
+	return p
+}
+
+// TestSameOutputsAsLocal: a request through the gateway's backend to a
+// worker streams what the same engine in this process streams, and the
+// engine's refusals come back as the same errors.
+func TestSameOutputsAsLocal(t *testing.T) {
+	checkGoroutines(t)
+	s := startNATS(t)
+	startWorker(t, s, "w1", time.Millisecond)
+	reg, remote := gateway(t, s, nil)
+	waitWorkers(t, reg, 1)
+	local := api.LocalBackend(simEngine(t, time.Millisecond, nil))
+
+	tests := []struct {
+		name    string
+		req     engine.Request
+		wantErr error
+	}{
+		{"greedy", engine.Request{Prompt: prompt(40), MaxTokens: 12}, nil},
+		{"two samples", engine.Request{Prompt: prompt(33), MaxTokens: 9, N: 2, Sampling: sample.Params{Temperature: 0.8, Seed: 7}}, nil},
+		{"one token", engine.Request{Prompt: prompt(3), MaxTokens: 1, Scope: "tenant-a"}, nil},
+		{"too long", engine.Request{Prompt: prompt(8), MaxTokens: 1 << 20}, engine.ErrTooLong},
+		{"invalid", engine.Request{Prompt: prompt(8)}, engine.ErrInvalid},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			ls, lerr := local.Submit(ctx, tt.req)
+			rs, rerr := remote.Submit(ctx, tt.req)
+			if tt.wantErr != nil {
+				if !errors.Is(lerr, tt.wantErr) || !errors.Is(rerr, tt.wantErr) {
+					t.Fatalf("local error %v, remote error %v; want both %v", lerr, rerr, tt.wantErr)
+				}
+				if api.AsError(lerr).Status() != api.AsError(rerr).Status() {
+					t.Fatalf("local status %d, remote %d", api.AsError(lerr).Status(), api.AsError(rerr).Status())
+				}
+				return
+			}
+			if lerr != nil || rerr != nil {
+				t.Fatalf("local %v, remote %v", lerr, rerr)
+			}
+			want, got := stripTimes(readAll(t, ls)), stripTimes(readAll(t, rs))
+			if !slices.Equal(want, got) {
+				t.Fatalf("remote outputs differ:\n got %+v\nwant %+v", got, want)
+			}
+			if lu, ru := ls.Usage(), rs.Usage(); lu != ru {
+				t.Fatalf("usage: remote %+v, local %+v", ru, lu)
+			}
+			if rs.Ended().IsZero() {
+				t.Fatal("remote stream has no end time")
+			}
+			rs.Cancel() // as the API does at the end: harmless
+		})
+	}
+}
+
+// TestNoWorkers: with no worker the backend refuses at once with a 503.
+func TestNoWorkers(t *testing.T) {
+	s := startNATS(t)
+	_, b := gateway(t, s, nil)
+	_, err := b.Submit(context.Background(), engine.Request{Prompt: prompt(4), MaxTokens: 2})
+	if !errors.Is(err, ErrNoWorkers) || api.AsError(err).Status() != 503 {
+		t.Fatalf("error %v (status %d), want ErrNoWorkers as 503", err, api.AsError(err).Status())
+	}
+}
+
+// TestCancelReachesWorker: a stream cancelled at the gateway (its client
+// went away) stops on the worker's engine.
+func TestCancelReachesWorker(t *testing.T) {
+	for _, how := range []string{"Cancel", "context"} {
+		t.Run(how, func(t *testing.T) {
+			checkGoroutines(t)
+			s := startNATS(t)
+			w := startWorker(t, s, "w1", 5*time.Millisecond)
+			reg, b := gateway(t, s, nil)
+			waitWorkers(t, reg, 1)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			st, err := b.Submit(ctx, engine.Request{Prompt: prompt(20), MaxTokens: 2000})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := st.Recv(ctx, nil); err != nil {
+				t.Fatal(err)
+			}
+			if n := w.e.Now().Running; n != 1 {
+				t.Fatalf("%d running on the worker, want 1", n)
+			}
+			if how == "Cancel" {
+				st.Cancel()
+			} else {
+				cancel()
+			}
+			waitFor(t, "the worker's engine runs nothing", func() bool {
+				n := w.e.Now()
+				return n.Running == 0 && n.Waiting == 0
+			})
+		})
+	}
+}
+
+// TestSilentWorkerDropped: a worker that stops heartbeating is dropped
+// after three intervals; one that drains and leaves, at once.
+func TestSilentWorkerDropped(t *testing.T) {
+	checkGoroutines(t)
+	s := startNATS(t)
+	w1 := startWorker(t, s, "w1", time.Millisecond)
+	w2 := startWorker(t, s, "w2", time.Millisecond)
+	reg, _ := gateway(t, s, nil)
+	waitWorkers(t, reg, 2)
+	start := time.Now()
+	w1.kill()
+	waitWorkers(t, reg, 1)
+	if d := time.Since(start); d < 2*testBeat {
+		t.Fatalf("dropped after %v: before three heartbeats were missed", d)
+	}
+	if _, ok := reg.Worker("w2"); !ok {
+		t.Fatal("the live worker was dropped")
+	}
+	if err := w2.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitWorkers(t, reg, 0)
+}
+
+// TestWorkerKilledMidStream: a worker that dies after the first output
+// ends the client's stream with a clear error, within three heartbeats.
+func TestWorkerKilledMidStream(t *testing.T) {
+	checkGoroutines(t)
+	s := startNATS(t)
+	w := startWorker(t, s, "w1", 5*time.Millisecond)
+	startWorker(t, s, "w2", 5*time.Millisecond)
+	reg, b := gateway(t, s, prefer("w1"))
+	waitWorkers(t, reg, 2)
+	st, err := b.Submit(context.Background(), engine.Request{Prompt: prompt(20), MaxTokens: 2000, N: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := st.Recv(context.Background(), nil)
+	if err != nil || len(first) == 0 {
+		t.Fatal(first, err)
+	}
+	w.kill()
+	start := time.Now()
+	outs := readAll(t, st)
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("the error took %v", d)
+	}
+	failed := 0
+	for _, o := range outs {
+		if o.Finish == engine.FinishError {
+			failed++
+			if o.Err == nil || !strings.Contains(o.Err.Error(), "worker w1") {
+				t.Fatalf("error output without a clear message: %v", o.Err)
+			}
+		}
+	}
+	if failed != 2 {
+		t.Fatalf("%d samples ended in an error, want 2: %+v", failed, outs)
+	}
+}
+
+// TestRetryBeforeFirstOutput: a worker that cannot or does not answer
+// before the first output is replaced by another, once, and the client
+// sees only the second worker's outputs.
+func TestRetryBeforeFirstOutput(t *testing.T) {
+	tests := []struct {
+		name   string
+		answer func(nc *nats.Conn, m *nats.Msg) // the bad worker's behaviour (nil: not subscribed)
+	}{
+		{"no responders", nil},
+		{"silent", func(*nats.Conn, *nats.Msg) {}},
+		{"draining", func(nc *nats.Conn, m *nats.Msg) {
+			req, _ := DecodeGenerateRequest(m.Data)
+			_ = nc.Publish(m.Reply, mustJSON(t, Frame{V: Version, ID: req.ID, Done: true, Error: &WireError{Kind: KindClosed, Message: "engine: closed"}}))
+		}},
+		{"dies after queueing", func(nc *nats.Conn, m *nats.Msg) {
+			req, _ := DecodeGenerateRequest(m.Data)
+			_ = nc.Publish(m.Reply, mustJSON(t, Frame{V: Version, ID: req.ID}))
+		}},
+		{"loses a frame", func(nc *nats.Conn, m *nats.Msg) {
+			req, _ := DecodeGenerateRequest(m.Data)
+			_ = nc.Publish(m.Reply, mustJSON(t, Frame{V: Version, ID: req.ID}))
+			_ = nc.Publish(m.Reply, mustJSON(t, Frame{V: Version, ID: req.ID, Seq: 2}))
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			checkGoroutines(t)
+			s := startNATS(t)
+			fakeWorker(t, s, "bad", tt.answer)
+			good := startWorker(t, s, "good", time.Millisecond)
+			reg, b := gateway(t, s, prefer("bad"))
+			waitWorkers(t, reg, 2)
+			req := engine.Request{Prompt: prompt(24), MaxTokens: 5}
+			st, err := b.Submit(context.Background(), req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := stripTimes(readAll(t, st))
+			want := stripTimes(readAll(t, mustSubmit(t, api.LocalBackend(good.e), req)))
+			if !slices.Equal(got, want) {
+				t.Fatalf("got %+v\nwant the good worker's %+v", got, want)
+			}
+		})
+	}
+}
+
+func mustSubmit(t *testing.T, b api.Backend, r engine.Request) api.Stream {
+	t.Helper()
+	st, err := b.Submit(context.Background(), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// TestRetryOnlyOnce: when the replacement fails too, the client gets a
+// clear error rather than a third try or a hang.
+func TestRetryOnlyOnce(t *testing.T) {
+	checkGoroutines(t)
+	s := startNATS(t)
+	fakeWorker(t, s, "bad1", func(*nats.Conn, *nats.Msg) {})
+	fakeWorker(t, s, "bad2", func(*nats.Conn, *nats.Msg) {})
+	reg, b := gateway(t, s, nil)
+	waitWorkers(t, reg, 2)
+	_, err := b.Submit(context.Background(), engine.Request{Prompt: prompt(4), MaxTokens: 2})
+	if api.AsError(err).Status() != 503 || !strings.Contains(err.Error(), "sent nothing") {
+		t.Fatalf("error %v, want a 503 saying the worker sent nothing", err)
+	}
+}
+
+// TestDrain: a worker closing finishes what it runs, takes nothing new
+// (the gateway sends new requests elsewhere), and leaves.
+func TestDrain(t *testing.T) {
+	checkGoroutines(t)
+	s := startNATS(t)
+	w1 := startWorker(t, s, "w1", 2*time.Millisecond)
+	startWorker(t, s, "w2", 2*time.Millisecond)
+	reg, b := gateway(t, s, prefer("w1"))
+	waitWorkers(t, reg, 2)
+	req := engine.Request{Prompt: prompt(10), MaxTokens: 50}
+	st, err := b.Submit(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- w1.Close(context.Background()) }()
+	waitFor(t, "w1 is draining", func() bool { w, _ := reg.Worker("w1"); return w.Draining })
+	// A new request goes to w2.
+	st2, err := b.Submit(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	outs := readAll(t, st)
+	tokens := 0
+	for _, o := range outs {
+		if o.Token >= 0 {
+			tokens++
+		}
+	}
+	if tokens != 50 || outs[len(outs)-1].Finish != engine.FinishLength {
+		t.Fatalf("the draining worker's request: %d tokens, last output %+v", tokens, outs[len(outs)-1])
+	}
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	waitWorkers(t, reg, 1)
+	if outs := readAll(t, st2); outs[len(outs)-1].Finish != engine.FinishLength {
+		t.Fatalf("the new request: %+v", outs[len(outs)-1])
+	}
+}
