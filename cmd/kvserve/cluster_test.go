@@ -1,0 +1,158 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kvserve/kvserve/internal/api/apitest"
+	"github.com/kvserve/kvserve/internal/cluster"
+)
+
+// chatThrough sends a chat completion to base and returns the status and
+// the body.
+func chatThrough(t *testing.T, base, model, key string) (int, []byte) {
+	t.Helper()
+	body := `{"model":"` + model + `","messages":[{"role":"user","content":"hi"}],"max_tokens":4}`
+	req, err := http.NewRequest("POST", base+"/v1/chat/completions", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, data
+}
+
+func wantChoice(t *testing.T, status int, data []byte) {
+	t.Helper()
+	var out struct {
+		Choices []struct {
+			FinishReason string `json:"finish_reason"`
+		} `json:"choices"`
+	}
+	if status != 200 || json.Unmarshal(data, &out) != nil || len(out.Choices) != 1 || out.Choices[0].FinishReason != "length" {
+		t.Fatalf("status %d: %s", status, data)
+	}
+}
+
+// TestClusterUp: `kvserve cluster up --workers 2 --engine sim` serves chat
+// completions through its gateway's URL, refuses a wrong key as serve
+// does, and shuts down cleanly.
+func TestClusterUp(t *testing.T) {
+	modelFile := apitest.ModelFile(t)
+	s := startCommand(t, newClusterCmd(), "up", "--workers", "2", "--engine", "sim", "--model", modelFile,
+		"--addr", "127.0.0.1:0", "--data-dir", t.TempDir(), "--kv-cache-memory", "16MiB", "--api-key", "sk-test=t1")
+	for range 4 {
+		status, data := chatThrough(t, s.base, s.model, "sk-test")
+		wantChoice(t, status, data)
+	}
+	if status, _ := chatThrough(t, s.base, s.model, "sk-wrong"); status != 401 {
+		t.Fatalf("a wrong key got %d", status)
+	}
+	if err := s.stop(); err != nil {
+		t.Fatalf("cluster up returned %v", err)
+	}
+}
+
+// TestWorkerAndGateway: `kvserve worker` and `kvserve gateway` joined by a
+// NATS server serve a request; when the only worker drains and leaves, the
+// gateway answers 503.
+func TestWorkerAndGateway(t *testing.T) {
+	modelFile := apitest.ModelFile(t)
+	ns, err := cluster.StartServer(cluster.ServerConfig{StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+
+	// The worker.
+	ctx, stopWorker := context.WithCancel(context.Background())
+	defer stopWorker()
+	pr, pw := io.Pipe()
+	wcmd := newWorkerCmd()
+	wcmd.SetErr(pw)
+	wcmd.SetArgs([]string{"--nats", ns.URL(), "--id", "wk-1", "--engine", "sim", "--model", modelFile,
+		"--data-dir", t.TempDir(), "--kv-cache-memory", "16MiB", "--drain-timeout", "5s"})
+	workerDone := make(chan error, 1)
+	go func() { workerDone <- wcmd.ExecuteContext(ctx); pw.Close() }()
+	sc := bufio.NewScanner(pr)
+	started := false
+	for sc.Scan() {
+		if strings.Contains(sc.Text(), "worker wk-1 serving") {
+			started = true
+			break
+		}
+	}
+	go func() { _, _ = io.Copy(io.Discard, pr) }()
+	if !started {
+		t.Fatalf("the worker did not start: %v", <-workerDone)
+	}
+
+	g := startCommand(t, newGatewayCmd(), "--nats", ns.URL(), "--model", modelFile, "--addr", "127.0.0.1:0",
+		"--data-dir", t.TempDir(), "--api-key", "sk-test=t1")
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		status, data := chatThrough(t, g.base, g.model, "sk-test")
+		if status == 200 {
+			wantChoice(t, status, data)
+			break
+		}
+		if status != 503 || time.Now().After(deadline) { // 503 until the gateway has heard the worker
+			t.Fatalf("status %d: %s", status, data)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	stopWorker()
+	select {
+	case err := <-workerDone:
+		if err != nil {
+			t.Fatalf("worker returned %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the worker did not drain")
+	}
+	if status, data := chatThrough(t, g.base, g.model, "sk-test"); status != 503 {
+		t.Fatalf("with no worker: status %d: %s", status, data)
+	}
+	if err := g.stop(); err != nil {
+		t.Fatalf("gateway returned %v", err)
+	}
+}
+
+// TestClusterCommandsRejectBadSettings: what cannot work stops the command
+// at once, naming the flag.
+func TestClusterCommandsRejectBadSettings(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"worker", []string{"--engine", "sim"}, "--nats"},
+		{"worker", []string{"--nats", "nats://127.0.0.1:1", "--id", "a.b"}, "--id"},
+		{"worker", []string{"--nats", "nats://127.0.0.1:1", "--engine", "gpu"}, "--engine"},
+		{"gateway", []string{}, "--nats"},
+		{"gateway", []string{"--nats", "nats://127.0.0.1:1", "--model-alias", "claude-["}, "--model-alias"},
+		{"cluster", []string{"up", "--workers", "0"}, "--workers"},
+		{"cluster", []string{"up", "--kv-eviction", "fifo"}, "--kv-eviction"},
+	}
+	for _, tt := range tests {
+		cmd := map[string]func() *cobra.Command{"worker": newWorkerCmd, "gateway": newGatewayCmd, "cluster": newClusterCmd}[tt.name]()
+		_, _, err := runCommand(cmd, append(tt.args, "--data-dir", t.TempDir())...)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s %v: error %v, want one naming %s", tt.name, tt.args, err, tt.want)
+		}
+	}
+}
