@@ -315,3 +315,31 @@ func TestDrain(t *testing.T) {
 		t.Fatalf("the new request: %+v", outs[len(outs)-1])
 	}
 }
+
+// TestDrainDeadline: requests still running when the drain's deadline
+// passes end with an error saying the worker shut down, not as if the
+// client had cancelled.
+func TestDrainDeadline(t *testing.T) {
+	checkGoroutines(t)
+	s := startNATS(t)
+	w := startWorker(t, s, "w1", 5*time.Millisecond)
+	reg, b := gateway(t, s, nil)
+	waitWorkers(t, reg, 1)
+	st, err := b.Submit(context.Background(), engine.Request{Prompt: prompt(10), MaxTokens: 2000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Recv(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := w.Close(ctx); err == nil {
+		t.Fatal("the drain met its deadline with a 2,000-token request running")
+	}
+	outs := readAll(t, st)
+	last := outs[len(outs)-1]
+	if last.Finish != engine.FinishError || last.Err == nil || !strings.Contains(last.Err.Error(), "shut down") {
+		t.Fatalf("last output %+v (%v)", last, last.Err)
+	}
+}

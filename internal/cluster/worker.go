@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -65,7 +66,7 @@ type Worker struct {
 	log *slog.Logger
 
 	mu       sync.Mutex
-	inflight map[string]*engine.Stream // by request id; nil stream: being submitted
+	inflight map[string]*job // by request id
 	draining bool
 
 	subs     []*nats.Subscription
@@ -75,6 +76,14 @@ type Worker struct {
 	stopCtx  context.Context
 	closeErr error
 	once     sync.Once
+}
+
+// job is a request the worker runs.
+type job struct {
+	st *engine.Stream // nil while being submitted (guarded by Worker.mu)
+	// cutOff: the drain's deadline passed; its cancellation is reported
+	// to the client as the error it is, not as the client's own cancel.
+	cutOff atomic.Bool
 }
 
 // StartWorker registers e on the cluster nc connects to and serves it
@@ -102,7 +111,7 @@ func StartWorker(nc *nats.Conn, e *engine.Engine, cfg WorkerConfig) (*Worker, er
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	w := &Worker{nc: nc, e: e, cfg: cfg, log: cfg.Logger, inflight: map[string]*engine.Stream{}, stop: stop, stopCtx: ctx}
+	w := &Worker{nc: nc, e: e, cfg: cfg, log: cfg.Logger, inflight: map[string]*job{}, stop: stop, stopCtx: ctx}
 	for subj, h := range map[string]nats.MsgHandler{
 		SubjectGenerate(cfg.ID): w.onGenerate,
 		SubjectCancel(cfg.ID):   w.onCancel,
@@ -160,9 +169,10 @@ func (w *Worker) Close(ctx context.Context) error {
 		case <-done:
 		case <-ctx.Done():
 			w.mu.Lock()
-			for _, s := range w.inflight {
-				if s != nil {
-					s.Cancel()
+			for _, j := range w.inflight {
+				j.cutOff.Store(true)
+				if j.st != nil {
+					j.st.Cancel()
 				}
 			}
 			w.mu.Unlock()
@@ -248,18 +258,21 @@ func (w *Worker) onGenerate(m *nats.Msg) {
 			Error: &WireError{Kind: KindInvalid, Message: "engine: invalid request: request id " + req.ID + " is already running"}})
 		return
 	}
-	w.inflight[req.ID] = nil
+	j := &job{}
+	w.inflight[req.ID] = j
 	w.pumps.Add(1)
 	w.mu.Unlock()
-	go w.serve(req, m.Reply)
+	go w.serve(req, j, m.Reply)
 }
 
 // serve runs one request and streams its frames to reply.
-func (w *Worker) serve(req GenerateRequest, reply string) {
+func (w *Worker) serve(req GenerateRequest, j *job, reply string) {
 	defer w.pumps.Done()
 	defer func() {
 		w.mu.Lock()
-		delete(w.inflight, req.ID)
+		if w.inflight[req.ID] == j {
+			delete(w.inflight, req.ID)
+		}
 		w.mu.Unlock()
 	}()
 	f := Frame{V: Version, ID: req.ID}
@@ -270,10 +283,8 @@ func (w *Worker) serve(req GenerateRequest, reply string) {
 		return
 	}
 	w.mu.Lock()
-	_, live := w.inflight[req.ID]
-	if live {
-		w.inflight[req.ID] = st
-	}
+	live := w.inflight[req.ID] == j && !j.cutOff.Load()
+	j.st = st
 	w.mu.Unlock()
 	if !live { // cancelled while being submitted
 		st.Cancel()
@@ -286,6 +297,14 @@ func (w *Worker) serve(req GenerateRequest, reply string) {
 		ctx, cancel := context.WithTimeout(context.Background(), w.cfg.Heartbeat)
 		buf, err = st.Recv(ctx, buf[:0])
 		cancel()
+		if j.cutOff.Load() {
+			for i := range buf {
+				if buf[i].Finish == engine.FinishCancel {
+					buf[i].Finish = engine.FinishError
+					buf[i].Err = fmt.Errorf("cluster: worker %s shut down before the request finished", w.cfg.ID)
+				}
+			}
+		}
 		f.Seq++
 		f.Outputs = buf
 		f.Usage = st.Usage()
@@ -308,9 +327,11 @@ func (w *Worker) onCancel(m *nats.Msg) {
 		return
 	}
 	w.mu.Lock()
-	st, ok := w.inflight[c.ID]
-	if ok && st == nil {
-		delete(w.inflight, c.ID) // serve cancels it once submitted
+	var st *engine.Stream
+	if j, ok := w.inflight[c.ID]; ok {
+		if st = j.st; st == nil {
+			delete(w.inflight, c.ID) // serve cancels it once submitted
+		}
 	}
 	w.mu.Unlock()
 	if st != nil {
