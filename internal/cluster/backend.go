@@ -302,6 +302,12 @@ func (s *stream) next(ctx context.Context) (Frame, error) {
 		}
 		a.mu.Unlock()
 		if ok {
+			if in.err == nil && in.f.KeepAlive {
+				if timer != nil {
+					timer.Reset(a.silence)
+				}
+				continue
+			}
 			if timer != nil {
 				timer.Stop()
 			}

@@ -343,3 +343,36 @@ func TestDrainDeadline(t *testing.T) {
 		t.Fatalf("last output %+v (%v)", last, last.Err)
 	}
 }
+
+// TestKeepAlive: a worker that is busy (compiling a grammar, a long
+// prefill) but says so is waited for, however long past the silence
+// timeout it takes.
+func TestKeepAlive(t *testing.T) {
+	checkGoroutines(t)
+	s := startNATS(t)
+	fakeWorker(t, s, "slow", func(nc *nats.Conn, m *nats.Msg) {
+		req, _ := DecodeGenerateRequest(m.Data)
+		go func() {
+			for range 2 * silentBeats {
+				_ = nc.Publish(m.Reply, mustJSON(t, Frame{V: Version, ID: req.ID, KeepAlive: true}))
+				time.Sleep(testBeat)
+			}
+			_ = nc.Publish(m.Reply, mustJSON(t, Frame{V: Version, ID: req.ID}))
+			for range 2 * silentBeats {
+				_ = nc.Publish(m.Reply, mustJSON(t, Frame{V: Version, ID: req.ID, KeepAlive: true}))
+				time.Sleep(testBeat)
+			}
+			_ = nc.Publish(m.Reply, mustJSON(t, Frame{V: Version, ID: req.ID, Seq: 1, Done: true,
+				Outputs: []engine.Output{{Token: 7, Finish: engine.FinishLength}}}))
+		}()
+	})
+	reg, b := gateway(t, s, nil)
+	waitWorkers(t, reg, 1)
+	st, err := b.Submit(context.Background(), engine.Request{Prompt: prompt(4), MaxTokens: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if outs := readAll(t, st); len(outs) != 1 || outs[0].Token != 7 || outs[0].Finish != engine.FinishLength {
+		t.Fatalf("outputs %+v", outs)
+	}
+}

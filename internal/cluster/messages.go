@@ -105,17 +105,20 @@ type Cancel struct {
 }
 
 // Frame is one message of a request's reply stream. Seq counts from 0,
-// one per frame, so the gateway notices a lost one. Frame 0 is the
-// acknowledgement: the request was queued (or Error says why not, and
-// the stream ends there). Later frames carry outputs; a frame without
-// any keeps an idle stream alive (a request waiting in the worker's
-// queue). The last frame has Done set.
+// one per numbered frame, so the gateway notices a lost one. Frame 0 is
+// the acknowledgement: the request was queued (or Error says why not, and
+// the stream ends there). Later frames carry outputs; the last has Done
+// set. A KeepAlive frame is not numbered and carries nothing: the worker
+// sends one each heartbeat interval in which it had nothing else to send
+// (a grammar compiling, a request queued, a long prefill), so the gateway
+// tells a busy worker from a dead one.
 type Frame struct {
-	V       int             `json:"v"`
-	ID      string          `json:"id"`
-	Seq     uint64          `json:"seq"`
-	Outputs []engine.Output `json:"outputs,omitempty"`
-	Usage   engine.Usage    `json:"usage"`
+	V         int             `json:"v"`
+	ID        string          `json:"id"`
+	Seq       uint64          `json:"seq"`
+	KeepAlive bool            `json:"keep_alive,omitempty"`
+	Outputs   []engine.Output `json:"outputs,omitempty"`
+	Usage     engine.Usage    `json:"usage"`
 	// QueueTime is how long the request waited in the worker's queue (0
 	// until admitted).
 	QueueTime time.Duration `json:"queue_ns,omitempty"`

@@ -276,7 +276,11 @@ func (w *Worker) serve(req GenerateRequest, j *job, reply string) {
 		w.mu.Unlock()
 	}()
 	f := Frame{V: Version, ID: req.ID}
+	// Submit compiles the request's grammar, which can take longer than
+	// the gateway waits in silence.
+	stopKeepAlive := w.keepAlive(req.ID, reply)
 	st, err := w.e.Submit(context.Background(), req.Request)
+	stopKeepAlive()
 	if err != nil {
 		f.Done, f.Error = true, toWire(err)
 		w.publish(reply, f)
@@ -297,6 +301,10 @@ func (w *Worker) serve(req GenerateRequest, j *job, reply string) {
 		ctx, cancel := context.WithTimeout(context.Background(), w.cfg.Heartbeat)
 		buf, err = st.Recv(ctx, buf[:0])
 		cancel()
+		if errors.Is(err, context.DeadlineExceeded) {
+			w.publish(reply, Frame{V: Version, ID: req.ID, KeepAlive: true})
+			continue
+		}
 		if j.cutOff.Load() {
 			for i := range buf {
 				if buf[i].Finish == engine.FinishCancel {
@@ -317,6 +325,27 @@ func (w *Worker) serve(req GenerateRequest, j *job, reply string) {
 			return
 		}
 	}
+}
+
+// keepAlive sends request id's gateway a KeepAlive frame every heartbeat
+// interval until the returned function is called.
+func (w *Worker) keepAlive(id, reply string) (stop func()) {
+	done := make(chan struct{})
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		t := time.NewTicker(w.cfg.Heartbeat)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				w.publish(reply, Frame{V: Version, ID: id, KeepAlive: true})
+			}
+		}
+	}()
+	return func() { close(done); <-ended }
 }
 
 // onCancel stops a request its gateway gave up on.
