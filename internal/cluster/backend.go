@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -343,9 +344,6 @@ func (s *stream) next(ctx context.Context) (Frame, error) {
 func (s *stream) note(f Frame) {
 	s.mu.Lock()
 	s.usage, s.queueTime = f.Usage, f.QueueTime
-	if f.Done {
-		s.ended = f.Ended
-	}
 	s.mu.Unlock()
 }
 
@@ -359,7 +357,7 @@ func (s *stream) Recv(ctx context.Context, dst []engine.Output) ([]engine.Output
 		f, err := s.next(ctx)
 		switch {
 		case errors.Is(err, context.Canceled) && s.isCancelled():
-			return s.end(dst, engine.FinishCancel, nil), nil
+			return s.ended0(start, s.end(dst, engine.FinishCancel, nil))
 		case errors.Is(err, errLost):
 			s.mu.Lock()
 			a := s.cur
@@ -374,7 +372,7 @@ func (s *stream) Recv(ctx context.Context, dst []engine.Output) ([]engine.Output
 					continue
 				}
 			}
-			return s.end(dst, engine.FinishError, fmt.Errorf("the request was cut off: %w", err)), nil
+			return s.ended0(start, s.end(dst, engine.FinishError, fmt.Errorf("the request was cut off: %w", err)))
 		case err != nil:
 			return dst, err // the reader's ctx: it cancels
 		}
@@ -388,22 +386,38 @@ func (s *stream) Recv(ctx context.Context, dst []engine.Output) ([]engine.Output
 			}
 			dst = append(dst, o)
 		}
+		if !slices.Contains(s.finished, false) {
+			// The API cancels a stream once its last sample has finished:
+			// nothing is left to cancel on the worker.
+			s.mu.Lock()
+			s.allDone = true
+			if s.ended.IsZero() {
+				s.ended = time.Now()
+			}
+			s.mu.Unlock()
+		}
 		if f.Done {
 			s.mu.Lock()
 			a := s.cur
 			s.mu.Unlock()
 			s.release(a)
-			dst = s.end(dst, engine.FinishError, fmt.Errorf("cluster: worker %s ended the stream early", a.worker))
-			if len(dst) == start {
-				return dst, engine.ErrDone
-			}
-			return dst, nil
+			return s.ended0(start, s.end(dst, engine.FinishError, fmt.Errorf("cluster: worker %s ended the stream early", a.worker)))
 		}
 		if len(dst) > start {
 			s.delivered = true
 			return dst, nil
 		}
 	}
+}
+
+// ended0 is Recv's answer once the stream has ended: the outputs dst
+// gained since start, or engine.ErrDone when there are none (every sample
+// had already finished).
+func (s *stream) ended0(start int, dst []engine.Output) ([]engine.Output, error) {
+	if len(dst) == start {
+		return dst, engine.ErrDone
+	}
+	return dst, nil
 }
 
 // end finishes every unfinished sample with reason (and err) and ends the
@@ -492,7 +506,8 @@ func (s *stream) Usage() engine.Usage {
 	return s.usage
 }
 
-// Ended implements api.Stream.
+// Ended implements api.Stream: when the last output reached the gateway
+// (the worker's clock, in Frame.Ended, may differ from this machine's).
 func (s *stream) Ended() time.Time {
 	s.mu.Lock()
 	defer s.mu.Unlock()

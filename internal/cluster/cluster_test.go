@@ -55,6 +55,13 @@ func TestSameOutputsAsLocal(t *testing.T) {
 	reg, remote := gateway(t, s, nil)
 	waitWorkers(t, reg, 1)
 	local := api.LocalBackend(simEngine(t, time.Millisecond, nil))
+	cancels := make(chan *nats.Msg, 16)
+	watcher := connect(t, s)
+	sub, err := watcher.ChanSubscribe(SubjectCancel("w1"), cancels)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
 
 	tests := []struct {
 		name    string
@@ -84,17 +91,42 @@ func TestSameOutputsAsLocal(t *testing.T) {
 			if lerr != nil || rerr != nil {
 				t.Fatalf("local %v, remote %v", lerr, rerr)
 			}
-			want, got := stripTimes(readAll(t, ls)), stripTimes(readAll(t, rs))
-			if !slices.Equal(want, got) {
+			// Read as the API does: up to the last sample's finish, then
+			// Cancel, which has nothing left to cancel on the worker.
+			var got []engine.Output
+			for finished := 0; finished < max(tt.req.N, 1); {
+				var err error
+				n := len(got)
+				if got, err = rs.Recv(ctx, got); err != nil {
+					t.Fatal(err)
+				}
+				for _, o := range got[n:] {
+					if o.Finish != engine.FinishNone {
+						finished++
+					}
+				}
+			}
+			if rs.Ended().IsZero() {
+				t.Fatal("no end time once every sample has finished")
+			}
+			rs.Cancel()
+			// The round trips deliver whatever Cancel published.
+			if remote.nc.Flush() != nil || watcher.Flush() != nil {
+				t.Fatal("flush")
+			}
+			if len(cancels) > 0 {
+				t.Fatal("a finished stream's Cancel was sent to the worker")
+			}
+			if outs, err := rs.Recv(ctx, nil); !errors.Is(err, engine.ErrDone) || len(outs) > 0 {
+				t.Fatalf("Recv after the end: %+v, %v", outs, err)
+			}
+			want := stripTimes(readAll(t, ls))
+			if got = stripTimes(got); !slices.Equal(want, got) {
 				t.Fatalf("remote outputs differ:\n got %+v\nwant %+v", got, want)
 			}
 			if lu, ru := ls.Usage(), rs.Usage(); lu != ru {
 				t.Fatalf("usage: remote %+v, local %+v", ru, lu)
 			}
-			if rs.Ended().IsZero() {
-				t.Fatal("remote stream has no end time")
-			}
-			rs.Cancel() // as the API does at the end: harmless
 		})
 	}
 }
@@ -212,22 +244,25 @@ func TestRetryBeforeFirstOutput(t *testing.T) {
 	tests := []struct {
 		name   string
 		answer func(nc *nats.Conn, m *nats.Msg) // the bad worker's behaviour (nil: not subscribed)
+		// fast: the failure is known at once, without waiting out the
+		// silence timeout.
+		fast bool
 	}{
-		{"no responders", nil},
-		{"silent", func(*nats.Conn, *nats.Msg) {}},
+		{"no responders", nil, true},
+		{"silent", func(*nats.Conn, *nats.Msg) {}, false},
 		{"draining", func(nc *nats.Conn, m *nats.Msg) {
 			req, _ := DecodeGenerateRequest(m.Data)
 			_ = nc.Publish(m.Reply, mustJSON(t, Frame{V: Version, ID: req.ID, Done: true, Error: &WireError{Kind: KindClosed, Message: "engine: closed"}}))
-		}},
+		}, true},
 		{"dies after queueing", func(nc *nats.Conn, m *nats.Msg) {
 			req, _ := DecodeGenerateRequest(m.Data)
 			_ = nc.Publish(m.Reply, mustJSON(t, Frame{V: Version, ID: req.ID}))
-		}},
+		}, false},
 		{"loses a frame", func(nc *nats.Conn, m *nats.Msg) {
 			req, _ := DecodeGenerateRequest(m.Data)
 			_ = nc.Publish(m.Reply, mustJSON(t, Frame{V: Version, ID: req.ID}))
 			_ = nc.Publish(m.Reply, mustJSON(t, Frame{V: Version, ID: req.ID, Seq: 2}))
-		}},
+		}, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -238,11 +273,15 @@ func TestRetryBeforeFirstOutput(t *testing.T) {
 			reg, b := gateway(t, s, prefer("bad"))
 			waitWorkers(t, reg, 2)
 			req := engine.Request{Prompt: prompt(24), MaxTokens: 5}
+			start := time.Now()
 			st, err := b.Submit(context.Background(), req)
 			if err != nil {
 				t.Fatal(err)
 			}
 			got := stripTimes(readAll(t, st))
+			if d := time.Since(start); tt.fast && d >= silentBeats*testBeat {
+				t.Fatalf("took %v: the failure was not noticed at once", d)
+			}
 			want := stripTimes(readAll(t, mustSubmit(t, api.LocalBackend(good.e), req)))
 			if !slices.Equal(got, want) {
 				t.Fatalf("got %+v\nwant the good worker's %+v", got, want)
