@@ -372,6 +372,7 @@ func (s *stream) Recv(ctx context.Context, dst []engine.Output) ([]engine.Output
 					continue
 				}
 			}
+			s.b.log.Warn("cluster: request cut off: its worker was lost after its first output", "worker", a.worker, "err", err)
 			return s.ended0(start, s.end(dst, engine.FinishError, fmt.Errorf("the request was cut off: %w", err)))
 		case err != nil:
 			return dst, err // the reader's ctx: it cancels

@@ -48,9 +48,15 @@ func connect(t *testing.T, s *Server) *nats.Conn {
 // generate the same outputs for the same request.
 func simEngine(t *testing.T, pass time.Duration, events *kv.EventLog) *engine.Engine {
 	t.Helper()
+	return simEngineVocab(t, pass, events, 64)
+}
+
+// simEngineVocab is simEngine for a model of vocab tokens.
+func simEngineVocab(t *testing.T, pass time.Duration, events *kv.EventLog, vocab int) *engine.Engine {
+	t.Helper()
 	p := &sim.Profile{
 		Model: "cluster-test",
-		Shape: sim.Shape{Vocab: 64, Context: 4096, Layers: 1, KVDim: 8, KVType: "f16", MaxTokens: 256},
+		Shape: sim.Shape{Vocab: vocab, Context: 4096, Layers: 1, KVDim: 8, KVType: "f16", MaxTokens: 256},
 		Cost:  sim.Cost{Fixed: pass.Seconds()},
 	}
 	f, err := sim.NewForwarder(p, sim.Options{EndOfGeneration: -1})
@@ -75,8 +81,13 @@ type testWorker struct {
 
 func startWorker(t *testing.T, s *Server, id string, pass time.Duration) *testWorker {
 	t.Helper()
+	return startWorkerVocab(t, s, id, pass, 64)
+}
+
+func startWorkerVocab(t *testing.T, s *Server, id string, pass time.Duration, vocab int) *testWorker {
+	t.Helper()
 	events := kv.NewEventLog(1024)
-	e := simEngine(t, pass, events)
+	e := simEngineVocab(t, pass, events, vocab)
 	nc := connect(t, s)
 	w, err := StartWorker(nc, e, WorkerConfig{ID: id, Model: testModel, Heartbeat: testBeat, Events: events})
 	if err != nil {
