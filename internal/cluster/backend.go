@@ -368,8 +368,13 @@ func (s *stream) Recv(ctx context.Context, dst []engine.Output) ([]engine.Output
 				s.b.log.Warn("cluster: worker lost before the first output; retrying elsewhere", "err", err)
 				s.retried = true
 				err = s.dispatchOnce(ctx, a.worker)
-				if err == nil {
+				switch {
+				case err == nil:
 					continue
+				case s.isCancelled():
+					return s.ended0(start, s.end(dst, engine.FinishCancel, nil))
+				case ctx.Err() != nil:
+					return dst, err // the reader's ctx: it cancels
 				}
 			}
 			s.b.log.Warn("cluster: request cut off: its worker was lost after its first output", "worker", a.worker, "err", err)
