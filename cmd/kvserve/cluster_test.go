@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +16,9 @@ import (
 
 	"github.com/kvserve/kvserve/internal/api/apitest"
 	"github.com/kvserve/kvserve/internal/cluster"
+	"github.com/kvserve/kvserve/internal/gguf"
+	"github.com/kvserve/kvserve/internal/model"
+	"github.com/kvserve/kvserve/internal/sim"
 )
 
 // chatThrough sends a chat completion to base and returns the status and
@@ -154,5 +159,114 @@ func TestClusterCommandsRejectBadSettings(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%s %v: error %v, want one naming %s", tt.name, tt.args, err, tt.want)
 		}
+	}
+}
+
+// slowProfile writes a simulator profile for modelFile whose every forward
+// pass takes pass, so a request runs long enough to be caught mid-way.
+func slowProfile(t *testing.T, modelFile string, pass time.Duration) string {
+	t.Helper()
+	mf, err := model.Open(modelFile, gguf.Mapped, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mf.Close()
+	c := mf.Model.Config
+	p := sim.Profile{Model: "slow", Shape: sim.Shape{Vocab: c.Vocab, Context: c.Context, Layers: c.Layers, KVDim: c.KVDim(),
+		KVType: "F16", MaxTokens: 512}, Cost: sim.Cost{Fixed: pass.Seconds()}}
+	data, err := json.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "slow.json")
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestWorkerDrainTimeout: a worker stopped while a long request runs
+// waits --drain-timeout for it, then cuts it off: the client gets an error
+// event, the worker command says why it did not drain cleanly, and both
+// ends promptly. The gateway and the worker agree on --model-id.
+func TestWorkerDrainTimeout(t *testing.T) {
+	modelFile := apitest.ModelFile(t)
+	ns, err := cluster.StartServer(cluster.ServerConfig{StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	ctx, stopWorker := context.WithCancel(context.Background())
+	defer stopWorker()
+	pr, pw := io.Pipe()
+	wcmd := newWorkerCmd()
+	wcmd.SetErr(pw)
+	wcmd.SetArgs([]string{"--nats", ns.URL(), "--engine", "sim", "--sim-profile", slowProfile(t, modelFile, 20*time.Millisecond),
+		"--model", modelFile, "--model-id", "shared", "--data-dir", t.TempDir(), "--kv-cache-memory", "16MiB", "--drain-timeout", "200ms"})
+	workerDone := make(chan error, 1)
+	go func() { workerDone <- wcmd.ExecuteContext(ctx); pw.Close() }()
+	wcmd.SetOut(io.Discard)
+	sc := bufio.NewScanner(pr)
+	started := false
+	for !started && sc.Scan() {
+		started = strings.Contains(sc.Text(), `serving "shared"`)
+	}
+	go func() { _, _ = io.Copy(io.Discard, pr) }()
+	if !started {
+		t.Fatalf("the worker did not start: %v", <-workerDone)
+	}
+
+	g := startCommand(t, newGatewayCmd(), "--nats", ns.URL(), "--model", modelFile, "--model-id", "shared",
+		"--addr", "127.0.0.1:0", "--data-dir", t.TempDir(), "--api-key", "sk-test=t1")
+	if g.model != "shared" {
+		t.Fatalf("the gateway serves %q", g.model)
+	}
+	body := `{"model":"shared","stream":true,"max_tokens":1000,"messages":[{"role":"user","content":"hi"}]}`
+	var resp *http.Response
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		req, _ := http.NewRequest("POST", g.base+"/v1/chat/completions", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer sk-test")
+		if resp, err = http.DefaultClient.Do(req); err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode == 200 {
+			break
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 503 || time.Now().After(deadline) { // 503 until the gateway has heard the worker
+			t.Fatalf("status %d", resp.StatusCode)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	defer resp.Body.Close()
+	events := bufio.NewScanner(resp.Body)
+	var stopped time.Time
+	sawError := false
+	for events.Scan() {
+		line := events.Text()
+		if !strings.HasPrefix(line, "data: ") {
+			continue
+		}
+		if strings.Contains(line, `"error"`) {
+			sawError = true
+		}
+		if stopped.IsZero() {
+			stopped = time.Now()
+			stopWorker()
+		}
+	}
+	if !sawError {
+		t.Fatal("the cut-off stream ended without an error event")
+	}
+	if d := time.Since(stopped); d > 3*time.Second {
+		t.Fatalf("the stream ended %v after the worker was stopped", d)
+	}
+	select {
+	case err := <-workerDone:
+		if err == nil || !strings.Contains(err.Error(), "drain") {
+			t.Fatalf("worker returned %v, want an error about its drain's deadline", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the worker did not stop")
 	}
 }
