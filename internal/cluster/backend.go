@@ -250,7 +250,14 @@ func (s *stream) dispatchOnce(ctx context.Context, skip string) error {
 		return fmt.Errorf("cluster: subscribe to the reply inbox: %w", err)
 	}
 	a.sub = sub
-	data, err := json.Marshal(GenerateRequest{V: Version, ID: a.id, Request: s.req})
+	req := s.req
+	if cl := w.ContextLength; len(req.Prompt) < cl && len(req.Prompt)+req.MaxTokens > cl {
+		// The API clamps max_tokens to the model's context; the worker's
+		// KV pool may hold less, which only the worker's heartbeat tells.
+		// Clamped, as the API does, rather than refused.
+		req.MaxTokens = cl - len(req.Prompt)
+	}
+	data, err := json.Marshal(GenerateRequest{V: Version, ID: a.id, Request: req})
 	if err != nil {
 		_ = sub.Unsubscribe()
 		return fmt.Errorf("cluster: encode the request: %w", err)

@@ -71,7 +71,7 @@ func TestSameOutputsAsLocal(t *testing.T) {
 		{"greedy", engine.Request{Prompt: prompt(40), MaxTokens: 12}, nil},
 		{"two samples", engine.Request{Prompt: prompt(33), MaxTokens: 9, N: 2, Sampling: sample.Params{Temperature: 0.8, Seed: 7}}, nil},
 		{"one token", engine.Request{Prompt: prompt(3), MaxTokens: 1, Scope: "tenant-a"}, nil},
-		{"too long", engine.Request{Prompt: prompt(8), MaxTokens: 1 << 20}, engine.ErrTooLong},
+		{"too long", engine.Request{Prompt: prompt(5000), MaxTokens: 1}, engine.ErrTooLong},
 		{"invalid", engine.Request{Prompt: prompt(8)}, engine.ErrInvalid},
 	}
 	for _, tt := range tests {
@@ -128,6 +128,29 @@ func TestSameOutputsAsLocal(t *testing.T) {
 				t.Fatalf("usage: remote %+v, local %+v", ru, lu)
 			}
 		})
+	}
+}
+
+// TestClampToWorkerContext: a request whose output would run past the
+// worker's context (its KV pool may hold less than the model's context,
+// which is all the API knows) is clamped to it, as the API clamps to the
+// model's, rather than refused.
+func TestClampToWorkerContext(t *testing.T) {
+	s := startNATS(t)
+	w := startWorker(t, s, "w1", time.Millisecond)
+	reg, b := gateway(t, s, nil)
+	waitWorkers(t, reg, 1)
+	ctx := w.e.Config().MaxContext
+	st := mustSubmit(t, b, engine.Request{Prompt: prompt(ctx - 3), MaxTokens: 100})
+	outs := readAll(t, st)
+	tokens := 0
+	for _, o := range outs {
+		if o.Token >= 0 {
+			tokens++
+		}
+	}
+	if tokens != 3 || outs[len(outs)-1].Finish != engine.FinishLength {
+		t.Fatalf("outputs %+v, want 3 tokens and a length finish", outs)
 	}
 }
 
