@@ -40,7 +40,8 @@ publishes its KV events. It needs no listening address: everything goes over NAT
 
 On SIGINT/SIGTERM it drains: gateways stop sending it requests, the ones it runs
 finish (up to --drain-timeout), then it leaves. Workers of one cluster should share
-the data directory's secret file (it keys the per-tenant block hashes).`,
+the data directory's secret file (it keys the per-tenant block hashes); two workers on
+one machine need a --data-dir each (a disk tier belongs to one process).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := applyLayers(cmd.Flags(), "config", os.Getenv); err != nil {

@@ -154,10 +154,16 @@ func TestClampToWorkerContext(t *testing.T) {
 	}
 }
 
-// TestNoWorkers: with no worker the backend refuses at once with a 503.
+// TestNoWorkers: with no worker of the model (a worker of another model
+// does not count) the backend refuses at once with a 503.
 func TestNoWorkers(t *testing.T) {
 	s := startNATS(t)
-	_, b := gateway(t, s, nil)
+	reg, b := gateway(t, s, nil)
+	other := Heartbeat{V: Version, Worker: "other", Model: "another-model", Interval: time.Hour, ContextLength: 4096}
+	if err := connect(t, s).Publish(SubjectHeartbeat, mustJSON(t, other)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the registry knows the other model's worker", func() bool { return len(reg.Workers("")) == 1 })
 	_, err := b.Submit(context.Background(), engine.Request{Prompt: prompt(4), MaxTokens: 2})
 	if !errors.Is(err, ErrNoWorkers) || api.AsError(err).Status() != 503 {
 		t.Fatalf("error %v (status %d), want ErrNoWorkers as 503", err, api.AsError(err).Status())
