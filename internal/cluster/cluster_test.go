@@ -307,10 +307,10 @@ func TestRetryBeforeFirstOutput(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := stripTimes(readAll(t, st))
 			if d := time.Since(start); tt.fast && d >= silentBeats*testBeat {
 				t.Fatalf("took %v: the failure was not noticed at once", d)
 			}
+			got := stripTimes(readAll(t, st))
 			want := stripTimes(readAll(t, mustSubmit(t, api.LocalBackend(good.e), req)))
 			if !slices.Equal(got, want) {
 				t.Fatalf("got %+v\nwant the good worker's %+v", got, want)

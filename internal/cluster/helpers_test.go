@@ -20,7 +20,7 @@ const testModel = "sim-test"
 
 // testBeat is the test workers' heartbeat: short, so silence is noticed in
 // a fraction of a second.
-const testBeat = 50 * time.Millisecond
+const testBeat = 100 * time.Millisecond
 
 // startNATS runs an embedded server for one test.
 func startNATS(t *testing.T) *Server {
