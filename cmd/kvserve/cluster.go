@@ -210,7 +210,7 @@ func startGateway(nc *nats.Conn, a *apiServer, loaded *servedModel, aliases []st
 	if err != nil {
 		return nil, err
 	}
-	b, err := cluster.NewBackend(nc, reg, cluster.BackendConfig{Model: loaded.id, Logger: log})
+	b, err := cluster.NewBackend(nc, reg, cluster.BackendConfig{Model: loaded.id, Logger: log, Registerer: a.reg})
 	if err != nil {
 		reg.Close()
 		return nil, err

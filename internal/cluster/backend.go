@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvserve/kvserve/internal/api"
 	"github.com/kvserve/kvserve/internal/engine"
@@ -66,6 +67,10 @@ type BackendConfig struct {
 	Picker Picker
 	// Logger receives failovers (default: discard).
 	Logger *slog.Logger
+	// Registerer receives the backend's metrics (optional):
+	// kvserve_cluster_workers, kvserve_cluster_retries_total,
+	// kvserve_cluster_cutoffs_total.
+	Registerer prometheus.Registerer
 }
 
 // Backend is an api.Backend dispatching each request to one worker of the
@@ -81,6 +86,8 @@ type Backend struct {
 	reg *Registry
 	cfg BackendConfig
 	log *slog.Logger
+
+	retries, cutoffs prometheus.Counter
 
 	mu         sync.Mutex
 	dispatched map[string]int // by worker
@@ -100,7 +107,23 @@ func NewBackend(nc *nats.Conn, reg *Registry, cfg BackendConfig) (*Backend, erro
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Backend{nc: nc, reg: reg, cfg: cfg, log: cfg.Logger, dispatched: map[string]int{}}, nil
+	b := &Backend{nc: nc, reg: reg, cfg: cfg, log: cfg.Logger, dispatched: map[string]int{},
+		retries: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvserve_cluster_retries_total",
+			Help: "Requests sent to a second worker because the first was lost, draining or gone before their first output."}),
+		cutoffs: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvserve_cluster_cutoffs_total",
+			Help: "Requests ended with an error because their worker was lost after their first output."}),
+	}
+	if cfg.Registerer != nil {
+		workers := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kvserve_cluster_workers",
+			Help: "Live workers of the model that take requests (not draining)."},
+			func() float64 { return float64(len(b.candidates(""))) })
+		for _, c := range []prometheus.Collector{workers, b.retries, b.cutoffs} {
+			if err := cfg.Registerer.Register(c); err != nil {
+				return nil, fmt.Errorf("cluster: metrics: %w", err)
+			}
+		}
+	}
+	return b, nil
 }
 
 // Submit sends r to a worker and waits for the worker to queue it, so the
@@ -218,6 +241,7 @@ func (s *stream) dispatch(ctx context.Context, retry bool) error {
 			return err
 		}
 		s.retried = true
+		s.b.retries.Inc()
 		s.b.log.Warn("cluster: retrying the request on another worker", "err", err)
 		s.mu.Lock()
 		if s.cur != nil {
@@ -374,6 +398,7 @@ func (s *stream) Recv(ctx context.Context, dst []engine.Output) ([]engine.Output
 			if !s.delivered && !s.retried {
 				s.b.log.Warn("cluster: worker lost before the first output; retrying elsewhere", "err", err)
 				s.retried = true
+				s.b.retries.Inc()
 				err = s.dispatchOnce(ctx, a.worker)
 				switch {
 				case err == nil:
@@ -384,7 +409,8 @@ func (s *stream) Recv(ctx context.Context, dst []engine.Output) ([]engine.Output
 					return dst, err // the reader's ctx: it cancels
 				}
 			}
-			s.b.log.Warn("cluster: request cut off: its worker was lost after its first output", "worker", a.worker, "err", err)
+			s.b.cutoffs.Inc()
+			s.b.log.Warn("cluster: request cut off: its worker was lost", "worker", a.worker, "err", err)
 			return s.ended0(start, s.end(dst, engine.FinishError, fmt.Errorf("the request was cut off: %w", err)))
 		case err != nil:
 			return dst, err // the reader's ctx: it cancels

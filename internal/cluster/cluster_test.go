@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvserve/kvserve/internal/api"
 	"github.com/kvserve/kvserve/internal/engine"
@@ -23,6 +24,18 @@ func mustJSON(t testing.TB, v any) []byte {
 		t.Fatal(err)
 	}
 	return data
+}
+
+// counterValue reads a counter.
+func counterValue(t *testing.T, c prometheus.Counter) float64 {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c)
+	mfs, err := reg.Gather()
+	if err != nil || len(mfs) != 1 || len(mfs[0].GetMetric()) != 1 {
+		t.Fatalf("gather: %v %v", mfs, err)
+	}
+	return mfs[0].GetMetric()[0].GetCounter().GetValue()
 }
 
 // prefer picks worker id when it is a candidate, else the least loaded.
@@ -264,6 +277,9 @@ func TestWorkerKilledMidStream(t *testing.T) {
 	if failed != 2 {
 		t.Fatalf("%d samples ended in an error, want 2: %+v", failed, outs)
 	}
+	if n := counterValue(t, b.cutoffs); n != 1 {
+		t.Fatalf("%v cut-offs counted", n)
+	}
 }
 
 // TestRetryBeforeFirstOutput: a worker that cannot or does not answer
@@ -311,6 +327,9 @@ func TestRetryBeforeFirstOutput(t *testing.T) {
 				t.Fatalf("took %v: the failure was not noticed at once", d)
 			}
 			got := stripTimes(readAll(t, st))
+			if n := counterValue(t, b.retries); n != 1 {
+				t.Fatalf("%v retries counted", n)
+			}
 			want := stripTimes(readAll(t, mustSubmit(t, api.LocalBackend(good.e), req)))
 			if !slices.Equal(got, want) {
 				t.Fatalf("got %+v\nwant the good worker's %+v", got, want)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvserve/kvserve/internal/api"
 	"github.com/kvserve/kvserve/internal/engine"
@@ -108,7 +109,8 @@ func (w *testWorker) kill() {
 	w.e.Close()
 }
 
-// gateway is a registry and a backend on their own connection.
+// gateway is a registry and a backend on their own connection, its
+// metrics in a registry of their own.
 func gateway(t *testing.T, s *Server, picker Picker) (*Registry, *Backend) {
 	t.Helper()
 	nc := connect(t, s)
@@ -117,7 +119,7 @@ func gateway(t *testing.T, s *Server, picker Picker) (*Registry, *Backend) {
 		t.Fatal(err)
 	}
 	t.Cleanup(reg.Close)
-	b, err := NewBackend(nc, reg, BackendConfig{Model: testModel, Picker: picker})
+	b, err := NewBackend(nc, reg, BackendConfig{Model: testModel, Picker: picker, Registerer: prometheus.NewRegistry()})
 	if err != nil {
 		t.Fatal(err)
 	}
