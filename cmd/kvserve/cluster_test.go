@@ -58,13 +58,24 @@ func wantChoice(t *testing.T, status int, data []byte) {
 func TestClusterUp(t *testing.T) {
 	modelFile := apitest.ModelFile(t)
 	s := startCommand(t, newClusterCmd(), "up", "--workers", "2", "--engine", "sim", "--model", modelFile,
-		"--addr", "127.0.0.1:0", "--data-dir", t.TempDir(), "--kv-cache-memory", "16MiB", "--api-key", "sk-test=t1")
+		"--addr", "127.0.0.1:0", "--data-dir", t.TempDir(), "--kv-cache-memory", "16MiB", "--api-key", "sk-test=t1", "--api-key", "sk-admin")
 	for range 4 {
 		status, data := chatThrough(t, s.base, s.model, "sk-test")
 		wantChoice(t, status, data)
 	}
 	if status, _ := chatThrough(t, s.base, s.model, "sk-wrong"); status != 401 {
 		t.Fatalf("a wrong key got %d", status)
+	}
+	req, _ := http.NewRequest("GET", s.base+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer sk-admin")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(metrics), "\nkvserve_cluster_workers 2\n") {
+		t.Fatalf("/metrics does not count 2 workers:\n%s", metrics)
 	}
 	if err := s.stop(); err != nil {
 		t.Fatalf("cluster up returned %v", err)
