@@ -425,17 +425,10 @@ func (s *stream) Recv(ctx context.Context, dst []engine.Output) ([]engine.Output
 			}
 			dst = append(dst, o)
 		}
-		if !slices.Contains(s.finished, false) {
-			// The API cancels a stream once its last sample has finished:
-			// nothing is left to cancel on the worker.
-			s.mu.Lock()
-			s.allDone = true
-			if s.ended.IsZero() {
-				s.ended = time.Now()
-			}
-			s.mu.Unlock()
-		}
-		if f.Done {
+		if f.Done || !slices.Contains(s.finished, false) {
+			// Every sample has finished (the frame carrying the last
+			// outputs has the final usage: the done frame adds nothing),
+			// or the worker ended the stream without finishing them.
 			s.mu.Lock()
 			a := s.cur
 			s.mu.Unlock()
@@ -470,7 +463,7 @@ func (s *stream) end(dst []engine.Output, reason engine.FinishReason, err error)
 	}
 	s.over = true
 	s.mu.Lock()
-	s.allDone = true
+	s.allDone = true // nothing left to cancel on the worker
 	if s.ended.IsZero() {
 		s.ended = time.Now()
 	}
