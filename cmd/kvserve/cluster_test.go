@@ -143,6 +143,15 @@ func TestWorkerAndGateway(t *testing.T) {
 	if status, data := chatThrough(t, g.base, g.model, "sk-test"); status != 503 {
 		t.Fatalf("with no worker: status %d: %s", status, data)
 	}
+	resp, err := http.Get(g.base + "/ready")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 503 || !strings.Contains(string(ready), "no worker") {
+		t.Fatalf("/ready with no worker: %d %s", resp.StatusCode, ready)
+	}
 	if err := g.stop(); err != nil {
 		t.Fatalf("gateway returned %v", err)
 	}

@@ -93,7 +93,10 @@ type Backend struct {
 	dispatched map[string]int // by worker
 }
 
-var _ api.Backend = (*Backend)(nil)
+var (
+	_ api.Backend = (*Backend)(nil)
+	_ api.Readier = (*Backend)(nil)
+)
 
 // NewBackend returns a backend sending requests over nc to the workers reg
 // knows.
@@ -124,6 +127,15 @@ func NewBackend(nc *nats.Conn, reg *Registry, cfg BackendConfig) (*Backend, erro
 		}
 	}
 	return b, nil
+}
+
+// Ready reports ErrNoWorkers while no live, non-draining worker serves
+// the model: the gateway's /ready is then 503.
+func (b *Backend) Ready() error {
+	if len(b.candidates("")) == 0 {
+		return fmt.Errorf("%w %q", ErrNoWorkers, b.cfg.Model)
+	}
+	return nil
 }
 
 // Submit sends r to a worker and waits for the worker to queue it, so the

@@ -181,6 +181,11 @@ func TestNoWorkers(t *testing.T) {
 	if !errors.Is(err, ErrNoWorkers) || api.AsError(err).Status() != 503 {
 		t.Fatalf("error %v (status %d), want ErrNoWorkers as 503", err, api.AsError(err).Status())
 	}
+	if err := b.Ready(); !errors.Is(err, ErrNoWorkers) {
+		t.Fatalf("Ready: %v", err)
+	}
+	startWorker(t, s, "w1", time.Millisecond)
+	waitFor(t, "the backend is ready", func() bool { return b.Ready() == nil })
 }
 
 // TestCancelReachesWorker: a stream cancelled at the gateway (its client
