@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/kvserve/kvserve/internal/api"
 	"github.com/kvserve/kvserve/internal/engine"
 	"github.com/kvserve/kvserve/internal/kv"
@@ -99,4 +101,49 @@ func TestFollowEvents(t *testing.T) {
 	waitFor(t, "the follower resyncs", func() bool { return f.Snapshots() == 2 })
 	run(prompt(70))
 	waitFor(t, "the events are applied after the resync", func() bool { return v.matches(w.e.KV()) })
+}
+
+// TestEventBatches: a burst of events reaches subscribers complete and in
+// order, in numbered batches of at most eventBatch events.
+func TestEventBatches(t *testing.T) {
+	s := startNATS(t)
+	w := startWorker(t, s, "w1", time.Millisecond)
+	batches := make(chan *nats.Msg, 1024)
+	nc := connect(t, s)
+	if _, err := nc.ChanSubscribe(SubjectEvents("w1"), batches); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil { // the subscription reaches the server
+		t.Fatal(err)
+	}
+	first := w.events.Next()
+	const n = 3*eventBatch + 7
+	for i := range n {
+		w.events.Publish(kv.Event{Kind: kv.BlockStored, Tier: kv.TierPool, Hashes: []kv.Hash{{byte(i), byte(i >> 8)}}, BlockSize: 16})
+	}
+	next := first
+	for next < first+n {
+		select {
+		case m := <-batches:
+			b, err := DecodeEventBatch(m.Data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if b.First != next || len(b.Events) == 0 || len(b.Events) > eventBatch {
+				t.Fatalf("batch from %d of %d events when %d was due", b.First, len(b.Events), next)
+			}
+			for i, we := range b.Events {
+				e, err := we.Event(b.First + uint64(i))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if k := int(e.Seq - first); e.Hashes[0] != (kv.Hash{byte(k), byte(k >> 8)}) {
+					t.Fatalf("event %d carries the wrong hash", e.Seq)
+				}
+			}
+			next += uint64(len(b.Events))
+		case <-time.After(5 * time.Second):
+			t.Fatalf("events from %d did not come", next)
+		}
+	}
 }

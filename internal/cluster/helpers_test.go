@@ -76,8 +76,9 @@ func simEngineVocab(t *testing.T, pass time.Duration, events *kv.EventLog, vocab
 // off as if its process died.
 type testWorker struct {
 	*Worker
-	e  *engine.Engine
-	nc *nats.Conn
+	e      *engine.Engine
+	nc     *nats.Conn
+	events *kv.EventLog
 }
 
 func startWorker(t *testing.T, s *Server, id string, pass time.Duration) *testWorker {
@@ -87,7 +88,7 @@ func startWorker(t *testing.T, s *Server, id string, pass time.Duration) *testWo
 
 func startWorkerVocab(t *testing.T, s *Server, id string, pass time.Duration, vocab int) *testWorker {
 	t.Helper()
-	events := kv.NewEventLog(1024)
+	events := kv.NewEventLog(4096)
 	e := simEngineVocab(t, pass, events, vocab)
 	nc := connect(t, s)
 	w, err := StartWorker(nc, e, WorkerConfig{ID: id, Model: testModel, Heartbeat: testBeat, Events: events})
@@ -99,7 +100,7 @@ func startWorkerVocab(t *testing.T, s *Server, id string, pass time.Duration, vo
 		defer cancel()
 		_ = w.Close(ctx)
 	})
-	return &testWorker{Worker: w, e: e, nc: nc}
+	return &testWorker{Worker: w, e: e, nc: nc, events: events}
 }
 
 // kill cuts the worker off the cluster as a crash would: no drain, no

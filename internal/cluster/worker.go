@@ -48,6 +48,11 @@ const DefaultHeartbeat = time.Second
 // gone.
 const silentBeats = 3
 
+// eventBatch is the most events one EventBatch carries: a stored event
+// holds its blocks' tokens, so a batch stays far below NATS's default 1 MB
+// message limit.
+const eventBatch = 256
+
 // snapshotChunk is how many events go in one SnapshotChunk: a chunk stays
 // far below NATS's default 1 MB message limit.
 const snapshotChunk = 2000
@@ -386,11 +391,16 @@ func (w *Worker) publishEvents(ctx context.Context, seq uint64) {
 		case err != nil:
 			return // ctx ended
 		}
-		b := EventBatch{V: Version, Worker: w.cfg.ID, First: seq, Events: make([]WireEvent, len(buf))}
-		for i, e := range buf {
-			b.Events[i] = wireEvent(e)
+		// In batches small enough for NATS's message size limit however
+		// many events came at once.
+		for i := 0; i < len(buf); i += eventBatch {
+			part := buf[i:min(i+eventBatch, len(buf))]
+			b := EventBatch{V: Version, Worker: w.cfg.ID, First: seq + uint64(i), Events: make([]WireEvent, len(part))}
+			for j, e := range part {
+				b.Events[j] = wireEvent(e)
+			}
+			w.publish(SubjectEvents(w.cfg.ID), b)
 		}
-		w.publish(SubjectEvents(w.cfg.ID), b)
 		seq = next
 	}
 }
