@@ -84,6 +84,8 @@ func TestSameOutputsAsLocal(t *testing.T) {
 		{"greedy", engine.Request{Prompt: prompt(40), MaxTokens: 12}, nil},
 		{"two samples", engine.Request{Prompt: prompt(33), MaxTokens: 9, N: 2, Sampling: sample.Params{Temperature: 0.8, Seed: 7}}, nil},
 		{"one token", engine.Request{Prompt: prompt(3), MaxTokens: 1, Scope: "tenant-a"}, nil},
+		// More outputs at once than one frame carries.
+		{"128 samples", engine.Request{Prompt: prompt(20), MaxTokens: 6, N: 128, Sampling: sample.Params{Temperature: 1, Seed: 3}}, nil},
 		{"too long", engine.Request{Prompt: prompt(5000), MaxTokens: 1}, engine.ErrTooLong},
 		{"invalid", engine.Request{Prompt: prompt(8)}, engine.ErrInvalid},
 	}

@@ -53,6 +53,9 @@ const silentBeats = 3
 // message limit.
 const eventBatch = 256
 
+// frameOutputs is the most outputs one Frame carries.
+const frameOutputs = 256
+
 // snapshotChunk is how many events go in one SnapshotChunk: a chunk stays
 // far below NATS's default 1 MB message limit.
 const snapshotChunk = 2000
@@ -318,10 +321,18 @@ func (w *Worker) serve(req GenerateRequest, j *job, reply string) {
 				}
 			}
 		}
-		f.Seq++
-		f.Outputs = buf
 		f.Usage = st.Usage()
 		f.QueueTime = st.QueueTime()
+		// Outputs that piled up (many samples, logprobs) go in several
+		// frames, each far below NATS's message size limit.
+		for len(buf) > frameOutputs {
+			f.Seq++
+			f.Outputs = buf[:frameOutputs]
+			w.publish(reply, f)
+			buf = buf[frameOutputs:]
+		}
+		f.Seq++
+		f.Outputs = buf
 		if errors.Is(err, engine.ErrDone) {
 			f.Done, f.Ended = true, st.Ended()
 		}
