@@ -19,6 +19,7 @@ import (
 	"github.com/kvserve/kvserve/internal/api/anthropic"
 	"github.com/kvserve/kvserve/internal/api/gemini"
 	"github.com/kvserve/kvserve/internal/api/openai"
+	"github.com/kvserve/kvserve/internal/ctxcache"
 )
 
 // apiOptions are the settings of the HTTP API: shared by serve, gateway and
@@ -33,6 +34,7 @@ type apiOptions struct {
 	bodyLimit       byteSize
 	shutdownTimeout time.Duration
 	pprofAddr       string
+	cacheMinTokens  int
 }
 
 // addAPIFlags defines the API flags on f.
@@ -45,6 +47,7 @@ func addAPIFlags(f *pflag.FlagSet, o *apiOptions) {
 	o.bodyLimit = api.DefaultBodyLimit
 	f.Var(&o.bodyLimit, "body-limit", "largest request body")
 	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long in-flight requests may run on after SIGINT/SIGTERM")
+	f.IntVar(&o.cacheMinTokens, "cache-min-tokens", ctxcache.DefaultMinTokens, "smallest context cache (cachedContents) in tokens: a shorter prefix is refused with 400")
 	f.StringVar(&o.pprofAddr, "pprof-addr", "", "serve Go's profiling endpoints (/debug/pprof/: CPU, block, mutex, heap, execution trace) on this separate address, e.g. 127.0.0.1:6060 (default: off)")
 }
 
@@ -60,6 +63,9 @@ func (o *apiOptions) validate() error {
 		if err := api.ValidAlias(a); err != nil {
 			return fmt.Errorf("--model-alias: %w", err)
 		}
+	}
+	if o.cacheMinTokens < 1 {
+		return fmt.Errorf("--cache-min-tokens %d: want at least 1", o.cacheMinTokens)
 	}
 	_, err := parseAPIKeys(o.apiKeys)
 	return err
@@ -125,10 +131,18 @@ func startAPI(ctx context.Context, o *apiOptions, dataDir string, log *slog.Logg
 		}
 		a.closers = append(a.closers, dbg.Close)
 	}
+	caches, err := newCacheService(st, o.cacheMinTokens)
+	if err != nil {
+		return nil, err
+	}
+	sweepCtx, stopSweep := context.WithCancel(context.Background())
+	sweepDone := make(chan struct{})
+	go func() { defer close(sweepDone); sweepCaches(sweepCtx, caches, log) }()
+	a.closers = append(a.closers, func() error { stopSweep(); <-sweepDone; return nil })
 	a.reg = prometheus.NewRegistry()
 	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	a.srv, err = api.New(api.Config{BodyLimit: int64(o.bodyLimit), APIKeys: keys, Keys: storeVerifier, Audit: st.audit,
-		Registry: a.reg, Logger: log})
+		Caches: caches, Registry: a.reg, Logger: log})
 	if err != nil {
 		return nil, err
 	}

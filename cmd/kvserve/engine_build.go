@@ -110,6 +110,7 @@ type servedEngine struct {
 	kvMemory    int64
 	hostMemory  int64
 	diskBytes   int64
+	sim         bool     // --engine sim: the tiers keep bookkeeping only
 	closers     []func() // after the engine, last first
 }
 
@@ -138,7 +139,7 @@ func newServedEngine(o *engineOptions, loaded *servedModel, env engineEnv) (*ser
 	if err != nil {
 		return nil, err
 	}
-	s := &servedEngine{kvType: kvType}
+	s := &servedEngine{kvType: kvType, sim: o.engine == "sim"}
 	s.kvMemory = int64(o.kvMemory)
 	if s.kvMemory == 0 {
 		s.kvMemory = defaultKVMemory(memAvailable())
@@ -166,10 +167,10 @@ func newServedEngine(o *engineOptions, loaded *servedModel, env engineEnv) (*ser
 		s.hostMemory = 0
 	}
 	s.diskBytes = int64(o.kvDisk)
-	switch {
-	case s.diskBytes == -1 || o.engine == "sim": // the simulator's pool holds no data to write
+	switch s.diskBytes {
+	case -1:
 		s.diskBytes = 0
-	case s.diskBytes == 0:
+	case 0:
 		s.diskBytes = defaultDiskBytes(diskFree(env.dataDir))
 	}
 	fwd, closeFwd, err := servedForwarder(o, loaded, kvType)
@@ -243,7 +244,7 @@ func (s *servedEngine) describe() string {
 	ec := s.e.Config()
 	return fmt.Sprintf("context %d tokens, KV cache %s (%d blocks of %d tokens, %s), host tier %s, disk tier %s",
 		s.contextLength(), formatBytes(s.kvMemory), s.e.KV().NumBlocks(), ec.BlockSize, s.kvType,
-		hostTierString(s.hostMemory), diskTierString(s.diskBytes, s.e.KV().Stats().Disk))
+		hostTierString(s.hostMemory), diskTierString(s.diskBytes, s.sim, s.e.KV().Stats().Disk))
 }
 
 // notes prints what a user must know about what runs (a synthetic model,

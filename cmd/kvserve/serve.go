@@ -48,7 +48,7 @@ func newServeCmd() *cobra.Command {
   OpenAI     /v1/chat/completions, /v1/completions, /v1/responses, /v1/models
   Anthropic  /v1/messages, /v1/messages/count_tokens
   Gemini     /v1beta/models/{model}:generateContent, :streamGenerateContent, :countTokens,
-             /v1beta/models
+             /v1beta/models, /v1beta/cachedContents[/{id}] (also under /v1)
   operations /health, /ready, /metrics
 
 With no --model, a synthetic model with SmolLM2-135M's shape and random weights is

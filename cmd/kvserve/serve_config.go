@@ -326,9 +326,12 @@ func diskFree(path string) int64 {
 	return int64(st.Bavail) * st.Bsize
 }
 
-func diskTierString(b int64, st kv.DiskStats) string {
-	if b <= 0 {
+func diskTierString(b int64, sim bool, st kv.DiskStats) string {
+	switch {
+	case b <= 0:
 		return "off"
+	case sim: // the simulator's pool holds no data: G3 keeps its bookkeeping, reads cost nothing
+		return formatBytes(b) + " (simulated: bookkeeping only, no files)"
 	}
 	return fmt.Sprintf("%s (%d blocks kept from before)", formatBytes(b), st.Blocks)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kvserve/kvserve/internal/audit"
+	"github.com/kvserve/kvserve/internal/ctxcache"
 	"github.com/kvserve/kvserve/internal/kv"
 	"github.com/kvserve/kvserve/internal/kv/diskstore"
 	"github.com/kvserve/kvserve/internal/tenant"
@@ -104,7 +105,8 @@ func newTenantCmd() *cobra.Command {
 listed (kvserve key list) so audit records can still name them. Then it destroys
 the tenant's key of the disk KV tier (crypto-shredding): its blocks on disk can no
 longer be decrypted by anyone, and the server deletes their files when it next
-starts (a server running meanwhile cannot serve them: no key of the tenant is valid).`,
+starts (a server running meanwhile cannot serve them: no key of the tenant is valid).
+Its context caches are deleted too (their pins lapse at their expiry).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withState(dataDir, func(st *state) error {
@@ -120,6 +122,16 @@ starts (a server running meanwhile cannot serve them: no key of the tenant is va
 				}
 				if err := shredTenantKV(dataDir, t.ID); err != nil {
 					return fmt.Errorf("tenant %s deleted, but its disk KV key was not destroyed: %w", args[0], err)
+				}
+				// Its context caches go too (their pins lapse at expiry).
+				caches, err := newCacheService(st, 0)
+				if err != nil {
+					return err
+				}
+				if n, err := caches.DeleteTenant(cmd.Context(), ctxcache.Caller{Principal: localActor().Principal}, t.ID); err != nil {
+					return fmt.Errorf("tenant %s deleted, but its context caches: %w", args[0], err)
+				} else if n > 0 {
+					fmt.Fprintf(cmd.OutOrStdout(), "%d context caches deleted\n", n)
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "tenant %s deleted; %d keys revoked", args[0], len(revoked))
 				if len(revoked) > 0 {

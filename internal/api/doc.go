@@ -41,7 +41,16 @@
 // Code with each dialect's type string); AsError maps engine and decoding
 // errors onto codes. Call.Tokenize counts a prompt's tokens without running
 // it. Request.Breakpoints carries cache_control-style breakpoints; Hints the
-// session, retention and TTL. Authentication (Bearer, x-api-key,
+// session, retention and TTL; Request.CachedContent (the kvserve
+// extension's cached_content) a context cache the request continues.
+//
+// Context caches (caches.go) are served by the dialects over
+// Call.CreateCache, GetCache, ListCaches, UpdateCache, DeleteCache and
+// UseCache, which go through Config.Caches (internal/ctxcache: the
+// resource, its expiry, its authorization and audit); the core renders and
+// prefills a cache's prefix with its blocks pinned. Cache records keep
+// Gemini's JSON, so the Gemini dialect is the CacheRenderer that every
+// dialect's caches are rendered with. Authentication (Bearer, x-api-key,
 // x-goog-api-key, ?key=) happens before the handler: Call.Identity.Tenant is
 // the engine scope. A dialect that owns a path prefix implements Claimer so
 // that unknown routes under it get its 404 shape.
@@ -64,6 +73,8 @@
 // share KV blocks, and to a principal and role: generating wants
 // models.use, and /metrics admin once any key exists. Every refusal (a missing, unknown, expired or
 // revoked key, a model the key may not use, /metrics) is recorded in the
-// AuditLog by the key's public id, never the key. Bodies are size-limited
+// AuditLog by the key's public id, never the key; every context-cache
+// operation and refusal is recorded by the cache service, and another
+// tenant's cache is answered exactly as one that does not exist. Bodies are size-limited
 // and JSON nesting is bounded before decoding.
 package api

@@ -36,6 +36,10 @@ const (
 	// CodeUnavailable: the model is still loading or the server is shutting
 	// down (503).
 	CodeUnavailable
+	// CodeConflict: the request contradicts a resource that exists (409): a
+	// context cache created idempotently under a display name already taken
+	// by other contents.
+	CodeConflict
 	numCodes
 )
 
@@ -61,6 +65,7 @@ var errorTable = [numCodes]ErrorKind{
 	CodeTooLarge:       {http.StatusRequestEntityTooLarge, "invalid_request_error", "context_length_exceeded", "request_too_large", "INVALID_ARGUMENT"},
 	CodeRateLimited:    {http.StatusTooManyRequests, "rate_limit_error", "rate_limit_exceeded", "rate_limit_error", "RESOURCE_EXHAUSTED"},
 	CodeUnavailable:    {http.StatusServiceUnavailable, "server_error", "service_unavailable", "overloaded_error", "UNAVAILABLE"},
+	CodeConflict:       {http.StatusConflict, "invalid_request_error", "conflict", "invalid_request_error", "ALREADY_EXISTS"},
 }
 
 // Kind returns the table row of c.

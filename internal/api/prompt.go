@@ -24,6 +24,9 @@ type Prompt struct {
 // Tokenize renders and tokenizes req's prompt on the model it names,
 // without running it (for token counting endpoints).
 func (c *Call) Tokenize(req *Request) (*Prompt, error) {
+	if err := c.resolveCache(req); err != nil {
+		return nil, err
+	}
 	if err := req.validate(); err != nil {
 		return nil, err
 	}
@@ -63,7 +66,7 @@ func buildPrompt(m *Model, req *Request, scope *string) (*Prompt, error) {
 			return nil, Errorf(CodeInvalidRequest, "the model %q has no chat template; use the completions endpoint", m.ID)
 		}
 		msgs := normalizeMessages(req.Messages)
-		opts := renderOptions(m, req, true)
+		opts := renderOptions(m, req, !req.prefixOnly)
 		text, err := m.Template.Render(msgs, opts)
 		if err != nil {
 			return nil, &Error{Code: CodeInvalidRequest, Param: "messages", Message: "the chat template refused the conversation: " + strings.TrimPrefix(err.Error(), "chat: render: "), Err: err}

@@ -59,6 +59,15 @@ type Request struct {
 	// Breakpoints are cache breakpoints: the prompt up to the end of a
 	// message is worth keeping for a while (Anthropic cache_control).
 	Breakpoints []Breakpoint
+
+	// CachedContent names a context cache (cachedContents/ID) whose prefix
+	// the request continues: Call.Start puts the cache's system prompt,
+	// tools and turns before Messages (see Call.applyCache).
+	CachedContent string
+
+	// prefixOnly renders the conversation without the generation prompt:
+	// a context cache's prefix, which later requests extend.
+	prefixOnly bool
 }
 
 // ToolChoiceMode says whether the model may, must or must not call tools.
@@ -116,7 +125,7 @@ type Breakpoint struct {
 //	{"kvserve": {"session_id": "…", "end_session": true,
 //	             "retention": "ephemeral|session|persistent|pinned",
 //	             "ttl": "5m" | 300, "priority": 1, "expected_output_tokens": 200,
-//	             "ignore_eos": true}}
+//	             "ignore_eos": true, "cached_content": "cachedContents/ID"}}
 //
 // ignore_eos keeps generating past end-of-generation tokens up to the token
 // limit (as vLLM's sampling parameter; OpenAI and Anthropic bodies may also
@@ -132,6 +141,9 @@ type Extension struct {
 	// EndSession ends session_id after this request: its KV moves down a
 	// tier at once instead of after the idle timeout.
 	EndSession bool `json:"end_session"`
+	// CachedContent names a context cache the request continues
+	// (Request.CachedContent).
+	CachedContent string `json:"cached_content"`
 }
 
 // MaxSessionIDLen bounds the kvserve session_id.
@@ -175,6 +187,7 @@ func (e *Extension) Apply(r *Request) error {
 	if e.IgnoreEOS {
 		r.IgnoreEOS = true
 	}
+	r.CachedContent = e.CachedContent
 	return nil
 }
 

@@ -154,6 +154,9 @@ func (c *Call) fragmentScope() *string {
 // events from. Errors (unknown model, a prompt too long, a full queue) come
 // back before anything is written, so the caller can still send a status.
 func (c *Call) Start(req *Request) (*Run, error) {
+	if err := c.resolveCache(req); err != nil {
+		return nil, err
+	}
 	if err := req.validate(); err != nil {
 		return nil, err
 	}

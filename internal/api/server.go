@@ -18,6 +18,7 @@ import (
 
 	"github.com/kvserve/kvserve/internal/audit"
 	"github.com/kvserve/kvserve/internal/chat"
+	"github.com/kvserve/kvserve/internal/ctxcache"
 	"github.com/kvserve/kvserve/internal/engine"
 	"github.com/kvserve/kvserve/internal/tokenizer"
 )
@@ -110,6 +111,9 @@ type Config struct {
 	// refused (default: none). Records name the key by its public id,
 	// never the key.
 	Audit AuditLog
+	// Caches keeps the context-cache resources (default: none; their
+	// endpoints answer 404 and a request naming a cache is refused).
+	Caches *ctxcache.Service
 	// Registry receives the server's metrics and serves /metrics; the
 	// engine's metrics should be registered in the same one (default: a
 	// new registry with only the server's metrics).
@@ -162,9 +166,11 @@ type Server struct {
 	mux      *http.ServeMux
 	model    atomic.Pointer[Model]
 	dialects []Dialect
-	log      *slog.Logger
-	m        *httpMetrics
-	mu       sync.Mutex // guards registration
+	// cacheRenderer is the registered CacheRenderer's method, if any.
+	cacheRenderer CacheRequest
+	log           *slog.Logger
+	m             *httpMetrics
+	mu            sync.Mutex // guards registration
 }
 
 // New builds a server. Register dialects, then SetModel when the model is
@@ -205,6 +211,9 @@ func (s *Server) Register(d Dialect) error {
 		}
 	}
 	s.dialects = append(s.dialects, d)
+	if r, ok := d.(CacheRenderer); ok && s.cacheRenderer == nil {
+		s.cacheRenderer = r.CacheRequest
+	}
 	return nil
 }
 

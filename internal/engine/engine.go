@@ -493,13 +493,16 @@ func (e *Engine) validate(r *Request) error {
 		return fmt.Errorf("%w: %d tokens need %d KV blocks, the pool has %d beside the pinned ones", ErrTooLong, len(r.Prompt)+r.MaxTokens, need, room)
 	}
 	if pins(r) {
-		n := len(r.Prompt) / bs
+		// Up to every full block of the prompt, less those pinned already
+		// (a context cache extended, or used again with a pin).
+		salt := e.salt(r.Scope)
+		n := len(r.Prompt)/bs - e.kv.CountPinned(kv.NewHasher([]byte(e.cfg.ModelID)).Chain(nil, salt, r.Prompt, bs))
 		if pinned+n > e.maxPinned() {
 			return fmt.Errorf("%w: %d blocks are pinned and this request would pin up to %d more; the limit is %d (%.0f%% of the KV pool)",
 				ErrPinQuota, pinned, n, e.maxPinned(), 100*e.cfg.MaxPinnedFraction)
 		}
 		limit := int(float64(e.kv.NumBlocks()) * e.cfg.MaxPinnedPerTenant)
-		if p := e.kv.PinnedBy(e.salt(r.Scope)); p+n > limit {
+		if p := e.kv.PinnedBy(salt); p+n > limit {
 			return fmt.Errorf("%w: the tenant has %d blocks pinned and this request would pin up to %d more; a tenant's limit is %d (%.0f%% of the KV pool)",
 				ErrPinQuota, p, n, limit, 100*e.cfg.MaxPinnedPerTenant)
 		}

@@ -442,6 +442,23 @@ func (p *Pool) demoteLocked(id BlockID) {
 	p.countLocked(id, +1)
 }
 
+// CountPinned is how many of the chain's blocks are findable in the pool
+// and pinned.
+func (p *Pool) CountPinned(chain []Hash) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.value != nil {
+		p.value.expire()
+	}
+	n := 0
+	for _, h := range chain {
+		if id, ok := p.index[h]; ok && p.meta[id].class == ClassPinned {
+			n++
+		}
+	}
+	return n
+}
+
 // Pinned is the number of findable blocks of ClassPinned (held by their
 // pins, or in use past their expiry until released).
 func (p *Pool) Pinned() int {

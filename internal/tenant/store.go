@@ -24,7 +24,7 @@ const (
 	KindBindings Kind = "bindings"
 )
 
-var kinds = []Kind{KindTenants, KindKeys, KindBindings}
+var kinds = []Kind{KindTenants, KindKeys, KindBindings, KindCachedContents}
 
 // Store keeps plain records (bytes under a kind and an id). It is the seam
 // between the tenant logic and where the records live: an embedded bbolt

@@ -158,3 +158,73 @@ test('a wrong API key: ApiError with status 401 UNAUTHENTICATED', async () => {
     },
   );
 });
+
+test('caches: create, generateContent with cachedContent, get, list, update, delete, expiry; another tenant gets 404', async () => {
+  const cc = fx.contextCache;
+  const cache = await ai.caches.create({
+    model,
+    config: {
+      displayName: 'sdk-document', systemInstruction: cc.system, ttl: '300s',
+      contents: [{ role: 'user', parts: [{ text: cc.contents }] }],
+    },
+  });
+  assert.match(cache.name, /^cachedContents\/[0-9a-f]{24}$/);
+  assert.equal(cache.model, `models/${model}`);
+  assert.equal(cache.displayName, 'sdk-document');
+  assert.equal(cache.usageMetadata?.totalTokenCount, cc.tokenCount, 'usageMetadata.totalTokenCount');
+  assert.equal(cache.contents, undefined, 'contents are input-only');
+  const expire = Date.parse(cache.expireTime);
+  assert.ok(expire > Date.now() + 240_000 && expire <= Date.now() + 300_000, `expireTime ${cache.expireTime}`);
+  assert.ok(Date.parse(cache.createTime) <= Date.now() && cache.updateTime === cache.createTime);
+
+  const res = await ai.models.generateContent({ model, contents: cc.question, config: { cachedContent: cache.name, maxOutputTokens: 2 } });
+  assert.ok(res.usageMetadata.cachedContentTokenCount > 0, 'cachedContentTokenCount > 0');
+  assertUsage(res.usageMetadata, { promptTokens: cc.promptTokens, cachedTokens: cc.cachedTokens, maxTokens: 2, hitLimit: res.candidates[0].finishReason === 'MAX_TOKENS' });
+
+  const got = await ai.caches.get({ name: cache.name });
+  assert.equal(got.name, cache.name);
+  assert.equal(got.usageMetadata?.totalTokenCount, cc.tokenCount);
+
+  const names = [];
+  for await (const c of await ai.caches.list({ config: { pageSize: 10 } })) names.push(c.name);
+  assert.ok(names.includes(cache.name), `list ${JSON.stringify(names)}`);
+
+  const updated = await ai.caches.update({ name: cache.name, config: { ttl: '7200s' } });
+  assert.ok(Date.parse(updated.expireTime) > expire + 3_000_000, `updated expireTime ${updated.expireTime}`);
+  assert.ok(Date.parse(updated.updateTime) >= Date.parse(cache.updateTime));
+
+  // Another tenant's key: the cache does not exist for it.
+  const other = new GoogleGenAI({ apiKey: cc.otherApiKey, httpOptions: { baseUrl: fx.url } });
+  const notFound = (err) => {
+    assert.ok(err instanceof ApiError, `${err?.constructor?.name}: ${err?.message}`);
+    assert.equal(err.status, 404);
+    assert.match(err.message, /NOT_FOUND/);
+    return true;
+  };
+  await assert.rejects(other.caches.get({ name: cache.name }), notFound);
+  await assert.rejects(other.caches.delete({ name: cache.name }), notFound);
+  await assert.rejects(other.models.generateContent({ model, contents: cc.question, config: { cachedContent: cache.name, maxOutputTokens: 1 } }), notFound);
+  const otherNames = [];
+  for await (const c of await other.caches.list()) otherNames.push(c.name);
+  assert.ok(!otherNames.includes(cache.name), 'another tenant lists the cache');
+
+  await ai.caches.delete({ name: cache.name });
+  await assert.rejects(ai.caches.get({ name: cache.name }), notFound);
+
+  // Expiry is exact to the second: a cache of one second is gone after it.
+  const brief = await ai.caches.create({ model, config: { systemInstruction: cc.system, ttl: '1s', contents: [{ role: 'user', parts: [{ text: cc.contents }] }] } });
+  await new Promise((r) => setTimeout(r, Math.max(0, Date.parse(brief.expireTime) - Date.now()) + 50));
+  await assert.rejects(ai.caches.get({ name: brief.name }), notFound);
+});
+
+test('caches.create with a malformed ttl: ApiError 400 INVALID_ARGUMENT', async () => {
+  await assert.rejects(
+    ai.caches.create({ model, config: { systemInstruction: fx.contextCache.system, ttl: '10' } }),
+    (err) => {
+      assert.ok(err instanceof ApiError, `${err?.constructor?.name}: ${err?.message}`);
+      assert.equal(err.status, 400);
+      assert.match(err.message, /INVALID_ARGUMENT/);
+      return true;
+    },
+  );
+});

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -55,7 +56,7 @@ func TestSDKs(t *testing.T) {
 	}
 	for _, engine := range sdk.Engines() {
 		t.Run(engine, func(t *testing.T) {
-			srv := sdk.Start(t, sdk.Options{APIKeys: keys, Engine: engine})
+			srv := sdk.Start(t, sdk.Options{APIKeys: keys, Engine: engine, Args: []string{"--cache-min-tokens", fmt.Sprint(cacheMinTokens)}})
 			runScripts(t, node, dir, srv)
 		})
 	}
@@ -104,6 +105,20 @@ type fixtureJSON struct {
 		// where a cache_control breakpoint on it ends.
 		SystemTokens int `json:"systemTokens"`
 	} `json:"cache"`
+	// ContextCache is a context-cache resource (cachedContents): its system
+	// instruction and one user turn, then a question asked with it; the
+	// cache's token count, the question's prompt tokens and the tokens it
+	// reads from the cache; and the key of another tenant, which must not
+	// see the cache.
+	ContextCache struct {
+		System       string `json:"system"`
+		Contents     string `json:"contents"`
+		Question     string `json:"question"`
+		TokenCount   int    `json:"tokenCount"`
+		PromptTokens int    `json:"promptTokens"`
+		CachedTokens int    `json:"cachedTokens"`
+		OtherAPIKey  string `json:"otherApiKey"`
+	} `json:"contextCache"`
 }
 
 type message struct {
@@ -112,6 +127,10 @@ type message struct {
 }
 
 func apiKey(tenant string) string { return "sk-kvserve-sdk-test-" + tenant }
+
+// cacheMinTokens is the server's smallest context cache in the tests
+// (--cache-min-tokens): below the default, so a test cache stays quick.
+const cacheMinTokens = 64
 
 // fixture computes the token counts for one script's conversations with
 // the server's own prompt builder. Each script gets its own system prompt,
@@ -137,6 +156,23 @@ func fixture(t *testing.T, srv *sdk.Server, name string) *fixtureJSON {
 	fx.Cache.SystemTokens = srv.PrefixTokens(t, sys, append(sys, chat.Message{Role: "user", Content: fx.Cache.Users[0]}))
 	if fx.Cache.CachedTokens < 8*sdk.BlockSize {
 		t.Fatalf("the shared system prompt covers only %d cached tokens; make it longer", fx.Cache.CachedTokens)
+	}
+	cc := &fx.ContextCache
+	cc.System = sdk.LongSystemPrompt(name + "-context-cache")
+	cc.Contents, cc.Question = "Here is the document to discuss.", "What does it say?"
+	prefix := []chat.Message{{Role: "system", Content: cc.System}, {Role: "user", Content: cc.Contents}}
+	full := append(slices.Clone(prefix), chat.Message{Role: "user", Content: cc.Question})
+	cc.TokenCount = srv.PrefixTokens(t, prefix, full)
+	cc.PromptTokens = len(srv.PromptTokens(t, full))
+	cc.CachedTokens = cc.TokenCount / sdk.BlockSize * sdk.BlockSize // the prefilled full blocks
+	if cc.TokenCount < cacheMinTokens {
+		t.Fatalf("the context cache's %d tokens are below the server's minimum %d", cc.TokenCount, cacheMinTokens)
+	}
+	for _, other := range scripts {
+		if other.name != name {
+			cc.OtherAPIKey = apiKey(other.name)
+			break
+		}
 	}
 	t.Logf("fixture: hello %d prompt tokens (%d cached when repeated); shared system prompt: %d tokens, %v prompt tokens, %d cached",
 		fx.Hello.PromptTokens, fx.Hello.CachedTokens, fx.Cache.SystemTokens, fx.Cache.PromptTokens, fx.Cache.CachedTokens)

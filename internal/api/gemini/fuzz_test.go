@@ -25,9 +25,13 @@ func fuzzEnv(t testing.TB) *apitest.Env {
 // server turns a handler panic into a 500), answer errors in Gemini's
 // shape, and release every KV block.
 func fuzzEndpoint(f *testing.F, path string) {
-	env := fuzzEnv(f)
+	fuzzEndpointOn(f, fuzzEnv(f), "POST", path)
+}
+
+// fuzzEndpointOn is fuzzEndpoint on env, with any method.
+func fuzzEndpointOn(f *testing.F, env *apitest.Env, method, path string) {
 	f.Fuzz(func(t *testing.T, body []byte) {
-		req := httptest.NewRequest("POST", path, bytes.NewReader(body))
+		req := httptest.NewRequest(method, path, bytes.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
 		rec := httptest.NewRecorder()
 		env.Server.ServeHTTP(rec, req)

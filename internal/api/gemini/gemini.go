@@ -25,10 +25,12 @@
 //     input token count (N) exceeds the maximum number of tokens allowed
 //     (M)"; "Request payload size exceeds the limit"), and what Gemini
 //     clients handle as a non-retryable client error.
-//   - cachedContent names a context-cache resource, which a later issue
-//     builds (/v1beta/cachedContents); until then any name is answered 404
+//   - cachedContent names a context-cache resource (/v1beta/cachedContents,
+//     caches.go): the request's contents follow the cache's, which brings
+//     the system instruction and tools (the request may not add its own).
+//     A name that does not resolve, another tenant's included, is 404
 //     NOT_FOUND, so a client never silently runs without the cache it asked
-//     for.
+//     for. Creating a cache refuses unknown fields, as Google does.
 //   - functionCallingConfig mode ANY with allowedFunctionNames forces a call
 //     through the grammar: one name is a named call, all (or none) of the
 //     declared functions any call. A proper subset of two or more is served
@@ -74,18 +76,21 @@ func (d *Dialect) Name() string { return "gemini" }
 // last ':'. The v1 paths (the SDKs' apiVersion "v1") share the POST
 // methods; v1's model listing belongs to the OpenAI dialect.
 func (d *Dialect) Routes() []api.Route {
-	return []api.Route{
+	routes := []api.Route{
 		{Pattern: "POST /v1beta/models/{rest...}", Handler: modelMethod},
 		{Pattern: "POST /v1/models/{rest...}", Handler: modelMethod},
 		{Pattern: "GET /v1beta/models", Handler: listModels},
 		{Pattern: "GET /v1beta/models/{rest...}", Handler: getModel},
 	}
+	routes = append(routes, cacheRoutes("/v1beta")...)
+	return append(routes, cacheRoutes("/v1")...)
 }
 
 // Claims reports whether r belongs to the Gemini API (any path under
-// /v1beta/), so that unknown routes there get Gemini's 404.
+// /v1beta/, and /v1/cachedContents), so that unknown routes and methods
+// there get Gemini's 404.
 func (d *Dialect) Claims(r *http.Request) bool {
-	return strings.HasPrefix(r.URL.Path, "/v1beta/")
+	return strings.HasPrefix(r.URL.Path, "/v1beta/") || strings.HasPrefix(r.URL.Path, "/v1/cachedContents")
 }
 
 // The methods of a model resource.

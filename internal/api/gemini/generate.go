@@ -15,6 +15,9 @@ func generate(c *api.Call, model string, stream bool) error {
 	if err := decodeBody(c.R, &body); err != nil {
 		return err
 	}
+	if err := useCache(c, &body, model); err != nil {
+		return err
+	}
 	req, opts, err := body.toRequest(model)
 	if err != nil {
 		return err
@@ -46,6 +49,28 @@ func generate(c *api.Call, model string, stream bool) error {
 	t := c.Timings()
 	resp.Kvserve = &t
 	return api.WriteJSON(c.W, 200, resp)
+}
+
+// useCache resolves the request's cachedContent, if any, and makes the
+// request its continuation (withCache). The cache is checked for
+// cachedContents.use (and audited) before anything runs.
+func useCache(c *api.Call, g *generateRequest, model string) error {
+	if g.CachedContent == "" {
+		return nil
+	}
+	cc, err := c.UseCache(g.CachedContent)
+	if err != nil {
+		return err
+	}
+	m, err := c.Model(model)
+	if err != nil {
+		return err
+	}
+	if err := withCache(g, &cc, m.ID); err != nil {
+		return err
+	}
+	g.CachedContent = ""
+	return nil
 }
 
 // engineFailure is the error of a sample the engine failed.

@@ -90,6 +90,9 @@ func countTokens(c *api.Call, model string) error {
 	case g.Model != "" && trimModelPrefix(g.Model) != model:
 		return api.InvalidParam("generateContentRequest.model", "generateContentRequest.model %q differs from the model of the path %q", g.Model, model)
 	}
+	if err := useCache(c, g, model); err != nil {
+		return err
+	}
 	req, _, err := g.toRequest(model)
 	if err != nil {
 		return err

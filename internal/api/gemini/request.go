@@ -32,6 +32,10 @@ type generateRequest struct {
 	SafetySettings json.RawMessage `json:"safetySettings"`
 	CachedContent  string          `json:"cachedContent"`
 	Kvserve        *api.Extension  `json:"kvserve"`
+
+	// prefix marks a context cache's own fields: contents may be empty
+	// (a system instruction alone), and no generation prompt follows.
+	prefix bool
 }
 
 // contentJSON is a Content: a turn's role and parts.
@@ -158,12 +162,12 @@ func (g *generateRequest) toRequest(model string) (*api.Request, options, error)
 	var o options
 	r := &api.Request{Model: model}
 	if g.CachedContent != "" {
-		// Context-cache resources (cachedContents/{id}) come with a later
-		// issue; until then no name exists.
+		// The handler resolves the cache first (withCache); a name left
+		// here was never resolved.
 		return nil, o, &api.Error{Code: api.CodeNotFound, Param: "cachedContent",
-			Message: fmt.Sprintf("cached content not found: %q (this server has no cachedContents resources yet)", g.CachedContent)}
+			Message: fmt.Sprintf("cached content %s not found", g.CachedContent)}
 	}
-	if len(g.Contents) == 0 {
+	if len(g.Contents) == 0 && !g.prefix {
 		return nil, o, api.InvalidParam("contents", "contents is not specified")
 	}
 	if g.SystemInstruction != nil {
@@ -198,6 +202,9 @@ func (g *generateRequest) toRequest(model string) (*api.Request, options, error)
 	}
 	if err := g.Kvserve.Apply(r); err != nil {
 		return nil, o, err
+	}
+	if r.CachedContent != "" {
+		return nil, o, api.InvalidParam("kvserve.cached_content", "a Gemini request names its cache in cachedContent")
 	}
 	return r, o, nil
 }

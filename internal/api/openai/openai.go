@@ -1,5 +1,6 @@
 // Package openai is the OpenAI dialect of the kvserve API:
-// /v1/chat/completions, /v1/completions, /v1/responses and /v1/models,
+// /v1/chat/completions, /v1/completions, /v1/responses, /v1/models and
+// /v1/cached_contents (context caches, cached_contents.go),
 // streamed as server-sent events and not, in the shapes the official SDKs
 // parse.
 //
@@ -35,13 +36,14 @@ func (d *Dialect) Name() string { return "openai" }
 
 // Routes lists the OpenAI endpoints.
 func (d *Dialect) Routes() []api.Route {
-	return []api.Route{
+	routes := []api.Route{
 		{Pattern: "POST /v1/chat/completions", Handler: chatCompletions},
 		{Pattern: "POST /v1/completions", Handler: completions},
 		{Pattern: "POST /v1/responses", Handler: responses},
 		{Pattern: "GET /v1/models", Handler: listModels},
 		{Pattern: "GET /v1/models/{id...}", Handler: getModel},
 	}
+	return append(routes, cacheRoutes()...)
 }
 
 // errorBody is OpenAI's error shape.
