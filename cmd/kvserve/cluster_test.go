@@ -290,3 +290,38 @@ func TestWorkerDrainTimeout(t *testing.T) {
 		t.Fatal("the worker did not stop")
 	}
 }
+
+// TestClusterContextCache: a context cache created through a gateway is
+// prefilled on a worker and its prefix is a hit when used (one worker: the
+// KV-aware routing that sends uses to the cache's worker is not built yet).
+func TestClusterContextCache(t *testing.T) {
+	modelFile := apitest.ModelFile(t)
+	s := startCommand(t, newClusterCmd(), "up", "--workers", "1", "--engine", "sim", "--model", modelFile,
+		"--addr", "127.0.0.1:0", "--data-dir", t.TempDir(), "--kv-cache-memory", "16MiB", "--api-key", "sk-test=t1",
+		"--cache-min-tokens", "16")
+	do := func(path, body string) (int, string) {
+		req, _ := http.NewRequest("POST", s.base+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer sk-test")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		data, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(data)
+	}
+	status, data := do("/v1/cached_contents", `{"model":"`+s.model+`","ttl":"600s","messages":[`+
+		`{"role":"system","content":"`+strings.Repeat("A long shared system prompt. ", 6)+`"}]}`)
+	var c struct{ ID string }
+	if status != 200 || json.Unmarshal([]byte(data), &c) != nil || c.ID == "" {
+		t.Fatalf("create: %d %s", status, data)
+	}
+	status, data = do("/v1/chat/completions", `{"model":"`+s.model+`","max_tokens":1,"messages":[{"role":"user","content":"Q?"}],`+
+		`"kvserve":{"cached_content":"`+c.ID+`"}}`)
+	if status != 200 || strings.Contains(data, `"cached_tokens":0`) || !strings.Contains(data, `"cached_tokens"`) {
+		t.Fatalf("chat with the cache: %d %s", status, data)
+	}
+	if err := s.stop(); err != nil {
+		t.Fatalf("cluster up returned %v", err)
+	}
+}
