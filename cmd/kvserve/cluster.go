@@ -203,9 +203,22 @@ func runGateway(ctx context.Context, o *gatewayOptions, stderr io.Writer) error 
 	return nil
 }
 
+// gateway is the cluster side of a gateway: the registry of workers and
+// the backend dispatching to them.
+type gateway struct {
+	reg *cluster.Registry
+	b   *cluster.Backend
+}
+
+// Close stops both; call it after the API has shut down.
+func (g *gateway) Close() {
+	g.b.Close()
+	g.reg.Close()
+}
+
 // startGateway follows the workers over nc and serves the loaded model on
-// a's API through them. Close the registry it returns after the API.
-func startGateway(nc *nats.Conn, a *apiServer, loaded *servedModel, aliases []string, log *slog.Logger) (*cluster.Registry, error) {
+// a's API through them.
+func startGateway(nc *nats.Conn, a *apiServer, loaded *servedModel, aliases []string, log *slog.Logger) (*gateway, error) {
 	reg, err := cluster.NewRegistry(nc, cluster.RegistryConfig{Logger: log})
 	if err != nil {
 		return nil, err
@@ -222,7 +235,7 @@ func startGateway(nc *nats.Conn, a *apiServer, loaded *servedModel, aliases []st
 		ContextLength: loaded.file.Model.Config.Context,
 		Backend:       b, Tokenizer: loaded.tok, Template: loaded.tmpl,
 	})
-	return reg, nil
+	return &gateway{reg: reg, b: b}, nil
 }
 
 func newClusterCmd() *cobra.Command {
@@ -358,11 +371,12 @@ func runClusterUp(ctx context.Context, o *clusterUpOptions, stderr io.Writer) er
 		return fmt.Errorf("cluster up: %w", err)
 	}
 	defer a.shutdown(time.Second)
-	reg, err := startGateway(gnc, a, loaded, o.modelAliases, log)
+	g, err := startGateway(gnc, a, loaded, o.modelAliases, log)
 	if err != nil {
 		return fmt.Errorf("cluster up: %w", err)
 	}
-	defer reg.Close()
+	defer g.Close()
+	reg := g.reg
 	// Announce the URL once the gateway knows every worker, so the first
 	// request can use them all.
 	deadline := time.Now().Add(10 * time.Second)

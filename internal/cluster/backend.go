@@ -2,6 +2,8 @@ package cluster
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -67,6 +69,12 @@ type BackendConfig struct {
 	Picker Picker
 	// Logger receives failovers (default: discard).
 	Logger *slog.Logger
+	// ID names the gateway in its heartbeats (default: "g-" and 8 random
+	// hex digits).
+	ID string
+	// Heartbeat is the interval between the gateway's heartbeats (default
+	// 1s): a worker stops the requests of a gateway silent for three.
+	Heartbeat time.Duration
 	// Registerer receives the backend's metrics (optional):
 	// kvserve_cluster_workers, kvserve_cluster_retries_total,
 	// kvserve_cluster_cutoffs_total.
@@ -88,6 +96,8 @@ type Backend struct {
 	log *slog.Logger
 
 	retries, cutoffs prometheus.Counter
+	stop             context.CancelFunc
+	done             chan struct{}
 
 	mu         sync.Mutex
 	dispatched map[string]int // by worker
@@ -110,7 +120,15 @@ func NewBackend(nc *nats.Conn, reg *Registry, cfg BackendConfig) (*Backend, erro
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	b := &Backend{nc: nc, reg: reg, cfg: cfg, log: cfg.Logger, dispatched: map[string]int{},
+	if cfg.ID == "" {
+		var r [4]byte
+		_, _ = rand.Read(r[:])
+		cfg.ID = "g-" + hex.EncodeToString(r[:])
+	}
+	if cfg.Heartbeat <= 0 {
+		cfg.Heartbeat = DefaultHeartbeat
+	}
+	b := &Backend{done: make(chan struct{}), nc: nc, reg: reg, cfg: cfg, log: cfg.Logger, dispatched: map[string]int{},
 		retries: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvserve_cluster_retries_total",
 			Help: "Requests sent to a second worker because the first was lost, draining or gone before their first output."}),
 		cutoffs: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvserve_cluster_cutoffs_total",
@@ -126,7 +144,42 @@ func NewBackend(nc *nats.Conn, reg *Registry, cfg BackendConfig) (*Backend, erro
 			}
 		}
 	}
+	ctx, stop := context.WithCancel(context.Background())
+	b.stop = stop
+	b.heartbeat()
+	go b.beat(ctx)
 	return b, nil
+}
+
+// Close stops the gateway's heartbeats. Requests still running stop on
+// their workers three heartbeats later, unless cancelled before.
+func (b *Backend) Close() {
+	b.stop()
+	<-b.done
+}
+
+func (b *Backend) beat(ctx context.Context) {
+	defer close(b.done)
+	t := time.NewTicker(b.cfg.Heartbeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			b.heartbeat()
+		}
+	}
+}
+
+func (b *Backend) heartbeat() {
+	data, err := json.Marshal(GatewayHeartbeat{V: Version, Gateway: b.cfg.ID, Interval: b.cfg.Heartbeat})
+	if err == nil {
+		err = b.nc.Publish(SubjectGatewayHeartbeat, data)
+	}
+	if err != nil {
+		b.log.Warn("cluster: gateway heartbeat not sent", "err", err)
+	}
 }
 
 // Ready reports ErrNoWorkers while no live, non-draining worker serves
@@ -293,7 +346,7 @@ func (s *stream) dispatchOnce(ctx context.Context, skip string) error {
 		// Clamped, as the API does, rather than refused.
 		req.MaxTokens = cl - len(req.Prompt)
 	}
-	data, err := json.Marshal(GenerateRequest{V: Version, ID: a.id, Request: req})
+	data, err := json.Marshal(GenerateRequest{V: Version, ID: a.id, Gateway: b.cfg.ID, Request: req})
 	if err != nil {
 		_ = sub.Unsubscribe()
 		return fmt.Errorf("cluster: encode the request: %w", err)

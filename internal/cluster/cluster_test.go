@@ -470,3 +470,42 @@ func TestKeepAlive(t *testing.T) {
 		t.Fatalf("outputs %+v", outs)
 	}
 }
+
+// TestGatewayDeath: the requests of a gateway that dies (its heartbeats
+// stop; nobody will cancel them) are stopped on their worker three
+// gateway heartbeats later.
+func TestGatewayDeath(t *testing.T) {
+	checkGoroutines(t)
+	s := startNATS(t)
+	w := startWorker(t, s, "w1", 5*time.Millisecond)
+	nc, err := nats.Connect(s.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	reg, err := NewRegistry(nc, RegistryConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Close()
+	b, err := NewBackend(nc, reg, BackendConfig{Model: testModel, Heartbeat: testBeat})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	waitWorkers(t, reg, 1)
+	st, err := b.Submit(context.Background(), engine.Request{Prompt: prompt(10), MaxTokens: 2000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Recv(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	// Alive: the request runs on past the silence a dead gateway would have.
+	time.Sleep(2 * silentBeats * testBeat)
+	if n := w.e.Now().Running; n != 1 {
+		t.Fatalf("%d running while the gateway lives", n)
+	}
+	nc.Close() // the gateway dies: no cancel, no more heartbeats
+	waitFor(t, "the worker stops the dead gateway's request", func() bool { return w.e.Now().Running == 0 })
+}

@@ -49,12 +49,16 @@ func FuzzDecodeHeartbeat(f *testing.F) {
 	fuzzDecoder(f, DecodeHeartbeat, Heartbeat{V: Version, Worker: "w-1", Model: "m", Interval: time.Second, Running: 2, EventSeq: 9})
 }
 
+func FuzzDecodeGatewayHeartbeat(f *testing.F) {
+	fuzzDecoder(f, DecodeGatewayHeartbeat, GatewayHeartbeat{V: Version, Gateway: "g-1", Interval: time.Second})
+}
+
 func FuzzDecodeLeave(f *testing.F) {
 	fuzzDecoder(f, DecodeLeave, Leave{V: Version, Worker: "w-1"})
 }
 
 func FuzzDecodeGenerateRequest(f *testing.F) {
-	fuzzDecoder(f, DecodeGenerateRequest, GenerateRequest{V: Version, ID: "_INBOX.x", Request: engine.Request{
+	fuzzDecoder(f, DecodeGenerateRequest, GenerateRequest{V: Version, ID: "_INBOX.x", Gateway: "g-1", Request: engine.Request{
 		Prompt: []int32{1, 2, 3}, MaxTokens: 4, N: 2, Scope: "t", Segments: []engine.Segment{{Start: 0, End: 2, Retention: engine.RetentionPersistent}},
 		Hints: engine.Hints{SessionID: "s", TTL: time.Minute}}})
 }

@@ -120,10 +120,11 @@ func gateway(t *testing.T, s *Server, picker Picker) (*Registry, *Backend) {
 		t.Fatal(err)
 	}
 	t.Cleanup(reg.Close)
-	b, err := NewBackend(nc, reg, BackendConfig{Model: testModel, Picker: picker, Registerer: prometheus.NewRegistry()})
+	b, err := NewBackend(nc, reg, BackendConfig{Model: testModel, Picker: picker, Registerer: prometheus.NewRegistry(), Heartbeat: testBeat})
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(b.Close)
 	return reg, b
 }
 

@@ -27,6 +27,10 @@ const (
 	// SubjectDiscover asks every worker to heartbeat now (a gateway that
 	// has just started need not wait a whole interval). The body is empty.
 	SubjectDiscover = "kvserve.workers.discover"
+	// SubjectGatewayHeartbeat carries every gateway's GatewayHeartbeat:
+	// a worker stops the requests of a gateway silent for three of its
+	// intervals (their client connections died with it).
+	SubjectGatewayHeartbeat = "kvserve.gateways.heartbeat"
 )
 
 // SubjectGenerate is where worker id takes GenerateRequests (with a reply
@@ -82,6 +86,13 @@ type Heartbeat struct {
 	EventSeq uint64 `json:"kv_event_seq"`
 }
 
+// GatewayHeartbeat says a gateway is alive, every Interval.
+type GatewayHeartbeat struct {
+	V        int           `json:"v"`
+	Gateway  string        `json:"gateway"`
+	Interval time.Duration `json:"interval_ns"`
+}
+
 // Leave says a worker has finished draining and is gone.
 type Leave struct {
 	V      int    `json:"v"`
@@ -94,7 +105,10 @@ type GenerateRequest struct {
 	V int `json:"v"`
 	// ID names the request in Cancels and Frames (unique per gateway
 	// connection: its reply inbox).
-	ID      string         `json:"id"`
+	ID string `json:"id"`
+	// Gateway names the sending gateway, whose heartbeats keep the
+	// request alive ("": kept until it ends or is cancelled).
+	Gateway string         `json:"gateway,omitempty"`
 	Request engine.Request `json:"request"`
 }
 
@@ -279,13 +293,14 @@ func decodeHash(s string, h *kv.Hash) error {
 // versioned is what every message has.
 type versioned interface{ version() int }
 
-func (m *Heartbeat) version() int       { return m.V }
-func (m *Leave) version() int           { return m.V }
-func (m *GenerateRequest) version() int { return m.V }
-func (m *Cancel) version() int          { return m.V }
-func (m *Frame) version() int           { return m.V }
-func (m *EventBatch) version() int      { return m.V }
-func (m *SnapshotChunk) version() int   { return m.V }
+func (m *Heartbeat) version() int        { return m.V }
+func (m *Leave) version() int            { return m.V }
+func (m *GatewayHeartbeat) version() int { return m.V }
+func (m *GenerateRequest) version() int  { return m.V }
+func (m *Cancel) version() int           { return m.V }
+func (m *Frame) version() int            { return m.V }
+func (m *EventBatch) version() int       { return m.V }
+func (m *SnapshotChunk) version() int    { return m.V }
 
 // decode reads one message and checks its version; what refers to it in
 // errors.
@@ -310,6 +325,18 @@ func DecodeHeartbeat(data []byte) (Heartbeat, error) {
 	}
 	if m.Interval <= 0 {
 		return Heartbeat{}, fmt.Errorf("cluster: heartbeat of %s: interval %v", m.Worker, m.Interval)
+	}
+	return m, nil
+}
+
+// DecodeGatewayHeartbeat reads a GatewayHeartbeat.
+func DecodeGatewayHeartbeat(data []byte) (GatewayHeartbeat, error) {
+	var m GatewayHeartbeat
+	if err := decode(data, &m, "gateway heartbeat"); err != nil {
+		return GatewayHeartbeat{}, err
+	}
+	if m.Gateway == "" || m.Interval <= 0 {
+		return GatewayHeartbeat{}, fmt.Errorf("cluster: gateway heartbeat of %q every %v", m.Gateway, m.Interval)
 	}
 	return m, nil
 }

@@ -46,6 +46,8 @@ func TestDecodeRefuses(t *testing.T) {
 			`{"v":1,"worker":"a.b","interval_ns":1}`, "worker id"},
 		{"heartbeat no interval", func(b []byte) error { _, err := DecodeHeartbeat(b); return err },
 			`{"v":1,"worker":"w"}`, "interval"},
+		{"gateway heartbeat without a name", func(b []byte) error { _, err := DecodeGatewayHeartbeat(b); return err },
+			`{"v":1,"interval_ns":1}`, "gateway heartbeat"},
 		{"frame v0", func(b []byte) error { _, err := DecodeFrame(b); return err }, `{"seq":1}`, "version 0"},
 		{"request without id", func(b []byte) error { _, err := DecodeGenerateRequest(b); return err },
 			`{"v":1,"request":{}}`, "without an id"},

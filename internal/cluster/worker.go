@@ -76,6 +76,7 @@ type Worker struct {
 	mu       sync.Mutex
 	inflight map[string]*job // by request id
 	draining bool
+	gateways map[string]gatewaySeen
 
 	subs     []*nats.Subscription
 	pumps    sync.WaitGroup // request goroutines
@@ -86,9 +87,19 @@ type Worker struct {
 	once     sync.Once
 }
 
+// gatewaySeen is a gateway's last heartbeat.
+type gatewaySeen struct {
+	at       time.Time
+	interval time.Duration
+}
+
 // job is a request the worker runs.
 type job struct {
-	st *engine.Stream // nil while being submitted (guarded by Worker.mu)
+	gateway string         // the sender, whose silence stops the request
+	start   time.Time      // when it arrived
+	st      *engine.Stream // nil while being submitted (guarded by Worker.mu)
+	// orphaned: its gateway went silent and it was cancelled (Worker.mu).
+	orphaned bool
 	// cutOff: the drain's deadline passed; its cancellation is reported
 	// to the client as the error it is, not as the client's own cancel.
 	cutOff atomic.Bool
@@ -119,12 +130,13 @@ func StartWorker(nc *nats.Conn, e *engine.Engine, cfg WorkerConfig) (*Worker, er
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	w := &Worker{nc: nc, e: e, cfg: cfg, log: cfg.Logger, inflight: map[string]*job{}, stop: stop, stopCtx: ctx}
+	w := &Worker{nc: nc, e: e, cfg: cfg, log: cfg.Logger, inflight: map[string]*job{}, gateways: map[string]gatewaySeen{}, stop: stop, stopCtx: ctx}
 	for subj, h := range map[string]nats.MsgHandler{
 		SubjectGenerate(cfg.ID): w.onGenerate,
 		SubjectCancel(cfg.ID):   w.onCancel,
 		SubjectSnapshot(cfg.ID): w.onSnapshot,
 		SubjectDiscover:         func(*nats.Msg) { w.heartbeat() },
+		SubjectGatewayHeartbeat: w.onGatewayHeartbeat,
 	} {
 		sub, err := nc.Subscribe(subj, h)
 		if err != nil {
@@ -221,6 +233,7 @@ func (w *Worker) beat(ctx context.Context) {
 			return
 		case <-t.C:
 			w.heartbeat()
+			w.reapOrphans(time.Now())
 		}
 	}
 }
@@ -266,7 +279,7 @@ func (w *Worker) onGenerate(m *nats.Msg) {
 			Error: &WireError{Kind: KindInvalid, Message: "engine: invalid request: request id " + req.ID + " is already running"}})
 		return
 	}
-	j := &job{}
+	j := &job{gateway: req.Gateway, start: time.Now()}
 	w.inflight[req.ID] = j
 	w.pumps.Add(1)
 	w.mu.Unlock()
@@ -340,6 +353,54 @@ func (w *Worker) serve(req GenerateRequest, j *job, reply string) {
 		if f.Done {
 			return
 		}
+	}
+}
+
+// onGatewayHeartbeat notes that a gateway is alive.
+func (w *Worker) onGatewayHeartbeat(m *nats.Msg) {
+	hb, err := DecodeGatewayHeartbeat(m.Data)
+	if err != nil {
+		w.log.Warn("cluster: bad gateway heartbeat", "worker", w.cfg.ID, "err", err)
+		return
+	}
+	w.mu.Lock()
+	w.gateways[hb.Gateway] = gatewaySeen{at: time.Now(), interval: hb.Interval}
+	w.mu.Unlock()
+}
+
+// reapOrphans cancels the requests whose gateway has been silent for
+// three of its heartbeat intervals (counted from the request's arrival if
+// the gateway was never heard): the gateway died, and its clients with it,
+// so nobody reads their outputs. It also forgets gateways long gone.
+func (w *Worker) reapOrphans(now time.Time) {
+	w.mu.Lock()
+	var orphans []*engine.Stream
+	for id, j := range w.inflight {
+		if j.gateway == "" || j.st == nil || j.orphaned {
+			continue
+		}
+		g, ok := w.gateways[j.gateway]
+		last, interval := j.start, w.cfg.Heartbeat
+		if ok {
+			interval = g.interval
+			if g.at.After(last) {
+				last = g.at
+			}
+		}
+		if now.Sub(last) > silentBeats*interval {
+			j.orphaned = true
+			orphans = append(orphans, j.st)
+			w.log.Warn("cluster: gateway silent; stopping its request", "worker", w.cfg.ID, "gateway", j.gateway, "request", id)
+		}
+	}
+	for id, g := range w.gateways {
+		if now.Sub(g.at) > 10*silentBeats*g.interval {
+			delete(w.gateways, id)
+		}
+	}
+	w.mu.Unlock()
+	for _, st := range orphans {
+		st.Cancel()
 	}
 }
 
