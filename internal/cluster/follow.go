@@ -42,21 +42,26 @@ const maxQueuedBatches = 1024
 // Follower keeps a consumer (the router's block index) in step with one
 // worker's KV events: it starts from a snapshot, applies the numbered
 // batches in order, and on a gap (a batch lost by NATS, events the worker
-// could not publish in time, a consumer too slow) resyncs from a new
-// snapshot rather than silently missing a removal.
+// could not publish in time, a consumer too slow, events the worker's
+// heartbeats announced that never came) resyncs from a new snapshot rather
+// than silently missing a removal.
 type Follower struct {
 	nc     *nats.Conn
 	worker string
 	cfg    FollowConfig
 	log    *slog.Logger
-	sub    *nats.Subscription
+	subs   []*nats.Subscription
 	stop   context.CancelFunc
 	done   chan struct{}
 
 	mu       sync.Mutex
 	queue    []EventBatch
 	overflow bool
-	notify   chan struct{} // capacity 1
+	// announced and announcedBefore are the event sequence numbers of the
+	// worker's last two heartbeats: every event before announcedBefore
+	// was published at least one interval ago.
+	announced, announcedBefore uint64
+	notify                     chan struct{} // capacity 1
 
 	snapshots atomic.Int64 // asked for
 }
@@ -82,11 +87,14 @@ func Follow(nc *nats.Conn, worker string, cfg FollowConfig) (*Follower, error) {
 	f := &Follower{nc: nc, worker: worker, cfg: cfg, log: cfg.Logger, done: make(chan struct{}), notify: make(chan struct{}, 1)}
 	// Subscribed before the first snapshot is asked for, so no event
 	// between the two is missed.
-	sub, err := nc.Subscribe(SubjectEvents(worker), f.receive)
-	if err != nil {
-		return nil, fmt.Errorf("cluster: follow %s: %w", worker, err)
+	for subj, h := range map[string]nats.MsgHandler{SubjectEvents(worker): f.receive, SubjectHeartbeat: f.onHeartbeat} {
+		sub, err := nc.Subscribe(subj, h)
+		if err != nil {
+			f.unsubscribe()
+			return nil, fmt.Errorf("cluster: follow %s: %w", worker, err)
+		}
+		f.subs = append(f.subs, sub)
 	}
-	f.sub = sub
 	ctx, stop := context.WithCancel(context.Background())
 	f.stop = stop
 	go f.run(ctx)
@@ -95,9 +103,31 @@ func Follow(nc *nats.Conn, worker string, cfg FollowConfig) (*Follower, error) {
 
 // Close stops following.
 func (f *Follower) Close() {
-	_ = f.sub.Unsubscribe()
+	f.unsubscribe()
 	f.stop()
 	<-f.done
+}
+
+func (f *Follower) unsubscribe() {
+	for _, s := range f.subs {
+		_ = s.Unsubscribe()
+	}
+}
+
+// onHeartbeat notes how far the worker's events went: a batch lost while
+// the worker then stays idle shows as events announced and never applied.
+func (f *Follower) onHeartbeat(m *nats.Msg) {
+	hb, err := DecodeHeartbeat(m.Data)
+	if err != nil || hb.Worker != f.worker {
+		return
+	}
+	f.mu.Lock()
+	f.announcedBefore, f.announced = f.announced, hb.EventSeq
+	f.mu.Unlock()
+	select {
+	case f.notify <- struct{}{}:
+	default:
+	}
 }
 
 // receive runs on NATS's dispatcher: it only queues.
@@ -135,7 +165,7 @@ func (f *Follower) run(ctx context.Context) {
 			next = n
 		}
 		f.mu.Lock()
-		batches, overflow := f.queue, f.overflow
+		batches, overflow, announced := f.queue, f.overflow, f.announcedBefore
 		f.queue, f.overflow = nil, false
 		f.mu.Unlock()
 		if overflow {
@@ -171,6 +201,14 @@ func (f *Follower) run(ctx context.Context) {
 			}
 		}
 		if next == 0 || len(batches) > 0 {
+			continue
+		}
+		if announced > next {
+			f.log.Warn("cluster: KV events announced a heartbeat ago never came; resyncing from a snapshot", "worker", f.worker, "due", next, "announced", announced)
+			next = 0
+			f.mu.Lock()
+			f.announced, f.announcedBefore = 0, 0
+			f.mu.Unlock()
 			continue
 		}
 		select {

@@ -101,6 +101,16 @@ func TestFollowEvents(t *testing.T) {
 	waitFor(t, "the follower resyncs", func() bool { return f.Snapshots() == 2 })
 	run(prompt(70))
 	waitFor(t, "the events are applied after the resync", func() bool { return v.matches(w.e.KV()) })
+	// Heartbeats announcing events that never come (their batch was lost
+	// and the worker stays idle): a resync one heartbeat later.
+	lost := Heartbeat{V: Version, Worker: "w1", Model: testModel, Interval: testBeat, EventSeq: w.events.Next() + 5}
+	for range 2 {
+		if err := nc.Publish(SubjectHeartbeat, mustJSON(t, lost)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "the follower resyncs after the heartbeats", func() bool { return f.Snapshots() == 3 })
+	waitFor(t, "the view matches after it", func() bool { return v.matches(w.e.KV()) })
 }
 
 // TestEventBatches: a burst of events reaches subscribers complete and in
