@@ -196,6 +196,13 @@ func checkGoroutines(t *testing.T) {
 // no responders).
 func fakeWorker(t *testing.T, s *Server, id string, answer func(nc *nats.Conn, m *nats.Msg)) {
 	t.Helper()
+	fakeWorkerEvery(t, s, id, testBeat, answer)
+}
+
+// fakeWorkerEvery is fakeWorker announcing a heartbeat interval of every
+// (it heartbeats every testBeat whatever it announces).
+func fakeWorkerEvery(t *testing.T, s *Server, id string, every time.Duration, answer func(nc *nats.Conn, m *nats.Msg)) {
+	t.Helper()
 	nc := connect(t, s)
 	if answer != nil {
 		if _, err := nc.Subscribe(SubjectGenerate(id), func(m *nats.Msg) { answer(nc, m) }); err != nil {
@@ -212,7 +219,7 @@ func fakeWorker(t *testing.T, s *Server, id string, answer func(nc *nats.Conn, m
 		tk := time.NewTicker(testBeat)
 		defer tk.Stop()
 		for {
-			data := mustJSON(t, Heartbeat{V: Version, Worker: id, Model: testModel, Interval: testBeat, ContextLength: 4096, BlockSize: 16})
+			data := mustJSON(t, Heartbeat{V: Version, Worker: id, Model: testModel, Interval: every, ContextLength: 4096, BlockSize: 16})
 			_ = nc.Publish(SubjectHeartbeat, data)
 			select {
 			case <-ctx.Done():
