@@ -120,7 +120,7 @@ func gateway(t *testing.T, s *Server, picker Picker) (*Registry, *Backend) {
 		t.Fatal(err)
 	}
 	t.Cleanup(reg.Close)
-	b, err := NewBackend(nc, reg, BackendConfig{Model: testModel, Picker: picker, Registerer: prometheus.NewRegistry(), Heartbeat: testBeat})
+	b, err := NewBackend(nc, reg, BackendConfig{Model: testModel, Picker: picker, Registerer: prometheus.NewRegistry()})
 	if err != nil {
 		t.Fatal(err)
 	}
