@@ -86,7 +86,7 @@ func runWorker(ctx context.Context, o *workerOptions, stderr io.Writer) error {
 		return err
 	}
 	defer loaded.file.Close()
-	se, err := newServedEngine(&o.engineOptions, loaded, engineEnv{dataDir: dataDir, kvDir: diskTierDir(dataDir), secret: secret, log: log})
+	se, err := newServedEngine(&o.engineOptions, loaded, engineEnv{dataDir: dataDir, kvDir: diskTierDir(dataDir), secret: secret, log: log, stderr: stderr})
 	if err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
@@ -349,7 +349,7 @@ func runClusterUp(ctx context.Context, o *clusterUpOptions, stderr io.Writer) er
 			return fmt.Errorf("cluster up: %w", err)
 		}
 		members = append(members, m)
-		env := engineEnv{dataDir: dataDir, kvDir: filepath.Join(dataDir, "cluster", id, "kv"), secret: secret, log: log.With("worker", id)}
+		env := engineEnv{dataDir: dataDir, kvDir: filepath.Join(dataDir, "cluster", id, "kv"), secret: secret, log: log.With("worker", id), stderr: stderr}
 		if m.se, err = newServedEngine(&o.engineOptions, loaded, env); err != nil {
 			return fmt.Errorf("cluster up: worker %s: %w", id, err)
 		}

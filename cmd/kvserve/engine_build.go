@@ -15,6 +15,7 @@ import (
 	"github.com/kvserve/kvserve/internal/gguf"
 	"github.com/kvserve/kvserve/internal/grammar"
 	"github.com/kvserve/kvserve/internal/kv"
+	"github.com/kvserve/kvserve/internal/kv/diskstore"
 	"github.com/kvserve/kvserve/internal/sim"
 )
 
@@ -130,6 +131,7 @@ type engineEnv struct {
 	secret         []byte
 	reg            prometheus.Registerer
 	log            *slog.Logger
+	stderr         io.Writer // what the user is told (nil: nothing)
 }
 
 // newServedEngine builds the forward pass --engine names and the engine on
@@ -172,6 +174,14 @@ func newServedEngine(o *engineOptions, loaded *servedModel, env engineEnv) (*ser
 		s.diskBytes = 0
 	case 0:
 		s.diskBytes = defaultDiskBytes(diskFree(env.dataDir))
+		// Another process on this data directory holds the disk tier: by
+		// default this one runs without, rather than not at all.
+		if err := diskstore.Probe(env.kvDir); o.engine != "sim" && errors.Is(err, diskstore.ErrInUse) {
+			if env.stderr != nil {
+				fmt.Fprintf(env.stderr, "kvserve: another server uses the disk KV tier in %s; this one runs without (--kv-disk off to say so, or give each server its own --data-dir)\n", env.kvDir)
+			}
+			s.diskBytes = 0
+		}
 	}
 	fwd, closeFwd, err := servedForwarder(o, loaded, kvType)
 	if err != nil {

@@ -109,7 +109,7 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 	}
 	defer loaded.file.Close()
 	se, err := newServedEngine(&o.engineOptions, loaded, engineEnv{dataDir: dataDir, kvDir: diskTierDir(dataDir),
-		secret: secret, reg: a.reg, log: log})
+		secret: secret, reg: a.reg, log: log, stderr: stderr})
 	if err != nil {
 		a.shutdown(time.Second)
 		return fmt.Errorf("serve: %w", err)

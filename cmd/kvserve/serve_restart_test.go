@@ -22,6 +22,7 @@ import (
 // servingServer is a `kvserve serve` running in the test.
 type servingServer struct {
 	base, model string
+	line        string       // the "serving" line it printed
 	stop        func() error // shuts it down gracefully and returns serve's error
 }
 
@@ -46,7 +47,7 @@ func startCommand(t *testing.T, cmd *cobra.Command, args ...string) *servingServ
 	s := &servingServer{}
 	for sc.Scan() {
 		if m := addrRe.FindStringSubmatch(sc.Text()); m != nil {
-			s.model, s.base = m[1], m[2]
+			s.model, s.base, s.line = m[1], m[2], sc.Text()
 			break
 		}
 	}
@@ -208,4 +209,27 @@ func countFiles(t *testing.T, root string) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// TestTwoServersOneDataDir: a second server on a data directory whose disk
+// tier another holds runs without one, by default; asked for one, it fails
+// saying why.
+func TestTwoServersOneDataDir(t *testing.T) {
+	dir := t.TempDir()
+	args := []string{"--model", apitest.ModelFile(t), "--addr", "127.0.0.1:0", "--data-dir", dir,
+		"--kv-cache-memory", "16MiB", "--threads", "1"}
+	first := startServe(t, args...)
+	if strings.Contains(first.line, "disk tier off") {
+		t.Fatalf("the first server has no disk tier: %s", first.line)
+	}
+	second := startServe(t, args...)
+	if !strings.Contains(second.line, "disk tier off") {
+		t.Fatalf("the second server: %s", second.line)
+	}
+	cmd := newServeCmd()
+	cmd.SetErr(io.Discard)
+	cmd.SetArgs(append(args, "--kv-disk", "64MiB"))
+	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "in use") {
+		t.Fatalf("an explicit disk tier on a held directory: %v", err)
+	}
 }

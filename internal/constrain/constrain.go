@@ -56,12 +56,14 @@ func (c *Compiler) vocabulary() *grammar.Vocab {
 	return c.vocab.Load()
 }
 
-// Compile builds k's grammar and checks it.
-func (c *Compiler) Compile(k *engine.Constraint) (engine.Constrainer, error) {
+// Compile builds k's grammar for scope's requests and checks it; the token
+// masks its states compute are cached in the vocabulary for scope alone.
+func (c *Compiler) Compile(k *engine.Constraint, scope string) (engine.Constrainer, error) {
 	g, err := c.grammar(k)
 	if err != nil {
 		return nil, err
 	}
+	g.SetCacheScope(scope)
 	if err := g.Check(); err != nil {
 		return nil, err
 	}

@@ -60,7 +60,7 @@ func TestCompile(t *testing.T) {
 			if tt.noTmpl {
 				cc = constrain.New(tok, nil, grammar.Options{})
 			}
-			compiled, err := cc.Compile(&tt.k)
+			compiled, err := cc.Compile(&tt.k, "tenant")
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("error %v, want one about %q", err, tt.wantErr)

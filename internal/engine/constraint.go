@@ -69,7 +69,10 @@ func (c *Constraint) Key() [32]byte {
 // ConstraintCompiler compiles constraints for one model: it knows the
 // model's vocabulary and chat template.
 type ConstraintCompiler interface {
-	Compile(c *Constraint) (Constrainer, error)
+	// Compile builds c for the requests of scope (a tenant): what the
+	// compiler caches across compilations it keeps per scope, so that a
+	// constraint one tenant sent never compiles faster for another.
+	Compile(c *Constraint, scope string) (Constrainer, error)
 }
 
 // Constrainer is a compiled constraint: it makes the logits processor of
@@ -114,14 +117,18 @@ func (e *Engine) processors(r *Request) ([]LogitsProcessor, error) {
 	if e.cfg.Constraints == nil {
 		return nil, &ConstraintError{Kind: c.Kind, Err: fmt.Errorf("this engine enforces no output constraints")}
 	}
+	// Compiled constraints are kept per tenant: a schema another tenant
+	// sent must not compile measurably faster (DESIGN.md: no cross-tenant
+	// timing signal).
 	k := c.Key()
+	k = sha256.Sum256(append(k[:], r.Scope...))
 	cc := &e.constraints
 	cc.mu.Lock()
 	compiled, ok := cc.byKey[k]
 	cc.mu.Unlock()
 	if !ok {
 		var err error
-		if compiled, err = e.cfg.Constraints.Compile(c); err != nil {
+		if compiled, err = e.cfg.Constraints.Compile(c, r.Scope); err != nil {
 			return nil, &ConstraintError{Kind: c.Kind, Err: err}
 		}
 		cc.mu.Lock()

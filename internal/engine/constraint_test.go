@@ -18,7 +18,7 @@ import (
 // processors: each sample gets a new one from the kind's function.
 type testCompiler map[string]func() LogitsProcessor
 
-func (c testCompiler) Compile(k *Constraint) (Constrainer, error) {
+func (c testCompiler) Compile(k *Constraint, _ string) (Constrainer, error) {
 	f, ok := c[k.Kind]
 	if !ok {
 		return nil, fmt.Errorf("unknown kind %q", k.Kind)
@@ -33,7 +33,7 @@ func (f procFunc) NewProcessor() (LogitsProcessor, error) { return f(), nil }
 // countingCompiler counts compilations.
 type countingCompiler struct{ n int }
 
-func (c *countingCompiler) Compile(*Constraint) (Constrainer, error) {
+func (c *countingCompiler) Compile(*Constraint, string) (Constrainer, error) {
 	c.n++
 	return procFunc(func() LogitsProcessor { return fixedLogits{1: 1} }), nil
 }
@@ -161,6 +161,13 @@ func TestConstraintCompiledOnce(t *testing.T) {
 	}
 	if cc.n != 1 {
 		t.Errorf("compiled %d times, want 1", cc.n)
+	}
+	// Another tenant's identical constraint is compiled for it.
+	if _, err := e.Submit(context.Background(), Request{Prompt: []int32{1}, MaxTokens: 1, Constraint: c, Scope: "other"}); err != nil {
+		t.Fatal(err)
+	}
+	if cc.n != 2 {
+		t.Errorf("compiled %d times after another tenant's request, want 2", cc.n)
 	}
 
 	refusing, err := NewStepped(nullForwarder{}, Config{Constraints: testCompiler{}})

@@ -69,7 +69,9 @@ func TestDiskTierAcrossRestarts(t *testing.T) {
 	if st := e.KV().Stats().Disk; st.Hits == 0 {
 		t.Fatalf("no block came from disk: %+v", st)
 	}
-	// The metrics tell the same: blocks on disk by class, one request's wait.
+	// The metrics tell the same: blocks on disk by class, and at most one
+	// request's wait (none when its prefetch, started when it was queued,
+	// was done before it reached the front).
 	families, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -89,8 +91,8 @@ func TestDiskTierAcrossRestarts(t *testing.T) {
 			}
 		}
 	}
-	if onDisk == 0 || waits != 1 {
-		t.Fatalf("metrics: %v blocks on disk, %v waits for disk (want > 0, 1)", onDisk, waits)
+	if onDisk == 0 || waits > 1 {
+		t.Fatalf("metrics: %v blocks on disk, %v waits for disk (want > 0, ≤ 1)", onDisk, waits)
 	}
 	e.Close()
 

@@ -142,7 +142,10 @@ func (e *Engine) admit(s *seqState) (ok, deferred bool) {
 			return false, true
 		}
 	}
-	target := len(s.tokens) + 1
+	// Room for the remaining prompt and the first token, or, with the
+	// expected_output_tokens hint, the output expected (within max_tokens):
+	// a request that will grow waits for room rather than be preempted.
+	target := len(s.tokens) + max(1, min(r.Hints.ExpectedOutputTokens, r.MaxTokens)-s.generated)
 	if e.cfg.Contiguous {
 		target = len(s.tokens) + (r.MaxTokens - s.generated)
 	}
@@ -220,9 +223,9 @@ func (e *Engine) prefetch(s *seqState) {
 	bs := e.cfg.BlockSize
 	salt := e.salt(s.req.Scope)
 	hashes := kv.NewHasher([]byte(e.cfg.ModelID)).Chain(nil, salt, s.tokens[:(len(s.tokens)-1)/bs*bs], bs)
-	if e.kv.Fetch(salt, hashes, e.wakeUp) > 0 {
-		s.fetching = e.clock.Now()
-	}
+	// The wait is counted (and bounded) from when the request reaches the
+	// front, in awaitDisk: time queued behind others is not waiting for disk.
+	e.kv.Fetch(salt, hashes, e.wakeUp)
 }
 
 // maxDiskWait bounds how long a request waits for its blocks from disk.

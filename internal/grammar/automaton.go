@@ -19,6 +19,7 @@ import (
 // (string contents) a dense 256-entry row.
 type automaton struct {
 	v      *Vocab
+	scope  [32]byte // mixed into the mask cache's keys (Grammar.SetCacheScope)
 	states []astate
 	ranges []prange
 	calls  []acall
@@ -65,6 +66,9 @@ func (g *Grammar) automaton(v *Vocab) (*automaton, error) {
 		return a, nil
 	}
 	a := newAutomaton(p, v)
+	if g.scope != "" {
+		a.scope = sha256.Sum256([]byte(g.scope))
+	}
 	if g.autos == nil {
 		g.autos = map[*Vocab]*automaton{}
 	}

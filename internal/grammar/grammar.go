@@ -201,9 +201,23 @@ type Grammar struct {
 
 	mu    sync.Mutex
 	autos map[*Vocab]*automaton
+	// scope keys the vocabulary's mask cache for this grammar's states
+	// (SetCacheScope).
+	scope string
 }
 
 func newGrammar(root *node) *Grammar { return &Grammar{root: root} }
+
+// SetCacheScope makes the token masks this grammar's states compute be
+// cached in a vocabulary under scope (a tenant), so that a grammar of
+// another scope never finds them: one tenant's schema (its property
+// names, its enum values) cannot make another's faster. Call it before the
+// grammar's first matcher.
+func (g *Grammar) SetCacheScope(scope string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.scope = scope
+}
 
 // Literal returns a grammar matching exactly the bytes of s.
 func Literal(s string) *Grammar { return newGrammar(lit(s)) }

@@ -164,6 +164,9 @@ func (a *automaton) stateInfo(q int32, w *walker, scratch []uint64) *stateInfo {
 		return info
 	}
 	k := a.key(q)
+	for i := range k {
+		k[i] ^= a.scope[i]
+	}
 	if info := a.v.cache.get(k); info != nil {
 		a.infos[q].Store(info)
 		return info

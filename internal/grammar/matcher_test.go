@@ -225,6 +225,37 @@ func TestMaskCacheShared(t *testing.T) {
 	}
 }
 
+// TestMaskCacheScoped checks that grammars of different cache scopes never
+// share the vocabulary's masks, and grammars of one scope do.
+func TestMaskCacheScoped(t *testing.T) {
+	v := newVocab(byteVocab().tokensForTest(), []int32{256})
+	schema := `{"type":"object","properties":{"secret":{"enum":["alpha-value","beta-value"]}},"required":["secret"]}`
+	enter := func(scope string) (hits, misses uint64) {
+		g := mustSchema(t, Options{}, schema)
+		g.SetCacheScope(scope)
+		h0, m0, _, _ := v.CacheStats()
+		m := g.NewMatcher(v)
+		for _, b := range []byte(`{"secret":"al`) {
+			m.Accept(int32(b))
+			allowedSet(m, v.Size())
+		}
+		if m.Err() != nil {
+			t.Fatal(m.Err())
+		}
+		h1, m1, _, _ := v.CacheStats()
+		return h1 - h0, m1 - m0
+	}
+	if _, misses := enter("tenant-a"); misses == 0 {
+		t.Fatal("the first grammar computed no mask")
+	}
+	if hits, _ := enter("tenant-b"); hits != 0 {
+		t.Errorf("another scope's grammar found %d masks of the first", hits)
+	}
+	if hits, misses := enter("tenant-a"); hits == 0 || misses != 0 {
+		t.Errorf("the same scope's grammar: %d hits, %d misses; want all hits", hits, misses)
+	}
+}
+
 func (v *Vocab) tokensForTest() [][]byte {
 	out := make([][]byte, v.n)
 	for id := range v.n {

@@ -31,11 +31,10 @@ type Options struct {
 	// The bound counts entries (keys, ids and their headers); the table
 	// itself adds about 1/6 of it.
 	//
-	// The word cache is shared by all callers: a word one tenant sent
-	// makes the same word a little faster for the next (a microsecond,
-	// once, since the probe itself caches it). That reveals at most that
-	// a single word was seen recently; deployments that want no shared
-	// tokenizer state at all disable the cache.
+	// Words are cached per EncodeOptions.Scope: a word one tenant sent
+	// is never a hit for another. The scopes share the budget, so one
+	// tenant's words can push out another's (a cost in speed, never a
+	// token or a content revealed).
 	WordCacheBytes int
 	// FragmentCacheBytes bounds the fragment cache, which remembers the
 	// tokens of whole text fragments (the text between two special
@@ -142,10 +141,11 @@ type wordBucket struct {
 
 // wordEntry is one cached word; it is never modified once published.
 type wordEntry struct {
-	hash uint64
-	key  string
-	ids  []int32
-	cost int64
+	hash  uint64
+	scope string
+	key   string
+	ids   []int32
+	cost  int64
 }
 
 // wordEntryOverhead approximates the heap bytes of an entry beyond its key
@@ -178,15 +178,15 @@ func wordCost(keyLen, nids int) int64 {
 	return wordEntryOverhead + int64(keyLen+7)&^7 + int64(4*nids+7)&^7
 }
 
-// lookupWord returns the cached tokens of word, whose hash is h.
-func lookupWord[S string | []byte](c *wordCache, h uint64, word S) ([]int32, bool) {
+// lookupWord returns the cached tokens of word in scope, whose hash is h.
+func lookupWord[S string | []byte](c *wordCache, h uint64, scope string, word S) ([]int32, bool) {
 	b := &c.buckets[h&c.mask]
 	for w := range wordWays {
 		if b.tags[w].Load() != h {
 			continue
 		}
 		e := b.ents[w].Load()
-		if e == nil || e.hash != h || e.key != string(word) {
+		if e == nil || e.hash != h || e.key != string(word) || e.scope != scope {
 			continue
 		}
 		if bit := uint32(1) << w; b.ref.Load()&bit == 0 {
@@ -197,8 +197,8 @@ func lookupWord[S string | []byte](c *wordCache, h uint64, word S) ([]int32, boo
 	return nil, false
 }
 
-// insert caches ids as the tokens of word (hash h), copying both.
-func (c *wordCache) insert(h uint64, word []byte, ids []int32) {
+// insert caches ids as the tokens of word in scope (hash h), copying both.
+func (c *wordCache) insert(h uint64, scope string, word []byte, ids []int32) {
 	cost := wordCost(len(word), len(ids))
 	if cost > c.perBucket {
 		return
@@ -215,7 +215,7 @@ func (c *wordCache) insert(h uint64, word []byte, ids []int32) {
 			}
 			continue
 		}
-		if e.hash == h && e.key == string(word) {
+		if e.hash == h && e.key == string(word) && e.scope == scope {
 			return // another call cached it meanwhile
 		}
 	}
@@ -244,7 +244,7 @@ func (c *wordCache) insert(h uint64, word []byte, ids []int32) {
 			free = w
 		}
 	}
-	e := &wordEntry{hash: h, key: string(word), ids: append([]int32(nil), ids...), cost: cost}
+	e := &wordEntry{hash: h, scope: scope, key: string(word), ids: append([]int32(nil), ids...), cost: cost}
 	b.ents[free].Store(e)
 	b.tags[free].Store(h)
 	b.used += cost

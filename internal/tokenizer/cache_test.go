@@ -268,6 +268,29 @@ func TestFragmentScopes(t *testing.T) {
 	}
 }
 
+// TestWordScopes checks that a word cached for one scope is never a hit
+// for another, for both tokenizer kinds.
+func TestWordScopes(t *testing.T) {
+	for _, vocab := range []string{"ggml-vocab-gpt-2.gguf", "ggml-vocab-llama-spm.gguf"} {
+		tok := loadTokenizerOptions(t, testshared.Path(t, "testdata", "vocab", vocab), Options{})
+		text := "Quietly unusual words arrive"
+		want := tok.AppendEncodeWith(nil, text, EncodeOptions{Scope: "other"})
+		before := tok.CacheStats()
+		a, b := EncodeOptions{Scope: "tenant-a"}, EncodeOptions{Scope: "tenant-b"}
+		for i, opts := range []EncodeOptions{a, a, b} {
+			if got := tok.AppendEncodeWith(nil, text, opts); !slices.Equal(got, want) {
+				t.Fatalf("%s %+v: tokens differ", vocab, opts)
+			}
+			st := tok.CacheStats()
+			hits := st.WordHits - before.WordHits
+			if (i == 1) != (hits > 0) {
+				t.Fatalf("%s call %d (%s): %d word hits", vocab, i, opts.Scope, hits)
+			}
+			before = st
+		}
+	}
+}
+
 func TestWordCacheBounds(t *testing.T) {
 	for _, budget := range []int{600, 4096, 1 << 16} {
 		c := newWordCache(budget).ready()
@@ -282,16 +305,16 @@ func TestWordCacheBounds(t *testing.T) {
 				ids[k] = int32(i + k)
 			}
 			h := c.hashForTest(word)
-			if got, ok := lookupWord(c, h, word); ok {
+			if got, ok := lookupWord(c, h, "", word); ok {
 				// A word's ids were fixed the first time: check the copy.
 				if len(got) == 0 || got[0] > int32(i) {
 					t.Fatalf("%q: cached %v", word, got)
 				}
 				continue
 			}
-			c.insert(h, []byte(word), ids)
+			c.insert(h, "", []byte(word), ids)
 			if wordCost(len(word), len(ids)) <= c.perBucket {
-				if got, ok := lookupWord(c, h, word); !ok || !slices.Equal(got, ids) {
+				if got, ok := lookupWord(c, h, "", word); !ok || !slices.Equal(got, ids) {
 					t.Fatalf("%q: just inserted, got %v %v", word, got, ok)
 				}
 			}
@@ -355,18 +378,18 @@ func TestWordCacheClock(t *testing.T) {
 	}
 	word := func(i int) string { return fmt.Sprintf("%02d", i) }
 	for i := range wordWays {
-		c.insert(c.hashForTest(word(i)), []byte(word(i)), []int32{int32(i)})
+		c.insert(c.hashForTest(word(i)), "", []byte(word(i)), []int32{int32(i)})
 	}
 	for i := 0; i < wordWays; i += 2 {
-		if _, ok := lookupWord(c, c.hashForTest(word(i)), word(i)); !ok {
+		if _, ok := lookupWord(c, c.hashForTest(word(i)), "", word(i)); !ok {
 			t.Fatalf("%s missing", word(i))
 		}
 	}
 	for i := wordWays; i < wordWays+wordWays/2; i++ {
-		c.insert(c.hashForTest(word(i)), []byte(word(i)), []int32{int32(i)})
+		c.insert(c.hashForTest(word(i)), "", []byte(word(i)), []int32{int32(i)})
 	}
 	for i := range wordWays + wordWays/2 {
-		_, ok := lookupWord(c, c.hashForTest(word(i)), word(i))
+		_, ok := lookupWord(c, c.hashForTest(word(i)), "", word(i))
 		if want := i%2 == 0 || i >= wordWays; ok != want {
 			t.Errorf("%s cached %v, want %v", word(i), ok, want)
 		}

@@ -19,6 +19,10 @@ type encodeState struct {
 	segs, segs2   []int
 
 	wordHits, wordMisses uint64 // word cache counters, added to the cache's once per call
+	// scope is the call's EncodeOptions.Scope and scopeMix its hash, mixed
+	// into every word's: words are cached per scope.
+	scope    string
+	scopeMix uint64
 }
 
 // symbol is one piece of a fragment (SPM) or word (BPE) during merging.
@@ -57,12 +61,10 @@ type EncodeOptions struct {
 	// MinFragmentBytes) encoded before in the same Scope. An agent's system
 	// prompt, tools and earlier turns then cost a hash and a compare.
 	ReuseFragments bool
-	// Scope names whom the text belongs to (a tenant): fragments
-	// remembered in one scope are never reused in another, so a tenant
-	// cannot learn by timing whether another tenant sent a whole text
-	// (a system prompt, a document). Used only with ReuseFragments; "" is
-	// a scope like any other. The word cache is shared by all scopes (see
-	// Options.WordCacheBytes).
+	// Scope names whom the text belongs to (a tenant): words and fragments
+	// remembered in one scope are never found from another, so a tenant
+	// cannot learn by timing whether another tenant sent a word or a whole
+	// text (a system prompt, a document). "" is a scope like any other.
 	Scope string
 }
 
@@ -78,6 +80,7 @@ func (t *Tokenizer) AppendEncodeWith(dst []int32, text string, opts EncodeOption
 
 	if t.words != nil {
 		t.words.ready()
+		st.scope, st.scopeMix = opts.Scope, maphash.String(t.words.seed, opts.Scope)
 	}
 	if opts.AddSpecial && t.addBOS {
 		dst = append(dst, t.bos)
@@ -195,15 +198,15 @@ func (t *Tokenizer) encodeSPM(st *encodeState, dst []int32, text string, prefix 
 
 // spmPiece encodes one piece of SPM text through the word cache.
 func (t *Tokenizer) spmPiece(st *encodeState, dst []int32, piece []byte) []int32 {
-	h := maphash.Bytes(t.words.seed, piece)
-	if ids, ok := lookupWord(t.words, h, piece); ok {
+	h := maphash.Bytes(t.words.seed, piece) ^ st.scopeMix
+	if ids, ok := lookupWord(t.words, h, st.scope, piece); ok {
 		st.wordHits++
 		return append(dst, ids...)
 	}
 	st.wordMisses++
 	start := len(dst)
 	dst = t.mergeSPM(st, dst, piece)
-	t.words.insert(h, piece, dst[start:])
+	t.words.insert(h, st.scope, piece, dst[start:])
 	return dst
 }
 
@@ -340,8 +343,8 @@ func (t *Tokenizer) encodeBPE(st *encodeState, dst []int32, text string) []int32
 		if valid {
 			word := text[sp.offs[pos]:sp.offs[pos+n]]
 			pos += n
-			h := maphash.String(wc.seed, word)
-			if ids, ok := lookupWord(wc, h, word); ok {
+			h := maphash.String(wc.seed, word) ^ st.scopeMix
+			if ids, ok := lookupWord(wc, h, st.scope, word); ok {
 				st.wordHits++
 				dst = append(dst, ids...)
 				continue
@@ -350,7 +353,7 @@ func (t *Tokenizer) encodeBPE(st *encodeState, dst []int32, text string) []int32
 			st.buf = append(st.buf[:0], word...)
 			start := len(dst)
 			dst = t.encodeWord(st, dst, st.buf)
-			wc.insert(h, st.buf, dst[start:])
+			wc.insert(h, st.scope, st.buf, dst[start:])
 			continue
 		}
 		word := st.buf[:0]
@@ -363,8 +366,8 @@ func (t *Tokenizer) encodeBPE(st *encodeState, dst []int32, text string) []int32
 			dst = t.encodeWord(st, dst, word)
 			continue
 		}
-		h := maphash.Bytes(wc.seed, word)
-		if ids, ok := lookupWord(wc, h, word); ok {
+		h := maphash.Bytes(wc.seed, word) ^ st.scopeMix
+		if ids, ok := lookupWord(wc, h, st.scope, word); ok {
 			st.wordHits++
 			dst = append(dst, ids...)
 			continue
@@ -372,7 +375,7 @@ func (t *Tokenizer) encodeBPE(st *encodeState, dst []int32, text string) []int32
 		st.wordMisses++
 		start := len(dst)
 		dst = t.encodeWord(st, dst, word)
-		wc.insert(h, word, dst[start:])
+		wc.insert(h, st.scope, word, dst[start:])
 	}
 	return dst
 }

@@ -20,7 +20,7 @@ func lockDir(path string) (func(), error) {
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, fmt.Errorf("diskstore: %s is in use by another process", path)
+			return nil, fmt.Errorf("%w: %s is locked", ErrInUse, path)
 		}
 		return nil, fmt.Errorf("diskstore: lock: %w", err)
 	}

@@ -41,6 +41,9 @@ import (
 	"time"
 )
 
+// ErrInUse means another process holds the store's directory.
+var ErrInUse = errors.New("diskstore: the directory is in use by another process")
+
 // Hash is a block hash or a scope salt (kv.Hash).
 type Hash = [32]byte
 
@@ -112,8 +115,14 @@ type staged struct {
 	scope Hash
 	class uint8
 	data  []byte
+	at    time.Time     // when it was loaded
 	el    *list.Element // in Store.stageOrder
 }
+
+// stageTTL bounds how long a loaded block waits to be taken: one that its
+// request no longer wants (cancelled, or served from elsewhere) does not
+// hold memory until the staging budget pushes it out.
+const stageTTL = 30 * time.Second
 
 // Store is a disk tier. It is safe for concurrent use.
 type Store struct {
@@ -568,6 +577,7 @@ func (s *Store) Fetch(scope Hash, chain []Hash, done func()) int {
 		return 0
 	}
 	s.mu.Lock()
+	s.pruneStageLocked(time.Now())
 	var load []Hash
 	inflight, room := 0, s.stagingLimit()-s.stageBytes
 	for _, h := range chain {
@@ -662,7 +672,7 @@ func (s *Store) load(scope Hash, chain []Hash) {
 		}
 		e := el.Value.(*entry)
 		s.lists[e.class].MoveToBack(el)
-		s.stageLocked(h, &staged{scope: scope, class: e.class, data: data})
+		s.stageLocked(h, &staged{scope: scope, class: e.class, data: data, at: time.Now()})
 		s.stats.Loaded++
 		s.stats.LoadNanos += int64(time.Since(start))
 		s.mu.Unlock()
@@ -682,6 +692,18 @@ func (s *Store) stageLocked(h Hash, st *staged) {
 	s.stageBytes += int64(len(st.data))
 	for s.stageBytes > s.stagingLimit() && s.stageOrder.Len() > 1 {
 		s.unstageLocked(s.stageOrder.Front().Value.(Hash))
+	}
+	s.pruneStageLocked(st.at)
+}
+
+// pruneStageLocked drops staged blocks loaded more than stageTTL before now.
+func (s *Store) pruneStageLocked(now time.Time) {
+	for f := s.stageOrder.Front(); f != nil; f = s.stageOrder.Front() {
+		h := f.Value.(Hash)
+		if now.Sub(s.stage[h].at) <= stageTTL {
+			return
+		}
+		s.unstageLocked(h)
 	}
 }
 
@@ -904,4 +926,18 @@ func (s *Store) Entries() []Entry {
 		}
 	}
 	return out
+}
+
+// Probe reports whether a store could be opened in dir now: ErrInUse when
+// another process holds it.
+func Probe(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("diskstore: %w", err)
+	}
+	unlock, err := lockDir(filepath.Join(dir, "lock"))
+	if err != nil {
+		return err
+	}
+	unlock()
+	return nil
 }

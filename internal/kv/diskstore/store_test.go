@@ -503,3 +503,21 @@ func TestCrashLeftovers(t *testing.T) {
 		t.Fatal("a block written whole was lost")
 	}
 }
+
+// TestStagedBlocksExpire: a loaded block nobody takes is dropped after
+// stageTTL rather than held until the staging budget pushes it out.
+func TestStagedBlocksExpire(t *testing.T) {
+	s := open_(t, Config{})
+	scope, a, b := hashOf("t"), hashOf("a"), hashOf("b")
+	s.Put(Block{Hash: a, Scope: scope, Class: 2, Data: data(1)})
+	s.Put(Block{Hash: b, Scope: scope, Class: 2, Data: data(2)})
+	flush(t, s)
+	fetch(t, s, scope, a)
+	s.mu.Lock()
+	s.stage[a].at = time.Now().Add(-2 * stageTTL)
+	s.mu.Unlock()
+	fetch(t, s, scope, b) // prunes on the way
+	if st := s.Stats(); st.Staged != 1 || hasTake(s, scope, a) || !hasTake(s, scope, b) {
+		t.Fatalf("staging after expiry: %+v", st)
+	}
+}
