@@ -40,8 +40,9 @@ publishes its KV events. It needs no listening address: everything goes over NAT
 
 On SIGINT/SIGTERM it drains: gateways stop sending it requests, the ones it runs
 finish (up to --drain-timeout), then it leaves. Workers of one cluster should share
-the data directory's secret file (it keys the per-tenant block hashes); two workers on
-one machine need a --data-dir each (a disk tier belongs to one process).`,
+the data directory's secret file (it keys the per-tenant block hashes). Two workers on
+one machine should have a --data-dir each: a disk tier belongs to one process, and a
+second worker on the same directory runs without one.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := applyLayers(cmd.Flags(), "config", os.Getenv); err != nil {
