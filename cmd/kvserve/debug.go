@@ -38,7 +38,7 @@ const (
 func startDebugServer(addr string, log *slog.Logger, stderr io.Writer) (*http.Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("serve: pprof listener: %w", err)
+		return nil, fmt.Errorf("pprof listener: %w", err)
 	}
 	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && !tcp.IP.IsLoopback() {
 		log.Warn("serve: the pprof listener is reachable from other machines; profiles reveal prompts in memory", "addr", ln.Addr().String())

@@ -31,7 +31,7 @@ func newRootCmd() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.AddCommand(newModelCmd(), newGenerateCmd(), newTokenizeCmd(), newBenchCmd())
-	root.AddCommand(newServeCmd(), newSimCmd())
+	root.AddCommand(newServeCmd(), newSimCmd(), newWorkerCmd(), newGatewayCmd(), newClusterCmd())
 	root.AddCommand(newTenantCmd(), newKeyCmd(), newCacheCmd(), newAuditCmd())
 	return root
 }

@@ -8,31 +8,20 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 
 	"github.com/kvserve/kvserve/internal/api"
-	"github.com/kvserve/kvserve/internal/api/anthropic"
-	"github.com/kvserve/kvserve/internal/api/gemini"
-	"github.com/kvserve/kvserve/internal/api/openai"
 	"github.com/kvserve/kvserve/internal/batch"
 	"github.com/kvserve/kvserve/internal/chat"
-	"github.com/kvserve/kvserve/internal/constrain"
-	"github.com/kvserve/kvserve/internal/ctxcache"
 	"github.com/kvserve/kvserve/internal/engine"
 	"github.com/kvserve/kvserve/internal/gguf"
-	"github.com/kvserve/kvserve/internal/grammar"
 	"github.com/kvserve/kvserve/internal/kv"
-	"github.com/kvserve/kvserve/internal/kv/diskstore"
 	"github.com/kvserve/kvserve/internal/kvevents"
 	"github.com/kvserve/kvserve/internal/model"
 	"github.com/kvserve/kvserve/internal/sim"
@@ -42,37 +31,8 @@ import (
 
 // serveOptions are the settings of `kvserve serve`.
 type serveOptions struct {
-	modelPath       string
-	modelMemory     string
-	modelID         string
-	modelAliases    []string
-	addr            string
-	dataDir         string
-	configPath      string
-	kvMemory        byteSize
-	kvHostMemory    hostSize
-	kvDisk          hostSize
-	kvEviction      string
-	maxPinned       float64
-	maxPinnedTenant float64
-	kvType          string
-	blockSize       int
-	maxBatchTokens  int
-	maxRunning      int
-	maxWaiting      int
-	threads         int
-	computeNice     int
-	noPrefixCache   bool
-	apiKeys         []string
-	allowOpen       bool
-	bodyLimit       byteSize
-	shutdownTimeout time.Duration
-	pprofAddr       string
-	engine          string
-	simProfile      string
-	simSeed         uint64
-	recordPasses    string
-	cacheMinTokens  int
+	engineOptions
+	apiOptions
 }
 
 // syntheticShape is the shape of the model generated when no --model is
@@ -119,272 +79,63 @@ Each tenant's KV cache is isolated from every other's.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVarP(&o.modelPath, "model", "m", "", "GGUF model file (default: a synthetic random-weight model, generated into the data directory)")
-	modelMemoryFlag(f, &o.modelMemory)
-	f.StringVar(&o.modelID, "model-id", "", "model name clients use (default: the file name without .gguf)")
-	f.StringArrayVar(&o.modelAliases, "model-alias", nil, "another model name to accept, exact or a pattern like 'claude-*' or 'gpt-*' (repeatable), for clients that send their own model names")
-	f.StringVar(&o.addr, "addr", "127.0.0.1:8080", "listen address")
-	f.StringVar(&o.dataDir, "data-dir", "", "data directory: server secret, tenant store, audit log, synthetic model (default $XDG_DATA_HOME/kvserve or ~/.local/share/kvserve)")
-	f.StringVar(&o.configPath, "config", "", "YAML file with settings (keys are these flag names)")
-	f.Var(&o.kvMemory, "kv-cache-memory", "KV cache size, e.g. 4GiB; auto: 25% of MemAvailable, within [256MiB, 4GiB]")
-	f.Float64Var(&o.maxPinned, "kv-max-pinned", 0.5, "share of the KV cache pins may hold (retention pinned, context caches); a request that would pin more gets 429")
-	f.Float64Var(&o.maxPinnedTenant, "kv-max-pinned-per-tenant", 0.25, "share of the KV cache one tenant's pins may hold (at most --kv-max-pinned)")
-	f.StringVar(&o.kvEviction, "kv-eviction", "value", "which cached KV blocks go first: value (retention class, then recency and reuse; chains cut from the tail) or lru (least recently released: the baseline, for comparisons)")
-	f.Var(&o.kvHostMemory, "kv-host-memory", "host-memory KV tier (G2), e.g. 8GiB: blocks evicted from the KV cache move there and come back on a prefix hit instead of being recomputed; auto: twice the KV cache, within 25% of MemAvailable (filled only as blocks are evicted); off: none")
-	f.Var(&o.kvDisk, "kv-disk", "disk KV tier (G3) under the data directory, e.g. 20GiB: blocks leaving memory are written there encrypted per tenant, read back ahead of the requests that need them, and kept across restarts; auto: a tenth of the free space there, at most 32GiB (filled only as blocks leave memory); off: none")
-	f.StringVar(&o.kvType, "kv-cache-type", "f16", "KV cache element type: f16, f32, q8_0")
-	f.IntVar(&o.blockSize, "block-size", 16, "KV block size in tokens")
-	f.IntVar(&o.maxBatchTokens, "max-batch-tokens", 512, "tokens per forward pass (prefill chunk budget)")
-	f.IntVar(&o.maxRunning, "max-running", 256, "sequences running at once")
-	f.IntVar(&o.maxWaiting, "max-waiting", 4096, "queued requests before new ones get 429")
-	f.IntVarP(&o.threads, "threads", "t", 0, "compute threads (default: all cores)")
-	f.IntVar(&o.computeNice, "compute-nice", 0, "run the compute threads below normal priority so request handling waits less behind forward passes: 1-19 raise their Linux nice value, 20 puts them under SCHED_IDLE (lowest tail latency; for machines not shared with other busy processes); 0: off")
-	f.BoolVar(&o.noPrefixCache, "no-prefix-cache", false, "disable prefix caching (every prompt is computed in full)")
-	f.StringArrayVar(&o.apiKeys, "api-key", nil, "accepted API key besides the tenant store's, KEY (an admin) or KEY=TENANT (a developer of TENANT) (repeatable)")
-	f.BoolVar(&o.allowOpen, "allow-unauthenticated", false, "serve with no API key when none is active, on any address (default: only on a loopback address; elsewhere the first start creates an admin key)")
-	o.bodyLimit = api.DefaultBodyLimit
-	f.Var(&o.bodyLimit, "body-limit", "largest request body")
-	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long in-flight requests may run on after SIGINT/SIGTERM")
-	f.StringVar(&o.engine, "engine", "model", "what computes the tokens: model (the real forward pass) or sim (the simulator: the same scheduler and KV manager, a forward pass that only spends the modelled time of the real one; its output is NOT language)")
-	f.StringVar(&o.simProfile, "sim-profile", "", "with --engine sim: the cost profile from kvserve sim calibrate (default: a built-in profile measured on SmolLM2-135M Q8_0, scaled to the model's size)")
-	f.Uint64Var(&o.simSeed, "sim-seed", 0, "with --engine sim: varies the simulated output tokens")
-	f.StringVar(&o.recordPasses, "record-passes", "", "append every forward pass's shape and duration to this file as JSON lines, to fit the simulator to real traffic (kvserve sim calibrate --passes FILE)")
-	f.IntVar(&o.cacheMinTokens, "cache-min-tokens", ctxcache.DefaultMinTokens, "smallest context cache (cachedContents) in tokens: a shorter prefix is refused with 400")
-	f.StringVar(&o.pprofAddr, "pprof-addr", "", "serve Go's profiling endpoints (/debug/pprof/: CPU, block, mutex, heap, execution trace) on this separate address, e.g. 127.0.0.1:6060 (default: off)")
+	addEngineFlags(f, &o.engineOptions)
+	addAPIFlags(f, &o.apiOptions)
 	return cmd
 }
 
 func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	kvType, err := kv.ParseElemType(o.kvType)
+	if err := o.engineOptions.validate(); err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	if err := o.apiOptions.validate(); err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	dataDir, secret, err := openDataDir(o.dataDir)
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
-	keys, err := parseAPIKeys(o.apiKeys)
+	a, err := startAPI(ctx, &o.apiOptions, dataDir, log, stderr)
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
-	if !(o.maxPinned > 0 && o.maxPinned <= 1) || !(o.maxPinnedTenant > 0 && o.maxPinnedTenant <= o.maxPinned) {
-		return fmt.Errorf("serve: --kv-max-pinned %v, --kv-max-pinned-per-tenant %v: want 0 < per tenant ≤ overall ≤ 1", o.maxPinned, o.maxPinnedTenant)
-	}
-	if o.kvEviction != "value" && o.kvEviction != "lru" {
-		return fmt.Errorf("serve: --kv-eviction %q: want value or lru", o.kvEviction)
-	}
-	if o.engine != "model" && o.engine != "sim" {
-		return fmt.Errorf("serve: --engine %q: want model or sim", o.engine)
-	}
-	if o.engine != "sim" && (o.simProfile != "" || o.simSeed != 0) {
-		return errors.New("serve: --sim-profile and --sim-seed need --engine sim")
-	}
-	if o.cacheMinTokens < 1 {
-		return fmt.Errorf("serve: --cache-min-tokens %d: want at least 1", o.cacheMinTokens)
-	}
-	if o.computeNice < 0 || o.computeNice > 20 {
-		return fmt.Errorf("serve: --compute-nice %d: want 0 (off), 1-19 (nice) or 20 (SCHED_IDLE)", o.computeNice)
-	}
-	if o.modelMemory != "auto" {
-		if _, err := gguf.ParsePlacement(o.modelMemory); err != nil {
-			return fmt.Errorf("serve: --model-memory %q: want auto, mmap or hugepages", o.modelMemory)
-		}
-	}
-	for _, a := range o.modelAliases {
-		if err := api.ValidAlias(a); err != nil {
-			return fmt.Errorf("serve: --model-alias: %w", err)
-		}
-	}
-	dataDir := o.dataDir
-	if dataDir == "" {
-		dataDir = defaultDataDir(os.Getenv)
-	}
-	if err := os.MkdirAll(dataDir, 0o700); err != nil {
-		return fmt.Errorf("serve: data directory: %w", err)
-	}
-	secret, err := loadSecret(filepath.Join(dataDir, "secret"))
-	if err != nil {
-		return fmt.Errorf("serve: %w", err)
-	}
-	st, err := openState(dataDir)
-	if err != nil {
-		return fmt.Errorf("serve: %w", err)
-	}
-	defer st.Close()
-	plan, err := planAuth(ctx, st.dir, o.addr, len(keys), o.allowOpen, stderr)
-	if err != nil {
-		return fmt.Errorf("serve: --addr %s: %w", o.addr, err)
-	}
-	var storeVerifier api.KeyVerifier
-	if plan.useStore {
-		storeVerifier = storeKeys{st.dir}
-	}
+	fmt.Fprintf(stderr, "kvserve: listening on http://%s (loading the model; /ready is 503 until it is loaded)\n", a.ln.Addr())
 
-	if o.pprofAddr != "" {
-		dbg, err := startDebugServer(o.pprofAddr, log, stderr)
-		if err != nil {
-			return err
-		}
-		defer dbg.Close()
-	}
-
-	caches, err := newCacheService(st, o.cacheMinTokens)
+	loaded, err := loadServedModel(ctx, &o.engineOptions, dataDir, o.engine != "sim", stderr)
 	if err != nil {
-		return fmt.Errorf("serve: %w", err)
-	}
-	sweepCtx, stopSweep := context.WithCancel(ctx)
-	defer stopSweep()
-	go sweepCaches(sweepCtx, caches, log)
-
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	srv, err := api.New(api.Config{BodyLimit: int64(o.bodyLimit), APIKeys: keys, Keys: storeVerifier, Audit: st.audit,
-		Caches: caches, Registry: reg, Logger: log})
-	if err != nil {
-		return fmt.Errorf("serve: %w", err)
-	}
-	if err := srv.Register(openai.New()); err != nil {
-		return fmt.Errorf("serve: %w", err)
-	}
-	if err := srv.Register(anthropic.New(anthropic.Options{Registerer: reg})); err != nil {
-		return fmt.Errorf("serve: %w", err)
-	}
-	if err := srv.Register(gemini.New()); err != nil {
-		return fmt.Errorf("serve: %w", err)
-	}
-
-	// Listen before loading, so health checks and clients get answers (503
-	// while loading) rather than connection errors.
-	ln, err := net.Listen("tcp", o.addr)
-	if err != nil {
-		return fmt.Errorf("serve: %w", err)
-	}
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- hs.Serve(ln) }()
-	fmt.Fprintf(stderr, "kvserve: listening on http://%s (loading the model; /ready is 503 until it is loaded)\n", ln.Addr())
-
-	loaded, err := loadServedModel(ctx, o, dataDir, stderr)
-	if err != nil {
-		shutdownHTTP(hs, time.Second)
+		a.shutdown(time.Second)
 		return err
 	}
 	defer loaded.file.Close()
-	kvMemory := int64(o.kvMemory)
-	if kvMemory == 0 {
-		kvMemory = defaultKVMemory(memAvailable())
-	}
-	if o.computeNice > 0 {
-		// Background compute threads hold their Ps while they spin, so
-		// request goroutines get Ps of their own, one per core: a burst of
-		// streams (every running stream gets a token each step) is then
-		// written out on all cores at once, the OS giving those threads
-		// the CPU the moment they have work because the compute threads
-		// run at lower priority.
-		threads := o.threads
-		if threads <= 0 {
-			threads = runtime.NumCPU()
-		}
-		if runtime.GOMAXPROCS(0) <= threads {
-			runtime.GOMAXPROCS(threads + runtime.NumCPU())
-		}
-	}
-	hostMemory := int64(o.kvHostMemory)
-	switch hostMemory {
-	case 0:
-		hostMemory = defaultHostMemory(kvMemory, memAvailable())
-	case -1:
-		hostMemory = 0
-	}
-	diskBytes := int64(o.kvDisk)
-	switch diskBytes {
-	case -1:
-		diskBytes = 0
-	case 0:
-		diskBytes = defaultDiskBytes(diskFree(dataDir))
-		// Another server on this data directory holds the disk tier: by
-		// default this one runs without, rather than not at all.
-		if err := diskstore.Probe(diskTierDir(dataDir)); o.engine != "sim" && errors.Is(err, diskstore.ErrInUse) {
-			fmt.Fprintf(stderr, "kvserve: another server uses %s's disk KV tier; this one runs without (--kv-disk off to say so, or give each server its own --data-dir)\n", dataDir)
-			diskBytes = 0
-		}
-	}
-	fwd, closeFwd, err := servedForwarder(o, loaded, kvType)
+	se, err := newServedEngine(&o.engineOptions, loaded, engineEnv{dataDir: dataDir, kvDir: diskTierDir(dataDir),
+		secret: secret, reg: a.reg, log: log, stderr: stderr})
 	if err != nil {
-		shutdownHTTP(hs, time.Second)
+		a.shutdown(time.Second)
 		return fmt.Errorf("serve: %w", err)
 	}
-	defer closeFwd()
-	if o.recordPasses != "" {
-		rec, closeRec, err := recordPasses(fwd, o.recordPasses)
-		if err != nil {
-			shutdownHTTP(hs, time.Second)
-			return fmt.Errorf("serve: %w", err)
-		}
-		defer closeRec()
-		fwd = rec
-	}
-	var grammarOpts grammar.Options
-	if loaded.synthetic || o.engine == "sim" {
-		// Random weights (and the simulator) almost never pick the token
-		// that closes a JSON string: bound free strings so constrained
-		// output ends.
-		grammarOpts.MaxStringLength = 32
-	}
-	constraints := constrain.New(loaded.tok, loaded.tmpl, grammarOpts)
-	events := kv.NewEventLog(1 << 16)
-	e, err := engine.New(fwd, engine.Config{
-		Events:             events,
-		Constraints:        constraints,
-		KVNoStorage:        o.engine == "sim",
-		MaxBatchTokens:     o.maxBatchTokens,
-		MaxRunning:         o.maxRunning,
-		MaxWaiting:         o.maxWaiting,
-		BlockSize:          o.blockSize,
-		KVMemoryBytes:      kvMemory,
-		KVHostMemoryBytes:  hostMemory,
-		KVDiskDir:          diskTierDir(dataDir),
-		KVDiskBytes:        diskBytes,
-		LRUEviction:        o.kvEviction == "lru",
-		MaxPinnedFraction:  o.maxPinned,
-		MaxPinnedPerTenant: o.maxPinnedTenant,
-		DisablePrefixCache: o.noPrefixCache,
-		Logger:             log,
-		Secret:             secret,
-		ModelID:            loaded.id,
-		EndOfGeneration:    loaded.tok.EOGs(),
-		Registerer:         reg,
-	})
-	if err != nil {
-		shutdownHTTP(hs, time.Second)
-		return fmt.Errorf("serve: %w", err)
-	}
-	ec := e.Config()
-	ctxLen := min(ec.MaxContext, e.KV().NumBlocks()*ec.BlockSize)
 	served := &api.Model{
 		ID: loaded.id, Aliases: o.modelAliases, Description: loaded.description, Synthetic: loaded.synthetic,
-		ContextLength: ctxLen, Backend: api.LocalBackend(e), Tokenizer: loaded.tok, Template: loaded.tmpl,
+		ContextLength: se.contextLength(), Backend: api.LocalBackend(se.e), Tokenizer: loaded.tok, Template: loaded.tmpl,
 	}
-	srv.SetModel(served)
-	srv.HandleAdmin("GET /v1/kv/events", kvevents.Handler(kvevents.Source{Log: events, Snapshot: e.KV().Snapshot}))
+	a.srv.SetModel(served)
+	a.srv.HandleAdmin("GET /v1/kv/events", kvevents.Handler(kvevents.Source{Log: se.events, Snapshot: se.e.KV().Snapshot}))
 	// Agents' first requests come together and most carry tools: build the
 	// constraint vocabulary now rather than on the first of them.
-	constraints.Prepare()
-	fmt.Fprintf(stderr, "kvserve: serving %q on http://%s: context %d tokens, KV cache %s (%d blocks of %d tokens, %s), host tier %s, disk tier %s\n",
-		loaded.id, ln.Addr(), ctxLen, formatBytes(kvMemory), e.KV().NumBlocks(), ec.BlockSize, kvType, hostTierString(hostMemory), diskTierString(diskBytes, o.engine == "sim", e.KV().Stats().Disk))
-	if loaded.synthetic {
-		fmt.Fprintln(stderr, "kvserve: NOTE: this is a synthetic random-weight model; its output is not language. Pass --model FILE.gguf for a real one.")
-	}
-	if sf, ok := fwd.(*sim.Forwarder); ok {
-		fmt.Fprintf(stderr, "kvserve: NOTE: --engine sim: no forward pass runs; each one sleeps its modelled time (%s); the output is NOT language\n", sf.Profile().Model)
-	}
+	se.constraints.Prepare()
+	fmt.Fprintf(stderr, "kvserve: serving %q on http://%s: %s\n", loaded.id, a.ln.Addr(), se.describe())
+	se.notes(loaded, stderr)
 
 	select {
-	case err := <-serveErr:
-		e.Close()
+	case err := <-a.serveErr:
+		a.shutdown(time.Second)
+		se.Close()
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
 	fmt.Fprintf(stderr, "kvserve: shutting down: finishing in-flight requests (up to %s)\n", o.shutdownTimeout)
-	shutdownHTTP(hs, o.shutdownTimeout)
-	e.Close()
+	a.shutdown(o.shutdownTimeout)
+	se.Close()
 	return nil
 }
 
@@ -408,7 +159,10 @@ type servedModel struct {
 	synthetic   bool
 }
 
-func loadServedModel(ctx context.Context, o *serveOptions, dataDir string, stderr io.Writer) (*servedModel, error) {
+// loadServedModel opens the model --model names (or the synthetic one) with
+// its tokenizer and chat template. Without weights (the simulator, a
+// gateway) the file is mapped and its weights never read.
+func loadServedModel(ctx context.Context, o *engineOptions, dataDir string, weights bool, stderr io.Writer) (*servedModel, error) {
 	path := o.modelPath
 	sm := &servedModel{}
 	if path == "" {
@@ -424,9 +178,10 @@ func loadServedModel(ctx context.Context, o *serveOptions, dataDir string, stder
 	}
 	var mf *model.File
 	var err error
-	if o.engine == "sim" {
+	if !weights {
 		// The simulator reads the model's shape, tokenizer and template,
-		// never its weights: map the file and leave it unread.
+		// a gateway only the last two, never the weights: map the file and
+		// leave it unread.
 		mf, err = model.Open(path, gguf.Mapped, nil)
 	} else {
 		mf, err = openModelWithProgress(path, o.modelMemory, stderr)
@@ -539,7 +294,7 @@ func parseAPIKeys(entries []string) ([]api.APIKey, error) {
 
 // servedForwarder builds the forward pass --engine names, and what closes
 // it after the engine.
-func servedForwarder(o *serveOptions, loaded *servedModel, kvType kv.ElemType) (engine.Forwarder, func(), error) {
+func servedForwarder(o *engineOptions, loaded *servedModel, kvType kv.ElemType) (engine.Forwarder, func(), error) {
 	m := loaded.file.Model
 	if o.engine != "sim" {
 		fwd, err := model.NewForwarder(m, model.ForwarderOptions{

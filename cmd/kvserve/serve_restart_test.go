@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/kvserve/kvserve/internal/api/apitest"
 	"github.com/kvserve/kvserve/internal/kvevents"
 )
@@ -27,9 +29,15 @@ type servingServer struct {
 // startServe runs `kvserve serve` with args and waits until it serves.
 func startServe(t *testing.T, args ...string) *servingServer {
 	t.Helper()
+	return startCommand(t, newServeCmd(), args...)
+}
+
+// startCommand runs a serving command (serve, gateway, cluster up) with
+// args and waits until it prints that it serves.
+func startCommand(t *testing.T, cmd *cobra.Command, args ...string) *servingServer {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
-	cmd := newServeCmd()
 	cmd.SetErr(pw)
 	cmd.SetArgs(args)
 	done := make(chan error, 1)

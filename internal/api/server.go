@@ -44,6 +44,14 @@ type Stream interface {
 	Cancel()
 }
 
+// Readier is an optional Backend capability: a backend that can be unable
+// to take requests for a while (a gateway with no live worker) says why,
+// and /ready answers 503 meanwhile, so a load balancer sends clients
+// elsewhere.
+type Readier interface {
+	Ready() error
+}
+
 // LocalBackend serves requests on an engine in this process.
 func LocalBackend(e *engine.Engine) Backend { return localBackend{e} }
 
@@ -252,6 +260,13 @@ func (s *Server) ready(w http.ResponseWriter, _ *http.Request) {
 	if m == nil {
 		_ = WriteJSON(w, http.StatusServiceUnavailable, map[string]any{"ready": false, "status": "loading"})
 		return
+	}
+	if r, ok := m.Backend.(Readier); ok {
+		if err := r.Ready(); err != nil {
+			_ = WriteJSON(w, http.StatusServiceUnavailable, map[string]any{"ready": false, "status": "unavailable",
+				"model": m.ID, "reason": err.Error()})
+			return
+		}
 	}
 	_ = WriteJSON(w, http.StatusOK, map[string]any{"ready": true, "status": "ok", "model": m.ID})
 }

@@ -1,0 +1,185 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/pflag"
+
+	"github.com/kvserve/kvserve/internal/api"
+	"github.com/kvserve/kvserve/internal/api/anthropic"
+	"github.com/kvserve/kvserve/internal/api/gemini"
+	"github.com/kvserve/kvserve/internal/api/openai"
+	"github.com/kvserve/kvserve/internal/ctxcache"
+)
+
+// apiOptions are the settings of the HTTP API: shared by serve, gateway and
+// cluster up, so a gateway answers exactly as a server does.
+type apiOptions struct {
+	modelAliases    []string
+	addr            string
+	dataDir         string
+	configPath      string
+	apiKeys         []string
+	allowOpen       bool
+	bodyLimit       byteSize
+	shutdownTimeout time.Duration
+	pprofAddr       string
+	cacheMinTokens  int
+}
+
+// addAPIFlags defines the API flags on f.
+func addAPIFlags(f *pflag.FlagSet, o *apiOptions) {
+	f.StringArrayVar(&o.modelAliases, "model-alias", nil, "another model name to accept, exact or a pattern like 'claude-*' or 'gpt-*' (repeatable), for clients that send their own model names")
+	f.StringVar(&o.addr, "addr", "127.0.0.1:8080", "listen address")
+	addDataDirFlags(f, &o.dataDir, &o.configPath)
+	f.StringArrayVar(&o.apiKeys, "api-key", nil, "accepted API key besides the tenant store's, KEY (an admin) or KEY=TENANT (a developer of TENANT) (repeatable)")
+	f.BoolVar(&o.allowOpen, "allow-unauthenticated", false, "serve with no API key when none is active, on any address (default: only on a loopback address; elsewhere the first start creates an admin key)")
+	o.bodyLimit = api.DefaultBodyLimit
+	f.Var(&o.bodyLimit, "body-limit", "largest request body")
+	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long in-flight requests may run on after SIGINT/SIGTERM")
+	f.IntVar(&o.cacheMinTokens, "cache-min-tokens", ctxcache.DefaultMinTokens, "smallest context cache (cachedContents) in tokens: a shorter prefix is refused with 400")
+	f.StringVar(&o.pprofAddr, "pprof-addr", "", "serve Go's profiling endpoints (/debug/pprof/: CPU, block, mutex, heap, execution trace) on this separate address, e.g. 127.0.0.1:6060 (default: off)")
+}
+
+// addDataDirFlags defines --data-dir and --config.
+func addDataDirFlags(f *pflag.FlagSet, dataDir, configPath *string) {
+	f.StringVar(dataDir, "data-dir", "", "data directory: server secret, tenant store, audit log, synthetic model (default $XDG_DATA_HOME/kvserve or ~/.local/share/kvserve)")
+	f.StringVar(configPath, "config", "", "YAML file with settings (keys are these flag names)")
+}
+
+// validate checks the settings that can be checked before anything starts.
+func (o *apiOptions) validate() error {
+	for _, a := range o.modelAliases {
+		if err := api.ValidAlias(a); err != nil {
+			return fmt.Errorf("--model-alias: %w", err)
+		}
+	}
+	if o.cacheMinTokens < 1 {
+		return fmt.Errorf("--cache-min-tokens %d: want at least 1", o.cacheMinTokens)
+	}
+	_, err := parseAPIKeys(o.apiKeys)
+	return err
+}
+
+// openDataDir returns the data directory (made if needed) and its secret.
+func openDataDir(dataDir string) (string, []byte, error) {
+	if dataDir == "" {
+		dataDir = defaultDataDir(os.Getenv)
+	}
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return "", nil, fmt.Errorf("data directory: %w", err)
+	}
+	secret, err := loadSecret(filepath.Join(dataDir, "secret"))
+	if err != nil {
+		return "", nil, err
+	}
+	return dataDir, secret, nil
+}
+
+// apiServer is the HTTP API listening, its model not yet set.
+type apiServer struct {
+	srv      *api.Server
+	reg      *prometheus.Registry
+	hs       *http.Server
+	ln       net.Listener
+	serveErr chan error
+	closers  []func() error
+}
+
+// startAPI opens the tenant store of dataDir, builds the API server with
+// every dialect and starts listening on o.addr: clients get answers (503
+// while loading) rather than connection errors from then on.
+func startAPI(ctx context.Context, o *apiOptions, dataDir string, log *slog.Logger, stderr io.Writer) (*apiServer, error) {
+	keys, err := parseAPIKeys(o.apiKeys)
+	if err != nil {
+		return nil, err
+	}
+	a := &apiServer{}
+	ok := false
+	defer func() {
+		if !ok {
+			a.close()
+		}
+	}()
+	st, err := openState(dataDir)
+	if err != nil {
+		return nil, err
+	}
+	a.closers = append(a.closers, st.Close)
+	plan, err := planAuth(ctx, st.dir, o.addr, len(keys), o.allowOpen, stderr)
+	if err != nil {
+		return nil, fmt.Errorf("--addr %s: %w", o.addr, err)
+	}
+	var storeVerifier api.KeyVerifier
+	if plan.useStore {
+		storeVerifier = storeKeys{st.dir}
+	}
+	if o.pprofAddr != "" {
+		dbg, err := startDebugServer(o.pprofAddr, log, stderr)
+		if err != nil {
+			return nil, err
+		}
+		a.closers = append(a.closers, dbg.Close)
+	}
+	caches, err := newCacheService(st, o.cacheMinTokens)
+	if err != nil {
+		return nil, err
+	}
+	sweepCtx, stopSweep := context.WithCancel(context.Background())
+	sweepDone := make(chan struct{})
+	go func() { defer close(sweepDone); sweepCaches(sweepCtx, caches, log) }()
+	a.closers = append(a.closers, func() error { stopSweep(); <-sweepDone; return nil })
+	a.reg = prometheus.NewRegistry()
+	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	a.srv, err = api.New(api.Config{BodyLimit: int64(o.bodyLimit), APIKeys: keys, Keys: storeVerifier, Audit: st.audit,
+		Caches: caches, Registry: a.reg, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range []api.Dialect{openai.New(), anthropic.New(anthropic.Options{Registerer: a.reg}), gemini.New()} {
+		if err := a.srv.Register(d); err != nil {
+			return nil, err
+		}
+	}
+	a.ln, err = net.Listen("tcp", o.addr)
+	if err != nil {
+		return nil, err
+	}
+	a.hs = &http.Server{Handler: a.srv, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	a.serveErr = make(chan error, 1)
+	hs, ln := a.hs, a.ln
+	go func() { a.serveErr <- hs.Serve(ln) }()
+	ok = true
+	return a, nil
+}
+
+// shutdown stops taking connections, gives in-flight requests up to
+// timeout, and closes what startAPI opened.
+func (a *apiServer) shutdown(timeout time.Duration) {
+	if a.hs != nil {
+		shutdownHTTP(a.hs, timeout)
+		a.hs = nil
+	}
+	a.close()
+}
+
+func (a *apiServer) close() {
+	if a.hs != nil {
+		a.hs.Close()
+		a.hs = nil
+	}
+	for i := len(a.closers) - 1; i >= 0; i-- {
+		_ = a.closers[i]()
+	}
+	a.closers = nil
+}

@@ -1,0 +1,400 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/spf13/cobra"
+
+	"github.com/kvserve/kvserve/internal/api"
+	"github.com/kvserve/kvserve/internal/cluster"
+)
+
+// workerOptions are the settings of `kvserve worker`.
+type workerOptions struct {
+	engineOptions
+	natsURL      string
+	id           string
+	dataDir      string
+	configPath   string
+	drainTimeout time.Duration
+}
+
+func newWorkerCmd() *cobra.Command {
+	var o workerOptions
+	cmd := &cobra.Command{
+		Use:   "worker --nats URL [--model FILE] [--engine model|sim] [--id ID] [flags]",
+		Short: "Serve a model's engine to gateways over NATS",
+		Long: `Runs one engine (the same model and engine flags as serve) as a worker of a
+cluster: it registers on the NATS server at --nats, heartbeats its load every
+second, runs the requests gateways send it and streams their tokens back, and
+publishes its KV events. It needs no listening address: everything goes over NATS.
+
+On SIGINT/SIGTERM it drains: gateways stop sending it requests, the ones it runs
+finish (up to --drain-timeout), then it leaves. Workers of one cluster should share
+the data directory's secret file (it keys the per-tenant block hashes). Two workers on
+one machine should have a --data-dir each: a disk tier belongs to one process, and a
+second worker on the same directory runs without one.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := applyLayers(cmd.Flags(), "config", os.Getenv); err != nil {
+				return fmt.Errorf("worker: %w", err)
+			}
+			return runWorker(cmd.Context(), &o, cmd.ErrOrStderr())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.natsURL, "nats", "", "NATS server URL(s), comma-separated (required), e.g. nats://127.0.0.1:4222")
+	f.StringVar(&o.id, "id", "", "worker id on the cluster: letters, digits, - and _ (default: w- and random hex digits)")
+	addEngineFlags(f, &o.engineOptions)
+	addDataDirFlags(f, &o.dataDir, &o.configPath)
+	f.DurationVar(&o.drainTimeout, "drain-timeout", 30*time.Second, "how long requests in flight may run on after SIGINT/SIGTERM before they are cut off")
+	return cmd
+}
+
+func runWorker(ctx context.Context, o *workerOptions, stderr io.Writer) error {
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	if o.natsURL == "" {
+		return errors.New("worker: --nats URL is required")
+	}
+	if o.id != "" {
+		if err := cluster.ValidID(o.id); err != nil {
+			return fmt.Errorf("worker: --id: %w", err)
+		}
+	}
+	if err := o.engineOptions.validate(); err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	dataDir, secret, err := openDataDir(o.dataDir)
+	if err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	nc, err := connectNATS(o.natsURL, "kvserve worker")
+	if err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	defer nc.Close()
+	loaded, err := loadServedModel(ctx, &o.engineOptions, dataDir, o.engine != "sim", stderr)
+	if err != nil {
+		return err
+	}
+	defer loaded.file.Close()
+	se, err := newServedEngine(&o.engineOptions, loaded, engineEnv{dataDir: dataDir, kvDir: diskTierDir(dataDir), secret: secret, log: log, stderr: stderr})
+	if err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	defer se.Close()
+	se.constraints.Prepare()
+	w, err := cluster.StartWorker(nc, se.e, cluster.WorkerConfig{ID: o.id, Model: loaded.id, ContextLength: se.contextLength(),
+		Events: se.events, Logger: log})
+	if err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	fmt.Fprintf(stderr, "kvserve: worker %s serving %q over NATS at %s: %s\n", w.ID(), loaded.id, nc.ConnectedUrlRedacted(), se.describe())
+	se.notes(loaded, stderr)
+	<-ctx.Done()
+	fmt.Fprintf(stderr, "kvserve: worker %s draining: finishing in-flight requests (up to %s)\n", w.ID(), o.drainTimeout)
+	dctx, cancel := context.WithTimeout(context.Background(), o.drainTimeout)
+	defer cancel()
+	if err := w.Close(dctx); err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	return nil
+}
+
+// connectNATS connects to url, reconnecting for as long as the process
+// runs: a NATS server restart is a pause, not the end of a worker or a
+// gateway.
+func connectNATS(url, name string) (*nats.Conn, error) {
+	nc, err := nats.Connect(url, nats.Name(name), nats.MaxReconnects(-1), nats.RetryOnFailedConnect(false))
+	if err != nil {
+		return nil, fmt.Errorf("connect to NATS at %s: %w", url, err)
+	}
+	return nc, nil
+}
+
+// gatewayOptions are the settings of `kvserve gateway`.
+type gatewayOptions struct {
+	apiOptions
+	natsURL   string
+	modelPath string
+	modelID   string
+}
+
+func newGatewayCmd() *cobra.Command {
+	var o gatewayOptions
+	cmd := &cobra.Command{
+		Use:   "gateway --nats URL [--model FILE] [--addr 127.0.0.1:8080] [--data-dir DIR] [flags]",
+		Short: "Serve the HTTP APIs, running every request on the cluster's workers",
+		Long: `The same HTTP server as serve (OpenAI, Anthropic and Gemini dialects, API keys from
+the data directory's tenant store and --api-key, the audit log, /metrics), with no
+engine of its own: each request goes to the least loaded worker of the model on the
+NATS server at --nats, and its tokens stream back from there.
+
+--model names the model file the workers serve (default: the synthetic model, as
+serve): the gateway reads only its tokenizer and chat template, never its weights,
+and sends requests only to workers serving a model of the same id. With no worker,
+requests get 503. A worker that dies before the first token is replaced by another;
+after it, the client gets an error rather than a hang.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := applyLayers(cmd.Flags(), "config", os.Getenv); err != nil {
+				return fmt.Errorf("gateway: %w", err)
+			}
+			return runGateway(cmd.Context(), &o, cmd.ErrOrStderr())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.natsURL, "nats", "", "NATS server URL(s), comma-separated (required), e.g. nats://127.0.0.1:4222")
+	f.StringVarP(&o.modelPath, "model", "m", "", "GGUF model file the workers serve, for its tokenizer and chat template (default: the synthetic model in the data directory)")
+	f.StringVar(&o.modelID, "model-id", "", "model name clients use, as the workers' --model-id (default: the file name without .gguf)")
+	addAPIFlags(f, &o.apiOptions)
+	return cmd
+}
+
+func runGateway(ctx context.Context, o *gatewayOptions, stderr io.Writer) error {
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	if o.natsURL == "" {
+		return errors.New("gateway: --nats URL is required")
+	}
+	if err := o.apiOptions.validate(); err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
+	dataDir, _, err := openDataDir(o.dataDir)
+	if err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
+	nc, err := connectNATS(o.natsURL, "kvserve gateway")
+	if err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
+	defer nc.Close()
+	a, err := startAPI(ctx, &o.apiOptions, dataDir, log, stderr)
+	if err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
+	defer a.shutdown(time.Second)
+	eo := engineOptions{modelPath: o.modelPath, modelID: o.modelID}
+	loaded, err := loadServedModel(ctx, &eo, dataDir, false, stderr)
+	if err != nil {
+		return err
+	}
+	defer loaded.file.Close()
+	g, err := startGateway(nc, a, loaded, o.modelAliases, log)
+	if err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
+	defer g.Close()
+	fmt.Fprintf(stderr, "kvserve: gateway serving %q on http://%s: workers over NATS at %s\n", loaded.id, a.ln.Addr(), nc.ConnectedUrlRedacted())
+	select {
+	case err := <-a.serveErr:
+		return fmt.Errorf("gateway: %w", err)
+	case <-ctx.Done():
+	}
+	fmt.Fprintf(stderr, "kvserve: shutting down: finishing in-flight requests (up to %s)\n", o.shutdownTimeout)
+	a.shutdown(o.shutdownTimeout)
+	return nil
+}
+
+// gateway is the cluster side of a gateway: the registry of workers and
+// the backend dispatching to them.
+type gateway struct {
+	reg *cluster.Registry
+	b   *cluster.Backend
+}
+
+// Close stops both; call it after the API has shut down.
+func (g *gateway) Close() {
+	g.b.Close()
+	g.reg.Close()
+}
+
+// startGateway follows the workers over nc and serves the loaded model on
+// a's API through them.
+func startGateway(nc *nats.Conn, a *apiServer, loaded *servedModel, aliases []string, log *slog.Logger) (*gateway, error) {
+	reg, err := cluster.NewRegistry(nc, cluster.RegistryConfig{Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	b, err := cluster.NewBackend(nc, reg, cluster.BackendConfig{Model: loaded.id, Logger: log, Registerer: a.reg})
+	if err != nil {
+		reg.Close()
+		return nil, err
+	}
+	a.srv.SetModel(&api.Model{
+		ID: loaded.id, Aliases: aliases, Description: loaded.description, Synthetic: loaded.synthetic,
+		// The model's context: a worker whose KV pool holds less refuses
+		// longer requests itself (413).
+		ContextLength: loaded.file.Model.Config.Context,
+		Backend:       b, Tokenizer: loaded.tok, Template: loaded.tmpl,
+	})
+	return &gateway{reg: reg, b: b}, nil
+}
+
+func newClusterCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "cluster",
+		Short: "Run a cluster of workers and a gateway",
+	}
+	cmd.AddCommand(newClusterUpCmd())
+	return cmd
+}
+
+// clusterUpOptions are the settings of `kvserve cluster up`.
+type clusterUpOptions struct {
+	engineOptions
+	apiOptions
+	workers int
+}
+
+func newClusterUpCmd() *cobra.Command {
+	var o clusterUpOptions
+	cmd := &cobra.Command{
+		Use:   "up [--workers N] [--engine model|sim] [--addr 127.0.0.1:8080] [flags]",
+		Short: "Run an embedded NATS server, N workers and a gateway in this process, for development",
+		Long: `Starts, in one process, what a scaled-out deployment runs as separate ones: a NATS
+server (embedded, on a random loopback port, JetStream in a temporary directory), N
+workers (each its own engine with the model and engine flags, as serve's) and one
+gateway (the API flags, as serve's), all talking over NATS exactly as separate
+processes would. It prints the gateway's URL and the NATS URL (further workers and
+gateways can join it with --nats). Each worker's disk tier, if any, lives under
+<data-dir>/cluster/<worker>/kv.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := applyLayers(cmd.Flags(), "config", os.Getenv); err != nil {
+				return fmt.Errorf("cluster up: %w", err)
+			}
+			return runClusterUp(cmd.Context(), &o, cmd.ErrOrStderr())
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&o.workers, "workers", 2, "number of workers")
+	addEngineFlags(f, &o.engineOptions)
+	addAPIFlags(f, &o.apiOptions)
+	return cmd
+}
+
+func runClusterUp(ctx context.Context, o *clusterUpOptions, stderr io.Writer) error {
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	if o.workers < 1 || o.workers > 64 {
+		return fmt.Errorf("cluster up: --workers %d: want 1 to 64", o.workers)
+	}
+	if err := o.engineOptions.validate(); err != nil {
+		return fmt.Errorf("cluster up: %w", err)
+	}
+	if err := o.apiOptions.validate(); err != nil {
+		return fmt.Errorf("cluster up: %w", err)
+	}
+	dataDir, secret, err := openDataDir(o.dataDir)
+	if err != nil {
+		return fmt.Errorf("cluster up: %w", err)
+	}
+	store, err := os.MkdirTemp("", "kvserve-nats-")
+	if err != nil {
+		return fmt.Errorf("cluster up: %w", err)
+	}
+	defer os.RemoveAll(store)
+	ns, err := cluster.StartServer(cluster.ServerConfig{StoreDir: store})
+	if err != nil {
+		return fmt.Errorf("cluster up: %w", err)
+	}
+	defer ns.Close()
+	fmt.Fprintf(stderr, "kvserve: NATS at %s\n", ns.URL())
+
+	loaded, err := loadServedModel(ctx, &o.engineOptions, dataDir, o.engine != "sim", stderr)
+	if err != nil {
+		return err
+	}
+	defer loaded.file.Close()
+	// The workers: each its own connection and engine, as if a process.
+	type member struct {
+		nc *nats.Conn
+		se *servedEngine
+		w  *cluster.Worker
+	}
+	var members []*member
+	defer func() {
+		// Drain the workers together, then stop their engines.
+		dctx, cancel := context.WithTimeout(context.Background(), o.shutdownTimeout)
+		defer cancel()
+		var wg sync.WaitGroup
+		for _, m := range members {
+			if m.w != nil {
+				wg.Go(func() {
+					if err := m.w.Close(dctx); err != nil {
+						log.Warn("cluster up: drain", "err", err)
+					}
+				})
+			}
+		}
+		wg.Wait()
+		for _, m := range members {
+			if m.se != nil {
+				m.se.Close()
+			}
+			m.nc.Close()
+		}
+	}()
+	for i := range o.workers {
+		id := fmt.Sprintf("local-%d", i+1)
+		m := &member{}
+		if m.nc, err = connectNATS(ns.URL(), "kvserve worker "+id); err != nil {
+			return fmt.Errorf("cluster up: %w", err)
+		}
+		members = append(members, m)
+		env := engineEnv{dataDir: dataDir, kvDir: filepath.Join(dataDir, "cluster", id, "kv"), secret: secret, log: log.With("worker", id), stderr: stderr}
+		if m.se, err = newServedEngine(&o.engineOptions, loaded, env); err != nil {
+			return fmt.Errorf("cluster up: worker %s: %w", id, err)
+		}
+		m.se.constraints.Prepare()
+		if m.w, err = cluster.StartWorker(m.nc, m.se.e, cluster.WorkerConfig{ID: id, Model: loaded.id,
+			ContextLength: m.se.contextLength(), Events: m.se.events, Logger: env.log}); err != nil {
+			return fmt.Errorf("cluster up: %w", err)
+		}
+		fmt.Fprintf(stderr, "kvserve: worker %s: %s\n", id, m.se.describe())
+	}
+
+	gnc, err := connectNATS(ns.URL(), "kvserve gateway")
+	if err != nil {
+		return fmt.Errorf("cluster up: %w", err)
+	}
+	defer gnc.Close()
+	a, err := startAPI(ctx, &o.apiOptions, dataDir, log, stderr)
+	if err != nil {
+		return fmt.Errorf("cluster up: %w", err)
+	}
+	defer a.shutdown(time.Second)
+	g, err := startGateway(gnc, a, loaded, o.modelAliases, log)
+	if err != nil {
+		return fmt.Errorf("cluster up: %w", err)
+	}
+	defer g.Close()
+	reg := g.reg
+	// Announce the URL once the gateway knows every worker, so the first
+	// request can use them all.
+	deadline := time.Now().Add(10 * time.Second)
+	for len(reg.Workers(loaded.id)) < o.workers {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("cluster up: the gateway saw %d of %d workers within 10s", len(reg.Workers(loaded.id)), o.workers)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	members[0].se.notes(loaded, stderr)
+	fmt.Fprintf(stderr, "kvserve: cluster up: %d workers; gateway serving %q on http://%s\n", o.workers, loaded.id, a.ln.Addr())
+	select {
+	case err := <-a.serveErr:
+		return fmt.Errorf("cluster up: %w", err)
+	case <-ctx.Done():
+	}
+	fmt.Fprintf(stderr, "kvserve: shutting down: finishing in-flight requests (up to %s)\n", o.shutdownTimeout)
+	a.shutdown(o.shutdownTimeout)
+	return nil
+}

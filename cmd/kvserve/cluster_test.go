@@ -1,0 +1,327 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kvserve/kvserve/internal/api/apitest"
+	"github.com/kvserve/kvserve/internal/cluster"
+	"github.com/kvserve/kvserve/internal/gguf"
+	"github.com/kvserve/kvserve/internal/model"
+	"github.com/kvserve/kvserve/internal/sim"
+)
+
+// chatThrough sends a chat completion to base and returns the status and
+// the body.
+func chatThrough(t *testing.T, base, model, key string) (int, []byte) {
+	t.Helper()
+	body := `{"model":"` + model + `","messages":[{"role":"user","content":"hi"}],"max_tokens":4}`
+	req, err := http.NewRequest("POST", base+"/v1/chat/completions", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, data
+}
+
+func wantChoice(t *testing.T, status int, data []byte) {
+	t.Helper()
+	var out struct {
+		Choices []struct {
+			FinishReason string `json:"finish_reason"`
+		} `json:"choices"`
+	}
+	if status != 200 || json.Unmarshal(data, &out) != nil || len(out.Choices) != 1 || out.Choices[0].FinishReason != "length" {
+		t.Fatalf("status %d: %s", status, data)
+	}
+}
+
+// TestClusterUp: `kvserve cluster up --workers 2 --engine sim` serves chat
+// completions through its gateway's URL, refuses a wrong key as serve
+// does, and shuts down cleanly.
+func TestClusterUp(t *testing.T) {
+	modelFile := apitest.ModelFile(t)
+	s := startCommand(t, newClusterCmd(), "up", "--workers", "2", "--engine", "sim", "--model", modelFile,
+		"--addr", "127.0.0.1:0", "--data-dir", t.TempDir(), "--kv-cache-memory", "16MiB", "--api-key", "sk-test=t1", "--api-key", "sk-admin")
+	for range 4 {
+		status, data := chatThrough(t, s.base, s.model, "sk-test")
+		wantChoice(t, status, data)
+	}
+	if status, _ := chatThrough(t, s.base, s.model, "sk-wrong"); status != 401 {
+		t.Fatalf("a wrong key got %d", status)
+	}
+	req, _ := http.NewRequest("GET", s.base+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer sk-admin")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(metrics), "\nkvserve_cluster_workers 2\n") {
+		t.Fatalf("/metrics does not count 2 workers:\n%s", metrics)
+	}
+	if err := s.stop(); err != nil {
+		t.Fatalf("cluster up returned %v", err)
+	}
+}
+
+// TestWorkerAndGateway: `kvserve worker` and `kvserve gateway` joined by a
+// NATS server serve a request; when the only worker drains and leaves, the
+// gateway answers 503.
+func TestWorkerAndGateway(t *testing.T) {
+	modelFile := apitest.ModelFile(t)
+	ns, err := cluster.StartServer(cluster.ServerConfig{StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+
+	// The worker.
+	ctx, stopWorker := context.WithCancel(context.Background())
+	defer stopWorker()
+	pr, pw := io.Pipe()
+	wcmd := newWorkerCmd()
+	wcmd.SetErr(pw)
+	wcmd.SetArgs([]string{"--nats", ns.URL(), "--id", "wk-1", "--engine", "sim", "--model", modelFile,
+		"--data-dir", t.TempDir(), "--kv-cache-memory", "16MiB", "--drain-timeout", "5s"})
+	workerDone := make(chan error, 1)
+	go func() { workerDone <- wcmd.ExecuteContext(ctx); pw.Close() }()
+	sc := bufio.NewScanner(pr)
+	started := false
+	for sc.Scan() {
+		if strings.Contains(sc.Text(), "worker wk-1 serving") {
+			started = true
+			break
+		}
+	}
+	go func() { _, _ = io.Copy(io.Discard, pr) }()
+	if !started {
+		t.Fatalf("the worker did not start: %v", <-workerDone)
+	}
+
+	g := startCommand(t, newGatewayCmd(), "--nats", ns.URL(), "--model", modelFile, "--addr", "127.0.0.1:0",
+		"--data-dir", t.TempDir(), "--api-key", "sk-test=t1")
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		status, data := chatThrough(t, g.base, g.model, "sk-test")
+		if status == 200 {
+			wantChoice(t, status, data)
+			break
+		}
+		if status != 503 || time.Now().After(deadline) { // 503 until the gateway has heard the worker
+			t.Fatalf("status %d: %s", status, data)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	stopWorker()
+	select {
+	case err := <-workerDone:
+		if err != nil {
+			t.Fatalf("worker returned %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the worker did not drain")
+	}
+	if status, data := chatThrough(t, g.base, g.model, "sk-test"); status != 503 {
+		t.Fatalf("with no worker: status %d: %s", status, data)
+	}
+	resp, err := http.Get(g.base + "/ready")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 503 || !strings.Contains(string(ready), "no worker") {
+		t.Fatalf("/ready with no worker: %d %s", resp.StatusCode, ready)
+	}
+	if err := g.stop(); err != nil {
+		t.Fatalf("gateway returned %v", err)
+	}
+}
+
+// TestClusterCommandsRejectBadSettings: what cannot work stops the command
+// at once, naming the flag.
+func TestClusterCommandsRejectBadSettings(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"worker", []string{"--engine", "sim"}, "--nats"},
+		{"worker", []string{"--nats", "nats://127.0.0.1:1", "--id", "a.b"}, "--id"},
+		{"worker", []string{"--nats", "nats://127.0.0.1:1", "--engine", "gpu"}, "--engine"},
+		{"gateway", []string{}, "--nats"},
+		{"gateway", []string{"--nats", "nats://127.0.0.1:1", "--model-alias", "claude-["}, "--model-alias"},
+		{"cluster", []string{"up", "--workers", "0"}, "--workers"},
+		{"cluster", []string{"up", "--kv-eviction", "fifo"}, "--kv-eviction"},
+	}
+	for _, tt := range tests {
+		cmd := map[string]func() *cobra.Command{"worker": newWorkerCmd, "gateway": newGatewayCmd, "cluster": newClusterCmd}[tt.name]()
+		_, _, err := runCommand(cmd, append(tt.args, "--data-dir", t.TempDir())...)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s %v: error %v, want one naming %s", tt.name, tt.args, err, tt.want)
+		}
+	}
+}
+
+// slowProfile writes a simulator profile for modelFile whose every forward
+// pass takes pass, so a request runs long enough to be caught mid-way.
+func slowProfile(t *testing.T, modelFile string, pass time.Duration) string {
+	t.Helper()
+	mf, err := model.Open(modelFile, gguf.Mapped, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mf.Close()
+	c := mf.Model.Config
+	p := sim.Profile{Model: "slow", Shape: sim.Shape{Vocab: c.Vocab, Context: c.Context, Layers: c.Layers, KVDim: c.KVDim(),
+		KVType: "F16", MaxTokens: 512}, Cost: sim.Cost{Fixed: pass.Seconds()}}
+	data, err := json.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "slow.json")
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestWorkerDrainTimeout: a worker stopped while a long request runs
+// waits --drain-timeout for it, then cuts it off: the client gets an error
+// event, the worker command says why it did not drain cleanly, and both
+// ends promptly. The gateway and the worker agree on --model-id.
+func TestWorkerDrainTimeout(t *testing.T) {
+	modelFile := apitest.ModelFile(t)
+	ns, err := cluster.StartServer(cluster.ServerConfig{StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	ctx, stopWorker := context.WithCancel(context.Background())
+	defer stopWorker()
+	pr, pw := io.Pipe()
+	wcmd := newWorkerCmd()
+	wcmd.SetErr(pw)
+	wcmd.SetArgs([]string{"--nats", ns.URL(), "--engine", "sim", "--sim-profile", slowProfile(t, modelFile, 20*time.Millisecond),
+		"--model", modelFile, "--model-id", "shared", "--data-dir", t.TempDir(), "--kv-cache-memory", "16MiB", "--drain-timeout", "200ms"})
+	workerDone := make(chan error, 1)
+	go func() { workerDone <- wcmd.ExecuteContext(ctx); pw.Close() }()
+	wcmd.SetOut(io.Discard)
+	sc := bufio.NewScanner(pr)
+	started := false
+	for !started && sc.Scan() {
+		started = strings.Contains(sc.Text(), `serving "shared"`)
+	}
+	go func() { _, _ = io.Copy(io.Discard, pr) }()
+	if !started {
+		t.Fatalf("the worker did not start: %v", <-workerDone)
+	}
+
+	g := startCommand(t, newGatewayCmd(), "--nats", ns.URL(), "--model", modelFile, "--model-id", "shared",
+		"--addr", "127.0.0.1:0", "--data-dir", t.TempDir(), "--api-key", "sk-test=t1")
+	if g.model != "shared" {
+		t.Fatalf("the gateway serves %q", g.model)
+	}
+	body := `{"model":"shared","stream":true,"max_tokens":1000,"messages":[{"role":"user","content":"hi"}]}`
+	var resp *http.Response
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		req, _ := http.NewRequest("POST", g.base+"/v1/chat/completions", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer sk-test")
+		if resp, err = http.DefaultClient.Do(req); err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode == 200 {
+			break
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 503 || time.Now().After(deadline) { // 503 until the gateway has heard the worker
+			t.Fatalf("status %d", resp.StatusCode)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	defer resp.Body.Close()
+	events := bufio.NewScanner(resp.Body)
+	var stopped time.Time
+	sawError := false
+	for events.Scan() {
+		line := events.Text()
+		if !strings.HasPrefix(line, "data: ") {
+			continue
+		}
+		if strings.Contains(line, `"error"`) {
+			sawError = true
+		}
+		if stopped.IsZero() {
+			stopped = time.Now()
+			stopWorker()
+		}
+	}
+	if !sawError {
+		t.Fatal("the cut-off stream ended without an error event")
+	}
+	if d := time.Since(stopped); d > 3*time.Second {
+		t.Fatalf("the stream ended %v after the worker was stopped", d)
+	}
+	select {
+	case err := <-workerDone:
+		if err == nil || !strings.Contains(err.Error(), "drain") {
+			t.Fatalf("worker returned %v, want an error about its drain's deadline", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the worker did not stop")
+	}
+}
+
+// TestClusterContextCache: a context cache created through a gateway is
+// prefilled on a worker and its prefix is a hit when used (one worker: the
+// KV-aware routing that sends uses to the cache's worker is not built yet).
+func TestClusterContextCache(t *testing.T) {
+	modelFile := apitest.ModelFile(t)
+	s := startCommand(t, newClusterCmd(), "up", "--workers", "1", "--engine", "sim", "--model", modelFile,
+		"--addr", "127.0.0.1:0", "--data-dir", t.TempDir(), "--kv-cache-memory", "16MiB", "--api-key", "sk-test=t1",
+		"--cache-min-tokens", "16")
+	do := func(path, body string) (int, string) {
+		req, _ := http.NewRequest("POST", s.base+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer sk-test")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		data, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(data)
+	}
+	status, data := do("/v1/cached_contents", `{"model":"`+s.model+`","ttl":"600s","messages":[`+
+		`{"role":"system","content":"`+strings.Repeat("A long shared system prompt. ", 6)+`"}]}`)
+	var c struct{ ID string }
+	if status != 200 || json.Unmarshal([]byte(data), &c) != nil || c.ID == "" {
+		t.Fatalf("create: %d %s", status, data)
+	}
+	status, data = do("/v1/chat/completions", `{"model":"`+s.model+`","max_tokens":1,"messages":[{"role":"user","content":"Q?"}],`+
+		`"kvserve":{"cached_content":"`+c.ID+`"}}`)
+	if status != 200 || strings.Contains(data, `"cached_tokens":0`) || !strings.Contains(data, `"cached_tokens"`) {
+		t.Fatalf("chat with the cache: %d %s", status, data)
+	}
+	if err := s.stop(); err != nil {
+		t.Fatalf("cluster up returned %v", err)
+	}
+}
