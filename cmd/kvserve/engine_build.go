@@ -32,6 +32,7 @@ type engineOptions struct {
 	kvEviction      string
 	maxPinned       float64
 	maxPinnedTenant float64
+	maxPersistent   float64
 	kvType          string
 	blockSize       int
 	maxBatchTokens  int
@@ -54,6 +55,7 @@ func addEngineFlags(f *pflag.FlagSet, o *engineOptions) {
 	f.Var(&o.kvMemory, "kv-cache-memory", "KV cache size, e.g. 4GiB; auto: 25% of MemAvailable, within [256MiB, 4GiB]")
 	f.Float64Var(&o.maxPinned, "kv-max-pinned", 0.5, "share of the KV cache pins may hold (retention pinned, context caches); a request that would pin more gets 429")
 	f.Float64Var(&o.maxPinnedTenant, "kv-max-pinned-per-tenant", 0.25, "share of the KV cache one tenant's pins may hold (at most --kv-max-pinned)")
+	f.Float64Var(&o.maxPersistent, "kv-max-persistent-per-tenant", 0.5, "share of the KV cache one tenant's persistent blocks (system prompts, tools) may hold; past it they are kept as session blocks")
 	f.StringVar(&o.kvEviction, "kv-eviction", "value", "which cached KV blocks go first: value (retention class, then recency and reuse; chains cut from the tail) or lru (least recently released: the baseline, for comparisons)")
 	f.Var(&o.kvHostMemory, "kv-host-memory", "host-memory KV tier (G2), e.g. 8GiB: blocks evicted from the KV cache move there and come back on a prefix hit instead of being recomputed; auto: twice the KV cache, within 25% of MemAvailable (filled only as blocks are evicted); off: none")
 	f.Var(&o.kvDisk, "kv-disk", "disk KV tier (G3) under the data directory, e.g. 20GiB: blocks leaving memory are written there encrypted per tenant, read back ahead of the requests that need them, and kept across restarts; auto: a tenth of the free space there, at most 32GiB (filled only as blocks leave memory); off: none")
@@ -76,6 +78,9 @@ func addEngineFlags(f *pflag.FlagSet, o *engineOptions) {
 func (o *engineOptions) validate() error {
 	if _, err := kv.ParseElemType(o.kvType); err != nil {
 		return err
+	}
+	if !(o.maxPersistent > 0 && o.maxPersistent <= 1) {
+		return fmt.Errorf("--kv-max-persistent-per-tenant %v: want a share in (0, 1]", o.maxPersistent)
 	}
 	if !(o.maxPinned > 0 && o.maxPinned <= 1) || !(o.maxPinnedTenant > 0 && o.maxPinnedTenant <= o.maxPinned) {
 		return fmt.Errorf("--kv-max-pinned %v, --kv-max-pinned-per-tenant %v: want 0 < per tenant ≤ overall ≤ 1", o.maxPinned, o.maxPinnedTenant)
@@ -208,26 +213,27 @@ func newServedEngine(o *engineOptions, loaded *servedModel, env engineEnv) (*ser
 	s.constraints = constrain.New(loaded.tok, loaded.tmpl, grammarOpts)
 	s.events = kv.NewEventLog(1 << 16)
 	s.e, err = engine.New(fwd, engine.Config{
-		Events:             s.events,
-		Constraints:        s.constraints,
-		KVNoStorage:        o.engine == "sim",
-		MaxBatchTokens:     o.maxBatchTokens,
-		MaxRunning:         o.maxRunning,
-		MaxWaiting:         o.maxWaiting,
-		BlockSize:          o.blockSize,
-		KVMemoryBytes:      s.kvMemory,
-		KVHostMemoryBytes:  s.hostMemory,
-		KVDiskDir:          env.kvDir,
-		KVDiskBytes:        s.diskBytes,
-		LRUEviction:        o.kvEviction == "lru",
-		MaxPinnedFraction:  o.maxPinned,
-		MaxPinnedPerTenant: o.maxPinnedTenant,
-		DisablePrefixCache: o.noPrefixCache,
-		Logger:             env.log,
-		Secret:             env.secret,
-		ModelID:            loaded.id,
-		EndOfGeneration:    loaded.tok.EOGs(),
-		Registerer:         env.reg,
+		Events:                 s.events,
+		Constraints:            s.constraints,
+		KVNoStorage:            o.engine == "sim",
+		MaxBatchTokens:         o.maxBatchTokens,
+		MaxRunning:             o.maxRunning,
+		MaxWaiting:             o.maxWaiting,
+		BlockSize:              o.blockSize,
+		KVMemoryBytes:          s.kvMemory,
+		KVHostMemoryBytes:      s.hostMemory,
+		KVDiskDir:              env.kvDir,
+		KVDiskBytes:            s.diskBytes,
+		LRUEviction:            o.kvEviction == "lru",
+		MaxPinnedFraction:      o.maxPinned,
+		MaxPinnedPerTenant:     o.maxPinnedTenant,
+		MaxPersistentPerTenant: o.maxPersistent,
+		DisablePrefixCache:     o.noPrefixCache,
+		Logger:                 env.log,
+		Secret:                 env.secret,
+		ModelID:                loaded.id,
+		EndOfGeneration:        loaded.tok.EOGs(),
+		Registerer:             env.reg,
 	})
 	if err != nil {
 		s.runClosers()

@@ -218,6 +218,7 @@ func TestServeRejectsBadSettings(t *testing.T) {
 		{[]string{"--kv-eviction", "fifo"}, "--kv-eviction"},
 		{[]string{"--kv-max-pinned", "0.2", "--kv-max-pinned-per-tenant", "0.3"}, "--kv-max-pinned"},
 		{[]string{"--kv-max-pinned", "1.5"}, "--kv-max-pinned"},
+		{[]string{"--kv-max-persistent-per-tenant", "0"}, "--kv-max-persistent-per-tenant"},
 		{[]string{"--sim-profile", "p.json"}, "--engine sim"},
 	}
 	for _, tt := range tests {

@@ -154,6 +154,11 @@ type Config struct {
 	// MaxPinnedPerTenant bounds the share of the pool one tenant's pins may
 	// hold (default 0.25), so no tenant takes every pin.
 	MaxPinnedPerTenant float64
+	// MaxPersistentPerTenant bounds the share of the pool one tenant's
+	// persistent blocks (system prompts, tools) may hold (default 0.5);
+	// past it a tenant's further ones are kept as session blocks, so one
+	// tenant cannot push out every other's.
+	MaxPersistentPerTenant float64
 }
 
 func (c Config) withDefaults(shape batch.Shape) Config {
@@ -195,6 +200,9 @@ func (c Config) withDefaults(shape batch.Shape) Config {
 	}
 	if c.MaxPinnedPerTenant <= 0 || c.MaxPinnedPerTenant > c.MaxPinnedFraction {
 		c.MaxPinnedPerTenant = min(0.25, c.MaxPinnedFraction)
+	}
+	if c.MaxPersistentPerTenant <= 0 || c.MaxPersistentPerTenant > 1 {
+		c.MaxPersistentPerTenant = 0.5
 	}
 	return c
 }
@@ -349,10 +357,11 @@ func newEngine(f Forwarder, cfg Config) (*Engine, error) {
 		NoStorage:    cfg.KVNoStorage,
 		Now:          cfg.Clock.Now,
 
-		HostMemoryBytes: cfg.KVHostMemoryBytes,
-		DiskDir:         cfg.KVDiskDir,
-		DiskBytes:       cfg.KVDiskBytes,
-		Logger:          cfg.Logger,
+		HostMemoryBytes:    cfg.KVHostMemoryBytes,
+		DiskDir:            cfg.KVDiskDir,
+		MaxPersistentShare: cfg.MaxPersistentPerTenant,
+		DiskBytes:          cfg.KVDiskBytes,
+		Logger:             cfg.Logger,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)

@@ -121,6 +121,14 @@ type Config struct {
 	// value: leaves first, lowest class, then least valuable; pinned blocks
 	// kept until their expiry).
 	Evictor Evictor
+	// MaxPersistentPerOwner bounds the persistent blocks of one scope
+	// (tenant): past it, blocks asked to be persistent are kept as session
+	// blocks, so that one tenant's system prompts and tools cannot push out
+	// every other tenant's (0: no bound).
+	MaxPersistentPerOwner int
+	// MaxPersistentShare, when MaxPersistentPerOwner is 0, sets it as this
+	// share of the pool's blocks (0: no bound).
+	MaxPersistentShare float64
 	// LRU, with no Evictor given, evicts least recently released first
 	// instead (the plain baseline, for comparisons).
 	LRU bool
@@ -189,6 +197,9 @@ func (c *Config) withDefaults() (Config, error) {
 	if out.Now == nil {
 		out.Now = defaultNow
 	}
+	if out.MaxPersistentPerOwner == 0 && out.MaxPersistentShare > 0 {
+		out.MaxPersistentPerOwner = max(1, int(out.MaxPersistentShare*float64(out.NumBlocks)))
+	}
 	return out, nil
 }
 
@@ -246,6 +257,9 @@ type Pool struct {
 	owners   map[Hash]uint32
 	scopes   []Hash
 	pinnedBy map[uint32]int
+	// persistentBy counts each owner's findable persistent blocks, bounded
+	// by Config.MaxPersistentPerOwner.
+	persistentBy map[uint32]int
 	stats    Stats
 	classes  [NumClasses]int // hashed blocks by class
 }
@@ -285,7 +299,7 @@ func NewPool(cfg Config) (*Pool, error) {
 	for i := range p.meta {
 		p.meta[i].parent = -1
 	}
-	p.owners, p.pinnedBy = map[Hash]uint32{}, map[uint32]int{}
+	p.owners, p.pinnedBy, p.persistentBy = map[Hash]uint32{}, map[uint32]int{}, map[uint32]int{}
 	if c.HostMemoryBytes > 0 {
 		p.host = newHostTier(c.HostMemoryBytes, int64(p.blockBytes), c.NoStorage)
 	}
@@ -386,6 +400,7 @@ func (p *Pool) raiseLocked(id BlockID, c Class, expiry int64) {
 	if !m.hashed {
 		return
 	}
+	c = p.allowedLocked(c, m.owner)
 	switch {
 	case c > m.class:
 		p.countLocked(id, -1)
@@ -415,9 +430,22 @@ func classExpiry(c Class, expiry int64) int64 {
 func (p *Pool) countLocked(id BlockID, delta int) {
 	m := &p.meta[id]
 	p.classes[m.class] += delta
-	if m.class == ClassPinned {
+	switch m.class {
+	case ClassPinned:
 		p.pinnedBy[m.owner] += delta
+	case ClassPersistent:
+		p.persistentBy[m.owner] += delta
 	}
+}
+
+// allowedLocked is the class a block of owner may take when c is asked:
+// persistent only within the owner's quota (past it, session), so one
+// tenant's persistent blocks cannot crowd out every other tenant's.
+func (p *Pool) allowedLocked(c Class, owner uint32) Class {
+	if c == ClassPersistent && p.cfg.MaxPersistentPerOwner > 0 && p.persistentBy[owner] >= p.cfg.MaxPersistentPerOwner {
+		return ClassSession
+	}
+	return c
 }
 
 // ownerLocked is the small number that stands for scope in the blocks'
@@ -592,7 +620,8 @@ func (p *Pool) onboardLocked(h Hash, parent BlockID, class Class, expiry int64, 
 		return -1, false
 	}
 	m := &p.meta[id]
-	m.hashed, m.hash, m.class, m.owner = true, h, max(class, from), owner
+	class = p.allowedLocked(class, owner)
+	m.hashed, m.hash, m.class, m.owner = true, h, max(class, p.allowedLocked(from, owner)), owner
 	if m.class == class {
 		m.expiry = classExpiry(class, expiry)
 	}
@@ -685,6 +714,7 @@ func (p *Pool) commitLocked(id BlockID, h Hash, parent Hash, tokens []int32, cla
 	if m.hashed {
 		panic(fmt.Sprintf("kv: block %d committed twice", id))
 	}
+	class = p.allowedLocked(class, owner)
 	m.hashed, m.hash, m.class, m.owner = true, h, class, owner
 	m.expiry = classExpiry(class, expiry)
 	if par, ok := p.index[parent]; ok {
@@ -730,6 +760,7 @@ func (p *Pool) Clear() {
 	}
 	p.classes = [NumClasses]int{}
 	clear(p.pinnedBy)
+	clear(p.persistentBy)
 	if p.host != nil {
 		p.host.clear()
 		if p.cfg.Events != nil {
@@ -825,20 +856,28 @@ func (p *Pool) CheckInvariants() error {
 	if classes != p.classes {
 		return fmt.Errorf("kv: hashed blocks by class %v, counted %v", classes, p.classes)
 	}
-	pinned := map[uint32]int{}
-	for i := range p.meta {
-		if m := &p.meta[i]; m.hashed && m.class == ClassPinned {
-			pinned[m.owner]++
+	for _, c := range []struct {
+		class   Class
+		counted map[uint32]int
+	}{{ClassPinned, p.pinnedBy}, {ClassPersistent, p.persistentBy}} {
+		has := map[uint32]int{}
+		for i := range p.meta {
+			if m := &p.meta[i]; m.hashed && m.class == c.class {
+				has[m.owner]++
+			}
 		}
-	}
-	for o, n := range p.pinnedBy {
-		if pinned[o] != n {
-			return fmt.Errorf("kv: owner %d counted %d pinned blocks, has %d", o, n, pinned[o])
+		for o, n := range c.counted {
+			if has[o] != n {
+				return fmt.Errorf("kv: owner %d counted %d %s blocks, has %d", o, n, c.class, has[o])
+			}
 		}
-	}
-	for o, n := range pinned {
-		if p.pinnedBy[o] != n {
-			return fmt.Errorf("kv: owner %d has %d pinned blocks, counted %d", o, n, p.pinnedBy[o])
+		for o, n := range has {
+			if c.counted[o] != n {
+				return fmt.Errorf("kv: owner %d has %d %s blocks, counted %d", o, n, c.class, c.counted[o])
+			}
+			if c.class == ClassPersistent && p.cfg.MaxPersistentPerOwner > 0 && n > p.cfg.MaxPersistentPerOwner {
+				return fmt.Errorf("kv: owner %d has %d persistent blocks, over its bound of %d", o, n, p.cfg.MaxPersistentPerOwner)
+			}
 		}
 	}
 	return nil

@@ -343,3 +343,42 @@ func TestPersistentTTL(t *testing.T) {
 		t.Fatalf("a persistent chain without a TTL lost its class: %v", st.ByClass)
 	}
 }
+
+// TestPersistentQuotaPerOwner: past its quota a tenant's persistent blocks
+// are kept as session blocks, so a tenant flooding the pool with
+// "persistent" prompts pushes out its own excess before another tenant's
+// persistent blocks.
+func TestPersistentQuotaPerOwner(t *testing.T) {
+	p, err := NewPool(Config{NumBlocks: 9, BlockSize: 4, Layers: 1, KVDim: 4, MaxPersistentPerOwner: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := Hash{1}, Hash{2}
+	run := func(scope Hash, tokens []int32) {
+		t.Helper()
+		s := p.NewSequence(scope, nil)
+		s.SetClasses(nil, ClassPersistent)
+		hit := s.MatchPrefix(tokens)
+		if err := extend(s, tokens[hit:]); err != nil {
+			t.Fatal(err)
+		}
+		s.Release()
+		if err := p.CheckInvariants(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run(b, seqTokens(500, 9)) // b's system prompt: 2 persistent blocks
+	for i := range 4 {        // a floods: 8 blocks asked persistent, 2 granted
+		run(a, seqTokens(int32(100*i), 9))
+	}
+	if st := p.Stats(); st.ByClass[ClassPersistent] != 4 {
+		t.Fatalf("persistent blocks %d, want 2 of a's and 2 of b's: %v", st.ByClass[ClassPersistent], st.ByClass)
+	}
+	s := p.NewSequence(b, nil)
+	hashes := s.PromptHashes(seqTokens(500, 9))
+	for _, h := range hashes {
+		if !p.Lookup(h) {
+			t.Fatal("a's flood evicted b's persistent prompt")
+		}
+	}
+}
