@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/pflag"
 
+	"github.com/kvserve/kvserve/internal/admin"
 	"github.com/kvserve/kvserve/internal/api"
 	"github.com/kvserve/kvserve/internal/api/anthropic"
 	"github.com/kvserve/kvserve/internal/api/gemini"
@@ -89,6 +90,7 @@ func openDataDir(dataDir string) (string, []byte, error) {
 // apiServer is the HTTP API listening, its model not yet set.
 type apiServer struct {
 	srv      *api.Server
+	admin    *admin.Server
 	reg      *prometheus.Registry
 	hs       *http.Server
 	ln       net.Listener
@@ -146,6 +148,8 @@ func startAPI(ctx context.Context, o *apiOptions, dataDir string, log *slog.Logg
 	if err != nil {
 		return nil, err
 	}
+	a.admin = admin.New(st.dir, caches)
+	a.admin.Register(a.srv.HandleAdmin)
 	for _, d := range []api.Dialect{openai.New(), anthropic.New(anthropic.Options{Registerer: a.reg}), gemini.New()} {
 		if err := a.srv.Register(d); err != nil {
 			return nil, err

@@ -119,6 +119,7 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 		ContextLength: se.contextLength(), Backend: api.LocalBackend(se.e), Tokenizer: loaded.tok, Template: loaded.tmpl,
 	}
 	a.srv.SetModel(served)
+	a.admin.SetForgetter(se.e) // a tenant deleted through the admin API leaves this engine's tiers at once
 	a.srv.HandleAdmin("GET /v1/kv/events", kvevents.Handler(kvevents.Source{Log: se.events, Snapshot: se.e.KV().Snapshot}))
 	// Agents' first requests come together and most carry tools: build the
 	// constraint vocabulary now rather than on the first of them.

@@ -12,8 +12,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kvserve/kvserve/internal/admin"
 	"github.com/kvserve/kvserve/internal/audit"
-	"github.com/kvserve/kvserve/internal/ctxcache"
 	"github.com/kvserve/kvserve/internal/kv"
 	"github.com/kvserve/kvserve/internal/kv/diskstore"
 	"github.com/kvserve/kvserve/internal/tenant"
@@ -28,6 +28,12 @@ import (
 func dataDirFlag(cmd *cobra.Command, dir *string) {
 	cmd.PersistentFlags().StringVar(dir, "data-dir", "", "data directory holding state.db and audit.log (default $XDG_DATA_HOME/kvserve or ~/.local/share/kvserve)")
 }
+
+// diskShredder destroys a tenant's disk KV key in a data directory no
+// engine holds (admin.Forgetter for the CLI).
+type diskShredder struct{ dataDir string }
+
+func (s diskShredder) ForgetScope(tenantID string) error { return shredTenantKV(s.dataDir, tenantID) }
 
 // shredTenantKV destroys a tenant's key of the disk KV tier in dataDir. A
 // data directory no server has used has no secret and nothing to shred.
@@ -110,35 +116,25 @@ Its context caches are deleted too (their pins lapse at their expiry).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withState(dataDir, func(st *state) error {
-				// Looked up first for its id; an unknown tenant fails (audited)
-				// in DeleteTenant.
-				t, lookupErr := st.dir.Tenant(cmd.Context(), args[0])
-				revoked, err := st.dir.DeleteTenant(cmd.Context(), localActor(), args[0])
-				if err != nil {
-					return err
-				}
-				if lookupErr != nil {
-					return lookupErr
-				}
-				if err := shredTenantKV(dataDir, t.ID); err != nil {
-					return fmt.Errorf("tenant %s deleted, but its disk KV key was not destroyed: %w", args[0], err)
-				}
-				// Its context caches go too (their pins lapse at expiry).
 				caches, err := newCacheService(st, 0)
 				if err != nil {
 					return err
 				}
-				if n, err := caches.DeleteTenant(cmd.Context(), ctxcache.Caller{Principal: localActor().Principal}, t.ID); err != nil {
-					return fmt.Errorf("tenant %s deleted, but its context caches: %w", args[0], err)
-				} else if n > 0 {
-					fmt.Fprintf(cmd.OutOrStdout(), "%d context caches deleted\n", n)
+				// No engine runs here: the disk key is destroyed in the data
+				// directory, and the server drops the files at its next start.
+				d, err := admin.DeleteTenant(cmd.Context(), st.dir, caches, diskShredder{dataDir}, localActor(), args[0])
+				if d.ID == "" {
+					return err
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "tenant %s deleted; %d keys revoked", args[0], len(revoked))
-				if len(revoked) > 0 {
-					fmt.Fprintf(cmd.OutOrStdout(), ": %s", strings.Join(revoked, ", "))
+				if d.DeletedCaches > 0 {
+					fmt.Fprintf(cmd.OutOrStdout(), "%d context caches deleted\n", d.DeletedCaches)
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "tenant %s deleted; %d keys revoked", args[0], len(d.RevokedKeys))
+				if len(d.RevokedKeys) > 0 {
+					fmt.Fprintf(cmd.OutOrStdout(), ": %s", strings.Join(d.RevokedKeys, ", "))
 				}
 				fmt.Fprintln(cmd.OutOrStdout())
-				return nil
+				return err
 			})
 		},
 	})

@@ -361,8 +361,23 @@ func (s *Server) adminOnly(h http.Handler) http.Handler {
 			writeOpenAIError(w, err)
 			return
 		}
-		h.ServeHTTP(w, r)
+		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)))
 	})
+}
+
+// WriteOperatorError writes e as the operator endpoints (/metrics, the
+// KV events, the admin API) do: in OpenAI's error shape.
+func WriteOperatorError(w http.ResponseWriter, e *Error) { writeOpenAIError(w, e) }
+
+// principalKey keys the authenticated principal in an operator request's
+// context.
+type principalKey struct{}
+
+// PrincipalFrom is who an operator request (HandleAdmin) authenticated as
+// (the zero Principal on an open server).
+func PrincipalFrom(ctx context.Context) Principal {
+	p, _ := ctx.Value(principalKey{}).(Principal)
+	return p
 }
 
 // writeOpenAIError writes e in OpenAI's error shape, for endpoints outside

@@ -149,6 +149,8 @@ var (
 	ErrKeyRevoked = errors.New("API key revoked")
 	// ErrExists: a tenant of that name exists already.
 	ErrExists = errors.New("tenant: already exists")
+	// ErrInvalid: a name, role, model or lifetime that is not valid.
+	ErrInvalid = errors.New("tenant: invalid")
 )
 
 // validName checks a tenant or principal name: 1 to 64 letters, digits
@@ -156,11 +158,11 @@ var (
 // or control characters).
 func validName(what, s string) error {
 	if s == "" || len(s) > 64 {
-		return fmt.Errorf("tenant: %s %q: want 1 to 64 characters", what, s)
+		return fmt.Errorf("%w %s %q: want 1 to 64 characters", ErrInvalid, what, s)
 	}
 	for _, c := range s {
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("._-@:", c)) {
-			return fmt.Errorf("tenant: %s %q: use letters, digits and . _ - @ :", what, s)
+			return fmt.Errorf("%w %s %q: use letters, digits and . _ - @ :", ErrInvalid, what, s)
 		}
 	}
 	return nil
@@ -366,11 +368,11 @@ func (d *Directory) CreateKey(ctx context.Context, by Actor, spec KeySpec) (Key,
 		err = rerr
 	}
 	if err == nil && spec.TTL < 0 {
-		err = fmt.Errorf("tenant: key lifetime %s: want a positive duration, or zero for no expiry", spec.TTL)
+		err = fmt.Errorf("%w key lifetime %s: want a positive duration, or zero for no expiry", ErrInvalid, spec.TTL)
 	}
 	for _, m := range spec.Models {
 		if err == nil && strings.TrimSpace(m) == "" {
-			err = errors.New("tenant: empty model name")
+			err = fmt.Errorf("%w model name: empty", ErrInvalid)
 		}
 	}
 	if err == nil {

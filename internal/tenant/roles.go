@@ -60,7 +60,7 @@ var rolePermissions = map[Role][]Permission{
 func ParseRole(s string) (Role, error) {
 	r := Role(strings.ToLower(strings.TrimSpace(s)))
 	if _, ok := rolePermissions[r]; !ok {
-		return "", fmt.Errorf("tenant: role %q: want one of admin, developer, user, viewer", s)
+		return "", fmt.Errorf("%w role %q: want one of admin, developer, user, viewer", ErrInvalid, s)
 	}
 	return r, nil
 }
