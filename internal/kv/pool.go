@@ -260,8 +260,8 @@ type Pool struct {
 	// persistentBy counts each owner's findable persistent blocks, bounded
 	// by Config.MaxPersistentPerOwner.
 	persistentBy map[uint32]int
-	stats    Stats
-	classes  [NumClasses]int // hashed blocks by class
+	stats        Stats
+	classes      [NumClasses]int // hashed blocks by class
 }
 
 // Stats counts blocks by state and prefix-cache traffic.
