@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
+	"github.com/kvserve/kvserve/internal/chat"
 	"github.com/kvserve/kvserve/internal/ctxcache"
 	"github.com/kvserve/kvserve/internal/engine"
 )
@@ -53,14 +56,20 @@ func (c *Call) resolveCache(req *Request) error {
 }
 
 // applyCache makes req the continuation of the context cache it names
-// (req.CachedContent, from the kvserve extension): the cache is checked
-// for cachedContents.use (and audited), then its system prompt, tools and
-// turns go before req's messages. The request may not bring system
-// messages or tools of its own: they would render before the cache's
-// turns and change the prefix the cache holds. A raw prompt cannot
-// continue a conversation and is refused.
+// (req.CachedContent): the cache is checked for cachedContents.use (and
+// audited), then its system prompt, tools and turns go before req's
+// messages. A request may add system text and tools of its own (Vertex
+// refuses them; here they are appended): its system messages come after
+// the cache's turns where the chat template renders a system message
+// there, so the whole cached prefix is still a hit, and are otherwise
+// appended to the cache's system prompt; its tools follow the cache's.
+// Either way the usage reports the tokens actually served from the cache.
+// A raw prompt cannot continue a conversation and is refused.
 func (c *Call) applyCache(req *Request, m *Model) error {
-	const param = "kvserve.cached_content"
+	param := req.CachedContentParam
+	if param == "" {
+		param = "kvserve.cached_content"
+	}
 	cc, err := c.UseCache(req.CachedContent)
 	if err != nil {
 		if ae := (*Error)(nil); errors.As(err, &ae) && ae.Param == "cachedContent" {
@@ -74,31 +83,88 @@ func (c *Call) applyCache(req *Request, m *Model) error {
 	if req.Messages == nil {
 		return InvalidParam(param, "a context cache holds a conversation: use it with messages, not a raw prompt")
 	}
-	for i, msg := range req.Messages {
-		if msg.Role == "system" || msg.Role == "developer" {
-			return InvalidParam(fmt.Sprintf("messages[%d].role", i), "a request that uses a context cache cannot add %s messages: the system prompt belongs in the cache", msg.Role)
-		}
-	}
-	if len(req.Tools) > 0 {
-		return InvalidParam("tools", "a request that uses a context cache cannot add tools: they belong in the cache")
-	}
 	base, err := c.CacheRequest()(&cc)
 	if err != nil {
 		return err
 	}
-	k := len(base.Messages)
-	req.Messages = append(base.Messages, req.Messages...)
-	req.Tools = base.Tools
+	for i, t := range req.Tools {
+		if slices.ContainsFunc(base.Tools, func(b chat.Tool) bool { return b.Name == t.Name }) {
+			return InvalidParam(fmt.Sprintf("tools[%d]", i), "the tool %q is in %s already", t.Name, cc.Name())
+		}
+	}
+	var extra []chat.Message // the request's own system text
+	turns := req.Messages[:0:0]
+	// where[i] is where the request's message i lands: its turns after
+	// the cache's and the extra system text, that text after the cache's
+	// turns (or, merged, in the cache's system prompt at 0).
+	where := make([]int, len(req.Messages))
+	for i, msg := range req.Messages {
+		if msg.Role == "system" || msg.Role == "developer" {
+			where[i] = -1 - len(extra)
+			extra = append(extra, chat.Message{Role: "system", Content: msg.Content})
+			continue
+		}
+		where[i] = len(turns)
+		turns = append(turns, msg)
+	}
+	msgs := base.Messages
+	merged := len(extra) > 0 && !m.rendersLateSystem()
+	if merged {
+		msgs = mergeSystem(msgs, extra)
+		extra = nil
+	}
+	for i, w := range where {
+		switch {
+		case w >= 0:
+			where[i] = len(msgs) + len(extra) + w
+		case merged:
+			where[i] = 0
+		default:
+			where[i] = len(msgs) + (-1 - w)
+		}
+	}
+	for i, bp := range req.Breakpoints {
+		if bp.Message >= 0 && bp.Message < len(where) {
+			req.Breakpoints[i].Message = where[bp.Message]
+		}
+	}
+	req.Messages = append(append(msgs, extra...), turns...)
+	req.Tools = append(base.Tools, req.Tools...)
 	if req.ToolChoice.Mode == ToolAuto {
 		req.ToolChoice = base.ToolChoice
 	}
-	for i := range req.Breakpoints {
-		if req.Breakpoints[i].Message >= 0 {
-			req.Breakpoints[i].Message += k
-		}
-	}
 	req.CachedContent = ""
 	return nil
+}
+
+// rendersLateSystem reports whether m's chat template renders a system
+// message that follows other turns, in its place (some templates take only
+// a leading one, or refuse any other).
+func (m *Model) rendersLateSystem() bool {
+	if m.Template == nil {
+		return false
+	}
+	const mark = "\x01late-system\x01"
+	text, err := m.Template.Render([]chat.Message{{Role: "user", Content: "hello"}, {Role: "system", Content: mark}},
+		chat.RenderOptions{})
+	i, j := strings.Index(text, "hello"), strings.Index(text, mark)
+	return err == nil && i >= 0 && j > i
+}
+
+// mergeSystem appends the system texts of extra to msgs's leading system
+// message (making one if it has none).
+func mergeSystem(msgs, extra []chat.Message) []chat.Message {
+	msgs = slices.Clone(msgs)
+	var add []string
+	for _, e := range extra {
+		add = append(add, e.Content)
+	}
+	text := strings.Join(add, "\n\n")
+	if len(msgs) > 0 && msgs[0].Role == "system" {
+		msgs[0].Content += "\n\n" + text
+		return msgs
+	}
+	return append([]chat.Message{{Role: "system", Content: text}}, msgs...)
 }
 
 // caller is the identity as the cache service sees it.

@@ -64,6 +64,9 @@ type Request struct {
 	// the request continues: Call.Start puts the cache's system prompt,
 	// tools and turns before Messages (see Call.applyCache).
 	CachedContent string
+	// CachedContentParam names CachedContent's field in the dialect, for
+	// errors (default: kvserve.cached_content).
+	CachedContentParam string
 
 	// prefixOnly renders the conversation without the generation prompt:
 	// a context cache's prefix, which later requests extend.

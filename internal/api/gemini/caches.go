@@ -264,28 +264,3 @@ func deleteCache(c *api.Call) error {
 	return api.WriteJSON(c.W, http.StatusOK, struct{}{})
 }
 
-// withCache makes g the request that uses cache cc: the cache's system
-// instruction, tools and tool config, then its contents followed by g's.
-// The request may not bring its own system instruction or tools: they
-// would come before the cache's contents in the prompt and so change the
-// prefix the cache holds (and Google refuses them too).
-func withCache(g *generateRequest, cc *ctxcache.Cache, model string) error {
-	if cc.Model != model {
-		return api.InvalidParam("cachedContent", "%s was created for the model %q, not %q", cc.Name(), cc.Model, model)
-	}
-	switch {
-	case g.SystemInstruction != nil:
-		return api.InvalidParam("systemInstruction", "a request that uses cachedContent cannot set systemInstruction: it belongs in the cached content")
-	case len(g.Tools) > 0:
-		return api.InvalidParam("tools", "a request that uses cachedContent cannot set tools: they belong in the cached content")
-	case g.ToolConfig != nil:
-		return api.InvalidParam("toolConfig", "a request that uses cachedContent cannot set toolConfig: it belongs in the cached content")
-	}
-	base, err := cacheGenerateRequest(cc)
-	if err != nil {
-		return err
-	}
-	g.SystemInstruction, g.Tools, g.ToolConfig = base.SystemInstruction, base.Tools, base.ToolConfig
-	g.Contents = append(base.Contents, g.Contents...)
-	return nil
-}

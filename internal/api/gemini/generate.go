@@ -15,13 +15,12 @@ func generate(c *api.Call, model string, stream bool) error {
 	if err := decodeBody(c.R, &body); err != nil {
 		return err
 	}
-	if err := useCache(c, &body, model); err != nil {
-		return err
-	}
+	cache := body.takeCache()
 	req, opts, err := body.toRequest(model)
 	if err != nil {
 		return err
 	}
+	useCache(req, cache)
 	run, err := c.Start(req)
 	if err != nil {
 		return err
@@ -51,26 +50,22 @@ func generate(c *api.Call, model string, stream bool) error {
 	return api.WriteJSON(c.W, 200, resp)
 }
 
-// useCache resolves the request's cachedContent, if any, and makes the
-// request its continuation (withCache). The cache is checked for
-// cachedContents.use (and audited) before anything runs.
-func useCache(c *api.Call, g *generateRequest, model string) error {
-	if g.CachedContent == "" {
-		return nil
-	}
-	cc, err := c.UseCache(g.CachedContent)
-	if err != nil {
-		return err
-	}
-	m, err := c.Model(model)
-	if err != nil {
-		return err
-	}
-	if err := withCache(g, &cc, m.ID); err != nil {
-		return err
-	}
+// takeCache returns the request's cachedContent and clears it: the core
+// resolves it (useCache) once the request is converted.
+func (g *generateRequest) takeCache() string {
+	name := g.CachedContent
 	g.CachedContent = ""
-	return nil
+	return name
+}
+
+// useCache makes req the continuation of the context cache named cache, if
+// any: the core checks it for cachedContents.use (and audits it) and puts
+// its system instruction, tools and contents before the request's, the
+// request's own system instruction and tools appended (Call.applyCache).
+func useCache(req *api.Request, cache string) {
+	if cache != "" {
+		req.CachedContent, req.CachedContentParam = cache, "cachedContent"
+	}
 }
 
 // engineFailure is the error of a sample the engine failed.

@@ -90,13 +90,12 @@ func countTokens(c *api.Call, model string) error {
 	case g.Model != "" && trimModelPrefix(g.Model) != model:
 		return api.InvalidParam("generateContentRequest.model", "generateContentRequest.model %q differs from the model of the path %q", g.Model, model)
 	}
-	if err := useCache(c, g, model); err != nil {
-		return err
-	}
+	cache := g.takeCache()
 	req, _, err := g.toRequest(model)
 	if err != nil {
 		return err
 	}
+	useCache(req, cache)
 	p, err := c.Tokenize(req)
 	if err != nil {
 		return err

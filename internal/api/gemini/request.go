@@ -162,7 +162,7 @@ func (g *generateRequest) toRequest(model string) (*api.Request, options, error)
 	var o options
 	r := &api.Request{Model: model}
 	if g.CachedContent != "" {
-		// The handler resolves the cache first (withCache); a name left
+		// The handler takes the cache first (takeCache); a name left
 		// here was never resolved.
 		return nil, o, &api.Error{Code: api.CodeNotFound, Param: "cachedContent",
 			Message: fmt.Sprintf("cached content %s not found", g.CachedContent)}
