@@ -263,4 +263,3 @@ func deleteCache(c *api.Call) error {
 	}
 	return api.WriteJSON(c.W, http.StatusOK, struct{}{})
 }
-
