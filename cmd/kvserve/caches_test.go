@@ -161,6 +161,11 @@ func TestCachePermissionMatrix(t *testing.T) {
 		"update": {"admin": true, "developer": true},
 		"delete": {"admin": true, "developer": true},
 		"use":    {"admin": true, "developer": true, "user": true},
+		// Reading a cache's contents back, and extending it (which reads
+		// them), are its owner's and administrators': the matrix's caches
+		// are created by the admin.
+		"content": {"admin": true},
+		"extend":  {"admin": true},
 	}
 	gen := "/v1beta/models/" + apitest.ModelName + ":generateContent"
 	endpoints := []struct {
@@ -177,6 +182,13 @@ func TestCachePermissionMatrix(t *testing.T) {
 		{"delete", []relation{own, other, bound}, func(c string) (string, string, string) { return "DELETE", "/v1beta/" + c, "" }},
 		{"use", []relation{own, other, bound}, func(c string) (string, string, string) {
 			return "POST", gen, `{"cachedContent":"` + c + `","contents":[{"parts":[{"text":"Q?"}]}],"generationConfig":{"maxOutputTokens":1}}`
+		}},
+		{"content", []relation{own, other, bound}, func(c string) (string, string, string) {
+			return "GET", "/v1/cached_contents/" + strings.TrimPrefix(c, "cachedContents/") + "/content", ""
+		}},
+		{"extend", []relation{own, other, bound}, func(c string) (string, string, string) {
+			return "POST", "/v1/cached_contents/" + strings.TrimPrefix(c, "cachedContents/") + "/extend",
+				`{"messages":[{"role":"user","content":"And one more thing."}],"ttl":"300s"}`
 		}},
 	}
 	type cell struct {
@@ -203,7 +215,7 @@ func TestCachePermissionMatrix(t *testing.T) {
 			}
 		}
 	}
-	if len(cells) != 2*4+4*4*3 {
+	if len(cells) != 2*4+6*4*3 {
 		t.Fatalf("%d cells", len(cells))
 	}
 	for _, c := range cells {
@@ -420,6 +432,56 @@ func TestOpenAICachedContents(t *testing.T) {
 		status, data := m.do(t, tc.who, tc.method, tc.path, tc.body)
 		if status != tc.status || !strings.Contains(string(data), tc.shape) {
 			t.Errorf("%s: %d %s; want %d with %s", tc.name, status, data, tc.status, tc.shape)
+		}
+	}
+	// Its contents read back, by its owner (or an admin) only.
+	status, data = m.do(t, "developer", "GET", "/v1/cached_contents/"+c.ID+"/content", "")
+	if status != 200 || !strings.Contains(string(data), "A long shared system prompt.") || !strings.Contains(string(data), "lookup") {
+		t.Fatalf("contents for the owner: %d %s", status, data)
+	}
+	if status, data := m.do(t, "admin", "GET", "/v1/cached_contents/"+c.ID+"/content", ""); status != 200 {
+		t.Fatalf("contents for an admin: %d %s", status, data)
+	}
+	if status, data := m.do(t, "user", "GET", "/v1/cached_contents/"+c.ID+"/content", ""); status != 403 || strings.Contains(string(data), "long shared") {
+		t.Fatalf("contents for another user of the tenant: %d %s", status, data)
+	}
+	if status, _ := m.do(t, "beta-dev", "GET", "/v1/cached_contents/"+c.ID+"/content", ""); status != 404 {
+		t.Fatalf("contents for another tenant: %d", status)
+	}
+	// Extended: a new cache, the old one's contents and more; its prefill
+	// is a prefix hit on the old cache's blocks.
+	kv := m.env.Engine.KV()
+	hitsBefore := kv.Stats().HitTokens
+	status, data = m.do(t, "developer", "POST", "/v1/cached_contents/"+c.ID+"/extend",
+		`{"messages":[{"role":"assistant","content":"Noted."},{"role":"user","content":"`+strings.Repeat("More context follows. ", 8)+`"}],"ttl":"300s"}`)
+	var x struct {
+		ID, Name, Extends string
+		Usage             struct {
+			TotalTokens int `json:"total_tokens"`
+		}
+	}
+	if status != 200 || json.Unmarshal(data, &x) != nil || x.Extends != c.Name || x.ID == c.ID || x.Usage.TotalTokens <= c.Usage.TotalTokens {
+		t.Fatalf("extend: %d %s", status, data)
+	}
+	bs := m.env.Engine.Config().BlockSize
+	if hit := kv.Stats().HitTokens - hitsBefore; hit < int64(c.Usage.TotalTokens/bs*bs)-int64(bs) {
+		t.Fatalf("the extension's prefill hit %d tokens; the old cache holds %d", hit, c.Usage.TotalTokens)
+	}
+	status, data = m.do(t, "developer", "GET", "/v1/cached_contents/"+x.ID+"/content", "")
+	if status != 200 || !strings.Contains(string(data), "Context.") || !strings.Contains(string(data), "More context follows.") {
+		t.Fatalf("the extension's contents: %d %s", status, data)
+	}
+	for _, tc := range []struct {
+		who, body string
+		status    int
+	}{
+		{"developer", `{"messages":[{"role":"system","content":"S"}]}`, 400},
+		{"developer", `{"messages":[]}`, 400},
+		{"user", `{"messages":[{"role":"user","content":"Q"}]}`, 403},
+		{"beta-dev", `{"messages":[{"role":"user","content":"Q"}]}`, 404},
+	} {
+		if status, data := m.do(t, tc.who, "POST", "/v1/cached_contents/"+c.ID+"/extend", tc.body); status != tc.status {
+			t.Errorf("extend by %s with %s: %d %s, want %d", tc.who, tc.body, status, data, tc.status)
 		}
 	}
 	status, data = m.do(t, "developer", "DELETE", "/v1/cached_contents/"+c.ID, "")

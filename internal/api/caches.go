@@ -205,6 +205,17 @@ func (c *Call) GetCache(name string) (ctxcache.Cache, error) {
 	return cc, cacheErrorNamed(err, name)
 }
 
+// CacheContents returns the cache called name with its contents, for its
+// owner (ctxcache.Service.Contents).
+func (c *Call) CacheContents(name string) (ctxcache.Cache, error) {
+	s, e := c.caches()
+	if e != nil {
+		return ctxcache.Cache{}, e
+	}
+	cc, err := s.Contents(c.Context(), c.Identity.caller(), name)
+	return cc, cacheErrorNamed(err, name)
+}
+
 // UseCache returns the cache called name for a generation that uses it
 // (cachedContents.use, which a binding may grant).
 func (c *Call) UseCache(name string) (ctxcache.Cache, error) {

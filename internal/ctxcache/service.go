@@ -264,6 +264,17 @@ func (s *Service) Get(ctx context.Context, c Caller, name string) (Cache, error)
 	return cc, s.record(ctx, c, "cachedContents.get", name, err)
 }
 
+// Contents returns the cache called name for reading its contents back:
+// its owner may (and an administrator, and anyone on an open server);
+// others of the tenant who may get it see its metadata only.
+func (s *Service) Contents(ctx context.Context, c Caller, name string) (Cache, error) {
+	cc, err := s.load(ctx, c, PermGet, name)
+	if err == nil && !c.Open && c.Role != "admin" && c.Principal != cc.Owner {
+		err = fmt.Errorf("%w: only the cache's owner (%s) or an administrator reads its contents", ErrForbidden, cc.Owner)
+	}
+	return cc, s.record(ctx, c, "cachedContents.read", name, err)
+}
+
 // Use returns the cache called name for a request that generates with it.
 func (s *Service) Use(ctx context.Context, c Caller, name string) (Cache, error) {
 	cc, err := s.load(ctx, c, PermUse, name)

@@ -29,6 +29,8 @@ func cacheRoutes() []api.Route {
 		{Pattern: "GET /v1/cached_contents/{id}", Handler: getCachedContent},
 		{Pattern: "POST /v1/cached_contents/{id}", Handler: updateCachedContent},
 		{Pattern: "DELETE /v1/cached_contents/{id}", Handler: deleteCachedContent},
+		{Pattern: "GET /v1/cached_contents/{id}/content", Handler: cachedContentContent},
+		{Pattern: "POST /v1/cached_contents/{id}/extend", Handler: extendCachedContent},
 	}
 }
 
@@ -197,6 +199,102 @@ func renameCacheParam(err error) error {
 		return ae
 	}
 	return err
+}
+
+// cachedContentContent serves GET /v1/cached_contents/{id}/content: what
+// the cache holds — its system instruction, contents, tools and tool
+// config in the canonical Gemini JSON every dialect renders it from — for
+// its owner or an administrator.
+func cachedContentContent(c *api.Call) error {
+	cc, err := c.CacheContents(ctxcache.NamePrefix + c.R.PathValue("id"))
+	if err != nil {
+		return renameCacheParam(err)
+	}
+	return api.WriteJSON(c.W, http.StatusOK, struct {
+		ID                string          `json:"id"`
+		Object            string          `json:"object"`
+		Name              string          `json:"name"`
+		SystemInstruction json.RawMessage `json:"system_instruction,omitempty"`
+		Contents          json.RawMessage `json:"contents,omitempty"`
+		Tools             json.RawMessage `json:"tools,omitempty"`
+		ToolConfig        json.RawMessage `json:"tool_config,omitempty"`
+	}{cc.ID, "cached_content.content", cc.Name(), cc.SystemInstruction, cc.Contents, cc.Tools, cc.ToolConfig})
+}
+
+// extendCachedContent serves POST /v1/cached_contents/{id}/extend: a new
+// cache whose contents are the old one's followed by the body's messages
+// (user and assistant turns), with the old one's system instruction and
+// tools. Its prefill is a prefix hit on the old cache's blocks, which the
+// two then share; the old cache is unchanged. Extending needs reading the
+// old one's contents (its owner, or an administrator) and creating.
+func extendCachedContent(c *api.Call) error {
+	var body struct {
+		DisplayName string        `json:"display_name"`
+		Messages    []chatMessage `json:"messages"`
+		TTL         string        `json:"ttl"`
+		ExpireTime  string        `json:"expire_time"`
+	}
+	if err := decodeStrict(c, &body); err != nil {
+		return err
+	}
+	if len(body.Messages) == 0 {
+		return api.InvalidParam("messages", "an extension needs messages to append")
+	}
+	for i, m := range body.Messages {
+		if m.Role != "user" && m.Role != "assistant" {
+			return api.InvalidParam(fmt.Sprintf("messages[%d].role", i), "an extension appends user and assistant turns; the system prompt and tools are the extended cache's")
+		}
+	}
+	old, err := c.CacheContents(ctxcache.NamePrefix + c.R.PathValue("id"))
+	if err != nil {
+		return renameCacheParam(err)
+	}
+	_, more, _, err := geminiFields(body.Messages, nil)
+	if err != nil {
+		return err
+	}
+	contents, err := appendContents(old.Contents, more)
+	if err != nil {
+		return err
+	}
+	name := body.DisplayName
+	if name == "" {
+		name = old.DisplayName
+	}
+	spec := ctxcache.Spec{Model: old.Model, DisplayName: name, SystemInstruction: old.SystemInstruction, Contents: contents,
+		Tools: old.Tools, ToolConfig: old.ToolConfig, TTL: body.TTL, ExpireTime: body.ExpireTime}
+	cc, _, err := c.CreateCache(spec, c.CacheRequest())
+	if err != nil {
+		return renameCacheParam(err)
+	}
+	out := toCachedContentJSON(&cc)
+	return api.WriteJSON(c.W, http.StatusOK, struct {
+		cachedContentJSON
+		Extends string `json:"extends"`
+	}{out, old.Name()})
+}
+
+// appendContents concatenates two Gemini contents values: arrays of
+// contents, or one content alone (as Gemini accepts); either may be empty.
+func appendContents(a, b json.RawMessage) (json.RawMessage, error) {
+	var x, y []json.RawMessage
+	for _, p := range []struct {
+		raw json.RawMessage
+		dst *[]json.RawMessage
+	}{{a, &x}, {b, &y}} {
+		raw := bytes.TrimSpace(p.raw)
+		switch {
+		case len(raw) == 0:
+			continue
+		case raw[0] == '{':
+			*p.dst = []json.RawMessage{raw}
+			continue
+		}
+		if err := json.Unmarshal(raw, p.dst); err != nil {
+			return nil, fmt.Errorf("openai: cached contents are not a JSON array: %w", err)
+		}
+	}
+	return json.Marshal(append(x, y...))
 }
 
 // getCachedContent serves GET /v1/cached_contents/{id}.
