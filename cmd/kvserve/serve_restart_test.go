@@ -233,3 +233,50 @@ func TestTwoServersOneDataDir(t *testing.T) {
 		t.Fatalf("an explicit disk tier on a held directory: %v", err)
 	}
 }
+
+// TestV1ModelsByClient: /v1/models answers a Gemini client (the newest
+// @google/genai calls apiVersion v1) in Gemini's shape, known by its
+// headers, and everyone else in OpenAI's; the v1 generateContent works.
+func TestV1ModelsByClient(t *testing.T) {
+	s := startServe(t, "--model", apitest.ModelFile(t), "--addr", "127.0.0.1:0", "--data-dir", t.TempDir(),
+		"--kv-cache-memory", "16MiB", "--threads", "1")
+	get := func(method, path string, header map[string]string, body string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest(method, s.base+path, strings.NewReader(body))
+		for k, v := range header {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		data, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(data)
+	}
+	gemini := map[string]string{"X-Goog-Api-Client": "google-genai-sdk/3.0.0 gl-node/v20"}
+	for _, c := range []struct {
+		path   string
+		header map[string]string
+		want   string
+	}{
+		{"/v1/models", nil, `"object":"list"`},
+		{"/v1/models", gemini, `"models":[{"name":"models/` + s.model + `"`},
+		{"/v1/models?key=k", nil, `"models":[`},
+		{"/v1/models/" + s.model, nil, `"object":"model"`},
+		{"/v1/models/" + s.model, gemini, `"name":"models/` + s.model + `"`},
+		{"/v1/models/models/" + s.model, gemini, `"name":"models/` + s.model + `"`},
+	} {
+		if status, data := get("GET", c.path, c.header, ""); status != 200 || !strings.Contains(data, c.want) {
+			t.Errorf("GET %s %v: %d %s; want %s", c.path, c.header, status, data, c.want)
+		}
+	}
+	if status, data := get("GET", "/v1/models/gemini-9", gemini, ""); status != 404 || !strings.Contains(data, "API version v1") || !strings.Contains(data, "NOT_FOUND") {
+		t.Errorf("an unknown model to a Gemini client: %d %s", status, data)
+	}
+	status, data := get("POST", "/v1/models/"+s.model+":generateContent", gemini,
+		`{"contents":[{"parts":[{"text":"hi"}]}],"generationConfig":{"maxOutputTokens":2}}`)
+	if status != 200 || !strings.Contains(data, `"candidates"`) {
+		t.Errorf("v1 generateContent: %d %s", status, data)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"regexp"
 	"path"
 	"strings"
 	"sync"
@@ -153,7 +154,42 @@ type Route struct {
 	Handler HandlerFunc
 	// Public routes need no API key (model listings stay private by default).
 	Public bool
+	// Claim, when set, lets the route share its pattern with another
+	// dialect's route (the one without a Claim): it serves the requests
+	// Claim accepts, the other route the rest. /v1/models answers a Gemini
+	// client (known by its headers) in Gemini's shape, everyone else in
+	// OpenAI's.
+	Claim func(*http.Request) bool
 }
+
+// sharedRoute serves one pattern that several dialects' routes share.
+type sharedRoute struct {
+	claimed  []claimedRoute
+	fallback http.Handler
+}
+
+type claimedRoute struct {
+	claim func(*http.Request) bool
+	h     http.Handler
+}
+
+func (sr *sharedRoute) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	for _, c := range sr.claimed {
+		if c.claim(r) {
+			c.h.ServeHTTP(w, r)
+			return
+		}
+	}
+	if sr.fallback != nil {
+		sr.fallback.ServeHTTP(w, r)
+		return
+	}
+	sr.claimed[0].h.ServeHTTP(w, r)
+}
+
+// wildcardName matches a pattern's wildcard names, which do not make two
+// patterns different to ServeMux.
+var wildcardName = regexp.MustCompile(`\{[^}.]*(\.\.\.)?\}`)
 
 // HandlerFunc serves one API call.
 type HandlerFunc func(c *Call) error
@@ -171,6 +207,9 @@ type Server struct {
 	log           *slog.Logger
 	m             *httpMetrics
 	mu            sync.Mutex // guards registration
+	// patterns holds every dialect route's pattern (wildcard names
+	// blanked), so that routes with a Claim can share one.
+	patterns map[string]*sharedRoute
 }
 
 // New builds a server. Register dialects, then SetModel when the model is
@@ -223,7 +262,26 @@ func (s *Server) handle(d Dialect, rt Route) (err error) {
 			err = fmt.Errorf("api: register %s route %q: %v", d.Name(), rt.Pattern, r)
 		}
 	}()
-	s.mux.Handle(rt.Pattern, s.wrap(d, rt))
+	key := wildcardName.ReplaceAllString(rt.Pattern, "{$1}")
+	if s.patterns == nil {
+		s.patterns = map[string]*sharedRoute{}
+	}
+	sr, shared := s.patterns[key]
+	if !shared {
+		sr = &sharedRoute{}
+		s.patterns[key] = sr
+	}
+	switch h := s.wrap(d, rt); {
+	case rt.Claim != nil:
+		sr.claimed = append(sr.claimed, claimedRoute{rt.Claim, h})
+	case sr.fallback != nil:
+		return fmt.Errorf("api: register %s route %q: the pattern is taken", d.Name(), rt.Pattern)
+	default:
+		sr.fallback = h
+	}
+	if !shared {
+		s.mux.Handle(rt.Pattern, sr)
+	}
 	return nil
 }
 

@@ -73,17 +73,28 @@ func (d *Dialect) Name() string { return "gemini" }
 // Routes lists the Gemini endpoints. Go's ServeMux cannot match
 // "{model}:generateContent" as a wildcard followed by a literal, so one
 // route takes everything under models/ and the method is split off at the
-// last ':'. The v1 paths (the SDKs' apiVersion "v1") share the POST
-// methods; v1's model listing belongs to the OpenAI dialect.
+// last ':'. The v1 paths (the SDKs' apiVersion "v1", the default of
+// @google/genai 3) share the POST methods; v1's model listing is shared
+// with the OpenAI dialect: a Gemini client (geminiClient) gets Gemini's
+// shape, everyone else OpenAI's.
 func (d *Dialect) Routes() []api.Route {
 	routes := []api.Route{
 		{Pattern: "POST /v1beta/models/{rest...}", Handler: modelMethod},
 		{Pattern: "POST /v1/models/{rest...}", Handler: modelMethod},
 		{Pattern: "GET /v1beta/models", Handler: listModels},
 		{Pattern: "GET /v1beta/models/{rest...}", Handler: getModel},
+		{Pattern: "GET /v1/models", Handler: listModels, Claim: geminiClient},
+		{Pattern: "GET /v1/models/{rest...}", Handler: getModel, Claim: geminiClient},
 	}
 	routes = append(routes, cacheRoutes("/v1beta")...)
 	return append(routes, cacheRoutes("/v1")...)
+}
+
+// geminiClient reports whether r comes from a Gemini client: the Google
+// SDKs name themselves in x-goog-api-client and send the key in
+// x-goog-api-key (or the key query parameter); OpenAI's clients do neither.
+func geminiClient(r *http.Request) bool {
+	return r.Header.Get("X-Goog-Api-Client") != "" || r.Header.Get("X-Goog-Api-Key") != "" || r.URL.Query().Has("key")
 }
 
 // Claims reports whether r belongs to the Gemini API (any path under

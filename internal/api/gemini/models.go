@@ -2,6 +2,8 @@ package gemini
 
 import (
 	"fmt"
+	"net/http"
+	"strings"
 
 	"github.com/kvserve/kvserve/internal/api"
 	"github.com/kvserve/kvserve/internal/chat/outparse"
@@ -50,9 +52,15 @@ func listModels(c *api.Call) error {
 	return api.WriteJSON(c.W, 200, map[string]any{"models": models})
 }
 
-// getModel serves GET /v1beta/models/{model}.
+// getModel serves GET /v1beta/models/{model} (and /v1/models/{model} to a
+// Gemini client, a pattern it shares with OpenAI's route, whose wildcard
+// is named id).
 func getModel(c *api.Call) error {
-	id := trimModelPrefix(c.R.PathValue("rest"))
+	rest := c.R.PathValue("rest")
+	if rest == "" {
+		rest = c.R.PathValue("id")
+	}
+	id := trimModelPrefix(rest)
 	for _, m := range c.Models() {
 		if m.ID == id {
 			return api.WriteJSON(c.W, 200, toModelJSON(m))
@@ -63,7 +71,7 @@ func getModel(c *api.Call) error {
 		return err
 	}
 	return &api.Error{Code: api.CodeNotFound, Param: "name",
-		Message: fmt.Sprintf("models/%s is not found for API version v1beta; call ListModels to see the available models", id)}
+		Message: fmt.Sprintf("models/%s is not found for API version %s; call ListModels to see the available models", id, apiVersion(c.R))}
 }
 
 // countRequest is the body of countTokens: contents alone (with, as
@@ -105,4 +113,12 @@ func countTokens(c *api.Call, model string) error {
 		"totalTokens":         n,
 		"promptTokensDetails": []modalityCount{{"TEXT", n}},
 	})
+}
+
+// apiVersion is the API version a request's path names (v1 or v1beta).
+func apiVersion(r *http.Request) string {
+	if strings.HasPrefix(r.URL.Path, "/v1/") {
+		return "v1"
+	}
+	return "v1beta"
 }
