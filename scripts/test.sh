@@ -17,6 +17,13 @@ if [ "${KVSERVE_SKIP_NODE:-}" = 1 ] && [ -z "${CI:-}" ]; then
 	echo "test.sh: KVSERVE_SKIP_NODE=1: not installing the SDK test packages" >&2
 elif command -v npm >/dev/null 2>&1; then
 	npm ci --prefix tests/sdk --no-audit --no-fund --ignore-scripts
+	# The same SDKs at their newest releases too (tests/sdk/latest, not
+	# committed): a client upgrade that breaks against kvserve shows here
+	# before users see it.
+	mkdir -p tests/sdk/latest
+	printf '{"name":"kvserve-sdk-tests-latest","private":true,"type":"module"}\n' >tests/sdk/latest/package.json
+	npm install --prefix tests/sdk/latest --no-save --no-audit --no-fund --ignore-scripts \
+		$(node -p "Object.keys(require('./tests/sdk/package.json').dependencies).map(n => n + '@latest').join(' ')")
 fi
 # Quick checks first, so that their failures show before the long runs.
 # The module's requirements are tidy (go.mod and go.sum as go mod tidy

@@ -49,17 +49,71 @@ func TestSDKs(t *testing.T) {
 	node := findNode(t)
 	dir := filepath.Join(sdk.RepoRoot(t), "tests", "sdk")
 	checkInstalled(t, dir)
+	latest := latestDir(t, dir)
 
 	var keys []string
 	for _, s := range scripts {
 		keys = append(keys, apiKey(s.name)+"="+s.name)
 	}
 	for _, engine := range sdk.Engines() {
-		t.Run(engine, func(t *testing.T) {
-			srv := sdk.Start(t, sdk.Options{APIKeys: keys, Engine: engine, Args: []string{"--cache-min-tokens", fmt.Sprint(cacheMinTokens)}})
-			runScripts(t, node, dir, srv)
-		})
+		// The pinned SDKs, then their newest releases, each against a
+		// fresh server (the scripts expect a cold cache).
+		for _, set := range []struct{ name, dir string }{{"pinned", dir}, {"latest", latest}} {
+			t.Run(engine+"/"+set.name, func(t *testing.T) {
+				srv := sdk.Start(t, sdk.Options{APIKeys: keys, Engine: engine, Args: []string{"--cache-min-tokens", fmt.Sprint(cacheMinTokens)}})
+				runScripts(t, node, set.dir, srv)
+			})
+		}
 	}
+}
+
+// latestDir prepares tests/sdk/latest, where scripts/test.sh installs the
+// newest release of every SDK package.json pins: the scripts are copied
+// there (an ES module resolves its imports beside itself), and the
+// versions found are logged. It fails when the packages are missing.
+func latestDir(t *testing.T, dir string) string {
+	t.Helper()
+	latest := filepath.Join(dir, "latest")
+	var pkg struct {
+		Dependencies map[string]string `json:"dependencies"`
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, "package.json"))
+	if err == nil {
+		err = json.Unmarshal(raw, &pkg)
+	}
+	if err != nil {
+		t.Fatalf("tests/sdk/package.json: %v", err)
+	}
+	var found []string
+	for name, pinned := range pkg.Dependencies {
+		var got struct {
+			Version string `json:"version"`
+		}
+		raw, err := os.ReadFile(filepath.Join(latest, "node_modules", filepath.FromSlash(name), "package.json"))
+		if err == nil {
+			err = json.Unmarshal(raw, &got)
+		}
+		if err != nil {
+			t.Fatalf("the newest %s is not installed in tests/sdk/latest (%v): ./scripts/test.sh installs it", name, err)
+		}
+		found = append(found, fmt.Sprintf("%s %s (pinned %s)", name, got.Version, pinned))
+	}
+	slices.Sort(found)
+	t.Logf("newest SDK releases: %s", strings.Join(found, ", "))
+	mjs, err := filepath.Glob(filepath.Join(dir, "*.mjs"))
+	if err != nil || len(mjs) == 0 {
+		t.Fatalf("no scripts in %s: %v", dir, err)
+	}
+	for _, f := range mjs {
+		data, err := os.ReadFile(f)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(latest, filepath.Base(f)), data, 0o644)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return latest
 }
 
 // runScripts runs every script against srv, one subtest each.
