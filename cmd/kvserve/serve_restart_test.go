@@ -280,3 +280,65 @@ func TestV1ModelsByClient(t *testing.T) {
 		t.Errorf("v1 generateContent: %d %s", status, data)
 	}
 }
+
+// TestCachePinnedAgainAfterRestart: a context cache's pins do not survive a
+// restart (its blocks do, on disk); its first use pins its prefix again to
+// its expiry.
+func TestCachePinnedAgainAfterRestart(t *testing.T) {
+	dir := t.TempDir()
+	args := []string{"--model", apitest.ModelFile(t), "--addr", "127.0.0.1:0", "--data-dir", dir,
+		"--kv-cache-memory", "16MiB", "--threads", "1", "--cache-min-tokens", "64"}
+	pinned := func(s *servingServer) string {
+		t.Helper()
+		resp, err := http.Get(s.base + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		data, _ := io.ReadAll(resp.Body)
+		for _, line := range strings.Split(string(data), "\n") {
+			if v, ok := strings.CutPrefix(line, "kvserve_kv_pinned_blocks "); ok {
+				return v
+			}
+		}
+		t.Fatalf("no kvserve_kv_pinned_blocks in /metrics")
+		return ""
+	}
+	post := func(s *servingServer, path, body string) string {
+		t.Helper()
+		resp, err := http.Post(s.base+path, "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		data, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 {
+			t.Fatalf("POST %s: %d %s", path, resp.StatusCode, data)
+		}
+		return string(data)
+	}
+	s := startServe(t, args...)
+	var c struct{ ID string }
+	created := post(s, "/v1/cached_contents", `{"model":"`+s.model+`","ttl":"3600s","messages":[{"role":"system","content":"`+
+		strings.Repeat("A pinned document survives restarts. ", 10)+`"},{"role":"user","content":"Read it."}]}`)
+	if err := json.Unmarshal([]byte(created), &c); err != nil || c.ID == "" {
+		t.Fatalf("create: %s", created)
+	}
+	if p := pinned(s); p == "0" {
+		t.Fatal("the new cache pinned nothing")
+	}
+	if err := s.stop(); err != nil {
+		t.Fatal(err)
+	}
+	s = startServe(t, args...)
+	if p := pinned(s); p != "0" {
+		t.Fatalf("%s blocks pinned right after the restart", p)
+	}
+	used := post(s, "/v1/chat/completions", `{"model":"`+s.model+`","max_tokens":1,"messages":[{"role":"user","content":"Q?"}],"kvserve":{"cached_content":"`+c.ID+`"}}`)
+	if strings.Contains(used, `"cached_tokens":0`) {
+		t.Errorf("the use after the restart found nothing cached (the disk tier holds the prefix): %s", used)
+	}
+	if p := pinned(s); p == "0" {
+		t.Fatal("the cache's first use after the restart pinned nothing")
+	}
+}

@@ -129,6 +129,15 @@ func (c *Call) applyCache(req *Request, m *Model) error {
 		}
 	}
 	req.Messages = append(append(msgs, extra...), turns...)
+	if !merged && len(msgs) > 0 {
+		// The cache's prefix is pinned again to its expiry (a no-op while
+		// its pins hold; after a restart, or once the pool lost them, the
+		// use pins what it recomputed or brought back from disk).
+		req.cacheMessages = len(msgs)
+		if ttl := time.Until(cc.ExpireTime); ttl > req.Hints.TTL {
+			req.Hints.TTL = ttl
+		}
+	}
 	req.Tools = append(base.Tools, req.Tools...)
 	if req.ToolChoice.Mode == ToolAuto {
 		req.ToolChoice = base.ToolChoice

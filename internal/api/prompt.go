@@ -174,6 +174,11 @@ func segments(m *Model, req *Request, p *Prompt) []engine.Segment {
 		}
 		return commonPrefix(text, p.Text)
 	}
+	if req.cacheMessages > 0 && req.cacheMessages <= len(msgs) {
+		if b := prefixEnd(msgs[:req.cacheMessages]); b > 0 {
+			spans = append(spans, span{0, b, engine.RetentionPinned})
+		}
+	}
 	sys := 0
 	for sys < len(msgs) && msgs[sys].Role == "system" {
 		sys++

@@ -68,6 +68,11 @@ type Request struct {
 	// errors (default: kvserve.cached_content).
 	CachedContentParam string
 
+	// cacheMessages, for a request that continues a context cache, is how
+	// many of Messages are the cache's: their prefix is pinned again to
+	// the cache's expiry (its pins lost in a restart come back on use).
+	cacheMessages int
+
 	// prefixOnly renders the conversation without the generation prompt:
 	// a context cache's prefix, which later requests extend.
 	prefixOnly bool
