@@ -341,4 +341,17 @@ func TestCachePinnedAgainAfterRestart(t *testing.T) {
 	if p := pinned(s); p == "0" {
 		t.Fatal("the cache's first use after the restart pinned nothing")
 	}
+	// Deleting it ends its pins at once.
+	req, _ := http.NewRequest("DELETE", s.base+"/v1/cached_contents/"+c.ID, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("delete: %d", resp.StatusCode)
+	}
+	if p := pinned(s); p != "0" {
+		t.Fatalf("%s blocks still pinned after the cache was deleted", p)
+	}
 }

@@ -272,7 +272,36 @@ func (c *Call) DeleteCache(name string) error {
 	if e != nil {
 		return e
 	}
-	return cacheErrorNamed(s.Delete(c.Context(), c.Identity.caller(), name), name)
+	cc, err := s.Delete(c.Context(), c.Identity.caller(), name)
+	if err != nil {
+		return cacheErrorNamed(err, name)
+	}
+	c.unpin(&cc)
+	return nil
+}
+
+// unpin ends a deleted cache's pins at once, where the backend can
+// (Unpinner); otherwise they lapse at the cache's expiry. The record is
+// gone either way, so a failure here is logged, not returned.
+func (c *Call) unpin(cc *ctxcache.Cache) {
+	m, err := c.Model(cc.Model)
+	if err != nil {
+		return
+	}
+	u, ok := m.Backend.(Unpinner)
+	if !ok {
+		return
+	}
+	req, err := c.CacheRequest()(cc)
+	if err == nil {
+		req.prefixOnly = true
+		var p *Prompt
+		if p, err = buildPrompt(m, req, c.fragmentScope()); err == nil {
+			u.Unpin(cc.Tenant, p.Tokens)
+			return
+		}
+	}
+	c.server.log.Warn("api: a deleted context cache's pins lapse at its expiry", "cache", cc.Name(), "err", err)
 }
 
 // prefiller returns the service's Prefill for build's requests.

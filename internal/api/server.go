@@ -58,6 +58,15 @@ func LocalBackend(e *engine.Engine) Backend { return localBackend{e} }
 
 type localBackend struct{ e *engine.Engine }
 
+// Unpinner is an optional Backend capability: ending at once the pins on a
+// prompt's blocks in a scope, when the context cache that pinned them is
+// deleted. A backend without it lets them lapse at their expiry.
+type Unpinner interface {
+	Unpin(scope string, prompt []int32) int
+}
+
+func (b localBackend) Unpin(scope string, prompt []int32) int { return b.e.Unpin(scope, prompt) }
+
 func (b localBackend) Submit(ctx context.Context, r engine.Request) (Stream, error) {
 	s, err := b.e.Submit(ctx, r)
 	if err != nil {

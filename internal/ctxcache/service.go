@@ -400,19 +400,19 @@ func (s *Service) update(ctx context.Context, c Caller, name, ttl, expireTime st
 	return cc, nil
 }
 
-// Delete deletes the cache called name. Its pinned blocks stay until their
-// expiry (see the package comment).
-func (s *Service) Delete(ctx context.Context, c Caller, name string) error {
-	err := s.del(ctx, c, name)
-	return s.record(ctx, c, "cachedContents.delete", name, err)
+// Delete deletes the cache called name and returns what it was, so that
+// the caller can release its pins (the service keeps records, not KV).
+func (s *Service) Delete(ctx context.Context, c Caller, name string) (Cache, error) {
+	cc, err := s.del(ctx, c, name)
+	return cc, s.record(ctx, c, "cachedContents.delete", name, err)
 }
 
-func (s *Service) del(ctx context.Context, c Caller, name string) error {
+func (s *Service) del(ctx context.Context, c Caller, name string) (Cache, error) {
 	cc, err := s.load(ctx, c, PermDelete, name)
 	if err != nil {
-		return err
+		return Cache{}, err
 	}
-	return s.store.Update(ctx, func(tx Tx) error { return tx.Delete(cc.ID) })
+	return cc, s.store.Update(ctx, func(tx Tx) error { return tx.Delete(cc.ID) })
 }
 
 // DeleteTenant deletes every cache of the tenant with id tenantID (its

@@ -142,13 +142,13 @@ func TestLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Delete(ctx, other, c2.Name()); !errors.Is(err, ErrNotFound) {
+	if _, err := s.Delete(ctx, other, c2.Name()); !errors.Is(err, ErrNotFound) {
 		t.Fatal(err)
 	}
-	if err := s.Delete(ctx, viewer, c2.Name()); !errors.Is(err, ErrForbidden) {
+	if _, err := s.Delete(ctx, viewer, c2.Name()); !errors.Is(err, ErrForbidden) {
 		t.Fatal(err)
 	}
-	if err := s.Delete(ctx, dev, c2.Name()); err != nil {
+	if _, err := s.Delete(ctx, dev, c2.Name()); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Get(ctx, dev, c2.Name()); !errors.Is(err, ErrNotFound) {

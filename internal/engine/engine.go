@@ -412,6 +412,14 @@ func (e *Engine) ForgetScope(scope string) error {
 	return e.kv.ForgetScope(e.salt(scope))
 }
 
+// Unpin ends now the pins on prompt's full blocks in scope (a deleted
+// context cache's prefix) and returns how many blocks it unpinned.
+func (e *Engine) Unpin(scope string, prompt []int32) int {
+	bs := e.cfg.BlockSize
+	salt := e.salt(scope)
+	return e.kv.Unpin(kv.NewHasher([]byte(e.cfg.ModelID)).Chain(nil, salt, prompt, bs))
+}
+
 // KV returns the engine's block pool (for metrics and tests).
 func (e *Engine) KV() *kv.Pool { return e.kv }
 

@@ -507,7 +507,21 @@ func blockClasses(r *Request, n, blockSize int) ([]kv.Class, kv.Class) {
 	}
 	classes := make([]kv.Class, n/blockSize)
 	for b := range classes {
-		classes[b] = slices.Max(tokens[b*blockSize : (b+1)*blockSize])
+		blk := tokens[b*blockSize : (b+1)*blockSize]
+		c := slices.Max(blk)
+		if c == RetentionPinned && slices.Min(blk) != RetentionPinned {
+			// A pin covers whole blocks only: the block where a pinned
+			// prefix ends holds what follows it too (a question asked of
+			// a context cache), which the pin's owner never asked to keep
+			// and, deleting the cache, could not release.
+			c = 0
+			for _, t := range blk {
+				if t != RetentionPinned {
+					c = max(c, t)
+				}
+			}
+		}
+		classes[b] = c
 	}
 	for i := len(classes) - 2; i >= 0; i-- {
 		classes[i] = max(classes[i], classes[i+1])

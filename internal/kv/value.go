@@ -289,3 +289,36 @@ func (v *valueEvictor) lower(id BlockID) {
 	m.lastUse, m.uses = 0, 0
 	v.push(id)
 }
+
+// Unpin ends now the pins of the chain's findable blocks (a deleted
+// context cache's) and returns how many it ended. A pin does not record
+// who holds it: a block another request pinned too loses its pin as well,
+// and that request's next use pins it again. Blocks in use keep their
+// class until they are released.
+func (p *Pool) Unpin(chain []Hash) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	v := p.value
+	if v == nil {
+		return 0
+	}
+	now := v.now()
+	n := 0
+	for _, h := range chain {
+		id, ok := p.index[h]
+		if !ok {
+			continue
+		}
+		m := &p.meta[id]
+		if m.class != ClassPinned || m.expiry <= now {
+			continue
+		}
+		m.expiry = now
+		if v.inPins[id] {
+			heap.Fix(&v.pins, int(v.where[id]))
+		}
+		n++
+	}
+	v.expire()
+	return n
+}

@@ -382,3 +382,33 @@ func TestPersistentQuotaPerOwner(t *testing.T) {
 		}
 	}
 }
+
+// TestUnpin: a deleted cache's pins end at once; its blocks are then
+// cached like any, and a pinned chain of another is untouched.
+func TestUnpin(t *testing.T) {
+	p, now := valuePool(t, 6)
+	doc, other := seqTokens(1, 9), seqTokens(50, 9) // 2 full blocks each
+	cache(t, p, doc, now.Add(time.Hour), ClassPinned)
+	cache(t, p, other, now.Add(time.Hour), ClassPinned)
+	// One of doc's blocks in use while it is unpinned.
+	s := p.NewSequence(Hash{7}, nil)
+	if hit := s.MatchPrefix(doc); hit != 8 {
+		t.Fatalf("hit %d", hit)
+	}
+	if n := p.Unpin(p.NewSequence(Hash{7}, nil).PromptHashes(doc)); n != 2 {
+		t.Fatalf("unpinned %d blocks, want 2", n)
+	}
+	s.Release()
+	if err := p.CheckInvariants(); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Pinned(); got != 2 {
+		t.Fatalf("%d blocks pinned after unpinning doc, want other's 2", got)
+	}
+	if err := evict(t, p, 4); err != nil { // the free blocks, then doc's
+		t.Fatal(err)
+	}
+	if f := findable(p, other); !f[0] || !f[1] {
+		t.Fatalf("the other pinned chain was evicted: %v", f)
+	}
+}
