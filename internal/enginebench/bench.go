@@ -55,6 +55,7 @@ func Scenarios() []Scenario {
 		{"concurrency", "sequences in flight and tokens/s at an equal KV budget, paged vs contiguous", concurrency},
 		{"batch-decode", "decode tokens/s with 1 and with 16 concurrent sequences", batchDecode},
 		{"shared-prefix", "64 groups × 16 prompts sharing a 2,048-token system prompt: prefix-cache hit rate", sharedPrefix},
+		{"context-cache", "a 20,000-token document (or what the context holds) cached once, 200 questions of 50 tokens: TTFT and tokens computed, cache vs none", contextCache},
 	}
 }
 

@@ -77,7 +77,7 @@ func TestComputeParallelismOneThread(t *testing.T) {
 // context than the model has say so instead of failing obscurely.
 func TestScenariosRefuseShortContext(t *testing.T) {
 	m := tinyModel(t)
-	for _, name := range []string{"prefix-ttft", "interleaved", "waste", "concurrency", "shared-prefix"} {
+	for _, name := range []string{"prefix-ttft", "interleaved", "waste", "concurrency", "shared-prefix", "context-cache"} {
 		s, err := Lookup(name)
 		if err != nil {
 			t.Fatal(err)

@@ -426,3 +426,76 @@ func onboard(ctx context.Context, m *model.Model, o Options) (Result, error) {
 		"restart_cached_tokens": restart.usage.CachedTokens,
 	}, nil
 }
+
+// contextCache: the seed scenario — a long document cached once and many
+// short questions asked of it (20,000 tokens and 200 questions of 50
+// tokens; the document is shortened to what the model's context holds
+// beside a question). With the cache each question computes only its own
+// tokens; without it (prefix caching off) each recomputes the document, so
+// a few uncached questions are timed and the rest counted.
+func contextCache(ctx context.Context, m *model.Model, o Options) (Result, error) {
+	const questionLen, uncachedSamples = 50, 3
+	docLen := min(20000, m.Config.Context-questionLen-16)
+	if docLen < 1000 {
+		return nil, needContext(m, 1000+questionLen+16)
+	}
+	questions := o.scaled(200)
+	perToken := int64(m.Config.KVBytesPerToken(2))
+	kvBytes := int64(docLen+4*questionLen) * perToken
+	rng := rand.New(rand.NewPCG(5, 5))
+	doc := tokens(rng, m, docLen)
+	asks := make([][]int32, questions)
+	for i := range asks {
+		asks[i] = tokens(rng, m, questionLen)
+	}
+	cached, err := newEngine(m, o, engine.Config{KVMemoryBytes: kvBytes})
+	if err != nil {
+		return nil, err
+	}
+	defer cached.Close()
+	o.logf("context-cache: caching a %d-token document (pinned)", docLen)
+	start := time.Now()
+	if _, err := run(ctx, cached.Engine, engine.Request{Prompt: doc, MaxTokens: 1, Scope: "tenant",
+		Hints: engine.Hints{Retention: engine.RetentionPinned, TTL: time.Hour}}, 0); err != nil {
+		return nil, err
+	}
+	createS := time.Since(start).Seconds()
+	var ttfts []float64
+	computed := 0
+	o.logf("context-cache: %d questions with the cache", questions)
+	for _, q := range asks {
+		out, err := run(ctx, cached.Engine, engine.Request{Prompt: concat(doc, q), MaxTokens: 1, Scope: "tenant"}, 0)
+		if err != nil {
+			return nil, err
+		}
+		ttfts = append(ttfts, ms(out.ttft))
+		computed += out.usage.PromptTokens - out.usage.CachedTokens
+	}
+	cached.Close()
+
+	plain, err := newEngine(m, o, engine.Config{KVMemoryBytes: kvBytes, DisablePrefixCache: true})
+	if err != nil {
+		return nil, err
+	}
+	defer plain.Close()
+	var cold []float64
+	o.logf("context-cache: %d questions without it", uncachedSamples)
+	for _, q := range asks[:min(uncachedSamples, len(asks))] {
+		out, err := run(ctx, plain.Engine, engine.Request{Prompt: concat(doc, q), MaxTokens: 1, Scope: "tenant"}, 0)
+		if err != nil {
+			return nil, err
+		}
+		cold = append(cold, ms(out.ttft))
+	}
+	return Result{
+		"document_tokens":          docLen,
+		"questions":                questions,
+		"cache_create_s":           round(createS, 1),
+		"ttft_p50_cached_ms":       round(median(ttfts), 1),
+		"ttft_p50_uncached_ms":     round(median(cold), 1),
+		"ttft_cut":                 round(median(cold)/median(ttfts), 1),
+		"tokens_computed_cached":   computed + docLen,
+		"tokens_computed_uncached": questions * (docLen + questionLen),
+		"uncached_questions_timed": len(cold),
+	}, nil
+}
