@@ -205,6 +205,18 @@ func (x *Index) Blocks(worker string) int {
 	return 0
 }
 
+// Len returns how many (block, tier) pairs the index holds, over every
+// worker.
+func (x *Index) Len() int {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	n := 0
+	for i := range x.workers {
+		n += x.workers[i].blocks
+	}
+	return n
+}
+
 // Tiers returns the tiers in which worker holds h (none: nil).
 func (x *Index) Tiers(worker string, h kv.Hash) []kv.Tier {
 	x.mu.RLock()

@@ -62,9 +62,12 @@ type Result struct {
 	TTFTp90 float64 `json:"ttft_p90_ms"`
 	TTFTp99 float64 `json:"ttft_p99_ms"`
 	// HitRate is cached / prompt tokens over every request.
-	HitRate      float64 `json:"hit_rate"`
-	PromptTokens int64   `json:"prompt_tokens"`
-	CachedTokens int64   `json:"cached_tokens"`
+	HitRate float64 `json:"hit_rate"`
+	// SharedHitRate is the hit rate of one cache shared by every worker
+	// that keeps every block, fed the same requests in the same order.
+	SharedHitRate float64 `json:"shared_hit_rate"`
+	PromptTokens  int64   `json:"prompt_tokens"`
+	CachedTokens  int64   `json:"cached_tokens"`
 	// Decision percentiles in microseconds of wall time: the policy's
 	// choice alone (feeding the index from the event logs is not in it).
 	DecisionP50 float64 `json:"decision_p50_us"`
@@ -209,6 +212,7 @@ func Run(ctx context.Context, cfg Config, arrivals []Arrival) (Result, error) {
 	var rr int
 	var buf []engine.Output
 	var events []kv.Event
+	shared := newSharedCache()
 	wallStart := time.Now()
 	for {
 		if err := ctx.Err(); err != nil {
@@ -264,6 +268,7 @@ func Run(ctx context.Context, cfg Config, arrivals []Arrival) (Result, error) {
 			n := nodes[chosen]
 			n.clock.AdvanceTo(now) // an idle worker waits for the arrival
 			outs[pa.i].arrival = now
+			shared.add(req)
 			s, err := n.e.Submit(ctx, *req)
 			if err != nil {
 				outs[pa.i].failed = true
@@ -319,6 +324,7 @@ func Run(ctx context.Context, cfg Config, arrivals []Arrival) (Result, error) {
 		}
 	}
 	res.WallS = time.Since(wallStart).Seconds()
+	res.SharedHitRate = shared.hitRate()
 	var ttft []time.Duration
 	var last time.Time
 	for _, n := range nodes {
@@ -370,37 +376,40 @@ func pct(d []time.Duration, p int) time.Duration {
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 
-// SharedHitRate is the hit rate of one shared cache that keeps every block
-// forever (the bound the issue compares against): for each request in
-// arrival order, its leading full blocks seen before in its scope, over
-// its prompt tokens. Blocks are the engines' (16 tokens).
-func SharedHitRate(arrivals []Arrival) float64 {
+// sharedCache is one cache shared by every worker that keeps every block
+// forever (the bound the issue compares against), fed the requests in the
+// order they are placed: a request hits its leading full blocks (the
+// engines' 16 tokens) seen before in its scope.
+type sharedCache struct {
+	seen          map[kv.Hash]struct{}
+	h             *kv.Hasher
+	chain         []kv.Hash
+	cached, total int64
+}
+
+func newSharedCache() *sharedCache {
+	return &sharedCache{seen: map[kv.Hash]struct{}{}, h: kv.NewHasher([]byte(modelID))}
+}
+
+func (c *sharedCache) add(r *engine.Request) {
 	const bs = 16
-	seen := map[kv.Hash]struct{}{}
-	h := kv.NewHasher([]byte(modelID))
-	var cached, total int64
-	var chain []kv.Hash
-	// The slice's order stands for the order of arrival: a trace's is,
-	// and a session's turns follow each other (sessions interleave
-	// differently in a run, which matters only for the first use of a
-	// shared prefix).
-	for i := range arrivals {
-		r := &arrivals[i].Request
-		// The engine always computes the last prompt token.
-		chain = h.Chain(chain[:0], kv.ScopeSalt(secret, r.Scope), r.Prompt[:len(r.Prompt)-1], bs)
-		hit := true
-		for _, c := range chain {
-			if _, ok := seen[c]; ok && hit {
-				cached += bs
-			} else {
-				hit = false
-			}
-			seen[c] = struct{}{}
+	// The engine always computes the last prompt token.
+	c.chain = c.h.Chain(c.chain[:0], kv.ScopeSalt(secret, r.Scope), r.Prompt[:len(r.Prompt)-1], bs)
+	hit := true
+	for _, b := range c.chain {
+		if _, ok := c.seen[b]; ok && hit {
+			c.cached += bs
+		} else {
+			hit = false
+			c.seen[b] = struct{}{}
 		}
-		total += int64(len(r.Prompt))
 	}
-	if total == 0 {
+	c.total += int64(len(r.Prompt))
+}
+
+func (c *sharedCache) hitRate() float64 {
+	if c.total == 0 {
 		return 0
 	}
-	return float64(cached) / float64(total)
+	return float64(c.cached) / float64(c.total)
 }
