@@ -75,6 +75,10 @@ type Config struct {
 	// none of its KV events has been applied for this long gets no credit
 	// for its cache (default 30s).
 	StaleAfter time.Duration
+	// HashCacheBlocks bounds the block hashes remembered to score the
+	// next prompt with the same prefix faster (default 262,144, about 25
+	// MB).
+	HashCacheBlocks int
 	// MaxSessions bounds the sessions remembered (default 100,000); past
 	// it, expired ones are dropped, then the oldest.
 	MaxSessions int
@@ -122,6 +126,8 @@ type Router struct {
 	cfg Config
 	w   Weights
 	idx *Index
+	// hashes is safe for concurrent use: Score runs in many goroutines.
+	hashes *hashCache
 
 	mu       sync.Mutex
 	rng      *rand.Rand
@@ -157,10 +163,13 @@ func New(idx *Index, cfg Config) (*Router, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.HashCacheBlocks <= 0 {
+		cfg.HashCacheBlocks = 1 << 18
+	}
 	if cfg.Temperature < 0 || math.IsNaN(cfg.Temperature) || math.IsInf(cfg.Temperature, 0) {
 		return nil, errors.New("router: the temperature must be a finite number ≥ 0")
 	}
-	return &Router{cfg: cfg, w: cfg.Weights.withDefaults(), idx: idx,
+	return &Router{cfg: cfg, w: cfg.Weights.withDefaults(), idx: idx, hashes: newHashCache(cfg.HashCacheBlocks),
 		rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)), sessions: map[string]session{}}, nil
 }
 
@@ -182,6 +191,7 @@ func (r *Router) Score(dst []Score, req *engine.Request, ws []Worker) []Score {
 	now := r.cfg.Now()
 	salt := kv.ScopeSalt(r.cfg.Secret, req.Scope)
 	hasher := kv.NewHasher([]byte(r.cfg.ModelID))
+	var buf []byte
 
 	x := r.idx
 	x.mu.RLock()
@@ -227,8 +237,17 @@ func (r *Router) Score(dst []Score, req *engine.Request, ws []Worker) []Score {
 			}
 		}
 		parent := salt
+		var key uint64
+		key, buf = r.hashes.start(salt, bs, buf)
 		for b := 0; len(group) > 0 && (b+1)*bs <= len(req.Prompt); b++ {
-			parent = hasher.Block(parent, req.Prompt[b*bs:(b+1)*bs])
+			tokens := req.Prompt[b*bs : (b+1)*bs]
+			key, buf = r.hashes.next(key, tokens, buf)
+			if h, ok := r.hashes.get(key); ok {
+				parent = h
+			} else {
+				parent = hasher.Block(parent, tokens)
+				r.hashes.put(key, parent)
+			}
 			hs := x.blocks[parent]
 			kept := group[:0]
 			for _, j := range group {

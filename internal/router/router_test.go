@@ -206,12 +206,33 @@ func TestNewErrors(t *testing.T) {
 	}
 }
 
-// BenchmarkChoose32 is one routing decision among 32 workers whose indexes
-// hold 2,000 chains of 64 blocks each, for an 8,192-token prompt sharing
-// half its blocks with one worker.
-func BenchmarkChoose32(b *testing.B) {
-	clk := time.Now
-	r, err := New(NewIndex(clk), Config{Secret: testSecret, ModelID: testModel})
+// TestHashCache: scores from remembered block hashes equal the scores
+// computed afresh, with a cache small enough to turn over many times.
+func TestHashCache(t *testing.T) {
+	small, _ := newTestRouter(t, Config{HashCacheBlocks: 64})
+	for i := range 50 {
+		p := prompt(200+i*7, int32(i%5))
+		hs := chain("t1", p)
+		small.Index().Apply("w", false, []kv.Event{stored(kv.TierPool, hs[:i%len(hs)]...)})
+		fresh, _ := newTestRouter(t, Config{})
+		fresh.Index().Apply("w", true, []kv.Event{stored(kv.TierPool, hs[:i%len(hs)]...)})
+		req := &engine.Request{Prompt: p, Scope: "t1"}
+		for range 2 {
+			got := small.Score(nil, req, []Worker{{ID: "w"}})[0]
+			want := fresh.Score(nil, req, []Worker{{ID: "w"}})[0]
+			if got.Cached != want.Cached || got.Cached != i%len(hs)*16 {
+				t.Fatalf("prompt %d: cached %d with the cache, %d without, want %d", i, got.Cached, want.Cached, i%len(hs)*16)
+			}
+		}
+		small.Index().Remove("w")
+	}
+}
+
+// benchRouter is a router over 32 workers whose indexes hold 2,000 chains
+// of 64 blocks each, and an 8,192-token prompt sharing its first half
+// with worker w3.
+func benchRouter(b *testing.B) (*Router, []Worker, *engine.Request) {
+	r, err := New(NewIndex(nil), Config{Secret: testSecret, ModelID: testModel})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -225,10 +246,58 @@ func BenchmarkChoose32(b *testing.B) {
 	p := prompt(8192, 5)
 	copy(p, prompt(4096, 3*1000+1))
 	r.Index().Apply("w3", false, []kv.Event{stored(kv.TierPool, chain("t", p[:4096])...)})
-	req := &engine.Request{Prompt: p, Scope: "t"}
+	return r, ws, &engine.Request{Prompt: p, Scope: "t"}
+}
+
+// BenchmarkChoose32 is one routing decision among 32 workers.
+func BenchmarkChoose32(b *testing.B) {
+	r, ws, req := benchRouter(b)
 	for b.Loop() {
 		if d := r.Choose(req, ws); ws[d.Index].ID != "w3" {
 			b.Fatalf("chose %s", ws[d.Index].ID)
 		}
 	}
+}
+
+// BenchmarkChoose32Cold is the same decision with the block hashes never
+// remembered (a prompt the router has not seen).
+func BenchmarkChoose32Cold(b *testing.B) {
+	r, ws, req := benchRouter(b)
+	for b.Loop() {
+		r.hashes = newHashCache(16)
+		if d := r.Choose(req, ws); ws[d.Index].ID != "w3" {
+			b.Fatalf("chose %s", ws[d.Index].ID)
+		}
+	}
+}
+
+// BenchmarkChoose32Parallel is decisions from every core at once, with a
+// worker's events applied meanwhile, as a gateway makes them.
+func BenchmarkChoose32Parallel(b *testing.B) {
+	r, ws, req := benchRouter(b)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		hs := chain("t", prompt(1024, 99))
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			r.Index().Apply("w7", false, []kv.Event{stored(kv.TierPool, hs...)})
+			r.Index().Apply("w7", false, []kv.Event{removed(kv.TierPool, hs...)})
+		}
+	}()
+	b.ResetTimer()
+	start := time.Now()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			r.Choose(req, ws)
+		}
+	})
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "decisions/s")
+	close(stop)
+	<-done
 }
