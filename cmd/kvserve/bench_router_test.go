@@ -2,10 +2,14 @@ package main
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/kvserve/kvserve/internal/routerbench"
+	"github.com/kvserve/kvserve/internal/sim"
 	"github.com/kvserve/kvserve/internal/testshared"
 )
 
@@ -57,6 +61,52 @@ func TestBenchRouter(t *testing.T) {
 				t.Errorf("table (%v):\n%s", err, table)
 			}
 		})
+	}
+}
+
+// TestBenchRouterSettings: the settings that shape a run change it: a
+// slower cost profile slows the first token, a KV pool smaller than the
+// prompts refuses them, a temperature moves placements, more tenants
+// (each its own system prompt) lower the hit rate.
+func TestBenchRouterSettings(t *testing.T) {
+	trace := testshared.Path(t, "traces", "mooncake_fast25_conversation_trace.jsonl")
+	p := sim.DefaultProfile()
+	p.Cost.PrefillToken *= 3
+	data, err := json.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow := filepath.Join(t.TempDir(), "slow.json")
+	if err := os.WriteFile(slow, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run := func(args ...string) routerbench.Result {
+		t.Helper()
+		out, errOut, err := runCommand(newRootCmd(), append([]string{"bench", "router", "--workers", "4", "--policy", "kv", "--json"}, args...)...)
+		if err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, errOut)
+		}
+		var res struct{ Rows []routerbench.Result }
+		if err := json.Unmarshal([]byte(out), &res); err != nil || len(res.Rows) != 1 {
+			t.Fatalf("%v: %v: %s", args, err, out)
+		}
+		return res.Rows[0]
+	}
+	tr := []string{"--trace", trace, "--limit", "80", "--stretch", "300"}
+	base := run(tr...)
+	if r := run(append(tr, "--sim-profile", slow)...); r.TTFTp50 <= base.TTFTp50 {
+		t.Errorf("a slower profile: TTFT p50 %.0f ms, %.0f ms before", r.TTFTp50, base.TTFTp50)
+	}
+	if r := run(append(tr, "--kv-tokens", "4000")...); base.Failed != 0 || r.Failed == 0 {
+		t.Errorf("a pool of 4,000 tokens: %d requests failed, %d before", r.Failed, base.Failed)
+	}
+	if r := run(append(tr, "--temperature", "2")...); slices.Equal(r.Placements, base.Placements) {
+		t.Errorf("a temperature: the same placements %v", r.Placements)
+	}
+	ag := []string{"--workload", "agent", "--sessions", "8", "--system-tokens", "3000", "--time-scale", "0.1"}
+	one, four := run(append(ag, "--tenants", "1")...), run(append(ag, "--tenants", "4")...)
+	if four.SharedHitRate >= one.SharedHitRate {
+		t.Errorf("4 tenants: shared hit rate %.3f, one tenant %.3f", four.SharedHitRate, one.SharedHitRate)
 	}
 }
 

@@ -49,7 +49,12 @@ func NewPicker(r *Router) *Picker { return &Picker{r: r} }
 func (p *Picker) Pick(req *engine.Request, cands []cluster.Candidate) int {
 	ws := make([]Worker, len(cands))
 	for i, c := range cands {
-		ws[i] = Worker{ID: c.Worker, BlockSize: c.BlockSize, Running: c.Running, Waiting: c.Waiting, Queued: c.Dispatched}
+		// Dispatched counts this gateway's requests not ended, running ones
+		// included; those beyond what the heartbeat shows running or
+		// waiting are on their way (a lower bound: the heartbeat counts
+		// every gateway's).
+		ws[i] = Worker{ID: c.Worker, BlockSize: c.BlockSize, Running: c.Running, Waiting: c.Waiting,
+			Queued: max(0, c.Dispatched-c.Running-c.Waiting)}
 	}
 	return p.r.Choose(req, ws).Index
 }

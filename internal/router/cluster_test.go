@@ -119,6 +119,14 @@ func TestFeed(t *testing.T) {
 		t.Errorf("another tenant's prompt: picked %d, want the less loaded worker", i)
 	}
 
+	// Requests on their way count as waiting ones: 3 dispatched, 1
+	// reported running, so 2 more than the heartbeat shows.
+	loaded := []cluster.Candidate{{WorkerInfo: cluster.WorkerInfo{Heartbeat: cluster.Heartbeat{Worker: "wa", BlockSize: 16, Running: 1}}, Dispatched: 3},
+		{WorkerInfo: cluster.WorkerInfo{Heartbeat: cluster.Heartbeat{Worker: "wc", BlockSize: 16, Running: 1}}, Dispatched: 1}}
+	if i := NewPicker(r).Pick(&engine.Request{Prompt: p, Scope: "t2"}, loaded); i != 1 {
+		t.Errorf("picked %d, want the worker without requests on their way", i)
+	}
+
 	w.publish(cluster.SubjectLeave, cluster.Leave{V: cluster.Version, Worker: "wb"})
 	waitFor(t, "the worker forgotten", func() bool { return r.Index().Blocks("wb") == 0 && len(r.Index().Workers()) <= 1 })
 }

@@ -72,6 +72,8 @@ type Result struct {
 	// choice alone (feeding the index from the event logs is not in it).
 	DecisionP50 float64 `json:"decision_p50_us"`
 	DecisionP99 float64 `json:"decision_p99_us"`
+	// Placements counts the requests placed on each worker.
+	Placements []int `json:"placements"`
 	// Affinity counts placements made by session affinity (kv policy).
 	Affinity int `json:"affinity_placements"`
 	// VirtualS is the virtual time the run took; WallS the real time.
@@ -205,7 +207,7 @@ func Run(ctx context.Context, cfg Config, arrivals []Arrival) (Result, error) {
 		heap.Push(due, pendingArrival{at: sim.Epoch.Add(a.At), i: i})
 	}
 
-	res := Result{Policy: string(cfg.Policy), Workers: cfg.Workers, Requests: len(arrivals)}
+	res := Result{Policy: string(cfg.Policy), Workers: cfg.Workers, Requests: len(arrivals), Placements: make([]int, len(nodes))}
 	outs := make([]outcome, len(arrivals))
 	decisions := make([]time.Duration, 0, len(arrivals))
 	ws := make([]router.Worker, len(nodes))
@@ -266,6 +268,7 @@ func Run(ctx context.Context, cfg Config, arrivals []Arrival) (Result, error) {
 				prefill = float64(len(req.Prompt))
 			}
 			n := nodes[chosen]
+			res.Placements[chosen]++
 			n.clock.AdvanceTo(now) // an idle worker waits for the arrival
 			outs[pa.i].arrival = now
 			shared.add(req)
