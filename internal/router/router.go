@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -127,7 +128,11 @@ type Router struct {
 	w   Weights
 	idx *Index
 	// hashes is safe for concurrent use: Score runs in many goroutines.
-	hashes *hashCache
+	hashes  *hashCache
+	scratch sync.Pool // *scratch
+
+	saltMu sync.Mutex
+	salts  map[string]kv.Hash
 
 	mu       sync.Mutex
 	rng      *rand.Rand
@@ -169,8 +174,11 @@ func New(idx *Index, cfg Config) (*Router, error) {
 	if cfg.Temperature < 0 || math.IsNaN(cfg.Temperature) || math.IsInf(cfg.Temperature, 0) {
 		return nil, errors.New("router: the temperature must be a finite number ≥ 0")
 	}
-	return &Router{cfg: cfg, w: cfg.Weights.withDefaults(), idx: idx, hashes: newHashCache(cfg.HashCacheBlocks),
-		rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)), sessions: map[string]session{}}, nil
+	r := &Router{cfg: cfg, w: cfg.Weights.withDefaults(), idx: idx, hashes: newHashCache(cfg.HashCacheBlocks),
+		salts: map[string]kv.Hash{},
+		rng:   rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)), sessions: map[string]session{}}
+	r.scratch.New = func() any { return &scratch{hasher: kv.NewHasher([]byte(cfg.ModelID))} }
+	return r, nil
 }
 
 // Index returns the router's index.
@@ -189,17 +197,21 @@ func (r *Router) Score(dst []Score, req *engine.Request, ws []Worker) []Score {
 	}
 	scores := dst[start:]
 	now := r.cfg.Now()
-	salt := kv.ScopeSalt(r.cfg.Secret, req.Scope)
-	hasher := kv.NewHasher([]byte(r.cfg.ModelID))
-	var buf []byte
+	salt := r.salt(req.Scope)
+	sc := r.scratch.Get().(*scratch)
+	defer r.scratch.Put(sc)
+	hasher, buf := sc.hasher, sc.buf
+	defer func() { sc.buf = buf }()
 
 	x := r.idx
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	// Each candidate's slot, or -1: unknown, stale, or its prefix ended.
-	slots := make([]int32, len(ws))
-	sizes := make([]int, len(ws))
+	slots := slices.Grow(sc.slots[:0], len(ws))[:len(ws)]
+	sizes := slices.Grow(sc.sizes[:0], len(ws))[:len(ws)]
+	sc.slots, sc.sizes = slots, sizes
 	for i := range ws {
+		sizes[i] = 0
 		slots[i] = -1
 		s, ok := x.slots[ws[i].ID]
 		if !ok {
@@ -229,7 +241,7 @@ func (r *Router) Score(dst []Score, req *engine.Request, ws []Worker) []Score {
 		if slots[i] < 0 || bs == 0 {
 			continue
 		}
-		group := make([]int, 0, len(ws)) // candidates of this block size still matching
+		group := sc.group[:0] // candidates of this block size still matching
 		for j := i; j < len(ws); j++ {
 			if slots[j] >= 0 && sizes[j] == bs {
 				group = append(group, j)
@@ -278,9 +290,39 @@ func (r *Router) Score(dst []Score, req *engine.Request, ws []Worker) []Score {
 			}
 			group = kept
 		}
+		sc.group = group[:0]
 	}
 	return dst
 }
+
+// scratch is one Score's working memory, reused: a decision allocates
+// almost nothing, so it adds no garbage-collection work to the gateway.
+type scratch struct {
+	hasher *kv.Hasher
+	buf    []byte
+	slots  []int32
+	sizes  []int
+	group  []int
+}
+
+// salt returns scope's salt, remembered (HMAC per decision is avoidable
+// work; the scopes are the tenants, few).
+func (r *Router) salt(scope string) kv.Hash {
+	r.saltMu.Lock()
+	defer r.saltMu.Unlock()
+	h, ok := r.salts[scope]
+	if !ok {
+		if len(r.salts) >= maxSalts {
+			clear(r.salts)
+		}
+		h = kv.ScopeSalt(r.cfg.Secret, scope)
+		r.salts[scope] = h
+	}
+	return h
+}
+
+// maxSalts bounds the salts remembered.
+const maxSalts = 1 << 16
 
 // Decision is a placement and why.
 type Decision struct {
