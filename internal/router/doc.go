@@ -23,9 +23,10 @@
 // softmax(−cost / (temperature × spread)) instead, to spread load.
 // Session affinity sends a session's turns to the worker of its last turn
 // while that worker's load is within Config.AffinitySlack of the least
-// loaded; a worker that reports load but whose events stopped for
-// Config.StaleAfter gets no credit for its cache (its index is not
-// trusted), which leaves load alone to place on it: least-loaded.
+// loaded; a worker whose index is behind (events it announced in its
+// heartbeat not applied, or, without sequence numbers, load reported)
+// and has not moved for Config.StaleAfter gets no credit for its cache,
+// which leaves load alone to place on it: least-loaded.
 //
 // Lock order: Router.mu (sessions, random source) is never held while
 // Index.mu is taken for writing; Score takes Index.mu for reading only.

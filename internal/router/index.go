@@ -51,6 +51,9 @@ type workerState struct {
 	// blockSize is the size of the worker's blocks (from its events; 0
 	// until one says).
 	blockSize int
+	// seq is the sequence number of the last event applied (0: unknown,
+	// as after a snapshot, whose events carry none).
+	seq uint64
 }
 
 // NewIndex returns an empty index; now is its clock (nil: time.Now),
@@ -91,10 +94,12 @@ func (x *Index) Apply(worker string, reset bool, events []kv.Event) {
 	s := x.slot(worker)
 	if reset {
 		x.forget(s, 0)
+		x.workers[s].seq = 0
 	}
 	w := &x.workers[s]
 	for i := range events {
 		e := &events[i]
+		w.seq = max(w.seq, e.Seq)
 		if e.Tier < 1 || e.Tier > numTiers {
 			continue // a tier this index does not know: ignored, not guessed at
 		}

@@ -72,9 +72,10 @@ type Config struct {
 	// the least loaded candidate and still take the next turn (default
 	// 8192).
 	AffinitySlack float64
-	// StaleAfter: a worker that reports load (running or waiting) while
-	// none of its KV events has been applied for this long gets no credit
-	// for its cache (default 30s).
+	// StaleAfter: a worker none of whose KV events has been applied for
+	// this long while it announced later ones (Worker.EventSeq), or, when
+	// that is unknown, while it reports load, gets no credit for its cache
+	// (default 30s).
 	StaleAfter time.Duration
 	// HashCacheBlocks bounds the block hashes remembered to score the
 	// next prompt with the same prefix faster (default 262,144, about 25
@@ -103,6 +104,10 @@ type Worker struct {
 	// has not finished, when the caller keeps that account (0: unknown,
 	// Weights.Waiting prices the queue instead).
 	PendingPrefill int
+	// EventSeq is the sequence number the worker's next KV event gets, as
+	// its heartbeat announced it (0: unknown). Events announced and not
+	// applied mean the index is behind.
+	EventSeq uint64
 }
 
 // Score is the cost of one placement, in prompt tokens.
@@ -218,7 +223,7 @@ func (r *Router) Score(dst []Score, req *engine.Request, ws []Worker) []Score {
 			continue
 		}
 		st := &x.workers[s]
-		if busy := ws[i].Running+ws[i].Waiting > 0; busy && now.Sub(st.updated) > r.cfg.StaleAfter {
+		if now.Sub(st.updated) > r.cfg.StaleAfter && r.behind(&ws[i], st) {
 			scores[i].Stale = true
 			continue
 		}
@@ -293,6 +298,18 @@ func (r *Router) Score(dst []Score, req *engine.Request, ws []Worker) []Score {
 		sc.group = group[:0]
 	}
 	return dst
+}
+
+// behind reports whether w's index misses events: the worker announced
+// later ones than were applied; or, where either number is unknown (no
+// heartbeat sequence, or a snapshot and no event since), it reports work,
+// which makes events. A worker decoding without filling a block makes
+// none: with sequence numbers it is not mistaken for a stale one.
+func (r *Router) behind(w *Worker, st *workerState) bool {
+	if w.EventSeq > 0 && st.seq > 0 {
+		return w.EventSeq > st.seq+1
+	}
+	return w.Running+w.Waiting > 0
 }
 
 // scratch is one Score's working memory, reused: a decision allocates

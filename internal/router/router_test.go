@@ -76,6 +76,12 @@ func TestScore(t *testing.T) {
 			want: Score{Prefill: 100, Load: 32, Stale: true}},
 		{name: "stale but idle: credit", events: []kv.Event{stored(kv.TierPool, hs...)}, stale: true,
 			want: Score{Cached: 96, ByTier: [3]int{96, 0, 0}, Prefill: 4}},
+		{name: "events announced and missing: no credit", events: []kv.Event{withSeq(stored(kv.TierPool, hs...), 7)}, stale: true,
+			worker: Worker{EventSeq: 12}, want: Score{Prefill: 100, Stale: true}},
+		{name: "busy, silent, nothing missing: credit", events: []kv.Event{withSeq(stored(kv.TierPool, hs...), 7)}, stale: true,
+			worker: Worker{EventSeq: 8, Running: 1}, want: Score{Cached: 96, ByTier: [3]int{96, 0, 0}, Prefill: 4, Load: 32}},
+		{name: "events missing, but recently applied: credit", events: []kv.Event{withSeq(stored(kv.TierPool, hs...), 7)},
+			worker: Worker{EventSeq: 12}, want: Score{Cached: 96, ByTier: [3]int{96, 0, 0}, Prefill: 4}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -99,6 +105,11 @@ func TestScore(t *testing.T) {
 			}
 		})
 	}
+}
+
+func withSeq(e kv.Event, seq uint64) kv.Event {
+	e.Seq = seq
+	return e
 }
 
 func TestChoose(t *testing.T) {

@@ -246,7 +246,7 @@ func Run(ctx context.Context, cfg Config, arrivals []Arrival) (Result, error) {
 			}
 			for j, n := range nodes {
 				st := n.e.Now()
-				ws[j] = router.Worker{ID: n.id, Running: st.Running, PendingPrefill: int(n.pending)}
+				ws[j] = router.Worker{ID: n.id, Running: st.Running, PendingPrefill: int(n.pending), EventSeq: n.log.Next()}
 			}
 			var chosen int
 			var prefill float64
