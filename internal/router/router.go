@@ -215,6 +215,8 @@ func (r *Router) Score(dst []Score, req *engine.Request, ws []Worker) []Score {
 	slots := slices.Grow(sc.slots[:0], len(ws))[:len(ws)]
 	sizes := slices.Grow(sc.sizes[:0], len(ws))[:len(ws)]
 	sc.slots, sc.sizes = slots, sizes
+	tiersOf := slices.Grow(sc.tiersOf[:0], len(x.workers))[:len(x.workers)] // zero between uses
+	sc.tiersOf = tiersOf
 	for i := range ws {
 		sizes[i] = 0
 		slots[i] = -1
@@ -265,16 +267,16 @@ func (r *Router) Score(dst []Score, req *engine.Request, ws []Worker) []Score {
 				parent = hasher.Block(parent, tokens)
 				r.hashes.put(key, parent)
 			}
+			// The holders, by slot, so each candidate looks its own up
+			// (a shared system prompt is held by most workers: a scan per
+			// candidate would be quadratic in the workers).
 			hs := x.blocks[parent]
+			for _, hd := range hs {
+				tiersOf[hd.slot] = hd.tiers
+			}
 			kept := group[:0]
 			for _, j := range group {
-				var tiers uint8
-				for _, hd := range hs {
-					if hd.slot == slots[j] {
-						tiers = hd.tiers
-						break
-					}
-				}
+				tiers := tiersOf[slots[j]]
 				if tiers == 0 {
 					continue // j's prefix ends here
 				}
@@ -292,6 +294,9 @@ func (r *Router) Score(dst []Score, req *engine.Request, ws []Worker) []Score {
 				}
 				sc.Cached += bs
 				kept = append(kept, j)
+			}
+			for _, hd := range hs {
+				tiersOf[hd.slot] = 0
 			}
 			group = kept
 		}
@@ -315,11 +320,12 @@ func (r *Router) behind(w *Worker, st *workerState) bool {
 // scratch is one Score's working memory, reused: a decision allocates
 // almost nothing, so it adds no garbage-collection work to the gateway.
 type scratch struct {
-	hasher *kv.Hasher
-	buf    []byte
-	slots  []int32
-	sizes  []int
-	group  []int
+	hasher  *kv.Hasher
+	buf     []byte
+	slots   []int32
+	sizes   []int
+	group   []int
+	tiersOf []uint8 // by index slot; all zero between uses
 }
 
 // salt returns scope's salt, remembered (HMAC per decision is avoidable

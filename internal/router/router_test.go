@@ -240,8 +240,8 @@ func TestHashCache(t *testing.T) {
 }
 
 // benchRouter is a router over 32 workers whose indexes hold 2,000 chains
-// of 64 blocks each, and an 8,192-token prompt sharing its first half
-// with worker w3.
+// of 64 blocks each, and an 8,192-token prompt whose first 1,024 tokens
+// (a system prompt) every worker holds and whose first half w3 holds.
 func benchRouter(b *testing.B) (*Router, []Worker, *engine.Request) {
 	r, err := New(NewIndex(nil), Config{Secret: testSecret, ModelID: testModel})
 	if err != nil {
@@ -257,6 +257,9 @@ func benchRouter(b *testing.B) (*Router, []Worker, *engine.Request) {
 	p := prompt(8192, 5)
 	copy(p, prompt(4096, 3*1000+1))
 	r.Index().Apply("w3", false, []kv.Event{stored(kv.TierPool, chain("t", p[:4096])...)})
+	for _, w := range ws {
+		r.Index().Apply(w.ID, false, []kv.Event{stored(kv.TierPool, chain("t", p[:1024])...)})
+	}
 	return r, ws, &engine.Request{Prompt: p, Scope: "t"}
 }
 
