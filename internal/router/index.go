@@ -1,6 +1,7 @@
 package router
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math/bits"
 	"sync"
@@ -13,6 +14,16 @@ import (
 // disk).
 const numTiers = 3
 
+// blockKey is the first 8 bytes of a block hash: a map keyed by it is
+// smaller and faster to probe than one keyed by the whole hash. Two
+// blocks sharing a key (about one pair in 10^7 among a million blocks)
+// would make the router credit a worker with a block it may not hold: a
+// worse placement, never a wrong answer, since each worker finds its
+// blocks by their whole hash.
+type blockKey uint64
+
+func keyOf(h kv.Hash) blockKey { return blockKey(binary.LittleEndian.Uint64(h[:8])) }
+
 // holder is one worker's copies of a block: a bit per tier (bit t-1 for
 // kv.Tier t).
 type holder struct {
@@ -23,7 +34,7 @@ type holder struct {
 // Index is the global block index: for every block hash, the workers that
 // can find it and in which tiers.
 //
-// Layout: one map from hash to a short list of holders (a block is
+// Layout: one map from hash (blockKey: its first 8 bytes) to a short list of holders (a block is
 // usually held by one worker or a few), and a slot per worker naming it
 // in those lists. Scoring walks a request's chain with one map lookup per
 // block; events change one holder each. Forgetting a worker (it left, died
@@ -36,7 +47,7 @@ type Index struct {
 	now func() time.Time
 
 	mu      sync.RWMutex
-	blocks  map[kv.Hash][]holder
+	blocks  map[blockKey][]holder
 	slots   map[string]int32
 	workers []workerState // by slot; id "" is a free slot
 }
@@ -62,7 +73,7 @@ func NewIndex(now func() time.Time) *Index {
 	if now == nil {
 		now = time.Now
 	}
-	return &Index{now: now, blocks: map[kv.Hash][]holder{}, slots: map[string]int32{}}
+	return &Index{now: now, blocks: map[blockKey][]holder{}, slots: map[string]int32{}}
 }
 
 // slot returns worker's slot, making one. Called with mu held for writing.
@@ -124,7 +135,8 @@ func (x *Index) Apply(worker string, reset bool, events []kv.Event) {
 }
 
 func (x *Index) store(s int32, h kv.Hash, bit uint8) {
-	hs := x.blocks[h]
+	k := keyOf(h)
+	hs := x.blocks[k]
 	for i := range hs {
 		if hs[i].slot == s {
 			if hs[i].tiers&bit == 0 {
@@ -134,12 +146,13 @@ func (x *Index) store(s int32, h kv.Hash, bit uint8) {
 			return
 		}
 	}
-	x.blocks[h] = append(hs, holder{slot: s, tiers: bit})
+	x.blocks[k] = append(hs, holder{slot: s, tiers: bit})
 	x.workers[s].blocks++
 }
 
 func (x *Index) remove(s int32, h kv.Hash, bit uint8) {
-	hs := x.blocks[h]
+	k := keyOf(h)
+	hs := x.blocks[k]
 	for i := range hs {
 		if hs[i].slot != s {
 			continue
@@ -151,9 +164,9 @@ func (x *Index) remove(s int32, h kv.Hash, bit uint8) {
 		if hs[i].tiers &^= bit; hs[i].tiers == 0 {
 			hs[i] = hs[len(hs)-1]
 			if hs = hs[:len(hs)-1]; len(hs) == 0 {
-				delete(x.blocks, h)
+				delete(x.blocks, k)
 			} else {
-				x.blocks[h] = hs
+				x.blocks[k] = hs
 			}
 		}
 		return
@@ -231,7 +244,7 @@ func (x *Index) Tiers(worker string, h kv.Hash) []kv.Tier {
 		return nil
 	}
 	var out []kv.Tier
-	for _, hd := range x.blocks[h] {
+	for _, hd := range x.blocks[keyOf(h)] {
 		if hd.slot == s {
 			for t := kv.Tier(1); t <= numTiers; t++ {
 				if hd.tiers&(1<<(t-1)) != 0 {

@@ -270,7 +270,7 @@ func (r *Router) Score(dst []Score, req *engine.Request, ws []Worker) []Score {
 			// The holders, by slot, so each candidate looks its own up
 			// (a shared system prompt is held by most workers: a scan per
 			// candidate would be quadratic in the workers).
-			hs := x.blocks[parent]
+			hs := x.blocks[keyOf(parent)]
 			for _, hd := range hs {
 				tiersOf[hd.slot] = hd.tiers
 			}
