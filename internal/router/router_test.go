@@ -315,3 +315,46 @@ func BenchmarkChoose32Parallel(b *testing.B) {
 	close(stop)
 	<-done
 }
+
+// TestConcurrent: decisions, events, snapshots and workers leaving at once
+// (run with -race); the index keeps its invariants.
+func TestConcurrent(t *testing.T) {
+	r, _ := newTestRouter(t, Config{Temperature: 0.5})
+	ws := []Worker{{ID: "a"}, {ID: "b"}, {ID: "c"}}
+	p := prompt(512, 6)
+	hs := chain("t1", p)
+	done := make(chan struct{})
+	for g := range 3 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			w := ws[g].ID
+			for i := range 200 {
+				switch i % 4 {
+				case 0, 1:
+					r.Index().Apply(w, false, []kv.Event{stored(kv.TierPool, hs[:i%len(hs)+1]...)})
+				case 2:
+					r.Index().Apply(w, true, []kv.Event{stored(kv.TierHost, hs[:3]...)})
+				case 3:
+					r.Forget(w)
+				}
+			}
+		}()
+	}
+	for g := range 3 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for i := range 200 {
+				req := &engine.Request{Prompt: p, Scope: "t1", Hints: engine.Hints{SessionID: fmt.Sprint(g, i%7)}}
+				if d := r.Choose(req, ws); d.Index < 0 || d.Index >= len(ws) {
+					t.Errorf("chose %d", d.Index)
+				}
+			}
+		}()
+	}
+	for range 6 {
+		<-done
+	}
+	if err := r.Index().checkInvariants(); err != nil {
+		t.Fatal(err)
+	}
+}
