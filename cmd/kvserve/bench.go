@@ -17,7 +17,7 @@ func newBenchCmd() *cobra.Command {
 		Short: "Benchmarks: in-process engine scenarios",
 	}
 	cmd.AddCommand(newBenchEngineCmd(), newBenchModelCmd())
-	cmd.AddCommand(newBenchServeCmd(), newBenchReplayCmd())
+	cmd.AddCommand(newBenchServeCmd(), newBenchReplayCmd(), newBenchRouterCmd())
 	return cmd
 }
 

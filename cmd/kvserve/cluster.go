@@ -12,10 +12,13 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/kvserve/kvserve/internal/api"
 	"github.com/kvserve/kvserve/internal/cluster"
+	"github.com/kvserve/kvserve/internal/router"
 )
 
 // workerOptions are the settings of `kvserve worker`.
@@ -124,6 +127,7 @@ func connectNATS(url, name string) (*nats.Conn, error) {
 // gatewayOptions are the settings of `kvserve gateway`.
 type gatewayOptions struct {
 	apiOptions
+	routerOptions
 	natsURL   string
 	modelPath string
 	modelID   string
@@ -136,8 +140,11 @@ func newGatewayCmd() *cobra.Command {
 		Short: "Serve the HTTP APIs, running every request on the cluster's workers",
 		Long: `The same HTTP server as serve (OpenAI, Anthropic and Gemini dialects, API keys from
 the data directory's tenant store and --api-key, the audit log, /metrics), with no
-engine of its own: each request goes to the least loaded worker of the model on the
-NATS server at --nats, and its tokens stream back from there.
+engine of its own: each request goes to a worker of the model on the NATS server at
+--nats, and its tokens stream back from there. The KV-aware router (--router kv, the
+default) picks the worker holding most of the prompt's blocks unless its load outweighs
+them; it hashes prompts as the workers do, so the gateway's data directory needs the
+workers' secret.
 
 --model names the model file the workers serve (default: the synthetic model, as
 serve): the gateway reads only its tokenizer and chat template, never its weights,
@@ -157,6 +164,7 @@ after it, the client gets an error rather than a hang.`,
 	f.StringVarP(&o.modelPath, "model", "m", "", "GGUF model file the workers serve, for its tokenizer and chat template (default: the synthetic model in the data directory)")
 	f.StringVar(&o.modelID, "model-id", "", "model name clients use, as the workers' --model-id (default: the file name without .gguf)")
 	addAPIFlags(f, &o.apiOptions)
+	addRouterFlags(f, &o.routerOptions)
 	return cmd
 }
 
@@ -168,7 +176,11 @@ func runGateway(ctx context.Context, o *gatewayOptions, stderr io.Writer) error 
 	if err := o.apiOptions.validate(); err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}
-	dataDir, _, err := openDataDir(o.dataDir)
+	policy, err := router.ParsePolicy(o.router)
+	if err != nil {
+		return fmt.Errorf("gateway: --router: %w", err)
+	}
+	dataDir, secret, err := openDataDir(o.dataDir)
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}
@@ -188,7 +200,7 @@ func runGateway(ctx context.Context, o *gatewayOptions, stderr io.Writer) error 
 		return err
 	}
 	defer loaded.file.Close()
-	g, err := startGateway(nc, a, loaded, o.modelAliases, log)
+	g, err := startGateway(nc, a, loaded, o.modelAliases, routing{policy: policy, secret: secret}, log)
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}
@@ -204,31 +216,87 @@ func runGateway(ctx context.Context, o *gatewayOptions, stderr io.Writer) error 
 	return nil
 }
 
-// gateway is the cluster side of a gateway: the registry of workers and
-// the backend dispatching to them.
-type gateway struct {
-	reg *cluster.Registry
-	b   *cluster.Backend
+// routerOptions choose how a gateway places requests.
+type routerOptions struct {
+	router string
 }
 
-// Close stops both; call it after the API has shut down.
+func addRouterFlags(f *pflag.FlagSet, o *routerOptions) {
+	f.StringVar(&o.router, "router", string(router.PolicyKV), "how requests are placed on workers: kv (KV-aware: cached prefix per tier against load), least-loaded, round-robin")
+}
+
+// routing is a gateway's placement policy and what it needs.
+type routing struct {
+	policy router.Policy
+	// secret is the workers' (the kv policy hashes prompts as they do).
+	secret []byte
+}
+
+// gateway is the cluster side of a gateway: the registry of workers, the
+// router's feed of their KV events (kv policy), and the backend
+// dispatching to them.
+type gateway struct {
+	reg    *cluster.Registry
+	feed   *router.Feed // nil unless the kv policy
+	router *router.Router
+	b      *cluster.Backend
+}
+
+// Close stops them all; call it after the API has shut down.
 func (g *gateway) Close() {
 	g.b.Close()
+	if g.feed != nil {
+		g.feed.Close()
+	}
 	g.reg.Close()
 }
 
 // startGateway follows the workers over nc and serves the loaded model on
 // a's API through them.
-func startGateway(nc *nats.Conn, a *apiServer, loaded *servedModel, aliases []string, log *slog.Logger) (*gateway, error) {
+func startGateway(nc *nats.Conn, a *apiServer, loaded *servedModel, aliases []string, rt routing, log *slog.Logger) (*gateway, error) {
 	reg, err := cluster.NewRegistry(nc, cluster.RegistryConfig{Logger: log})
 	if err != nil {
 		return nil, err
 	}
-	b, err := cluster.NewBackend(nc, reg, cluster.BackendConfig{Model: loaded.id, Logger: log, Registerer: a.reg})
+	g := &gateway{reg: reg}
+	var picker cluster.Picker
+	switch rt.policy {
+	case router.PolicyKV, "":
+		r, err := router.New(router.NewIndex(nil), router.Config{Secret: rt.secret, ModelID: loaded.id})
+		if err != nil {
+			reg.Close()
+			return nil, err
+		}
+		if g.feed, err = router.NewFeed(nc, reg, r, router.FeedConfig{Model: loaded.id, Logger: log,
+			Follow: cluster.FollowConfig{Logger: log}}); err != nil {
+			reg.Close()
+			return nil, err
+		}
+		g.router, picker = r, router.NewPicker(r)
+		if a.reg != nil {
+			blocks := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kvserve_router_index_blocks",
+				Help: "Blocks the KV-aware router knows the workers hold (a block held in two tiers or by two workers counts twice)."},
+				func() float64 { return float64(r.Index().Len()) })
+			if err := a.reg.Register(blocks); err != nil {
+				g.feed.Close()
+				reg.Close()
+				return nil, fmt.Errorf("router metrics: %w", err)
+			}
+		}
+	case router.PolicyRoundRobin:
+		picker = &router.RoundRobin{}
+	case router.PolicyLeastLoaded:
+		picker = cluster.LeastLoaded{}
+	}
+	b, err := cluster.NewBackend(nc, reg, cluster.BackendConfig{Model: loaded.id, Picker: picker, Logger: log, Registerer: a.reg})
 	if err != nil {
+		if g.feed != nil {
+			g.feed.Close()
+		}
 		reg.Close()
 		return nil, err
 	}
+	g.b = b
 	a.srv.SetModel(&api.Model{
 		ID: loaded.id, Aliases: aliases, Description: loaded.description, Synthetic: loaded.synthetic,
 		// The model's context: a worker whose KV pool holds less refuses
@@ -236,7 +304,7 @@ func startGateway(nc *nats.Conn, a *apiServer, loaded *servedModel, aliases []st
 		ContextLength: loaded.file.Model.Config.Context,
 		Backend:       b, Tokenizer: loaded.tok, Template: loaded.tmpl,
 	})
-	return &gateway{reg: reg, b: b}, nil
+	return g, nil
 }
 
 func newClusterCmd() *cobra.Command {
@@ -252,6 +320,7 @@ func newClusterCmd() *cobra.Command {
 type clusterUpOptions struct {
 	engineOptions
 	apiOptions
+	routerOptions
 	workers int
 }
 
@@ -279,6 +348,7 @@ gateways can join it with --nats). Each worker's disk tier, if any, lives under
 	f.IntVar(&o.workers, "workers", 2, "number of workers")
 	addEngineFlags(f, &o.engineOptions)
 	addAPIFlags(f, &o.apiOptions)
+	addRouterFlags(f, &o.routerOptions)
 	return cmd
 }
 
@@ -292,6 +362,10 @@ func runClusterUp(ctx context.Context, o *clusterUpOptions, stderr io.Writer) er
 	}
 	if err := o.apiOptions.validate(); err != nil {
 		return fmt.Errorf("cluster up: %w", err)
+	}
+	policy, err := router.ParsePolicy(o.router)
+	if err != nil {
+		return fmt.Errorf("cluster up: --router: %w", err)
 	}
 	dataDir, secret, err := openDataDir(o.dataDir)
 	if err != nil {
@@ -372,7 +446,7 @@ func runClusterUp(ctx context.Context, o *clusterUpOptions, stderr io.Writer) er
 		return fmt.Errorf("cluster up: %w", err)
 	}
 	defer a.shutdown(time.Second)
-	g, err := startGateway(gnc, a, loaded, o.modelAliases, log)
+	g, err := startGateway(gnc, a, loaded, o.modelAliases, routing{policy: policy, secret: secret}, log)
 	if err != nil {
 		return fmt.Errorf("cluster up: %w", err)
 	}

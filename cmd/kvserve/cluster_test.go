@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -172,6 +173,8 @@ func TestClusterCommandsRejectBadSettings(t *testing.T) {
 		{"gateway", []string{"--nats", "nats://127.0.0.1:1", "--model-alias", "claude-["}, "--model-alias"},
 		{"cluster", []string{"up", "--workers", "0"}, "--workers"},
 		{"cluster", []string{"up", "--kv-eviction", "fifo"}, "--kv-eviction"},
+		{"cluster", []string{"up", "--router", "random"}, "--router"},
+		{"gateway", []string{"--nats", "nats://127.0.0.1:1", "--router", "nearest"}, "--router"},
 	}
 	for _, tt := range tests {
 		cmd := map[string]func() *cobra.Command{"worker": newWorkerCmd, "gateway": newGatewayCmd, "cluster": newClusterCmd}[tt.name]()
@@ -292,16 +295,34 @@ func TestWorkerDrainTimeout(t *testing.T) {
 }
 
 // TestClusterContextCache: a context cache created through a gateway is
-// prefilled on a worker and its prefix is a hit when used (one worker: the
-// KV-aware routing that sends uses to the cache's worker is not built yet).
+// prefilled on one worker, and its uses are hits. With two workers, the
+// KV-aware router sends every use to the worker holding the cache's
+// blocks; round-robin sends some elsewhere, which computes the prefix
+// again (the case the router fixes).
 func TestClusterContextCache(t *testing.T) {
+	tests := []struct {
+		workers, router string
+		allHit          bool
+	}{
+		{"1", "kv", true},
+		{"2", "kv", true},
+		{"2", "round-robin", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.workers+"-"+tt.router, func(t *testing.T) {
+			testClusterContextCache(t, tt.workers, tt.router, tt.allHit)
+		})
+	}
+}
+
+func testClusterContextCache(t *testing.T, workers, router string, allHit bool) {
 	modelFile := apitest.ModelFile(t)
-	s := startCommand(t, newClusterCmd(), "up", "--workers", "1", "--engine", "sim", "--model", modelFile,
+	s := startCommand(t, newClusterCmd(), "up", "--workers", workers, "--router", router, "--engine", "sim", "--model", modelFile,
 		"--addr", "127.0.0.1:0", "--data-dir", t.TempDir(), "--kv-cache-memory", "16MiB", "--api-key", "sk-test=t1",
-		"--cache-min-tokens", "16")
-	do := func(path, body string) (int, string) {
-		req, _ := http.NewRequest("POST", s.base+path, strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer sk-test")
+		"--api-key", "sk-admin", "--cache-min-tokens", "16")
+	do := func(method, path, key, body string) (int, string) {
+		req, _ := http.NewRequest(method, s.base+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+key)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -310,16 +331,41 @@ func TestClusterContextCache(t *testing.T) {
 		data, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(data)
 	}
-	status, data := do("/v1/cached_contents", `{"model":"`+s.model+`","ttl":"600s","messages":[`+
+	status, data := do("POST", "/v1/cached_contents", "sk-test", `{"model":"`+s.model+`","ttl":"600s","messages":[`+
 		`{"role":"system","content":"`+strings.Repeat("A long shared system prompt. ", 6)+`"}]}`)
 	var c struct{ ID string }
 	if status != 200 || json.Unmarshal([]byte(data), &c) != nil || c.ID == "" {
 		t.Fatalf("create: %d %s", status, data)
 	}
-	status, data = do("/v1/chat/completions", `{"model":"`+s.model+`","max_tokens":1,"messages":[{"role":"user","content":"Q?"}],`+
-		`"kvserve":{"cached_content":"`+c.ID+`"}}`)
-	if status != 200 || strings.Contains(data, `"cached_tokens":0`) || !strings.Contains(data, `"cached_tokens"`) {
-		t.Fatalf("chat with the cache: %d %s", status, data)
+	if router == "kv" {
+		// The worker's KV events reach the gateway's index a moment after
+		// the cache is created.
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			_, m := do("GET", "/metrics", "sk-admin", "")
+			if strings.Contains(m, "\nkvserve_router_index_blocks ") && !strings.Contains(m, "\nkvserve_router_index_blocks 0\n") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the router's index stayed empty:\n%s", m)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	hits := 0
+	const uses = 4
+	for i := range uses {
+		status, data = do("POST", "/v1/chat/completions", "sk-test", `{"model":"`+s.model+`","max_tokens":1,"messages":[{"role":"user","content":"Q`+strconv.Itoa(i)+`?"}],`+
+			`"kvserve":{"cached_content":"`+c.ID+`"}}`)
+		if status != 200 || !strings.Contains(data, `"cached_tokens"`) {
+			t.Fatalf("chat with the cache: %d %s", status, data)
+		}
+		if !strings.Contains(data, `"cached_tokens":0`) {
+			hits++
+		}
+	}
+	if allHit && hits != uses || !allHit && hits == uses {
+		t.Errorf("%d of %d uses hit the cache (router %s, %s workers)", hits, uses, router, workers)
 	}
 	if err := s.stop(); err != nil {
 		t.Fatalf("cluster up returned %v", err)
