@@ -134,7 +134,9 @@ func planAuth(ctx context.Context, d *tenant.Directory, addr string, configured 
 	}
 	switch {
 	case configured > 0 || active > 0:
-		return authPlan{useStore: total > 0}, nil
+		// The store is consulted even when it holds no key yet: keys an
+		// administrator creates through the admin API work at once.
+		return authPlan{useStore: true}, nil
 	case allowOpen:
 		if !isLoopback(addr) {
 			fmt.Fprintf(stderr, "kvserve: WARNING: --allow-unauthenticated: serving %s to anyone who can reach it, with no API key\n", addr)

@@ -148,7 +148,7 @@ func TestPlanAuth(t *testing.T) {
 		{"loopback, empty store", empty, "127.0.0.1:8080", 0, false, authPlan{open: true}, false, ""},
 		{"elsewhere, empty store: first admin key", empty, "0.0.0.0:8080", 0, false, authPlan{useStore: true}, true, ""},
 		{"elsewhere, empty store, allowed open", empty, ":8080", 0, true, authPlan{open: true}, false, ""},
-		{"configured keys only", empty, "0.0.0.0:8080", 1, false, authPlan{}, false, ""},
+		{"configured keys only", empty, "0.0.0.0:8080", 1, false, authPlan{useStore: true}, false, ""},
 		{"stored keys", active, "127.0.0.1:8080", 0, false, authPlan{useStore: true}, false, ""},
 		{"stored and configured keys", active, "0.0.0.0:8080", 2, false, authPlan{useStore: true}, false, ""},
 		{"every stored key revoked", revokedOnly, "0.0.0.0:8080", 0, false, authPlan{}, false, "--allow-unauthenticated"},

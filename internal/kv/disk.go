@@ -51,7 +51,7 @@ func (p *Pool) spillLocked(victims []*hostEntry) {
 		if p.cfg.Events != nil {
 			p.cfg.Events.Publish(Event{Kind: BlockRemoved, Tier: TierHost, Hashes: []Hash{v.hash}, BlockSize: p.cfg.BlockSize})
 		}
-		if !p.toDiskLocked(v.hash, v.class, v.owner, v.data, false) {
+		if !p.toDiskLocked(v.hash, v.parent, v.class, v.owner, v.data, false) {
 			p.host.recycle(v.data)
 		}
 	}
@@ -59,7 +59,8 @@ func (p *Pool) spillLocked(victims []*hostEntry) {
 
 // toDiskLocked queues a block for G3 and reports whether G3 took data
 // (copied first when clone is set, as for a pool block about to be reused).
-func (p *Pool) toDiskLocked(h Hash, c Class, owner uint32, data []byte, clone bool) bool {
+// The block's ancestors that G3 lacks go with it (ancestorsToDiskLocked).
+func (p *Pool) toDiskLocked(h, parent Hash, c Class, owner uint32, data []byte, clone bool) bool {
 	if p.disk == nil {
 		return false
 	}
@@ -72,7 +73,57 @@ func (p *Pool) toDiskLocked(h Hash, c Class, owner uint32, data []byte, clone bo
 	if clone {
 		b.Data = bytes.Clone(data)
 	}
-	return p.disk.Put(b) && !clone
+	took := p.disk.Put(b) && !clone
+	p.ancestorsToDiskLocked(parent)
+	return took
+}
+
+// maxAncestorWrites bounds the ancestors one block takes down with it.
+const maxAncestorWrites = 1024
+
+// ancestorsToDiskLocked queues the ancestors (from parent up) of a block
+// bound for G3 that G3 lacks, copied from the pool or G2: a block on disk
+// is of use only after its whole prefix, and the prefix is what stays in
+// memory (chains are cut from the tail), so after a crash, which loses
+// memory, the disk would otherwise hold tails that nothing can reach.
+func (p *Pool) ancestorsToDiskLocked(parent Hash) {
+	for range maxAncestorWrites {
+		if parent.IsZero() || p.disk.Has(parent) {
+			return
+		}
+		if id, ok := p.index[parent]; ok {
+			m := &p.meta[id]
+			b := diskstore.Block{Hash: m.hash, Scope: p.scopes[m.owner], Class: uint8(offloadClass(m.class))}
+			if p.slab != nil { // else the disk tier is index-only
+				b.Data = bytes.Clone(p.blockData(id))
+			}
+			p.disk.Put(b)
+			parent = Hash{}
+			if m.parent >= 0 {
+				parent = p.meta[m.parent].hash
+			}
+			continue
+		}
+		if p.host == nil {
+			return
+		}
+		el, ok := p.host.byHash[parent]
+		if !ok {
+			return
+		}
+		e := el.Value.(*hostEntry)
+		p.disk.Put(diskstore.Block{Hash: e.hash, Scope: p.scopes[e.owner], Class: uint8(e.class), Data: bytes.Clone(e.data)})
+		parent = e.parent
+	}
+}
+
+// offloadClass is the class a block leaving the pool keeps below it: an
+// unclassified block, or a pin (evicted only once expired), as session.
+func offloadClass(c Class) Class {
+	if c == ClassDefault || c == ClassPinned {
+		return ClassSession
+	}
+	return c
 }
 
 // Fetch starts moving the blocks of a prompt's chain that only G3 holds

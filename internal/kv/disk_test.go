@@ -62,8 +62,10 @@ func TestDiskTier(t *testing.T) {
 		cache(t, p, a, time.Time{})
 		cache(t, p, b, time.Time{})
 		written(t, p)
-		if st := p.Stats().Disk; st.Blocks != 4-host {
-			t.Fatalf("G2 of %d: G3 holds %d blocks, want %d", host, st.Blocks, 4-host)
+		// G3 holds the chain's tail and, sent down with it, the head that
+		// stays in G2 (a block on disk is of use only after its prefix).
+		if st := p.Stats().Disk; st.Blocks != 4 {
+			t.Fatalf("G2 of %d: G3 holds %d blocks, want 4", host, st.Blocks)
 		}
 		s := p.NewSequence(Hash{7}, nil)
 		// G2 keeps the chain's head (evicted last), G3 the rest.
@@ -211,4 +213,32 @@ func TestForgetScope(t *testing.T) {
 	}
 	checkContent(t, k)
 	k.Release()
+}
+
+// TestDiskTierHoldsWholeChains: a block goes to disk with the ancestors
+// the disk lacks, so that a crash — which loses memory, where a chain's
+// head stays while its tail is evicted — leaves reachable chains on disk.
+func TestDiskTierHoldsWholeChains(t *testing.T) {
+	dir := t.TempDir()
+	p := diskPool(t, 5, 0, dir)
+	head := seqTokens(1, 8)                                          // 2 blocks shared by both prompts
+	a := append(append([]int32(nil), head...), seqTokens(100, 9)...) // + 2 blocks of its own
+	b := append(append([]int32(nil), head...), seqTokens(200, 9)...)
+	cache(t, p, a, time.Time{})
+	cache(t, p, b, time.Time{}) // evicts a's tail; the shared head stays in the pool
+	written(t, p)
+	// A crash: the disk keeps what was written; the pool's memory is lost.
+	if err := p.disk.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	q := diskPool(t, 5, 0, dir)
+	if n := fetchWait(t, q, Hash{7}, a); n != 4 {
+		t.Fatalf("fetched %d of a's blocks after the crash, want all 4", n)
+	}
+	s := q.NewSequence(Hash{7}, nil)
+	if hit := s.MatchPrefix(a); hit != 16 {
+		t.Fatalf("hit %d tokens of a after the crash, want 16", hit)
+	}
+	checkContent(t, s)
+	s.Release()
 }

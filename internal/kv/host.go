@@ -31,10 +31,11 @@ type hostTier struct {
 const maxSpare = 64
 
 type hostEntry struct {
-	hash  Hash
-	class Class
-	owner uint32 // the scope's number in the pool
-	data  []byte // nil without storage
+	hash   Hash
+	parent Hash // the chain's previous block (zero for the first)
+	class  Class
+	owner  uint32 // the scope's number in the pool
+	data   []byte // nil without storage
 }
 
 // hostStats counts G2's traffic.

@@ -547,24 +547,24 @@ func (p *Pool) allocLocked() (BlockID, error) {
 // own victims spilling on to G3), else to G3 if there is one.
 func (p *Pool) offloadLocked(id BlockID) {
 	m := &p.meta[id]
-	c := m.class
-	if c == ClassDefault || c == ClassPinned { // an evicted pin has expired
-		c = ClassSession
+	c := offloadClass(m.class)
+	var parent Hash
+	if m.parent >= 0 {
+		parent = p.meta[m.parent].hash
 	}
 	if p.host == nil {
-		p.toDiskLocked(m.hash, c, m.owner, p.blockData(id), true)
+		p.toDiskLocked(m.hash, parent, c, m.owner, p.blockData(id), true)
 		return
 	}
 	stored, evicted := p.host.put(m.hash, c, m.owner, p.blockData(id))
+	if stored {
+		p.host.byHash[m.hash].Value.(*hostEntry).parent = parent
+	}
 	p.spillLocked(evicted)
 	if p.cfg.Events == nil {
 		return
 	}
 	if stored {
-		var parent Hash
-		if m.parent >= 0 {
-			parent = p.meta[m.parent].hash
-		}
 		p.cfg.Events.Publish(Event{Kind: BlockStored, Tier: TierHost, Hashes: []Hash{m.hash}, Parent: parent,
 			BlockSize: p.cfg.BlockSize, Class: c})
 	}

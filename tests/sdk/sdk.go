@@ -88,6 +88,9 @@ type Options struct {
 	Engine string
 	// Args are more `kvserve serve` flags.
 	Args []string
+	// DataDir, when set, is the data directory (a restarted server's);
+	// by default each server gets a fresh one.
+	DataDir string
 }
 
 // Engines returns the engines every SDK test runs against. The simulator
@@ -103,9 +106,26 @@ type Server struct {
 	URL string
 	// ModelPath is the GGUF file the server generated and serves.
 	ModelPath string
+	// Bin is the kvserve binary it runs, and DataDir its data directory.
+	Bin, DataDir string
 
-	model *api.Model
-	log   *syncBuffer
+	model  *api.Model
+	log    *syncBuffer
+	kill   func() error
+	exited <-chan struct{}
+}
+
+// Kill ends the server with SIGKILL, as a crash would, and waits for it.
+func (s *Server) Kill(t testing.TB) {
+	t.Helper()
+	if err := s.kill(); err != nil {
+		t.Fatalf("sdk: kill kvserve: %v", err)
+	}
+	select {
+	case <-s.exited:
+	case <-time.After(15 * time.Second):
+		t.Fatal("sdk: kvserve did not exit after SIGKILL")
+	}
 }
 
 // RepoRoot returns the module root (the directory of go.mod), found from
@@ -148,6 +168,9 @@ func Start(t testing.TB, o Options) *Server {
 	}
 
 	dataDir := filepath.Join(dir, "data")
+	if o.DataDir != "" {
+		dataDir = o.DataDir
+	}
 	args := []string{"serve", "--addr", "127.0.0.1:0", "--data-dir", dataDir,
 		"--block-size", fmt.Sprint(BlockSize), "--kv-cache-memory", "512MiB", "--shutdown-timeout", "5s"}
 	if o.Engine != "" {
@@ -158,7 +181,7 @@ func Start(t testing.TB, o Options) *Server {
 	}
 	args = append(args, o.Args...)
 
-	s := &Server{log: &syncBuffer{}}
+	s := &Server{log: &syncBuffer{}, Bin: bin, DataDir: dataDir}
 	listening := make(chan string, 1)
 	s.log.onLine = func(line string) {
 		if m := listenRE.FindStringSubmatch(line); m != nil {
@@ -179,6 +202,7 @@ func Start(t testing.TB, o Options) *Server {
 		t.Fatalf("sdk: start kvserve serve: %v", err)
 	}
 	exited := make(chan struct{}) // closed when the process has exited
+	s.exited, s.kill = exited, cmd.Process.Kill
 	var waitErr error
 	go func() {
 		waitErr = cmd.Wait()

@@ -456,6 +456,12 @@ func (s *Store) writeNext() {
 func (s *Store) Write(b Block) error {
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
+	s.mu.Lock()
+	closing := s.closing
+	s.mu.Unlock()
+	if closing {
+		return errors.New("diskstore: write to a closed store")
+	}
 	return s.write(&b)
 }
 
