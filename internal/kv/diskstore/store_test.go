@@ -78,13 +78,19 @@ func TestRoundTripAndRestart(t *testing.T) {
 	dir := t.TempDir()
 	scope := hashOf("tenant-a")
 	a, b := hashOf("a"), hashOf("b")
-	s := open_(t, Config{Dir: dir})
+	// The writer waits until the queued blocks have been taken.
+	gate := make(chan struct{})
+	s := open_(t, Config{Dir: dir, WriteFile: func(path string, data []byte) error {
+		<-gate
+		return writeAtomic(filepath.Join(dir, "tmp"), path, data)
+	}})
 	s.Put(Block{Hash: a, Scope: scope, Class: 3, Data: data(1)})
 	s.Put(Block{Hash: b, Scope: scope, Class: 2, Data: data(2)})
 	// Queued blocks are served from memory before they reach the disk.
 	if got, c, ok := s.Take(scope, a); !ok || c != 3 || !bytes.Equal(got, data(1)) {
 		t.Fatalf("take of a queued block: ok %v class %d", ok, c)
 	}
+	close(gate)
 	flush(t, s)
 	if st := s.Stats(); st.Blocks != 2 || st.Written != 2 {
 		t.Fatalf("stats after writing: %+v", st)
