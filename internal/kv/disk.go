@@ -78,26 +78,36 @@ func (p *Pool) toDiskLocked(h, parent Hash, c Class, owner uint32, data []byte, 
 	return took
 }
 
-// maxAncestorWrites bounds the ancestors one block takes down with it.
-const maxAncestorWrites = 1024
+// Bounds on the ancestors one block takes down with it: how far up the
+// chain to look, and how many to copy (the rest go with a later block).
+const (
+	maxAncestorSteps  = 4096
+	maxAncestorWrites = 64
+)
 
 // ancestorsToDiskLocked queues the ancestors (from parent up) of a block
 // bound for G3 that G3 lacks, copied from the pool or G2: a block on disk
 // is of use only after its whole prefix, and the prefix is what stays in
 // memory (chains are cut from the tail), so after a crash, which loses
-// memory, the disk would otherwise hold tails that nothing can reach.
+// memory, the disk would otherwise hold tails that nothing can reach. It
+// walks up past ancestors the disk has while memory knows their parents.
 func (p *Pool) ancestorsToDiskLocked(parent Hash) {
-	for range maxAncestorWrites {
-		if parent.IsZero() || p.disk.Has(parent) {
+	writes := 0
+	for range maxAncestorSteps {
+		if parent.IsZero() || writes == maxAncestorWrites {
 			return
 		}
+		onDisk := p.disk.Has(parent)
 		if id, ok := p.index[parent]; ok {
 			m := &p.meta[id]
-			b := diskstore.Block{Hash: m.hash, Scope: p.scopes[m.owner], Class: uint8(offloadClass(m.class))}
-			if p.slab != nil { // else the disk tier is index-only
-				b.Data = bytes.Clone(p.blockData(id))
+			if !onDisk {
+				b := diskstore.Block{Hash: m.hash, Scope: p.scopes[m.owner], Class: uint8(offloadClass(m.class))}
+				if p.slab != nil { // else the disk tier is index-only
+					b.Data = bytes.Clone(p.blockData(id))
+				}
+				p.disk.Put(b)
+				writes++
 			}
-			p.disk.Put(b)
 			parent = Hash{}
 			if m.parent >= 0 {
 				parent = p.meta[m.parent].hash
@@ -109,10 +119,13 @@ func (p *Pool) ancestorsToDiskLocked(parent Hash) {
 		}
 		el, ok := p.host.byHash[parent]
 		if !ok {
-			return
+			return // on disk only: what precedes it went down with it
 		}
 		e := el.Value.(*hostEntry)
-		p.disk.Put(diskstore.Block{Hash: e.hash, Scope: p.scopes[e.owner], Class: uint8(e.class), Data: bytes.Clone(e.data)})
+		if !onDisk {
+			p.disk.Put(diskstore.Block{Hash: e.hash, Scope: p.scopes[e.owner], Class: uint8(e.class), Data: bytes.Clone(e.data)})
+			writes++
+		}
 		parent = e.parent
 	}
 }
