@@ -505,15 +505,21 @@ func (e *Engine) validate(r *Request) error {
 	// A request that fits beside the pins held now is taken; if more pins
 	// come before it runs, it waits for them to expire. One that fits
 	// beside a full quota of pins never waits for pins.
+	// The request's own blocks that are pinned already (a context cache's
+	// prefix) are part of the room it needs, not beside it.
 	pinned := e.kv.Pinned()
-	if room := e.kv.NumBlocks() - pinned; need > room {
-		return fmt.Errorf("%w: %d tokens need %d KV blocks, the pool has %d beside the pinned ones", ErrTooLong, len(r.Prompt)+r.MaxTokens, need, room)
+	salt := e.salt(r.Scope)
+	own := 0
+	if pinned > 0 && !e.cfg.Contiguous {
+		own = e.kv.CountPinned(kv.NewHasher([]byte(e.cfg.ModelID)).Chain(nil, salt, r.Prompt, bs))
+	}
+	if room := e.kv.NumBlocks() - pinned; need-own > room {
+		return fmt.Errorf("%w: %d tokens need %d KV blocks, the pool has %d beside the pinned ones", ErrTooLong, len(r.Prompt)+r.MaxTokens, need-own, room)
 	}
 	if pins(r) {
 		// Up to every full block of the prompt, less those pinned already
 		// (a context cache extended, or used again with a pin).
-		salt := e.salt(r.Scope)
-		n := len(r.Prompt)/bs - e.kv.CountPinned(kv.NewHasher([]byte(e.cfg.ModelID)).Chain(nil, salt, r.Prompt, bs))
+		n := len(r.Prompt)/bs - own
 		if pinned+n > e.maxPinned() {
 			return fmt.Errorf("%w: %d blocks are pinned and this request would pin up to %d more; the limit is %d (%.0f%% of the KV pool)",
 				ErrPinQuota, pinned, n, e.maxPinned(), 100*e.cfg.MaxPinnedFraction)

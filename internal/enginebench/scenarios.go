@@ -441,14 +441,15 @@ func contextCache(ctx context.Context, m *model.Model, o Options) (Result, error
 	}
 	questions := o.scaled(200)
 	perToken := int64(m.Config.KVBytesPerToken(2))
-	kvBytes := int64(docLen+4*questionLen) * perToken
+	// Room for the document and a few questions beside it.
+	kvBytes := int64(docLen+8*questionLen+256) * perToken
 	rng := rand.New(rand.NewPCG(5, 5))
 	doc := tokens(rng, m, docLen)
 	asks := make([][]int32, questions)
 	for i := range asks {
 		asks[i] = tokens(rng, m, questionLen)
 	}
-	cached, err := newEngine(m, o, engine.Config{KVMemoryBytes: kvBytes})
+	cached, err := newEngine(m, o, engine.Config{KVMemoryBytes: kvBytes, MaxPinnedFraction: 0.95, MaxPinnedPerTenant: 0.95})
 	if err != nil {
 		return nil, err
 	}
