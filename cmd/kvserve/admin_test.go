@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"encoding/json"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -25,18 +24,8 @@ func TestAdminAPI(t *testing.T) {
 		"--kv-cache-memory", "16MiB", "--threads", "1")
 	call := func(key, method, path, body string) (int, string) {
 		t.Helper()
-		req, err := http.NewRequest(method, s.base+path, strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Authorization", "Bearer "+key)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		data, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(data)
+		status, data := httpDo(t, method, s.base+path, key, body)
+		return status, string(data)
 	}
 	blocks := func() int {
 		t.Helper()

@@ -27,18 +27,7 @@ import (
 func chatThrough(t *testing.T, base, model, key string) (int, []byte) {
 	t.Helper()
 	body := `{"model":"` + model + `","messages":[{"role":"user","content":"hi"}],"max_tokens":4}`
-	req, err := http.NewRequest("POST", base+"/v1/chat/completions", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+key)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, data
+	return httpDo(t, "POST", base+"/v1/chat/completions", key, body)
 }
 
 func wantChoice(t *testing.T, status int, data []byte) {

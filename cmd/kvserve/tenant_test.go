@@ -417,18 +417,9 @@ func TestServeStoreKeys(t *testing.T) {
 	base, model := s.base, s.model
 
 	call := func(method, path, body string) (int, string) {
-		req, err := http.NewRequest(method, base+path, strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Authorization", "Bearer "+secret)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		data, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(data)
+		t.Helper()
+		status, data := httpDo(t, method, base+path, secret, body)
+		return status, string(data)
 	}
 	chat := `{"model":"` + model + `","messages":[{"role":"user","content":"hi"}],"max_tokens":2}`
 	if status, body := call("POST", "/v1/chat/completions", chat); status != 200 {
