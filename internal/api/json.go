@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -216,4 +217,21 @@ func decodeRune[T ~string | ~[]byte](s T) (rune, int) {
 		return utf8.DecodeRune(v)
 	}
 	return utf8.DecodeRuneInString(string(s))
+}
+
+// UnknownField decodes body into v again, refusing fields v does not
+// have, and names the first unknown one ("" when there is none). Dialects
+// that forbid unknown fields call it after DecodeJSONBytes and word the
+// refusal their own way; any other decoding error is returned as err.
+func UnknownField(body []byte, v any) (field string, err error) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		const unknown = "json: unknown field "
+		if msg := err.Error(); strings.HasPrefix(msg, unknown) {
+			return strings.Trim(strings.TrimPrefix(msg, unknown), `"`), nil
+		}
+		return "", err
+	}
+	return "", nil
 }

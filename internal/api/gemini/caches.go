@@ -95,15 +95,12 @@ func decodeStrict(r *http.Request, v any) error {
 			body = norm
 		}
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		const unknown = "json: unknown field "
-		if msg := err.Error(); strings.HasPrefix(msg, unknown) {
-			field := strings.Trim(strings.TrimPrefix(msg, unknown), `"`)
-			return api.InvalidParam(field, "Invalid JSON payload received. Unknown name %q: this request does not take it", field)
-		}
+	field, err := api.UnknownField(body, v)
+	switch {
+	case err != nil:
 		return api.InvalidParam("", "invalid JSON: %v", err)
+	case field != "":
+		return api.InvalidParam(field, "Invalid JSON payload received. Unknown name %q: this request does not take it", field)
 	}
 	return nil
 }

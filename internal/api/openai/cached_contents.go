@@ -80,15 +80,12 @@ func decodeStrict(c *api.Call, v any) error {
 	if err := api.DecodeJSONBytes(body, v); err != nil {
 		return err
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		const unknown = "json: unknown field "
-		if msg := err.Error(); strings.HasPrefix(msg, unknown) {
-			field := strings.Trim(strings.TrimPrefix(msg, unknown), `"`)
-			return api.InvalidParam(field, "unknown field %q", field)
-		}
+	field, err := api.UnknownField(body, v)
+	switch {
+	case err != nil:
 		return api.InvalidParam("", "invalid JSON: %v", err)
+	case field != "":
+		return api.InvalidParam(field, "unknown field %q", field)
 	}
 	return nil
 }
