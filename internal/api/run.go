@@ -110,6 +110,13 @@ type Usage struct {
 	CompletionTokens int
 	// ReasoningTokens are the completion tokens that went into reasoning.
 	ReasoningTokens int
+	// CachedHostTokens and CachedDiskTokens are the part of CachedTokens
+	// brought up from host memory (G2) and disk (G3).
+	CachedHostTokens, CachedDiskTokens int
+	// CacheWriteTokens are the prompt tokens the request asked to keep
+	// (up to its last cache breakpoint, see SetCacheWriteEnd) that were
+	// not read from the cache: what Anthropic calls cache creation.
+	CacheWriteTokens int
 }
 
 // Run is a submitted request whose output is being read. It belongs to one
@@ -127,6 +134,9 @@ type Run struct {
 	done    bool
 	created time.Time
 	markers map[int32]string // control tokens rendered for the parser
+	// writeEnd is where the prompt span the request asked to cache ends
+	// (SetCacheWriteEnd).
+	writeEnd int
 }
 
 // sampleState is the text pipeline of one sample: detokenizer, stop
@@ -291,10 +301,25 @@ func (r *Run) Next() ([]Event, error) {
 // Cancel stops the request (its blocks are freed by the engine).
 func (r *Run) Cancel() { r.stream.Cancel() }
 
+// SetCacheWriteEnd says the request asked for its prompt's first end tokens
+// to be cached (Anthropic's cache_control breakpoints): those not read from
+// the cache count as written to it (Usage.CacheWriteTokens), in the
+// response and in the usage ledger alike.
+func (r *Run) SetCacheWriteEnd(end int) { r.writeEnd = max(0, end) }
+
+// CacheWriteTokens is how many of a prompt's tokens count as written to the
+// cache when its first end tokens were asked to be cached and its first
+// cached tokens were read from it.
+func CacheWriteTokens(prompt, cached, end int) int {
+	return max(0, min(end, prompt)-min(cached, prompt))
+}
+
 // Usage returns the token counts so far.
 func (r *Run) Usage() Usage {
 	u := r.stream.Usage()
-	out := Usage{PromptTokens: u.PromptTokens, CachedTokens: u.CachedTokens}
+	out := Usage{PromptTokens: u.PromptTokens, CachedTokens: u.CachedTokens,
+		CachedHostTokens: u.CachedHostTokens, CachedDiskTokens: u.CachedDiskTokens}
+	out.CacheWriteTokens = CacheWriteTokens(u.PromptTokens, u.CachedTokens, r.writeEnd)
 	for i := range r.samples {
 		out.CompletionTokens += r.samples[i].tokens
 		out.ReasoningTokens += r.samples[i].reasoning

@@ -168,7 +168,12 @@ type Usage struct {
 	PromptTokens int `json:"prompt_tokens"`
 	// CachedTokens of the prompt were found in the prefix cache (first
 	// admission; a preempted request's re-hits are not counted).
-	CachedTokens     int `json:"cached_tokens"`
+	CachedTokens int `json:"cached_tokens"`
+	// CachedHostTokens and CachedDiskTokens are the part of CachedTokens
+	// brought up from host memory (G2) and from disk (G3); the rest was in
+	// the pool.
+	CachedHostTokens int `json:"cached_host_tokens,omitempty"`
+	CachedDiskTokens int `json:"cached_disk_tokens,omitempty"`
 	CompletionTokens int `json:"completion_tokens"`
 }
 

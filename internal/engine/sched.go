@@ -180,6 +180,9 @@ func (e *Engine) admit(s *seqState) (ok, deferred bool) {
 		r.stream.mu.Lock()
 		r.stream.admitted = now
 		r.stream.usage.CachedTokens = hit
+		if hit > 0 {
+			_, r.stream.usage.CachedHostTokens, r.stream.usage.CachedDiskTokens = seq.MatchedFrom()
+		}
 		r.stream.mu.Unlock()
 		e.m.queueTime.Observe(now.Sub(r.stream.arrival).Seconds())
 	}

@@ -72,12 +72,20 @@ func TestDiskTier(t *testing.T) {
 		if hit := s.MatchPrefix(a); hit != 4*host {
 			t.Fatalf("G2 of %d: hit %d tokens before fetching, want %d", host, hit, 4*host)
 		}
+		if g1, g2, g3 := s.MatchedFrom(); g1 != 0 || g2 != 4*host || g3 != 0 {
+			t.Fatalf("G2 of %d: matched %d/%d/%d tokens from G1/G2/G3 before fetching, want 0/%d/0", host, g1, g2, g3, 4*host)
+		}
 		s.Release()
 		if n := fetchWait(t, p, Hash{7}, a); n != 4-host {
 			t.Fatalf("G2 of %d: fetched %d blocks, want %d", host, n, 4-host)
 		}
 		if hit := s.MatchPrefix(a); hit != 16 {
 			t.Fatalf("G2 of %d: hit %d tokens after fetching, want 16", host, hit)
+		}
+		// The chain's head from memory (G1, or G2 where the first match's
+		// blocks went back down), the rest from G3.
+		if g1, g2, g3 := s.MatchedFrom(); g1+g2 != 4*host || g3 != 16-4*host {
+			t.Fatalf("G2 of %d: matched %d/%d/%d tokens from G1/G2/G3 after fetching, want %d from memory, %d from G3", host, g1, g2, g3, 4*host, 16-4*host)
 		}
 		checkContent(t, s)
 		if err := extend(s, a[s.Len():]); err != nil {

@@ -574,10 +574,10 @@ func (p *Pool) offloadLocked(id BlockID) {
 // by Fetch, or still queued for writing), into a pool block, registered
 // under its hash after parent (the chain's previous block, -1 for the
 // first), with one reference for the caller. It reports false when
-// neither holds h there or the pool has no room.
-func (p *Pool) onboardLocked(h Hash, parent BlockID, class Class, expiry int64, owner uint32) (BlockID, bool) {
+// neither holds h there or the pool has no room. tier says which held it.
+func (p *Pool) onboardLocked(h Hash, parent BlockID, class Class, expiry int64, owner uint32) (BlockID, Tier, bool) {
 	if p.cfg.DisableIndex {
-		return -1, false
+		return -1, 0, false
 	}
 	var (
 		id   BlockID
@@ -595,7 +595,7 @@ func (p *Pool) onboardLocked(h Hash, parent BlockID, class Class, expiry int64, 
 				p.host.stats.Stored--
 			}
 			p.host.stats.Onboarded--
-			return -1, false
+			return -1, 0, false
 		}
 		if e.data != nil {
 			copy(p.blockData(id), e.data)
@@ -604,20 +604,20 @@ func (p *Pool) onboardLocked(h Hash, parent BlockID, class Class, expiry int64, 
 		from, tier = e.class, TierHost
 	case p.disk != nil:
 		if len(p.free)+p.evictor.Len() == 0 {
-			return -1, false
+			return -1, 0, false
 		}
 		data, c, ok := p.disk.Take(p.scopes[owner], h)
 		if !ok {
-			return -1, false
+			return -1, 0, false
 		}
 		var err error
 		if id, err = p.allocLocked(); err != nil { // cannot happen: room was checked
-			return -1, false
+			return -1, 0, false
 		}
 		copy(p.blockData(id), data)
 		from, tier = Class(c), TierDisk
 	default:
-		return -1, false
+		return -1, 0, false
 	}
 	m := &p.meta[id]
 	class = p.allowedLocked(class, owner)
@@ -640,7 +640,7 @@ func (p *Pool) onboardLocked(h Hash, parent BlockID, class Class, expiry int64, 
 		p.cfg.Events.Publish(Event{Kind: BlockStored, Tier: TierPool, Hashes: []Hash{h}, Parent: parentHash,
 			BlockSize: p.cfg.BlockSize, Class: m.class})
 	}
-	return id, true
+	return id, tier, true
 }
 
 // unindexLocked removes a block's hash from the prefix index.

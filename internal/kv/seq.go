@@ -32,6 +32,10 @@ type Sequence struct {
 	// persistUntil is when the blocks it makes persistent lose that class
 	// (Unix nanoseconds; 0: never).
 	persistUntil int64
+	// onboarded counts the matched blocks brought up from G2 and G3 (the
+	// rest of the match was in the pool), for usage by tier.
+	onboarded struct{ host, disk int }
+	matched   int // blocks MatchPrefixHashes matched
 }
 
 // NewSequence starts an empty sequence whose block hashes are salted with
@@ -146,8 +150,14 @@ func (s *Sequence) MatchPrefixHashes(prompt []int32, hashes []Hash) int {
 			if i > 0 {
 				parent = s.blocks[i-1]
 			}
-			if id, ok = p.onboardLocked(hashes[i], parent, s.classOf(i), s.expiryOf(i), s.owner); !ok {
+			var tier Tier
+			if id, tier, ok = p.onboardLocked(hashes[i], parent, s.classOf(i), s.expiryOf(i), s.owner); !ok {
 				break
+			}
+			if tier == TierHost {
+				s.onboarded.host++
+			} else {
+				s.onboarded.disk++
 			}
 		}
 		p.meta[id].uses++
@@ -155,10 +165,19 @@ func (s *Sequence) MatchPrefixHashes(prompt []int32, hashes []Hash) int {
 		s.hashes = append(s.hashes, hashes[i])
 	}
 	n := len(s.blocks) * bs
+	s.matched = len(s.blocks)
 	s.tokens = append(s.tokens, prompt[:n]...)
 	s.known = hashes
 	p.stats.HitTokens += int64(n)
 	return n
+}
+
+// MatchedFrom splits the tokens MatchPrefixHashes matched by the tier they
+// were found in: the pool (G1), host memory (G2) and disk (G3).
+func (s *Sequence) MatchedFrom() (pool, host, disk int) {
+	bs := s.pool.cfg.BlockSize
+	host, disk = s.onboarded.host*bs, s.onboarded.disk*bs
+	return s.matched*bs - host - disk, host, disk
 }
 
 // blocksNeeded is how many new blocks Reserve(n) must take: blocks to cover
@@ -312,4 +331,5 @@ func (s *Sequence) Release() {
 	p.mu.Unlock()
 	s.blocks, s.hashes, s.tokens, s.known = s.blocks[:0], s.hashes[:0], s.tokens[:0], nil
 	s.classes, s.rest = s.classes[:0], 0
+	s.onboarded.host, s.onboarded.disk, s.matched = 0, 0, 0
 }

@@ -137,7 +137,8 @@ func TestUsageArithmetic(t *testing.T) {
 		{"marks past the prompt", 50, 0, cacheMarks{end: 70, end1h: 90}, 0, 50, 50},
 	}
 	for _, tc := range tests {
-		u := usage(api.Usage{PromptTokens: tc.prompt, CachedTokens: tc.cached, CompletionTokens: 3}, tc.marks)
+		u := usage(api.Usage{PromptTokens: tc.prompt, CachedTokens: tc.cached, CompletionTokens: 3,
+			CacheWriteTokens: api.CacheWriteTokens(tc.prompt, tc.cached, tc.marks.end)}, tc.marks)
 		if u.InputTokens != tc.input || u.CacheCreationInputTokens != tc.create || u.CacheReadInputTokens != tc.cached ||
 			u.CacheCreation.Ephemeral1h != tc.c1h || u.CacheCreation.Ephemeral5m != tc.create-tc.c1h || u.OutputTokens != 3 {
 			t.Fatalf("%s: usage %+v", tc.name, u)

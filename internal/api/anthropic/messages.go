@@ -39,6 +39,7 @@ func (d *Dialect) messages(c *api.Call) error {
 	}
 	// Rendered while the engine prefills.
 	marks := d.marks.find(run.Model(), conv.req, run.Prompt())
+	run.SetCacheWriteEnd(marks.end)
 	if body.Stream {
 		return streamMessage(c, run, conv, marks)
 	}

@@ -38,10 +38,9 @@ type cacheMarks struct {
 func usage(u api.Usage, m cacheMarks) usageJSON {
 	prompt := u.PromptTokens
 	read := min(u.CachedTokens, prompt)
-	end := min(m.end, prompt)
-	end1h := min(m.end1h, end)
-	creation := max(0, end-read)
-	creation1h := max(0, end1h-read)
+	end1h := min(m.end1h, m.end, prompt)
+	creation := u.CacheWriteTokens // the core's count of the same span (Run.SetCacheWriteEnd)
+	creation1h := min(creation, max(0, end1h-read))
 	return usageJSON{
 		InputTokens:              prompt - read - creation,
 		CacheCreationInputTokens: creation,
