@@ -20,7 +20,9 @@ import (
 	"github.com/kvserve/kvserve/internal/api/anthropic"
 	"github.com/kvserve/kvserve/internal/api/gemini"
 	"github.com/kvserve/kvserve/internal/api/openai"
+	"github.com/kvserve/kvserve/internal/billing"
 	"github.com/kvserve/kvserve/internal/ctxcache"
+	"github.com/kvserve/kvserve/internal/pricing"
 )
 
 // apiOptions are the settings of the HTTP API: shared by serve, gateway and
@@ -36,6 +38,8 @@ type apiOptions struct {
 	shutdownTimeout time.Duration
 	pprofAddr       string
 	cacheMinTokens  int
+	ledger          string
+	priceBook       string
 }
 
 // addAPIFlags defines the API flags on f.
@@ -49,6 +53,8 @@ func addAPIFlags(f *pflag.FlagSet, o *apiOptions) {
 	f.Var(&o.bodyLimit, "body-limit", "largest request body")
 	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long in-flight requests may run on after SIGINT/SIGTERM")
 	f.IntVar(&o.cacheMinTokens, "cache-min-tokens", ctxcache.DefaultMinTokens, "smallest context cache (cachedContents) in tokens: a shorter prefix is refused with 400")
+	f.StringVar(&o.ledger, "usage-ledger", "auto", "book every request's tokens and every context cache's storage in the usage ledger (DATA/ledger.db), served by GET /v1/usage and read by kvserve report: on, off (serve unmetered), or auto (on, unless another server on this data directory holds the ledger: then off, saying so)")
+	f.StringVar(&o.priceBook, "price-book", "", "price book (YAML) that prices the usage ledger (default: the built-in example book; kvserve report --print-price-book shows it)")
 	f.StringVar(&o.pprofAddr, "pprof-addr", "", "serve Go's profiling endpoints (/debug/pprof/: CPU, block, mutex, heap, execution trace) on this separate address, e.g. 127.0.0.1:6060 (default: off)")
 }
 
@@ -92,6 +98,7 @@ type apiServer struct {
 	srv      *api.Server
 	admin    *admin.Server
 	reg      *prometheus.Registry
+	usage    *billing.Service
 	hs       *http.Server
 	ln       net.Listener
 	serveErr chan error
@@ -133,7 +140,20 @@ func startAPI(ctx context.Context, o *apiOptions, dataDir string, log *slog.Logg
 		}
 		a.closers = append(a.closers, dbg.Close)
 	}
-	caches, err := newCacheService(st, o.cacheMinTokens)
+	var book *pricing.Book
+	if book, err = loadPriceBook(o.priceBook); err != nil {
+		return nil, err
+	}
+	books, err := openServerLedger(o.ledger, dataDir, log, stderr)
+	if err != nil {
+		return nil, err
+	}
+	var ended func(context.Context, ctxcache.Cache, time.Time)
+	if books != nil {
+		a.closers = append(a.closers, books.Close)
+		ended = storageBooker(books, log)
+	}
+	caches, err := newCacheService(st, o.cacheMinTokens, ended)
 	if err != nil {
 		return nil, err
 	}
@@ -143,11 +163,19 @@ func startAPI(ctx context.Context, o *apiOptions, dataDir string, log *slog.Logg
 	a.closers = append(a.closers, func() error { stopSweep(); <-sweepDone; return nil })
 	a.reg = prometheus.NewRegistry()
 	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	a.srv, err = api.New(api.Config{BodyLimit: int64(o.bodyLimit), APIKeys: keys, Keys: storeVerifier, Audit: st.audit,
-		Caches: caches, Registry: a.reg, Logger: log})
+	cfg := api.Config{BodyLimit: int64(o.bodyLimit), APIKeys: keys, Keys: storeVerifier, Audit: st.audit,
+		Caches: caches, Registry: a.reg, Logger: log}
+	var recs billing.Records
+	if books != nil {
+		cfg.Ledger, recs = books, books
+	}
+	a.srv, err = api.New(cfg)
 	if err != nil {
 		return nil, err
 	}
+	a.usage = billing.NewService(recs, book, caches)
+	a.srv.HandleKeyed("GET /v1/usage", http.HandlerFunc(a.usage.Summary))
+	a.srv.HandleKeyed("GET /v1/usage/records", http.HandlerFunc(a.usage.Records))
 	a.admin = admin.New(st.dir, caches)
 	a.admin.Register(a.srv.HandleAdmin)
 	for _, d := range []api.Dialect{openai.New(), anthropic.New(anthropic.Options{Registerer: a.reg}), gemini.New()} {

@@ -79,9 +79,10 @@ func trimTenantPrefix(s string) string {
 }
 
 // newCacheService returns the context caches of the data directory's state.
-func newCacheService(st *state, minTokens int) (*ctxcache.Service, error) {
+// ended, when set, is told of every cache that ends (the usage ledger).
+func newCacheService(st *state, minTokens int, ended func(context.Context, ctxcache.Cache, time.Time)) (*ctxcache.Service, error) {
 	return ctxcache.New(ctxcache.Options{Store: cacheRecords{st.dir.Store()}, Authorizer: cacheAuthz{st.dir},
-		Audit: st.audit, MinTokens: minTokens})
+		Audit: st.audit, MinTokens: minTokens, Ended: ended})
 }
 
 // cacheSweepEvery is how often serve deletes expired cache records. Reads
@@ -129,7 +130,12 @@ func newCacheCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				caches, err := newCacheService(st, 0)
+				ended, closeLedger, err := offlineLedger(dataDir)
+				if err != nil {
+					return err
+				}
+				defer closeLedger()
+				caches, err := newCacheService(st, 0, ended)
 				if err != nil {
 					return err
 				}

@@ -59,7 +59,7 @@ func newCacheMatrixEnv(t *testing.T) *cacheMatrixEnv {
 		}
 		m.keys[k.principal] = secret
 	}
-	caches, err := newCacheService(st, 64)
+	caches, err := newCacheService(st, 64, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,7 +280,7 @@ func TestCachePermissionMatrix(t *testing.T) {
 func TestCachesSurviveRestart(t *testing.T) {
 	m := newCacheMatrixEnv(t)
 	name := m.create(t, "developer")
-	svc, err := newCacheService(m.st, 64)
+	svc, err := newCacheService(m.st, 64, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

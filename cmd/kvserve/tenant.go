@@ -116,7 +116,12 @@ Its context caches are deleted too (their pins lapse at their expiry).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withState(dataDir, func(st *state) error {
-				caches, err := newCacheService(st, 0)
+				ended, closeLedger, err := offlineLedger(dataDir)
+				if err != nil {
+					return err
+				}
+				defer closeLedger()
+				caches, err := newCacheService(st, 0, ended)
 				if err != nil {
 					return err
 				}

@@ -11,6 +11,7 @@ import (
 	"github.com/kvserve/kvserve/internal/chat"
 	"github.com/kvserve/kvserve/internal/ctxcache"
 	"github.com/kvserve/kvserve/internal/engine"
+	"github.com/kvserve/kvserve/internal/ledger"
 )
 
 // This file is the core's side of context caches (internal/ctxcache):
@@ -351,8 +352,13 @@ func (c *Call) prefill(ctx context.Context, req *Request, ttl time.Duration, min
 		Scope:     c.Identity.Tenant,
 		Hints:     engine.Hints{Retention: engine.RetentionEphemeral, TTL: ttl},
 	}
+	rec, err := c.openRecord(m, ledger.KindCacheCreate, time.Now(), 0)
+	if err != nil {
+		return 0, "", err
+	}
 	st, err := m.Backend.Submit(ctx, er)
 	if err != nil {
+		c.endPrefill(ctx, rec, engine.Usage{}, err)
 		return 0, "", AsError(err)
 	}
 	defer st.Cancel()
@@ -361,13 +367,16 @@ func (c *Call) prefill(ctx context.Context, req *Request, ttl time.Duration, min
 		outs, err = st.Recv(ctx, outs[:0])
 		for _, o := range outs {
 			if o.Finish == engine.FinishError {
+				c.endPrefill(ctx, rec, st.Usage(), o.Err)
 				return 0, "", &Error{Code: CodeInternal, Message: "prefilling the cached content failed", Err: o.Err}
 			}
 		}
 		if errors.Is(err, engine.ErrDone) {
+			c.endPrefill(ctx, rec, st.Usage(), nil)
 			return n, m.ID, nil
 		}
 		if err != nil {
+			c.endPrefill(ctx, rec, st.Usage(), err)
 			return 0, "", AsError(err)
 		}
 	}

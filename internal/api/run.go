@@ -11,6 +11,7 @@ import (
 	"github.com/kvserve/kvserve/internal/chat"
 	"github.com/kvserve/kvserve/internal/chat/outparse"
 	"github.com/kvserve/kvserve/internal/engine"
+	"github.com/kvserve/kvserve/internal/ledger"
 	"github.com/kvserve/kvserve/internal/sample"
 	"github.com/kvserve/kvserve/internal/tokenizer"
 )
@@ -137,6 +138,10 @@ type Run struct {
 	// writeEnd is where the prompt span the request asked to cache ends
 	// (SetCacheWriteEnd).
 	writeEnd int
+	// failure is a sample's error, cancelled whether a sample was
+	// cancelled: the outcome the usage ledger books.
+	failure   error
+	cancelled bool
 }
 
 // sampleState is the text pipeline of one sample: detokenizer, stop
@@ -209,13 +214,16 @@ func (c *Call) Start(req *Request) (*Run, error) {
 		Scope:      c.Identity.Tenant,
 		Hints:      req.Hints,
 	}
+	if err := c.beginUsage(m, ledger.KindRequest, req.Priority); err != nil {
+		return nil, err
+	}
 	c.submitted = time.Now()
 	st, err := m.Backend.Submit(c.Context(), er)
 	if ce := (*engine.ConstraintError)(nil); errors.As(err, &ce) {
-		return nil, InvalidParam(param, "cannot constrain the output: %v", ce.Err)
+		return nil, c.failed(InvalidParam(param, "cannot constrain the output: %v", ce.Err))
 	}
 	if err != nil {
-		return nil, AsError(err)
+		return nil, c.failed(AsError(err))
 	}
 	r := &Run{c: c, model: m, req: req, prompt: p, stream: st, left: n, created: time.Now(), markers: markerTokens(m)}
 	r.samples = make([]sampleState, n)
@@ -465,6 +473,12 @@ func (r *Run) finish(i int, reason engine.FinishReason, err error) {
 	}
 	if perr != nil && e.Finish == FinishToolCalls {
 		e.Err = perr
+	}
+	switch e.Finish {
+	case FinishError:
+		r.failure = e.Err
+	case FinishCancelled:
+		r.cancelled = true
 	}
 	r.events = append(r.events, e)
 	r.left--

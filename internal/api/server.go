@@ -21,6 +21,7 @@ import (
 	"github.com/kvserve/kvserve/internal/chat"
 	"github.com/kvserve/kvserve/internal/ctxcache"
 	"github.com/kvserve/kvserve/internal/engine"
+	"github.com/kvserve/kvserve/internal/ledger"
 	"github.com/kvserve/kvserve/internal/tokenizer"
 )
 
@@ -131,6 +132,10 @@ type Config struct {
 	// Logger receives errors worth an operator's attention (default:
 	// discard).
 	Logger *slog.Logger
+	// Ledger, when set, books every generation request and context-cache
+	// prefill in the usage ledger (internal/ledger); a request the ledger
+	// cannot take is refused (503) rather than served unmetered.
+	Ledger UsageLedger
 }
 
 // DefaultBodyLimit is the default Config.BodyLimit.
@@ -365,7 +370,7 @@ func (s *Server) wrap(d Dialect, rt Route) http.Handler {
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rec := &recorder{ResponseWriter: w}
-		c := &Call{W: rec, R: r, Dialect: d, server: s, start: time.Now(), rec: rec}
+		c := &Call{W: rec, R: r, Dialect: d, server: s, start: time.Now(), rec: rec, route: route}
 		r.Body = http.MaxBytesReader(rec, r.Body, s.cfg.BodyLimit)
 		s.m.inflight.Inc()
 		defer func() {
@@ -383,6 +388,7 @@ func (s *Server) wrap(d Dialect, rt Route) http.Handler {
 			if status == 0 {
 				status = http.StatusOK
 			}
+			c.endUsage(status)
 			s.m.requests.WithLabelValues(d.Name(), route, statusLabel(status)).Inc()
 			s.m.duration.WithLabelValues(d.Name(), route).Observe(time.Since(c.start).Seconds())
 			if c.run != nil {
@@ -430,6 +436,33 @@ func (s *Server) adminOnly(h http.Handler) http.Handler {
 		}
 		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)))
 	})
+}
+
+// HandleKeyed serves an endpoint outside every dialect that any valid key
+// may call (GET /v1/usage): the handler finds the caller with IdentityFrom
+// and checks its permissions itself. Refusals are in OpenAI's error shape.
+func (s *Server) HandleKeyed(pattern string, h http.Handler) {
+	s.mux.Handle(pattern, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id, p, err := s.keys.authenticate(r)
+		if err != nil {
+			s.denied(r, p, "auth", err)
+			writeOpenAIError(w, err)
+			return
+		}
+		ctx := context.WithValue(r.Context(), principalKey{}, p)
+		h.ServeHTTP(w, r.WithContext(context.WithValue(ctx, identityKey{}, id)))
+	}))
+}
+
+// identityKey keys the caller's Identity in a HandleKeyed request's
+// context.
+type identityKey struct{}
+
+// IdentityFrom is who a HandleKeyed request authenticated as; ok is false
+// outside one.
+func IdentityFrom(ctx context.Context) (id Identity, ok bool) {
+	id, ok = ctx.Value(identityKey{}).(Identity)
+	return id, ok
 }
 
 // WriteOperatorError writes e as the operator endpoints (/metrics, the
@@ -555,6 +588,12 @@ type Call struct {
 	submitted time.Time
 	first     time.Time // first generated token received
 	run       *Run
+	// route is the route's path pattern, for metrics and the ledger.
+	route string
+	// usage is the call's open ledger record (Seq 0: none).
+	usage ledger.Record
+	// err is the error the call failed with, for the ledger.
+	err *Error
 }
 
 // Context is the request's context: it ends when the client goes away,
@@ -577,6 +616,7 @@ func (c *Call) fail(err error) {
 		return
 	}
 	e := AsError(err)
+	c.err = e
 	if e.Code == CodeInternal {
 		c.server.log.Error("api: request failed", "path", c.R.URL.Path, "err", err)
 	}

@@ -596,6 +596,17 @@ func (s *stream) Cancel() {
 	})
 }
 
+// Worker names the worker serving the request (the last one tried), for
+// the usage ledger.
+func (s *stream) Worker() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cur == nil {
+		return ""
+	}
+	return s.cur.worker
+}
+
 // Usage implements api.Stream.
 func (s *stream) Usage() engine.Usage {
 	s.mu.Lock()

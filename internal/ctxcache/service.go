@@ -42,6 +42,11 @@ type Options struct {
 	MinTokens int
 	// Now returns the current time (default time.Now); tests move it.
 	Now func() time.Time
+	// Ended, when set, is told of every cache that ends — deleted, found
+	// expired, swept, or deleted with its tenant — with the time it ended
+	// (its expiry if that came first), after the change is committed: the
+	// usage ledger books its storage.
+	Ended func(ctx context.Context, c Cache, at time.Time)
 }
 
 // Service is the context-cache resources of a store and the operations on
@@ -53,6 +58,7 @@ type Service struct {
 	audit     Auditor
 	minTokens int
 	now       func() time.Time
+	ended     func(ctx context.Context, c Cache, at time.Time)
 }
 
 // New returns a Service.
@@ -66,7 +72,43 @@ func New(o Options) (*Service, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	return &Service{store: o.Store, authz: o.Authorizer, audit: o.Audit, minTokens: o.MinTokens, now: o.Now}, nil
+	return &Service{store: o.Store, authz: o.Authorizer, audit: o.Audit, minTokens: o.MinTokens, now: o.Now, ended: o.Ended}, nil
+}
+
+// end tells Options.Ended that caches ended at now (or at their expiry,
+// when that came first).
+func (s *Service) end(ctx context.Context, now time.Time, caches ...Cache) {
+	if s.ended == nil {
+		return
+	}
+	for _, c := range caches {
+		at := now
+		if c.ExpireTime.Before(at) {
+			at = c.ExpireTime
+		}
+		s.ended(context.WithoutCancel(ctx), c, at)
+	}
+}
+
+// All returns every cache not yet expired, of every tenant, for the
+// operator's reports (usage, the dashboard); it checks no permission.
+func (s *Service) All(ctx context.Context) ([]Cache, error) {
+	now := s.now()
+	var out []Cache
+	err := s.store.View(ctx, func(tx Tx) error {
+		out = out[:0]
+		return tx.List(func(id string, b []byte) error {
+			cc, err := decode(id, b)
+			if err != nil {
+				return err
+			}
+			if cc.ExpireTime.After(now) {
+				out = append(out, cc)
+			}
+			return nil
+		})
+	})
+	return out, err
 }
 
 // MinTokens is the smallest cache in tokens.
@@ -239,7 +281,9 @@ func (s *Service) load(ctx context.Context, c Caller, perm, name string) (Cache,
 
 // expire deletes record id if it is still expired at now.
 func (s *Service) expire(ctx context.Context, id string, now time.Time) error {
-	return s.store.Update(ctx, func(tx Tx) error {
+	var gone *Cache
+	err := s.store.Update(ctx, func(tx Tx) error {
+		gone = nil
 		b, err := tx.Get(id)
 		if errors.Is(err, ErrNotFound) {
 			return nil
@@ -254,8 +298,13 @@ func (s *Service) expire(ctx context.Context, id string, now time.Time) error {
 		if cc.ExpireTime.After(now) {
 			return nil // extended meanwhile
 		}
+		gone = &cc
 		return tx.Delete(id)
 	})
+	if err == nil && gone != nil {
+		s.end(ctx, now, *gone)
+	}
+	return err
 }
 
 // Get returns the cache called name ("cachedContents/ID").
@@ -412,14 +461,18 @@ func (s *Service) del(ctx context.Context, c Caller, name string) (Cache, error)
 	if err != nil {
 		return Cache{}, err
 	}
-	return cc, s.store.Update(ctx, func(tx Tx) error { return tx.Delete(cc.ID) })
+	if err := s.store.Update(ctx, func(tx Tx) error { return tx.Delete(cc.ID) }); err != nil {
+		return cc, err
+	}
+	s.end(ctx, s.now(), cc)
+	return cc, nil
 }
 
 // DeleteTenant deletes every cache of the tenant with id tenantID (its
 // tenant was deleted), recording each deletion as by, and returns how many
 // it deleted. Their pins lapse at their expiry, as any deleted cache's.
 func (s *Service) DeleteTenant(ctx context.Context, by Caller, tenantID string) (int, error) {
-	var gone []string
+	var gone []Cache
 	err := s.store.Update(ctx, func(tx Tx) error {
 		gone = gone[:0]
 		err := tx.List(func(id string, b []byte) error {
@@ -428,15 +481,15 @@ func (s *Service) DeleteTenant(ctx context.Context, by Caller, tenantID string) 
 				return err
 			}
 			if cc.Tenant == tenantID {
-				gone = append(gone, id)
+				gone = append(gone, cc)
 			}
 			return nil
 		})
 		if err != nil {
 			return err
 		}
-		for _, id := range gone {
-			if err := tx.Delete(id); err != nil {
+		for _, cc := range gone {
+			if err := tx.Delete(cc.ID); err != nil {
 				return err
 			}
 		}
@@ -445,8 +498,10 @@ func (s *Service) DeleteTenant(ctx context.Context, by Caller, tenantID string) 
 	if err != nil {
 		return 0, err
 	}
+	s.end(ctx, s.now(), gone...)
 	var errs []error
-	for _, id := range gone {
+	for _, cc := range gone {
+		id := cc.ID
 		if s.audit == nil {
 			break
 		}
@@ -462,32 +517,34 @@ func (s *Service) DeleteTenant(ctx context.Context, by Caller, tenantID string) 
 // Sweep deletes every expired record and returns how many it deleted.
 func (s *Service) Sweep(ctx context.Context) (int, error) {
 	now := s.now()
-	n := 0
+	var gone []Cache
 	err := s.store.Update(ctx, func(tx Tx) error {
-		n = 0
-		var gone []string
+		gone = gone[:0]
 		err := tx.List(func(id string, b []byte) error {
 			cc, err := decode(id, b)
 			if err != nil {
 				return err
 			}
 			if !cc.ExpireTime.After(now) {
-				gone = append(gone, id)
+				gone = append(gone, cc)
 			}
 			return nil
 		})
 		if err != nil {
 			return err
 		}
-		for _, id := range gone {
-			if err := tx.Delete(id); err != nil {
+		for _, cc := range gone {
+			if err := tx.Delete(cc.ID); err != nil {
 				return err
 			}
 		}
-		n = len(gone)
 		return nil
 	})
-	return n, err
+	if err != nil {
+		return 0, err
+	}
+	s.end(ctx, now, gone...)
+	return len(gone), nil
 }
 
 // MemStore is a Store in memory, for a single process that need not keep

@@ -1,0 +1,82 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/kvserve/kvserve/internal/api"
+	"github.com/kvserve/kvserve/internal/ctxcache"
+	"github.com/kvserve/kvserve/internal/ledger"
+	"github.com/kvserve/kvserve/internal/pricing"
+)
+
+// ledgerFile is the usage ledger's file in the data directory.
+const ledgerFile = "ledger.db"
+
+// loadPriceBook reads the price book at path, or returns the built-in one.
+func loadPriceBook(path string) (*pricing.Book, error) {
+	if path == "" {
+		return pricing.Default(), nil
+	}
+	return pricing.Load(path)
+}
+
+// storageBooker books each ended context cache's storage in l.
+func storageBooker(l *ledger.Ledger, log *slog.Logger) func(context.Context, ctxcache.Cache, time.Time) {
+	return func(ctx context.Context, cc ctxcache.Cache, at time.Time) {
+		if _, err := l.Add(ctx, api.CacheStorageRecord(cc, at)); err != nil {
+			log.Error("the usage ledger lost a cache's storage record", "cache", cc.Name(), "err", err)
+		}
+	}
+}
+
+// openServerLedger opens the data directory's ledger for a server, as
+// --usage-ledger says: nil when off, or (auto) when another server holds it.
+func openServerLedger(mode, dataDir string, log *slog.Logger, stderr io.Writer) (*ledger.Ledger, error) {
+	switch mode {
+	case "off":
+		return nil, nil
+	case "on", "auto":
+	default:
+		return nil, fmt.Errorf("--usage-ledger %q: want on, off or auto", mode)
+	}
+	l, interrupted, err := ledger.Open(filepath.Join(dataDir, ledgerFile), ledger.Options{})
+	if errors.Is(err, ledger.ErrHeld) && mode == "auto" {
+		fmt.Fprintf(stderr, "kvserve: another server on %s holds the usage ledger; this one serves unmetered (--usage-ledger off to say so, or give each server its own --data-dir)\n", dataDir)
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("the usage ledger (--usage-ledger off serves unmetered): %w", err)
+	}
+	if interrupted > 0 {
+		log.Warn("the usage ledger booked the requests in flight when the server last stopped as interrupted", "requests", interrupted)
+	}
+	return l, nil
+}
+
+// offlineLedger opens the data directory's ledger for a command that ends
+// context caches with no server running (the state's lock says none is),
+// so their storage is booked. The returned func closes it.
+func offlineLedger(dataDir string) (func(context.Context, ctxcache.Cache, time.Time), func(), error) {
+	if dataDir == "" {
+		dataDir = defaultDataDir(os.Getenv)
+	}
+	l, _, err := ledger.Open(filepath.Join(dataDir, ledgerFile), ledger.Options{Wait: 200 * time.Millisecond})
+	if errors.Is(err, ledger.ErrHeld) {
+		// A server runs: it books the storage of the caches it ends; those
+		// this command ends go unbooked, and the operator is told.
+		fmt.Fprintln(os.Stderr, "kvserve: a running server holds the usage ledger: the storage of context caches this command ends is not booked")
+		return nil, func() {}, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	return storageBooker(l, log), func() { _ = l.Close() }, nil
+}
