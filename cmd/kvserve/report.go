@@ -25,7 +25,7 @@ import (
 func newReportCmd() *cobra.Command {
 	var (
 		dataDir, server, apiKey, from, to, tenantID, groupBy, priceBook, records string
-		asJSON, printBook                                                          bool
+		asJSON, printBook                                                        bool
 	)
 	cmd := &cobra.Command{
 		Use:   "report",
