@@ -61,6 +61,8 @@ const (
 	PermissionModelsUse = "models.use"
 	// PermissionAdmin: operating the server (/metrics).
 	PermissionAdmin = "admin"
+	// PermissionUsageRead: reading the tenant's usage (GET /v1/usage).
+	PermissionUsageRead = "usage.read"
 )
 
 // KeyVerifier checks keys kept outside the configuration (the tenant
@@ -115,7 +117,7 @@ func newKeyring(keys []APIKey, verifier KeyVerifier) (*keyring, error) {
 		// Configured keys carry the permissions this package checks; the
 		// full role table is the tenant store's.
 		e.principal = Principal{Tenant: k.Tenant, Name: "config-key-" + hex.EncodeToString(e.digest[:4]),
-			Role: "developer", Models: slices.Clone(k.Models), Permissions: []string{PermissionModelsUse}}
+			Role: "developer", Models: slices.Clone(k.Models), Permissions: []string{PermissionModelsUse, PermissionUsageRead}}
 		if k.Tenant == "" {
 			e.principal.Role = "admin"
 			e.principal.Permissions = append(e.principal.Permissions, PermissionAdmin)

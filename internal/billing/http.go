@@ -48,7 +48,7 @@ func (s *Service) query(r *http.Request) (Query, *api.Error) {
 	if !ok {
 		return Query{}, api.Errorf(api.CodeInternal, "billing: the usage endpoint is not behind HandleKeyed")
 	}
-	if !id.Has("usage.read") && !id.Has(api.PermissionAdmin) {
+	if !id.Has(api.PermissionUsageRead) && !id.Has(api.PermissionAdmin) {
 		return Query{}, api.Errorf(api.CodeForbidden, "this API key's role %q may not read usage (it lacks usage.read)", id.Role)
 	}
 	v := r.URL.Query()

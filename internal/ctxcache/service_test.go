@@ -356,3 +356,62 @@ func TestTenantsApartWhateverTheAuthorizer(t *testing.T) {
 		t.Errorf("the default tenant uses a tenant's cache: %v", err)
 	}
 }
+
+// TestEnded: every way a cache ends is reported once, at the time it ended
+// or at its expiry if that came first (what its storage is billed to).
+func TestEnded(t *testing.T) {
+	ctx := context.Background()
+	clk := &clock{time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+	start := clk.t
+	ended := map[string]time.Time{}
+	s, err := New(Options{Store: &MemStore{}, Authorizer: allowAll{}, MinTokens: 10, Now: clk.now,
+		Ended: func(_ context.Context, c Cache, at time.Time) {
+			if _, twice := ended[c.DisplayName]; twice {
+				t.Errorf("%s ended twice", c.DisplayName)
+			}
+			ended[c.DisplayName] = at
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &prefiller{}
+	create := func(who Caller, name, ttl string) Cache {
+		c, _, err := s.Create(ctx, who, Spec{Model: "m", DisplayName: name, TTL: ttl}, p.prefill)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	deleted := create(dev, "deleted", "100s")
+	create(dev, "swept", "10s")
+	read := create(dev, "read after expiry", "20s")
+	create(other, "tenant deleted", "100s")
+	clk.t = start.Add(30 * time.Second)
+	if _, err := s.Delete(ctx, dev, deleted.Name()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Get(ctx, dev, read.Name()); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("an expired cache read: %v", err)
+	}
+	if _, err := s.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	clk.t = start.Add(40 * time.Second)
+	if _, err := s.DeleteTenant(ctx, Caller{Principal: "ops"}, other.Tenant); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]time.Time{
+		"deleted":           start.Add(30 * time.Second),
+		"swept":             start.Add(10 * time.Second),
+		"read after expiry": start.Add(20 * time.Second),
+		"tenant deleted":    start.Add(40 * time.Second),
+	}
+	for name, at := range want {
+		if got, ok := ended[name]; !ok || !got.Equal(at) {
+			t.Errorf("%s: ended at %v (reported %v), want %v", name, got, ok, at)
+		}
+	}
+	if len(ended) != len(want) {
+		t.Errorf("%d ends reported, want %d", len(ended), len(want))
+	}
+}
