@@ -21,6 +21,7 @@ import (
 	"github.com/kvserve/kvserve/internal/api/gemini"
 	"github.com/kvserve/kvserve/internal/api/openai"
 	"github.com/kvserve/kvserve/internal/ctxcache"
+	"github.com/kvserve/kvserve/internal/ui"
 )
 
 // apiOptions are the settings of the HTTP API: shared by serve, gateway and
@@ -91,6 +92,7 @@ func openDataDir(dataDir string) (string, []byte, error) {
 type apiServer struct {
 	srv      *api.Server
 	admin    *admin.Server
+	caches   *ctxcache.Service
 	reg      *prometheus.Registry
 	hs       *http.Server
 	ln       net.Listener
@@ -148,6 +150,7 @@ func startAPI(ctx context.Context, o *apiOptions, dataDir string, log *slog.Logg
 	if err != nil {
 		return nil, err
 	}
+	a.caches = caches
 	a.admin = admin.New(st.dir, caches)
 	a.admin.Register(a.srv.HandleAdmin)
 	for _, d := range []api.Dialect{openai.New(), anthropic.New(anthropic.Options{Registerer: a.reg}), gemini.New()} {
@@ -165,6 +168,22 @@ func startAPI(ctx context.Context, o *apiOptions, dataDir string, log *slog.Logg
 	go func() { a.serveErr <- hs.Serve(ln) }()
 	ok = true
 	return a, nil
+}
+
+// startDashboard serves the live dashboard (/ui and the JSON it polls,
+// admin only) from the server's registry and context caches and cfg's
+// other sources.
+func (a *apiServer) startDashboard(cfg ui.Config) error {
+	cfg.Metrics = a.reg
+	if a.caches != nil {
+		cfg.Caches = a.caches
+	}
+	d, err := ui.New(cfg)
+	if err != nil {
+		return err
+	}
+	d.Register(a.srv.HandlePublic, a.srv.HandleAdmin)
+	return nil
 }
 
 // shutdown stops taking connections, gives in-flight requests up to
