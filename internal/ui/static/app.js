@@ -72,6 +72,8 @@ async function poll() {
   show("login", false); show("refused", false); show("board", true);
   document.getElementById("logout").hidden = !key();
   render(snap);
+  // When the numbers shown were read (the browser test waits on it).
+  document.body.dataset.snapshot = snap.time;
   setStatus("live", "live · updated " + new Date(snap.time).toLocaleTimeString());
   timer = setTimeout(poll, POLL_MS);
 }
