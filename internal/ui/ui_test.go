@@ -419,3 +419,34 @@ func TestQuantile(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkSnapshot measures one poll's work on the server: gathering the
+// registry, reading the caches and sessions, encoding the JSON.
+func BenchmarkSnapshot(b *testing.B) {
+	caches, err := ctxcache.New(ctxcache.Options{Store: &ctxcache.MemStore{}, Authorizer: openAuthz{}, MinTokens: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	e := apitest.New(b, apitest.Options{Dialects: []api.Dialect{openai.New()}, Config: api.Config{Caches: caches}})
+	for i := range 8 {
+		body := map[string]any{"model": apitest.ModelName, "max_tokens": 2, "kvserve": map[string]any{"session_id": fmt.Sprint("s", i)},
+			"messages": []map[string]string{{"role": "user", "content": fmt.Sprint("hello ", i)}}}
+		if status, data, _ := apitest.Post(b, e.URL("/v1/chat/completions"), body); status != 200 {
+			b.Fatalf("%d %s", status, data)
+		}
+	}
+	d, err := New(Config{Metrics: e.Registry, Caches: caches, Sessions: e.Engine})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	for b.Loop() {
+		s, err := d.Snapshot(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := json.Marshal(s); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
