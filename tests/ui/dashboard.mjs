@@ -105,6 +105,17 @@ try {
   }));
   out.refused.http = resp.status();
   out.refused.body = await resp.text();
+
+  // No key at all: the login form, then the board once an admin key is
+  // typed in.
+  const login = await browser.newPage();
+  await login.goto(url + "/ui");
+  await login.waitForSelector("#login:not([hidden])", { timeout: TIMEOUT });
+  await login.fill("#key", admin);
+  await login.click("#login button[type=submit]");
+  await login.waitForFunction(() => !document.getElementById("board").hidden &&
+    Number(document.querySelector('[data-metric="requests"]').dataset.value) > 0, null, { timeout: TIMEOUT });
+  out.login = await login.evaluate(() => ({ loginHidden: document.getElementById("login").hidden, address: location.href }));
 } finally {
   await browser.close();
 }

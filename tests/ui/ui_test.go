@@ -78,6 +78,10 @@ type result struct {
 		HTTP         int
 		Body         string
 	}
+	Login struct {
+		LoginHidden bool `json:"loginHidden"`
+		Address     string
+	}
 }
 
 func TestDashboardInBrowser(t *testing.T) {
@@ -171,6 +175,11 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Errorf("cost panel says %q", r.Third.Shown.Costs)
 	}
 
+	// Without a key the page asks for one, and shows the board once given
+	// an admin key (the waits in the script: it failed otherwise).
+	if !r.Login.LoginHidden || strings.Contains(r.Login.Address, adminKey) {
+		t.Errorf("after logging in: login form hidden %v, address %q", r.Login.LoginHidden, r.Login.Address)
+	}
 	// A developer's key: 403 from the endpoint, the refusal on the page.
 	if r.Refused.HTTP != http.StatusForbidden || !strings.Contains(r.Refused.Body, "permission_error") {
 		t.Errorf("the dashboard's data for a developer key: %d %s, want 403 in OpenAI's shape", r.Refused.HTTP, r.Refused.Body)
