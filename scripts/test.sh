@@ -13,10 +13,18 @@ if ! command -v npm >/dev/null 2>&1 && [ "${KVSERVE_SKIP_NODE:-}" != 1 ] && comm
 	# and say so if Debian's is older).
 	apt-get install -y -q nodejs npm >/dev/null || echo "test.sh: could not install nodejs/npm" >&2
 fi
+# The dashboard's browser test (tests/ui) drives Debian's Chromium with
+# playwright-core (pinned in tests/ui/package-lock.json), which never
+# downloads a browser: install Chromium when it is missing, as Node above.
+# Without it the test fails with a message saying so.
+if [ ! -x /usr/bin/chromium ] && [ -z "${KVSERVE_CHROMIUM:-}" ] && [ "${KVSERVE_SKIP_NODE:-}" != 1 ] && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+	apt-get install -y -q chromium >/dev/null || echo "test.sh: could not install chromium" >&2
+fi
 if [ "${KVSERVE_SKIP_NODE:-}" = 1 ] && [ -z "${CI:-}" ]; then
-	echo "test.sh: KVSERVE_SKIP_NODE=1: not installing the SDK test packages" >&2
+	echo "test.sh: KVSERVE_SKIP_NODE=1: not installing the SDK and dashboard test packages" >&2
 elif command -v npm >/dev/null 2>&1; then
 	npm ci --prefix tests/sdk --no-audit --no-fund --ignore-scripts
+	PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --prefix tests/ui --no-audit --no-fund --ignore-scripts
 	# The same SDKs at their newest releases too (tests/sdk/latest, not
 	# committed): a client upgrade that breaks against kvserve shows here
 	# before users see it.
@@ -62,4 +70,4 @@ go vet -tags purego ./...
 # not depend on the kernels.)
 go test -count=1 -short -tags purego ./internal/tensor/... ./internal/model/...
 go test -count=1 ./...
-go test -count=1 -race -short ./internal/cluster/... ./internal/kv/... ./internal/model/... ./internal/engine/... ./internal/tensor/... ./internal/api/... ./internal/sim/... ./internal/constrain/... ./internal/tenant/... ./internal/audit/... ./internal/kvevents/... ./internal/ctxcache/...
+go test -count=1 -race -short ./internal/cluster/... ./internal/kv/... ./internal/model/... ./internal/engine/... ./internal/tensor/... ./internal/api/... ./internal/sim/... ./internal/constrain/... ./internal/tenant/... ./internal/audit/... ./internal/kvevents/... ./internal/ctxcache/... ./internal/ui/...

@@ -23,6 +23,7 @@ import (
 	"github.com/kvserve/kvserve/internal/billing"
 	"github.com/kvserve/kvserve/internal/ctxcache"
 	"github.com/kvserve/kvserve/internal/pricing"
+	"github.com/kvserve/kvserve/internal/ui"
 )
 
 // apiOptions are the settings of the HTTP API: shared by serve, gateway and
@@ -97,6 +98,7 @@ func openDataDir(dataDir string) (string, []byte, error) {
 type apiServer struct {
 	srv      *api.Server
 	admin    *admin.Server
+	caches   *ctxcache.Service
 	reg      *prometheus.Registry
 	usage    *billing.Service
 	hs       *http.Server
@@ -176,6 +178,7 @@ func startAPI(ctx context.Context, o *apiOptions, dataDir string, log *slog.Logg
 	a.usage = billing.NewService(recs, book, caches)
 	a.srv.HandleKeyed("GET /v1/usage", http.HandlerFunc(a.usage.Summary))
 	a.srv.HandleKeyed("GET /v1/usage/records", http.HandlerFunc(a.usage.Records))
+	a.caches = caches
 	a.admin = admin.New(st.dir, caches)
 	a.admin.Register(a.srv.HandleAdmin)
 	for _, d := range []api.Dialect{openai.New(), anthropic.New(anthropic.Options{Registerer: a.reg}), gemini.New()} {
@@ -193,6 +196,25 @@ func startAPI(ctx context.Context, o *apiOptions, dataDir string, log *slog.Logg
 	go func() { a.serveErr <- hs.Serve(ln) }()
 	ok = true
 	return a, nil
+}
+
+// startDashboard serves the live dashboard (/ui and the JSON it polls,
+// admin only) from the server's registry and context caches and cfg's
+// other sources.
+func (a *apiServer) startDashboard(cfg ui.Config) error {
+	cfg.Metrics = a.reg
+	if a.caches != nil {
+		cfg.Caches = a.caches
+	}
+	if a.usage != nil && a.usage.Metered() {
+		cfg.Costs = dashboardCosts{a.usage}
+	}
+	d, err := ui.New(cfg)
+	if err != nil {
+		return err
+	}
+	d.Register(a.srv.HandlePublic, a.srv.HandleAdmin)
+	return nil
 }
 
 // shutdown stops taking connections, gives in-flight requests up to

@@ -18,7 +18,9 @@ import (
 
 	"github.com/kvserve/kvserve/internal/api"
 	"github.com/kvserve/kvserve/internal/cluster"
+	"github.com/kvserve/kvserve/internal/engine"
 	"github.com/kvserve/kvserve/internal/router"
+	"github.com/kvserve/kvserve/internal/ui"
 )
 
 // workerOptions are the settings of `kvserve worker`.
@@ -240,6 +242,41 @@ type gateway struct {
 	feed   *router.Feed // nil unless the kv policy
 	router *router.Router
 	b      *cluster.Backend
+	model  string
+	routes *routeCounter
+}
+
+// routeCounter is a cluster.Picker counting the placements of the one it
+// wraps, per worker, for the dashboard.
+type routeCounter struct {
+	next   cluster.Picker
+	mu     sync.Mutex
+	routed map[string]int64 // by worker id
+}
+
+// Pick implements cluster.Picker.
+func (c *routeCounter) Pick(r *engine.Request, cands []cluster.Candidate) int {
+	i := c.next.Pick(r, cands)
+	if i >= 0 && i < len(cands) {
+		c.mu.Lock()
+		c.routed[cands[i].Worker]++
+		c.mu.Unlock()
+	}
+	return i
+}
+
+// Workers lists the gateway's workers with the placements it made on each
+// (ui.WorkerLister).
+func (g *gateway) Workers() []ui.Worker {
+	ws := g.reg.Workers(g.model)
+	g.routes.mu.Lock()
+	defer g.routes.mu.Unlock()
+	out := make([]ui.Worker, 0, len(ws))
+	for _, w := range ws {
+		out = append(out, ui.Worker{ID: w.Worker, Draining: w.Draining, Running: w.Running, Waiting: w.Waiting,
+			KVTotal: w.KVTotal, KVActive: w.KVActive, KVCached: w.KVCached, Routed: g.routes.routed[w.Worker]})
+	}
+	return out
 }
 
 // Close stops them all; call it after the API has shut down.
@@ -258,7 +295,7 @@ func startGateway(nc *nats.Conn, a *apiServer, loaded *servedModel, aliases []st
 	if err != nil {
 		return nil, err
 	}
-	g := &gateway{reg: reg}
+	g := &gateway{reg: reg, model: loaded.id}
 	var picker cluster.Picker
 	switch rt.policy {
 	case router.PolicyKV, "":
@@ -288,7 +325,8 @@ func startGateway(nc *nats.Conn, a *apiServer, loaded *servedModel, aliases []st
 	case router.PolicyLeastLoaded:
 		picker = cluster.LeastLoaded{}
 	}
-	b, err := cluster.NewBackend(nc, reg, cluster.BackendConfig{Model: loaded.id, Picker: picker, Logger: log, Registerer: a.reg})
+	g.routes = &routeCounter{next: picker, routed: map[string]int64{}}
+	b, err := cluster.NewBackend(nc, reg, cluster.BackendConfig{Model: loaded.id, Picker: g.routes, Logger: log, Registerer: a.reg})
 	if err != nil {
 		if g.feed != nil {
 			g.feed.Close()
@@ -304,6 +342,10 @@ func startGateway(nc *nats.Conn, a *apiServer, loaded *servedModel, aliases []st
 		ContextLength: loaded.file.Model.Config.Context,
 		Backend:       b, Tokenizer: loaded.tok, Template: loaded.tmpl,
 	})
+	if err := a.startDashboard(ui.Config{Workers: g}); err != nil {
+		g.Close()
+		return nil, err
+	}
 	return g, nil
 }
 

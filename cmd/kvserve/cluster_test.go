@@ -20,6 +20,7 @@ import (
 	"github.com/kvserve/kvserve/internal/gguf"
 	"github.com/kvserve/kvserve/internal/model"
 	"github.com/kvserve/kvserve/internal/sim"
+	"github.com/kvserve/kvserve/internal/ui"
 )
 
 // chatThrough sends a chat completion to base and returns the status and
@@ -66,6 +67,20 @@ func TestClusterUp(t *testing.T) {
 	resp.Body.Close()
 	if !strings.Contains(string(metrics), "\nkvserve_cluster_workers 2\n") {
 		t.Fatalf("/metrics does not count 2 workers:\n%s", metrics)
+	}
+	// The gateway's dashboard lists both workers and where the four
+	// requests went.
+	status, data := httpDo(t, "GET", s.base+"/v1/admin/dashboard", "sk-admin", "")
+	var snap ui.Snapshot
+	if status != 200 || json.Unmarshal(data, &snap) != nil {
+		t.Fatalf("dashboard: %d %s", status, data)
+	}
+	routed := int64(0)
+	for _, w := range snap.Workers {
+		routed += w.Routed
+	}
+	if len(snap.Workers) != 2 || routed != 4 || snap.Pool != nil {
+		t.Fatalf("the gateway's dashboard: workers %+v (%d requests routed), pool %v", snap.Workers, routed, snap.Pool)
 	}
 	if err := s.stop(); err != nil {
 		t.Fatalf("cluster up returned %v", err)

@@ -27,6 +27,7 @@ import (
 	"github.com/kvserve/kvserve/internal/sim"
 	"github.com/kvserve/kvserve/internal/synth"
 	"github.com/kvserve/kvserve/internal/tokenizer"
+	"github.com/kvserve/kvserve/internal/ui"
 )
 
 // serveOptions are the settings of `kvserve serve`.
@@ -121,6 +122,11 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 	a.srv.SetModel(served)
 	a.admin.SetForgetter(se.e) // a tenant deleted through the admin API leaves this engine's tiers at once
 	a.srv.HandleAdmin("GET /v1/kv/events", kvevents.Handler(kvevents.Source{Log: se.events, Snapshot: se.e.KV().Snapshot}))
+	if err := a.startDashboard(ui.Config{Sessions: se.e}); err != nil {
+		a.shutdown(time.Second)
+		se.Close()
+		return fmt.Errorf("serve: %w", err)
+	}
 	// Agents' first requests come together and most carry tools: build the
 	// constraint vocabulary now rather than on the first of them.
 	se.constraints.Prepare()

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kvserve/kvserve/internal/api/apitest"
+	"github.com/kvserve/kvserve/internal/ui"
 )
 
 func TestParseBytes(t *testing.T) {
@@ -143,7 +144,7 @@ func testServeEndToEnd(t *testing.T, extra ...string) {
 	cmd := newServeCmd()
 	cmd.SetErr(pw)
 	cmd.SetArgs(append([]string{"--model", modelFile, "--addr", "127.0.0.1:0", "--data-dir", t.TempDir(),
-		"--kv-cache-memory", "16MiB", "--threads", "1", "--api-key", "sk-test=t1"}, extra...))
+		"--kv-cache-memory", "16MiB", "--threads", "1", "--api-key", "sk-test=t1", "--api-key", "sk-admin"}, extra...))
 	done := make(chan error, 1)
 	go func() { done <- cmd.ExecuteContext(ctx); pw.Close() }()
 
@@ -191,6 +192,7 @@ func testServeEndToEnd(t *testing.T, extra ...string) {
 	if r.StatusCode != 200 {
 		t.Fatalf("/ready: %d", r.StatusCode)
 	}
+	checkDashboard(t, base)
 	cancel()
 	select {
 	case err := <-done:
@@ -254,5 +256,25 @@ func TestHostSize(t *testing.T) {
 	}
 	if got := defaultHostMemory(1<<30, 4<<30); got != 1<<30 {
 		t.Errorf("default on a small machine: %d, want a quarter of available", got)
+	}
+}
+
+// checkDashboard: serve mounts the dashboard — the page for anyone, its
+// data for an admin only, read from the engine that served the request.
+func checkDashboard(t *testing.T, base string) {
+	t.Helper()
+	if status, page := httpDo(t, "GET", base+"/ui", "", ""); status != 200 || !strings.Contains(string(page), "/ui/app.js") {
+		t.Fatalf("/ui: %d %.200s", status, page)
+	}
+	if status, data := httpDo(t, "GET", base+"/v1/admin/dashboard", "sk-test", ""); status != 403 {
+		t.Fatalf("the dashboard's data for a developer key: %d %s", status, data)
+	}
+	status, data := httpDo(t, "GET", base+"/v1/admin/dashboard", "sk-admin", "")
+	var snap ui.Snapshot
+	if status != 200 || json.Unmarshal(data, &snap) != nil {
+		t.Fatalf("the dashboard's data for an admin: %d %s", status, data)
+	}
+	if snap.Traffic.Requests != 1 || snap.TTFT == nil || snap.TTFT.Count != 1 || snap.Pool == nil || snap.Sessions == nil || snap.Caches == nil {
+		t.Fatalf("dashboard after one request: %s", data)
 	}
 }

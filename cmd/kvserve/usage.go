@@ -11,9 +11,11 @@ import (
 	"time"
 
 	"github.com/kvserve/kvserve/internal/api"
+	"github.com/kvserve/kvserve/internal/billing"
 	"github.com/kvserve/kvserve/internal/ctxcache"
 	"github.com/kvserve/kvserve/internal/ledger"
 	"github.com/kvserve/kvserve/internal/pricing"
+	"github.com/kvserve/kvserve/internal/ui"
 )
 
 // ledgerFile is the usage ledger's file in the data directory.
@@ -79,4 +81,22 @@ func offlineLedger(dataDir string) (func(context.Context, ctxcache.Cache, time.T
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	return storageBooker(l, log), func() { _ = l.Close() }, nil
+}
+
+// dashboardCosts is the usage ledger's costs per tenant, as the dashboard
+// reads them.
+type dashboardCosts struct{ s *billing.Service }
+
+func (d dashboardCosts) TenantCosts(ctx context.Context, since time.Time) ([]ui.TenantCost, error) {
+	sum, err := d.s.Summarize(ctx, billing.Query{From: since, GroupBy: []string{billing.ByTenant}})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]ui.TenantCost, 0, len(sum.Groups))
+	for _, g := range sum.Groups {
+		out = append(out, ui.TenantCost{Tenant: g.Tenant, Requests: g.Requests, PromptTokens: g.Tokens.Prompt,
+			CachedTokens: g.Tokens.Cached, OutputTokens: g.Tokens.Output, Cost: g.CostTotal,
+			CostWithoutCache: g.CostWithoutCache, Currency: sum.Currency})
+	}
+	return out, nil
 }

@@ -410,6 +410,13 @@ func (s *Server) wrap(d Dialect, rt Route) http.Handler {
 	})
 }
 
+// HandlePublic serves pattern with h for anyone, without a key: only for
+// what holds no data (the dashboard's static page, whose data comes from
+// an operator endpoint).
+func (s *Server) HandlePublic(pattern string, h http.Handler) {
+	s.mux.Handle(pattern, h)
+}
+
 // HandleAdmin serves an operator endpoint (the KV event stream) on
 // pattern, guarded as /metrics is: an admin key when keys are configured.
 func (s *Server) HandleAdmin(pattern string, h http.Handler) {

@@ -1,6 +1,7 @@
 package billing
 
 import (
+	"context"
 	"encoding/csv"
 	"encoding/json"
 	"net/http"
@@ -33,12 +34,18 @@ func NewService(recs Records, book *pricing.Book, live LiveCaches) *Service {
 // Book returns the price book.
 func (s *Service) Book() *pricing.Book { return s.book }
 
-// Summarize answers q now (nil Records: an error saying metering is off).
-func (s *Service) Summarize(r *http.Request, q Query) (Summary, error) {
+// ErrOff: the server runs unmetered.
+var ErrOff = &api.Error{Code: api.CodeNotFound, Message: "usage metering is off on this server (--usage-ledger off)"}
+
+// Metered reports whether there is a ledger to read.
+func (s *Service) Metered() bool { return s.recs != nil }
+
+// Summarize answers q now (ErrOff without a ledger).
+func (s *Service) Summarize(ctx context.Context, q Query) (Summary, error) {
 	if s.recs == nil {
-		return Summary{}, &api.Error{Code: api.CodeNotFound, Message: "usage metering is off on this server (--usage-ledger=false)"}
+		return Summary{}, ErrOff
 	}
-	return Summarize(r.Context(), s.recs, s.live, s.book, q, s.now())
+	return Summarize(ctx, s.recs, s.live, s.book, q, s.now())
 }
 
 // query reads the common parameters: tenant, from, to; it enforces who may
@@ -105,7 +112,7 @@ func (s *Service) Summary(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q.GroupBy = by
-	sum, err := s.Summarize(r, q)
+	sum, err := s.Summarize(r.Context(), q)
 	if err != nil {
 		api.WriteOperatorError(w, api.AsError(err))
 		return
@@ -122,7 +129,7 @@ func (s *Service) Records(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if s.recs == nil {
-		api.WriteOperatorError(w, &api.Error{Code: api.CodeNotFound, Message: "usage metering is off on this server (--usage-ledger=false)"})
+		api.WriteOperatorError(w, ErrOff)
 		return
 	}
 	format := r.URL.Query().Get("format")

@@ -400,6 +400,53 @@ func (s *Service) list(ctx context.Context, c Caller, pageSize int, pageToken st
 	return out, next, nil
 }
 
+// Largest returns the n live caches of every tenant with the most tokens
+// (largest first, then by id) without their contents, and how many live
+// caches there are in all. It is an operator's view across tenants, for
+// the dashboard behind the admin guard: nothing is authorized or audited
+// here, so only an operator endpoint may call it.
+func (s *Service) Largest(ctx context.Context, n int) (top []Cache, live int, err error) {
+	now := s.now()
+	err = s.store.View(ctx, func(tx Tx) error {
+		top, live = top[:0], 0
+		return tx.List(func(id string, b []byte) error {
+			cc, err := decode(id, b)
+			if err != nil {
+				return err
+			}
+			if !cc.ExpireTime.After(now) {
+				return nil
+			}
+			live++
+			cc.SystemInstruction, cc.Contents, cc.Tools, cc.ToolConfig = nil, nil, nil, nil
+			top = append(top, cc)
+			if n > 0 && len(top) > 2*n { // keep the work bounded on a large store
+				top = largestFirst(top)[:n]
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, 0, fmt.Errorf("ctxcache: largest caches: %w", err)
+	}
+	top = largestFirst(top)
+	if n > 0 && len(top) > n {
+		top = top[:n]
+	}
+	return top, live, nil
+}
+
+// largestFirst sorts caches by token count, largest first, then by id.
+func largestFirst(cs []Cache) []Cache {
+	slices.SortFunc(cs, func(a, b Cache) int {
+		if a.TokenCount != b.TokenCount {
+			return b.TokenCount - a.TokenCount
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	return cs
+}
+
 // Update changes the expiry of the cache called name to the one ttl or
 // expireTime gives (exactly one of them). A later expiry prefills again
 // (repin) with the new TTL first, so that the pins reach it; if that

@@ -301,6 +301,68 @@ func TestSweep(t *testing.T) {
 	}
 }
 
+// sizedPrefill prefills a cache to the token count its display name gives.
+func sizedPrefill(_ context.Context, c *Cache, _ time.Duration, _ int) (int, string, error) {
+	var n int
+	_, err := fmt.Sscanf(c.DisplayName, "n%d", &n)
+	return n, "m", err
+}
+
+func TestLargest(t *testing.T) {
+	ctx := context.Background()
+	s, clk, rec := newTestService(t)
+	create := func(who Caller, tokens int, ttl string) {
+		t.Helper()
+		spec := Spec{Model: "m", DisplayName: fmt.Sprintf("n%d", tokens), TTL: ttl, Contents: []byte(`[{"parts":[{"text":"secret"}]}]`)}
+		if _, _, err := s.Create(ctx, who, spec, sizedPrefill); err != nil {
+			t.Fatal(err)
+		}
+	}
+	create(dev, 300, "60s")
+	create(other, 900, "60s")
+	create(dev, 500, "10s") // expires first
+	create(other, 100, "60s")
+	create(dev, 700, "60s")
+	audited := len(rec.entries)
+	type row struct {
+		tenant string
+		tokens int
+	}
+	for _, tc := range []struct {
+		name  string
+		after time.Duration
+		n     int
+		want  []row
+		live  int
+	}{
+		{"top three of five", 0, 3, []row{{"tn_b", 900}, {"tn_a", 700}, {"tn_a", 500}}, 5},
+		{"all", 0, 0, []row{{"tn_b", 900}, {"tn_a", 700}, {"tn_a", 500}, {"tn_a", 300}, {"tn_b", 100}}, 5},
+		{"one", 0, 1, []row{{"tn_b", 900}}, 5},
+		{"expired left out", 20 * time.Second, 3, []row{{"tn_b", 900}, {"tn_a", 700}, {"tn_a", 300}}, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk.t = clk.t.Add(tc.after)
+			top, live, err := s.Largest(ctx, tc.n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []row
+			for _, c := range top {
+				got = append(got, row{c.Tenant, c.TokenCount})
+				if c.Contents != nil || c.ExpireTime.IsZero() || c.ID == "" {
+					t.Errorf("cache %s: contents %q, expiry %v", c.ID, c.Contents, c.ExpireTime)
+				}
+			}
+			if !slices.Equal(got, tc.want) || live != tc.live {
+				t.Fatalf("largest %d = %v of %d live, want %v of %d", tc.n, got, live, tc.want, tc.live)
+			}
+		})
+	}
+	if len(rec.entries) != audited {
+		t.Fatalf("Largest wrote %d audit records; it is a read for operators, audited by their endpoint", len(rec.entries)-audited)
+	}
+}
+
 func TestDeleteTenant(t *testing.T) {
 	ctx := context.Background()
 	s, _, rec := newTestService(t)

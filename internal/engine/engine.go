@@ -221,8 +221,10 @@ type Engine struct {
 	inbox inbox
 	// constraints caches compiled constraints (Submit, any goroutine).
 	constraints constraintCache
-	// sessions are the agent sessions between turns (step loop only).
+	// sessions are the agent sessions between turns, changed by the step
+	// loop only, under sessionsMu so that Sessions can read them.
 	sessions        map[sessionKey]*session
+	sessionsMu      sync.Mutex
 	sessionsChecked time.Time
 	wake            chan struct{} // a submission arrived (capacity 1)
 	waiting         atomic.Int64  // requests submitted and not yet finished admission

@@ -38,6 +38,7 @@ import (
 //	step [n=N]     run N passes (default 1)
 //	run            step until nothing is queued or running
 //	stats          the engine's and the pool's counts
+//	sessions       the agent sessions remembered, largest first
 //
 // A prompt is segments of deterministic tokens: the same segment name
 // gives the same tokens, so prompts share a prefix by sharing their
@@ -151,6 +152,15 @@ func (h *schedHarness) do(d *datadriven.TestData) (string, error) {
 		}
 		h.clock.Advance(d)
 		return fmt.Sprintf("clock +%s\n", h.clock.Since()), nil
+	case "sessions":
+		var b strings.Builder
+		for _, s := range h.e.Sessions(0) {
+			fmt.Fprintf(&b, "%s/%s: blocks=%d tokens=%d idle-in=%s\n", s.Tenant, s.ID, s.Blocks, s.Tokens, s.IdleAt.Sub(h.clock.Now()))
+		}
+		if b.Len() == 0 {
+			return "none\n", nil
+		}
+		return b.String(), nil
 	case "stats":
 		st := h.e.Now()
 		kv := st.KV

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -46,9 +45,9 @@ const scriptTimeout = 2 * time.Minute
 // each script under its own API key (so its own tenant: cached-token
 // counts of one script are not disturbed by another's prompts).
 func TestSDKs(t *testing.T) {
-	node := findNode(t)
+	node := sdk.FindNode(t)
 	dir := filepath.Join(sdk.RepoRoot(t), "tests", "sdk")
-	checkInstalled(t, dir)
+	sdk.CheckInstalled(t, dir)
 	latest := latestDir(t, dir)
 
 	var keys []string
@@ -231,61 +230,6 @@ func fixture(t *testing.T, srv *sdk.Server, name string) *fixtureJSON {
 	t.Logf("fixture: hello %d prompt tokens (%d cached when repeated); shared system prompt: %d tokens, %v prompt tokens, %d cached",
 		fx.Hello.PromptTokens, fx.Hello.CachedTokens, fx.Cache.SystemTokens, fx.Cache.PromptTokens, fx.Cache.CachedTokens)
 	return fx
-}
-
-// findNode returns the node binary. Without one the test fails: CI must
-// run these tests. A developer may set KVSERVE_SKIP_NODE=1 to skip them
-// (scripts/test.sh then skips npm ci too); CI (CI set) ignores that.
-func findNode(t *testing.T) string {
-	t.Helper()
-	if os.Getenv("KVSERVE_SKIP_NODE") == "1" {
-		if os.Getenv("CI") == "" {
-			t.Skip("KVSERVE_SKIP_NODE=1: skipping the Node SDK tests")
-		}
-		t.Log("KVSERVE_SKIP_NODE is ignored in CI")
-	}
-	node, err := exec.LookPath("node")
-	if err == nil {
-		out, verr := exec.Command(node, "--version").Output()
-		v := strings.TrimPrefix(strings.TrimSpace(string(out)), "v")
-		major, _ := strconv.Atoi(strings.SplitN(v, ".", 2)[0])
-		if verr == nil && major >= 20 {
-			return node
-		}
-		err = fmt.Errorf("%s --version = %q (%v); Node.js 20 or later is needed", node, out, verr)
-	}
-	t.Fatalf("Node.js is needed for the SDK integration tests: %v. Install Node.js 20+ and run ./scripts/test.sh "+
-		"(it runs npm ci --prefix tests/sdk); developers without Node may set KVSERVE_SKIP_NODE=1 (never in CI)", err)
-	return ""
-}
-
-// checkInstalled fails unless node_modules holds exactly the versions that
-// package.json pins (npm ci has run since the last change).
-func checkInstalled(t *testing.T, dir string) {
-	t.Helper()
-	var pkg struct {
-		Dependencies map[string]string `json:"dependencies"`
-	}
-	raw, err := os.ReadFile(filepath.Join(dir, "package.json"))
-	if err == nil {
-		err = json.Unmarshal(raw, &pkg)
-	}
-	if err != nil || len(pkg.Dependencies) == 0 {
-		t.Fatalf("tests/sdk/package.json: %v", err)
-	}
-	for name, want := range pkg.Dependencies {
-		var got struct {
-			Version string `json:"version"`
-		}
-		raw, err := os.ReadFile(filepath.Join(dir, "node_modules", filepath.FromSlash(name), "package.json"))
-		if err == nil {
-			err = json.Unmarshal(raw, &got)
-		}
-		if err != nil || got.Version != want {
-			t.Fatalf("npm package %s@%s is not installed (found %q, %v): run npm ci --prefix tests/sdk --no-audit --no-fund "+
-				"(./scripts/test.sh does)", name, want, got.Version, err)
-		}
-	}
 }
 
 // runNode runs one script with node's test runner and fails t unless every
