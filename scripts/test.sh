@@ -18,7 +18,10 @@ fi
 # downloads a browser: install Chromium when it is missing, as Node above.
 # Without it the test fails with a message saying so.
 if [ ! -x /usr/bin/chromium ] && [ -z "${KVSERVE_CHROMIUM:-}" ] && [ "${KVSERVE_SKIP_NODE:-}" != 1 ] && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-	apt-get install -y -q chromium >/dev/null || echo "test.sh: could not install chromium" >&2
+	# A fresh machine may have no package lists yet: fetch them and retry.
+	apt-get install -y -q chromium >/dev/null 2>&1 ||
+		{ apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null; } ||
+		echo "test.sh: could not install chromium" >&2
 fi
 if [ "${KVSERVE_SKIP_NODE:-}" = 1 ] && [ -z "${CI:-}" ]; then
 	echo "test.sh: KVSERVE_SKIP_NODE=1: not installing the SDK and dashboard test packages" >&2
