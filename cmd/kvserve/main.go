@@ -32,6 +32,6 @@ func newRootCmd() *cobra.Command {
 	}
 	root.AddCommand(newModelCmd(), newGenerateCmd(), newTokenizeCmd(), newBenchCmd())
 	root.AddCommand(newServeCmd(), newSimCmd(), newWorkerCmd(), newGatewayCmd(), newClusterCmd())
-	root.AddCommand(newTenantCmd(), newKeyCmd(), newCacheCmd(), newAuditCmd(), newReportCmd())
+	root.AddCommand(newTenantCmd(), newKeyCmd(), newCacheCmd(), newAuditCmd(), newReportCmd(), newSimulateCmd())
 	return root
 }

@@ -500,3 +500,77 @@ func contextCache(ctx context.Context, m *model.Model, o Options) (Result, error
 		"uncached_questions_timed": len(cold),
 	}, nil
 }
+
+// DocumentTiming is a document's time to first token for a question asked
+// over it, computed whole (Cold) and with the document cached (Warm).
+type DocumentTiming struct {
+	Tokens     int
+	Cold, Warm time.Duration
+}
+
+// DocumentTTFT measures, for each document length, the time to the first
+// token of a questionLen-token question over a random document: cold (the
+// whole prompt computed, the median of coldSamples) and warm (the document
+// cached and pinned first, the median of warmSamples questions). It is what
+// `kvserve simulate tco` scales up.
+func DocumentTTFT(ctx context.Context, m *model.Model, o Options, lengths []int, questionLen, coldSamples, warmSamples int) ([]DocumentTiming, error) {
+	rng := rand.New(rand.NewPCG(11, 13))
+	perToken := int64(m.Config.KVBytesPerToken(2))
+	var out []DocumentTiming
+	for _, n := range lengths {
+		if n+questionLen+16 > m.Config.Context {
+			return nil, needContext(m, n+questionLen+16)
+		}
+		doc := tokens(rng, m, n)
+		asks := make([][]int32, max(coldSamples, warmSamples))
+		for i := range asks {
+			asks[i] = tokens(rng, m, questionLen)
+		}
+		kvBytes := int64(n+4*questionLen+256) * perToken
+		timing := DocumentTiming{Tokens: n}
+		cached, err := newEngine(m, o, engine.Config{KVMemoryBytes: kvBytes, MaxPinnedFraction: 0.95, MaxPinnedPerTenant: 0.95})
+		if err != nil {
+			return nil, err
+		}
+		o.logf("simulate: a %d-token document, cached", n)
+		_, err = run(ctx, cached.Engine, engine.Request{Prompt: doc, MaxTokens: 1, Scope: "tenant",
+			Hints: engine.Hints{Retention: engine.RetentionPinned, TTL: time.Hour}}, 0)
+		var warm []float64
+		for _, q := range asks[:warmSamples] {
+			if err != nil {
+				break
+			}
+			var r outcome
+			r, err = run(ctx, cached.Engine, engine.Request{Prompt: concat(doc, q), MaxTokens: 1, Scope: "tenant"}, 0)
+			if err == nil && r.usage.CachedTokens == 0 {
+				err = fmt.Errorf("enginebench: the cached %d-token document was not reused", n)
+			}
+			warm = append(warm, r.ttft.Seconds())
+		}
+		cached.Close()
+		if err != nil {
+			return nil, err
+		}
+		plain, err := newEngine(m, o, engine.Config{KVMemoryBytes: kvBytes, DisablePrefixCache: true})
+		if err != nil {
+			return nil, err
+		}
+		o.logf("simulate: a %d-token document, computed whole", n)
+		var cold []float64
+		for _, q := range asks[:coldSamples] {
+			var r outcome
+			if r, err = run(ctx, plain.Engine, engine.Request{Prompt: concat(doc, q), MaxTokens: 1, Scope: "tenant"}, 0); err != nil {
+				break
+			}
+			cold = append(cold, r.ttft.Seconds())
+		}
+		plain.Close()
+		if err != nil {
+			return nil, err
+		}
+		timing.Cold = time.Duration(median(cold) * float64(time.Second))
+		timing.Warm = time.Duration(median(warm) * float64(time.Second))
+		out = append(out, timing)
+	}
+	return out, nil
+}
