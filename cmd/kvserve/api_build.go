@@ -22,6 +22,7 @@ import (
 	"github.com/kvserve/kvserve/internal/api/openai"
 	"github.com/kvserve/kvserve/internal/billing"
 	"github.com/kvserve/kvserve/internal/ctxcache"
+	"github.com/kvserve/kvserve/internal/ledger"
 	"github.com/kvserve/kvserve/internal/pricing"
 	"github.com/kvserve/kvserve/internal/ui"
 )
@@ -101,6 +102,7 @@ type apiServer struct {
 	caches   *ctxcache.Service
 	reg      *prometheus.Registry
 	usage    *billing.Service
+	books    *ledger.Ledger // nil: unmetered
 	hs       *http.Server
 	ln       net.Listener
 	serveErr chan error
@@ -170,6 +172,7 @@ func startAPI(ctx context.Context, o *apiOptions, dataDir string, log *slog.Logg
 	var recs billing.Records
 	if books != nil {
 		cfg.Ledger, recs = books, books
+		a.books = books
 	}
 	a.srv, err = api.New(cfg)
 	if err != nil {

@@ -342,6 +342,11 @@ func startGateway(nc *nats.Conn, a *apiServer, loaded *servedModel, aliases []st
 		ContextLength: loaded.file.Model.Config.Context,
 		Backend:       b, Tokenizer: loaded.tok, Template: loaded.tmpl,
 	})
+	// Before the dashboard: its costs read the cluster's usage.
+	if err := a.replicateUsage(nc, log); err != nil {
+		g.Close()
+		return nil, err
+	}
 	if err := a.startDashboard(ui.Config{Workers: g}); err != nil {
 		g.Close()
 		return nil, err

@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kvserve/kvserve/internal/api/apitest"
+	"github.com/kvserve/kvserve/internal/billing"
 	"github.com/kvserve/kvserve/internal/cluster"
 	"github.com/kvserve/kvserve/internal/gguf"
 	"github.com/kvserve/kvserve/internal/model"
@@ -132,6 +133,22 @@ func TestWorkerAndGateway(t *testing.T) {
 		}
 		if status != 503 || time.Now().After(deadline) { // 503 until the gateway has heard the worker
 			t.Fatalf("status %d: %s", status, data)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// The gateway's usage, read back from the cluster's JetStream stream
+	// its ledger is copied to.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		status, data := httpDo(t, "GET", g.base+"/v1/usage", "sk-test", "")
+		var sum billing.Summary
+		if status != 200 || json.Unmarshal(data, &sum) != nil {
+			t.Fatalf("usage through the gateway: %d %s", status, data)
+		}
+		if sum.Total.Requests == 1 && sum.Total.Tokens.Prompt > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the request never reached the usage stream: %s", data)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+
 	"errors"
 	"fmt"
+	"github.com/nats-io/nats.go"
 	"io"
 	"log/slog"
 	"os"
@@ -14,6 +16,7 @@ import (
 	"github.com/kvserve/kvserve/internal/billing"
 	"github.com/kvserve/kvserve/internal/ctxcache"
 	"github.com/kvserve/kvserve/internal/ledger"
+	"github.com/kvserve/kvserve/internal/ledger/usagestream"
 	"github.com/kvserve/kvserve/internal/pricing"
 	"github.com/kvserve/kvserve/internal/ui"
 )
@@ -81,6 +84,40 @@ func offlineLedger(dataDir string) (func(context.Context, ctxcache.Cache, time.T
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	return storageBooker(l, log), func() { _ = l.Close() }, nil
+}
+
+// replicateUsage copies the gateway's usage ledger into the cluster's
+// JetStream stream and makes GET /v1/usage and the dashboard read the
+// stream: every gateway's usage. Without a ledger it does nothing. The
+// copying stops, after a last copy, when the API closes, before the ledger
+// does.
+func (a *apiServer) replicateUsage(nc *nats.Conn, log *slog.Logger) error {
+	if a.books == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	s, err := usagestream.Open(ctx, nc)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("the cluster's usage ledger (--usage-ledger off serves unmetered): %w", err)
+	}
+	rep := usagestream.NewReplicator(a.books, s, log)
+	ctx, cancel = context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); rep.Run(ctx) }()
+	a.usage.UseRecords(s)
+	a.closers = append(a.closers, func() error {
+		cancel()
+		<-done
+		// What came in since the last copy, while NATS still answers.
+		flush, stop := context.WithTimeout(context.Background(), 5*time.Second)
+		defer stop()
+		if err := rep.Sync(flush); err != nil {
+			log.Warn("usage records wait in the gateway's ledger for its next start", "err", err)
+		}
+		return nil
+	})
+	return nil
 }
 
 // dashboardCosts is the usage ledger's costs per tenant, as the dashboard

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/kvserve/kvserve/internal/api"
@@ -18,6 +19,7 @@ import (
 // tenant's usage; an admin key every tenant's, or one tenant's with
 // ?tenant=.
 type Service struct {
+	mu   sync.Mutex // guards recs
 	recs Records
 	live LiveCaches
 	book *pricing.Book
@@ -38,14 +40,29 @@ func (s *Service) Book() *pricing.Book { return s.book }
 var ErrOff = &api.Error{Code: api.CodeNotFound, Message: "usage metering is off on this server (--usage-ledger off)"}
 
 // Metered reports whether there is a ledger to read.
-func (s *Service) Metered() bool { return s.recs != nil }
+func (s *Service) Metered() bool { return s.records() != nil }
+
+// UseRecords makes the service read recs from now on (a gateway's switch
+// from its own ledger to the cluster's stream).
+func (s *Service) UseRecords(recs Records) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.recs = recs
+}
+
+func (s *Service) records() Records {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.recs
+}
 
 // Summarize answers q now (ErrOff without a ledger).
 func (s *Service) Summarize(ctx context.Context, q Query) (Summary, error) {
-	if s.recs == nil {
+	recs := s.records()
+	if recs == nil {
 		return Summary{}, ErrOff
 	}
-	return Summarize(ctx, s.recs, s.live, s.book, q, s.now())
+	return Summarize(ctx, recs, s.live, s.book, q, s.now())
 }
 
 // query reads the common parameters: tenant, from, to; it enforces who may
@@ -128,7 +145,8 @@ func (s *Service) Records(w http.ResponseWriter, r *http.Request) {
 		api.WriteOperatorError(w, e)
 		return
 	}
-	if s.recs == nil {
+	recs := s.records()
+	if recs == nil {
 		api.WriteOperatorError(w, ErrOff)
 		return
 	}
@@ -152,7 +170,7 @@ func (s *Service) Records(w http.ResponseWriter, r *http.Request) {
 		api.WriteOperatorError(w, api.InvalidParam("format", "format %q is not jsonl or csv", format))
 		return
 	}
-	err := s.recs.Records(r.Context(), ledger.Filter{Tenant: q.Tenant, From: q.From, To: q.To}, write)
+	err := recs.Records(r.Context(), ledger.Filter{Tenant: q.Tenant, From: q.From, To: q.To}, write)
 	if err == nil {
 		err = flush()
 	}

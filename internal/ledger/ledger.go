@@ -22,7 +22,16 @@ var (
 	// timeBucket indexes records by start time: Start (Unix nanoseconds,
 	// 8 bytes big-endian) then Seq, to nothing.
 	timeBucket = []byte("by_start")
+	// commitBucket lists final records in the order they were committed
+	// (a long request numbered early ends late): a counter to the Seq. A
+	// replica follows it.
+	commitBucket = []byte("by_commit")
+	// metaBucket holds the ledger's source id and its replicas' cursors.
+	metaBucket = []byte("meta")
 )
+
+// sourceKey names the ledger's source id in metaBucket.
+var sourceKey = []byte("source")
 
 // ErrClosed is returned after Close.
 var ErrClosed = errors.New("ledger: closed")
@@ -49,6 +58,10 @@ type Ledger struct {
 	seq    uint64
 	closed bool
 	wg     sync.WaitGroup
+	// source names this ledger among a cluster's (random, kept in the file).
+	source string
+	// committed is signalled after each commit of final records.
+	committed chan struct{}
 }
 
 // op is one queued write: put the record (open or final) and, for a final
@@ -86,7 +99,7 @@ func Open(path string, o Options) (*Ledger, int, error) {
 	if err != nil {
 		return nil, 0, fmt.Errorf("ledger: opening %s: %w", path, err)
 	}
-	l := &Ledger{db: db, ops: make(chan op, queueLen), now: o.Now}
+	l := &Ledger{db: db, ops: make(chan op, queueLen), now: o.Now, committed: make(chan struct{}, 1)}
 	interrupted := 0
 	err = db.Update(func(tx *bolt.Tx) error {
 		recs, err := tx.CreateBucketIfNotExists(recordsBucket)
@@ -97,9 +110,21 @@ func Open(path string, o Options) (*Ledger, int, error) {
 		if err != nil {
 			return err
 		}
-		idx, err := tx.CreateBucketIfNotExists(timeBucket)
+		if _, err := tx.CreateBucketIfNotExists(timeBucket); err != nil {
+			return err
+		}
+		if _, err := tx.CreateBucketIfNotExists(commitBucket); err != nil {
+			return err
+		}
+		meta, err := tx.CreateBucketIfNotExists(metaBucket)
 		if err != nil {
 			return err
+		}
+		if l.source = string(meta.Get(sourceKey)); l.source == "" {
+			l.source = newSource()
+			if err := meta.Put(sourceKey, []byte(l.source)); err != nil {
+				return err
+			}
 		}
 		if k, _ := recs.Cursor().Last(); k != nil {
 			l.seq = binary.BigEndian.Uint64(k)
@@ -111,7 +136,7 @@ func Open(path string, o Options) (*Ledger, int, error) {
 				return fmt.Errorf("ledger: open record %x: %w", k, err)
 			}
 			r.Outcome, r.End, r.Error = OutcomeInterrupted, o.Now().UTC(), "the server stopped while the request was in flight"
-			if err := putRecord(recs, idx, r); err != nil {
+			if err := putRecord(tx, r); err != nil {
 				return err
 			}
 			l.seq = max(l.seq, r.Seq)
@@ -238,7 +263,7 @@ func (l *Ledger) write() {
 			}
 		}
 		err := l.db.Update(func(tx *bolt.Tx) error {
-			recs, open, idx := tx.Bucket(recordsBucket), tx.Bucket(openBucket), tx.Bucket(timeBucket)
+			open := tx.Bucket(openBucket)
 			for _, o := range batch {
 				key := seqKey(o.rec.Seq)
 				if !o.final {
@@ -254,7 +279,7 @@ func (l *Ledger) write() {
 				if err := open.Delete(key); err != nil {
 					return err
 				}
-				if err := putRecord(recs, idx, o.rec); err != nil {
+				if err := putRecord(tx, o.rec); err != nil {
 					return err
 				}
 			}
@@ -262,6 +287,11 @@ func (l *Ledger) write() {
 		})
 		if err != nil {
 			err = fmt.Errorf("ledger: committing %d records: %w", len(batch), err)
+		} else {
+			select {
+			case l.committed <- struct{}{}:
+			default:
+			}
 		}
 		for _, o := range batch {
 			if o.done != nil {
@@ -271,16 +301,24 @@ func (l *Ledger) write() {
 	}
 }
 
-// putRecord writes a final record and its time index entry.
-func putRecord(recs, idx *bolt.Bucket, r Record) error {
+// putRecord writes a final record and its index entries.
+func putRecord(tx *bolt.Tx, r Record) error {
 	v, err := json.Marshal(r)
 	if err != nil {
 		return err
 	}
-	if err := recs.Put(seqKey(r.Seq), v); err != nil {
+	if err := tx.Bucket(recordsBucket).Put(seqKey(r.Seq), v); err != nil {
 		return err
 	}
-	return idx.Put(timeKey(r.Start, r.Seq), nil)
+	if err := tx.Bucket(timeBucket).Put(timeKey(r.Start, r.Seq), nil); err != nil {
+		return err
+	}
+	commits := tx.Bucket(commitBucket)
+	n, err := commits.NextSequence()
+	if err != nil {
+		return err
+	}
+	return commits.Put(seqKey(n), seqKey(r.Seq))
 }
 
 func seqKey(seq uint64) []byte { return binary.BigEndian.AppendUint64(nil, seq) }
