@@ -17,6 +17,7 @@ package engine
 // behind the fifty; two busy tenants are admitted in turn, in proportion
 // to prompt tokens.
 //
+// When nothing waits, every tenant starts afresh at the virtual time.
 // Within one tenant, starts grow with arrival, so a lone tenant is served
 // first come, first served, as before. A preempted request keeps its start
 // and so its place. Priorities still come first: the start only orders
@@ -37,6 +38,11 @@ type fairShare struct {
 func (f *fairShare) start(scope string, prompt, waiting int) uint64 {
 	if f.finish == nil {
 		f.finish = map[string]uint64{}
+	}
+	if waiting == 0 {
+		// Nothing waits, so no tenant has a claim: what a tenant queued and
+		// then cancelled before admission is not held against it.
+		clear(f.finish)
 	}
 	if len(f.finish) > 2*waiting+64 {
 		for s, fin := range f.finish {
