@@ -6,7 +6,7 @@
 // of a failure: every request ends (completed, retried on another worker,
 // or a clear error), none hangs, the surviving workers hold no blocks for
 // requests that have ended, and both gateways' router index forgets the
-// dead worker.
+// dead worker and agrees with a fresh snapshot of each survivor.
 package cluster_test
 
 import (
@@ -36,6 +36,7 @@ import (
 	"github.com/kvserve/kvserve/internal/cluster"
 	"github.com/kvserve/kvserve/internal/gguf"
 	"github.com/kvserve/kvserve/internal/model"
+	"github.com/kvserve/kvserve/internal/router"
 	"github.com/kvserve/kvserve/internal/sim"
 	"github.com/kvserve/kvserve/tests/sdk"
 )
@@ -246,6 +247,22 @@ func TestKillWorkerMidRun(t *testing.T) {
 	// blocks in use.
 	if cached == 0 {
 		t.Errorf("the surviving workers' pools cache no block: the heartbeats do not show the workload")
+	}
+	// The gateways' indexes, kept by events through the kill, the retries
+	// and the clients that left, agree with a fresh snapshot of each
+	// survivor's blocks.
+	for id := range workers {
+		if id == victim {
+			continue
+		}
+		fresh := snapshotIndex(t, beats.nc, id)
+		for _, g := range gateways {
+			waitFor(t, "gateway "+g.name+"'s index of "+id+" to match a snapshot", 30*time.Second, func() (bool, string) {
+				got, _ := metrics(t, g.found).workerBlocks(id)
+				want := fresh.Blocks(id)
+				return int(got) == want, fmt.Sprintf("gateway %v, snapshot %d", got, want)
+			})
+		}
 	}
 	for _, g := range gateways {
 		m := metrics(t, g.found)
@@ -538,6 +555,7 @@ func (l *lineLog) String() string {
 
 // heartbeats keeps the last heartbeat of every worker.
 type heartbeats struct {
+	nc    *nats.Conn
 	mu    sync.Mutex
 	beats map[string]cluster.Heartbeat
 }
@@ -549,7 +567,7 @@ func followHeartbeats(t *testing.T, url string) *heartbeats {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	h := &heartbeats{beats: map[string]cluster.Heartbeat{}}
+	h := &heartbeats{nc: nc, beats: map[string]cluster.Heartbeat{}}
 	if _, err := nc.Subscribe(cluster.SubjectHeartbeat, func(m *nats.Msg) {
 		hb, err := cluster.DecodeHeartbeat(m.Data)
 		if err != nil {
@@ -572,6 +590,21 @@ func (h *heartbeats) last() map[string]cluster.Heartbeat {
 		out[k] = v
 	}
 	return out
+}
+
+// snapshotIndex returns a router index following worker from a fresh
+// snapshot (as a gateway that has just started would), once the snapshot
+// is in.
+func snapshotIndex(t *testing.T, nc *nats.Conn, worker string) *router.Index {
+	t.Helper()
+	idx := router.NewIndex(nil)
+	f, err := cluster.Follow(nc, worker, cluster.FollowConfig{Apply: func(u cluster.Update) { idx.Apply(u.Worker, u.Reset, u.Events) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.Close)
+	waitFor(t, "a snapshot of "+worker, 30*time.Second, func() (bool, string) { return !idx.Updated(worker).IsZero(), "" })
+	return idx
 }
 
 // scrape is a gateway's /metrics.
