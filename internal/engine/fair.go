@@ -14,8 +14,9 @@ package engine
 // follows the start of each admitted one. So a tenant that queued fifty
 // requests has them at starts 0, c, 2c, …, and a request of another tenant
 // arriving just after starts at the virtual time, near the front, not
-// behind the fifty; two busy tenants are admitted in turn, in proportion
-// to prompt tokens.
+// behind the fifty; two busy tenants are admitted in turn, each to an
+// equal share of prompt tokens (more requests for the one whose prompts
+// are shorter).
 //
 // When nothing waits, every tenant starts afresh at the virtual time.
 // Within one tenant, starts grow with arrival, so a lone tenant is served
@@ -25,7 +26,7 @@ package engine
 //
 // Step loop only.
 type fairShare struct {
-	// vtime is the start of the last admitted request (the latest).
+	// vtime is the latest start of an admitted request.
 	vtime uint64
 	// finish is each tenant's virtual finish time; tenants at or behind
 	// vtime are dropped (they would start at vtime anyway).
