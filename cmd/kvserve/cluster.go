@@ -314,10 +314,12 @@ func startGateway(nc *nats.Conn, a *apiServer, loaded *servedModel, aliases []st
 			blocks := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kvserve_router_index_blocks",
 				Help: "Blocks the KV-aware router knows the workers hold (a block held in two tiers or by two workers counts twice)."},
 				func() float64 { return float64(r.Index().Len()) })
-			if err := a.reg.Register(blocks); err != nil {
-				g.feed.Close()
-				reg.Close()
-				return nil, fmt.Errorf("router metrics: %w", err)
+			for _, c := range []prometheus.Collector{blocks, indexWorkers{r.Index()}} {
+				if err := a.reg.Register(c); err != nil {
+					g.feed.Close()
+					reg.Close()
+					return nil, fmt.Errorf("router metrics: %w", err)
+				}
 			}
 		}
 	case router.PolicyRoundRobin:
@@ -352,6 +354,24 @@ func startGateway(nc *nats.Conn, a *apiServer, loaded *servedModel, aliases []st
 		return nil, err
 	}
 	return g, nil
+}
+
+// indexWorkerBlocks describes kvserve_router_index_worker_blocks.
+var indexWorkerBlocks = prometheus.NewDesc("kvserve_router_index_worker_blocks",
+	"Blocks the KV-aware router knows a worker holds (a block held in two tiers counts twice), for every worker the index follows: a worker that left or died has no series.",
+	[]string{"worker"}, nil)
+
+// indexWorkers reports the router index's blocks per worker, read at
+// scrape time, so that an operator (and the multi-process test) can see
+// the index forget a worker.
+type indexWorkers struct{ idx *router.Index }
+
+func (c indexWorkers) Describe(ch chan<- *prometheus.Desc) { ch <- indexWorkerBlocks }
+
+func (c indexWorkers) Collect(ch chan<- prometheus.Metric) {
+	for _, id := range c.idx.Workers() {
+		ch <- prometheus.MustNewConstMetric(indexWorkerBlocks, prometheus.GaugeValue, float64(c.idx.Blocks(id)), id)
+	}
 }
 
 func newClusterCmd() *cobra.Command {

@@ -2,12 +2,15 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -390,5 +393,85 @@ func testClusterContextCache(t *testing.T, workers, router string, allHit bool) 
 	}
 	if err := s.stop(); err != nil {
 		t.Fatalf("cluster up returned %v", err)
+	}
+}
+
+// TestClusterPromptCacheKeyAffinity: OpenAI's prompt_cache_key, through a
+// gateway, keeps a session on its worker even where the KV-aware router
+// would otherwise follow the prompt's cached prefix to another worker.
+//
+// Worker local-1 runs a long request L (so a session's first request goes
+// to the idle local-2); once both are idle, a request sharing L's prefix
+// with no key goes to local-1 and hits L's blocks, and one with the
+// session's key goes to local-2, which has never seen that prefix.
+func TestClusterPromptCacheKeyAffinity(t *testing.T) {
+	modelFile := apitest.ModelFile(t)
+	s := startCommand(t, newClusterCmd(), "up", "--workers", "2", "--engine", "sim", "--model", modelFile,
+		"--sim-profile", slowProfile(t, modelFile, 10*time.Millisecond), "--addr", "127.0.0.1:0", "--data-dir", t.TempDir(),
+		"--kv-cache-memory", "16MiB", "--api-key", "sk-test=t1", "--api-key", "sk-admin")
+	long := strings.Repeat("Lengthy shared context about rivers and their deltas. ", 8)
+	chat := func(content, key string, extra map[string]any) int {
+		t.Helper()
+		body := map[string]any{"model": s.model, "max_tokens": 1, "messages": []map[string]string{{"role": "user", "content": content}}}
+		maps.Copy(body, extra)
+		data, _ := json.Marshal(body)
+		status, out := httpDo(t, "POST", s.base+"/v1/chat/completions", key, string(data))
+		var r struct {
+			Usage struct {
+				Details struct {
+					CachedTokens int `json:"cached_tokens"`
+				} `json:"prompt_tokens_details"`
+			} `json:"usage"`
+		}
+		if status != 200 || json.Unmarshal(out, &r) != nil {
+			t.Fatalf("chat: %d %s", status, out)
+		}
+		return r.Usage.Details.CachedTokens
+	}
+	indexed := func(worker string) bool {
+		_, m := httpDo(t, "GET", s.base+"/metrics", "sk-admin", "")
+		blocks := regexp.MustCompile(`kvserve_router_index_worker_blocks\{worker="` + worker + `"\} (\d+)`).FindSubmatch(m)
+		return blocks != nil && string(blocks[1]) != "0"
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		_, m := httpDo(t, "GET", s.base+"/metrics", "sk-admin", "")
+		if strings.Contains(string(m), `kvserve_router_index_worker_blocks{worker="local-2"}`) {
+			break // the router follows both workers
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the router does not follow both workers:\n%s", m)
+		}
+	}
+
+	// L: streaming, long, on local-1 (both idle: the first in order).
+	body, _ := json.Marshal(map[string]any{"model": s.model, "max_tokens": 300, "stream": true,
+		"messages": []map[string]string{{"role": "user", "content": long}}})
+	req, _ := http.NewRequest("POST", s.base+"/v1/chat/completions", bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer sk-test")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("long request: %v %v", err, resp)
+	}
+	first := bufio.NewScanner(resp.Body)
+	for first.Scan() && !strings.HasPrefix(first.Text(), "data: ") {
+	}
+	// The session's first turn, while local-1 is busy: local-2.
+	chat("Tell me about mountains instead, please, at some length.", "sk-test", map[string]any{"prompt_cache_key": "agent-1"})
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	for deadline := time.Now().Add(10 * time.Second); !indexed("local-1") || !indexed("local-2"); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the router's index did not see both workers' blocks")
+		}
+	}
+
+	question := long + "Which delta is the largest?"
+	plain := chat(question, "sk-test", nil)
+	keyed := chat(question, "sk-test", map[string]any{"prompt_cache_key": "agent-1"})
+	if plain < 64 {
+		t.Fatalf("with no key the request hit %d cached tokens: the router did not follow the prefix to local-1", plain)
+	}
+	if keyed >= plain {
+		t.Errorf("with prompt_cache_key the request hit %d cached tokens (without: %d): it followed the prefix, not its session's worker", keyed, plain)
 	}
 }

@@ -236,7 +236,8 @@ type Engine struct {
 
 	// Step-loop state.
 	order   uint64
-	queue   []*seqState // waiting, sorted by (priority desc, order asc)
+	queue   []*seqState // waiting, sorted by compareQueued (priority desc, fair start asc, order asc)
+	fair    fairShare   // the fair-share starts between tenants
 	running []*seqState
 	logits  []float32   // arena: one Vocab-sized slice per sequence needing logits
 	scratch []float32   // a processor's private copy of one sequence's logits
@@ -278,6 +279,9 @@ type request struct {
 	order    uint64
 	forked   bool
 	admitted bool
+	// fairStart is the request's start in fairShare (its place among
+	// requests of its priority).
+	fairStart uint64
 }
 
 // seqState is one sample of a request: its KV sequence and tokens.
@@ -702,13 +706,14 @@ func (e *Engine) enqueue(r *request) {
 	if r.procs != nil {
 		s.proc = r.procs[0]
 	}
+	r.fairStart = e.fair.start(r.Scope, len(r.Prompt), len(e.queue))
 	e.prefetch(s)
 	e.insertWaiting(s)
 }
 
-// insertWaiting puts s into the queue in (priority desc, order asc) order.
+// insertWaiting puts s into the queue in compareQueued order.
 func (e *Engine) insertWaiting(s *seqState) {
-	i, _ := slices.BinarySearchFunc(e.queue, s, compareSeq)
+	i, _ := slices.BinarySearchFunc(e.queue, s, compareQueued)
 	e.queue = slices.Insert(e.queue, i, s)
 }
 

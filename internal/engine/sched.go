@@ -67,7 +67,8 @@ func (e *Engine) scheduleOnce() bool {
 		budget -= n
 	}
 
-	// 3. Admissions, in queue order, while the pool can hold each whole.
+	// 3. Admissions, in queue order (priority, then each tenant's fair
+	// share: fairShare), while the pool can hold each whole.
 	// A request whose next uncached block another sequence is computing
 	// right now is passed over until that block is cached.
 	for qi := 0; budget > 0 && qi < len(e.queue) && len(e.running) < e.cfg.MaxRunning; {
@@ -81,6 +82,7 @@ func (e *Engine) scheduleOnce() bool {
 			break
 		}
 		e.queue = slices.Delete(e.queue, qi, qi+1)
+		e.fair.admitted(s.req.fairStart)
 		e.running = append(e.running, s)
 		need := len(s.tokens) - s.kv.Len()
 		n := min(need, budget)

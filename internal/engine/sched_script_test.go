@@ -33,10 +33,12 @@ import (
 //	new [max-batch-tokens=N] [block-size=N] [kv-blocks=N] [host-blocks=N] [max-running=N] [no-prefix-cache] [contiguous]
 //	submit name=A prompt=SEG:LEN[,SEG:LEN...] max=N [priority=N] [n=N] [scope=S] [expect=N]
 //	       [retention=ephemeral|session|persistent|pinned] [ttl=DURATION] [session=ID [end-session]]
+//	       [count=N]   N requests A-1…A-N at once, each segment named SEG-i (no shared prefix)
 //	advance by=DURATION   move the virtual clock (pins expire)
 //	cancel name=A
 //	step [n=N]     run N passes (default 1)
-//	run            step until nothing is queued or running
+//	run [order]    step until nothing is queued or running; with order, print
+//	               only the names of the requests in the order they ended
 //	stats          the engine's and the pool's counts
 //	sessions       the agent sessions remembered, largest first
 //
@@ -139,10 +141,22 @@ func (h *schedHarness) do(d *datadriven.TestData) (string, error) {
 		return b.String(), nil
 	case "run":
 		var b strings.Builder
+		var ended []string
 		for h.e.Pending() {
-			if !h.step(&b) && h.e.Pending() {
+			var steps strings.Builder
+			ran := h.step(&steps)
+			b.WriteString(steps.String())
+			for line := range strings.Lines(steps.String()) {
+				if f := strings.Fields(line); len(f) > 1 && f[1] == "done:" {
+					ended = append(ended, f[0])
+				}
+			}
+			if !ran && h.e.Pending() {
 				return b.String(), errors.New("requests wait but nothing runs")
 			}
+		}
+		if _, order := args["order"]; order {
+			return "ended: " + strings.Join(ended, " ") + "\n", nil
 		}
 		return b.String(), nil
 	case "advance":
@@ -236,8 +250,30 @@ func segmentTokens(name string, n int) []int32 {
 }
 
 func (h *schedHarness) submit(args map[string]string, num func(string, int) (int, error)) (string, error) {
-	name := args["name"]
-	if name == "" || h.find(name) != nil {
+	count, err := num("count", 0)
+	if err != nil || count == 0 {
+		return h.submitOne(args, num, "")
+	}
+	var b strings.Builder
+	for i := range count {
+		out, err := h.submitOne(args, num, fmt.Sprintf("-%d", i+1))
+		if err != nil {
+			return b.String(), err
+		}
+		if i == 0 || i == count-1 {
+			b.WriteString(out)
+		} else if i == 1 && count > 2 {
+			b.WriteString("…\n")
+		}
+	}
+	return b.String(), nil
+}
+
+// submitOne submits a request; suffix, when set, is appended to its name
+// and to each of its prompt's segment names.
+func (h *schedHarness) submitOne(args map[string]string, num func(string, int) (int, error), suffix string) (string, error) {
+	name := args["name"] + suffix
+	if name == suffix || h.find(name) != nil {
 		return "", fmt.Errorf("submit needs a new name=, got %q", name)
 	}
 	var prompt []int32
@@ -247,7 +283,7 @@ func (h *schedHarness) submit(args map[string]string, num func(string, int) (int
 		if !ok || err != nil {
 			return "", fmt.Errorf("prompt segment %q: want NAME:LENGTH", seg)
 		}
-		prompt = append(prompt, segmentTokens(segName, n)...)
+		prompt = append(prompt, segmentTokens(segName+suffix, n)...)
 	}
 	r := engine.Request{Prompt: prompt, Sampling: sample.Params{TopP: 1}, Scope: args["scope"]}
 	var err error
