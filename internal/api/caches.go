@@ -263,8 +263,55 @@ func (c *Call) UpdateCache(name, ttl, expireTime string, build CacheRequest) (ct
 	if e != nil {
 		return ctxcache.Cache{}, e
 	}
-	cc, err := s.Update(c.Context(), c.Identity.caller(), name, ttl, expireTime, c.prefiller(build))
+	cc, err := s.Update(c.Context(), c.Identity.caller(), name, ttl, expireTime, c.repinner(build))
 	return cc, cacheErrorNamed(err, name)
+}
+
+// repinner is the prefiller of an update: a later expiry raises the pins
+// (prefill); an earlier one ends them first (pins only ever rise), pins
+// again to the new expiry, and re-pins the tenant's other caches, whose
+// prefixes may share the blocks.
+func (c *Call) repinner(build CacheRequest) ctxcache.Prefill {
+	prefill := c.prefiller(build)
+	return func(ctx context.Context, cc *ctxcache.Cache, ttl time.Duration, minTokens int) (int, string, error) {
+		if !time.Now().Add(ttl).Before(cc.ExpireTime) {
+			return prefill(ctx, cc, ttl, minTokens)
+		}
+		c.unpin(cc)
+		n, model, err := prefill(ctx, cc, ttl, minTokens)
+		if err != nil {
+			c.server.log.Warn("api: a shortened context cache's pins could not be renewed; its KV is recomputed on its next use", "cache", cc.Name(), "err", err)
+		}
+		c.repinOthers(ctx, cc, build)
+		return n, model, err
+	}
+}
+
+// repinOthers pins again the live caches of cc's tenant and model other than
+// cc, to their own expiries: ending cc's pins ended those of the blocks
+// they share with it (an extended cache shares its parent's).
+func (c *Call) repinOthers(ctx context.Context, cc *ctxcache.Cache, build CacheRequest) {
+	s, e := c.caches()
+	if e != nil {
+		return
+	}
+	all, err := s.All(ctx)
+	if err != nil {
+		c.server.log.Warn("api: other context caches' pins were not renewed", "cache", cc.Name(), "err", err)
+		return
+	}
+	prefill := c.prefiller(build)
+	for i := range all {
+		o := &all[i]
+		if o.ID == cc.ID || o.Tenant != cc.Tenant || o.Model != cc.Model {
+			continue
+		}
+		if ttl := time.Until(o.ExpireTime); ttl > 0 {
+			if _, _, err := prefill(ctx, o, ttl, 0); err != nil {
+				c.server.log.Warn("api: a context cache's pins were not renewed; its KV is recomputed on its next use", "cache", o.Name(), "err", err)
+			}
+		}
+	}
 }
 
 // DeleteCache deletes the cache called name.
@@ -278,6 +325,7 @@ func (c *Call) DeleteCache(name string) error {
 		return cacheErrorNamed(err, name)
 	}
 	c.unpin(&cc)
+	c.repinOthers(c.Context(), &cc, c.CacheRequest())
 	return nil
 }
 

@@ -450,7 +450,9 @@ func largestFirst(cs []Cache) []Cache {
 // Update changes the expiry of the cache called name to the one ttl or
 // expireTime gives (exactly one of them). A later expiry prefills again
 // (repin) with the new TTL first, so that the pins reach it; if that
-// fails, nothing changes.
+// fails, nothing changes. An earlier one changes the record, then calls
+// repin with the shorter TTL, so that the pins end with the cache; if that
+// fails, they lapse at the old expiry (repin reports its own failures).
 func (s *Service) Update(ctx context.Context, c Caller, name, ttl, expireTime string, repin Prefill) (Cache, error) {
 	cc, err := s.update(ctx, c, name, ttl, expireTime, repin)
 	return cc, s.record(ctx, c, "cachedContents.update", name, err)
@@ -469,7 +471,8 @@ func (s *Service) update(ctx context.Context, c Caller, name, ttl, expireTime st
 	if err != nil {
 		return Cache{}, err
 	}
-	if expire.After(cc.ExpireTime) {
+	before := cc
+	if expire.After(before.ExpireTime) {
 		if _, _, err := repin(ctx, &cc, expire.Sub(now), 0); err != nil {
 			return Cache{}, err
 		}
@@ -492,6 +495,9 @@ func (s *Service) update(ctx context.Context, c Caller, name, ttl, expireTime st
 	})
 	if err != nil {
 		return Cache{}, err
+	}
+	if expire.Before(before.ExpireTime) {
+		_, _, _ = repin(ctx, &before, expire.Sub(now), 0)
 	}
 	return cc, nil
 }

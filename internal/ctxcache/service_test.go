@@ -103,7 +103,8 @@ func TestLifecycle(t *testing.T) {
 		t.Fatalf("other tenant lists %v, %v", list, err)
 	}
 
-	// Extending re-pins with the new TTL; shortening does not.
+	// Extending re-pins with the new TTL first; shortening after the record
+	// changed, with the shorter TTL.
 	clk.t = clk.t.Add(10 * time.Second)
 	if c, err = s.Update(ctx, dev, c.Name(), "120s", "", p.prefill); err != nil {
 		t.Fatal(err)
@@ -111,7 +112,7 @@ func TestLifecycle(t *testing.T) {
 	if len(p.calls) != 2 || p.calls[1] != 2*time.Minute || !c.ExpireTime.Equal(clk.t.Add(2*time.Minute)) {
 		t.Fatalf("extended to %v after prefills %v", c.ExpireTime, p.calls)
 	}
-	if c, err = s.Update(ctx, dev, c.Name(), "30s", "", p.prefill); err != nil || len(p.calls) != 2 {
+	if c, err = s.Update(ctx, dev, c.Name(), "30s", "", p.prefill); err != nil || len(p.calls) != 3 || p.calls[2] != 30*time.Second {
 		t.Fatal(err, p.calls)
 	}
 	// A failed re-pin changes nothing.

@@ -266,6 +266,15 @@ func (r *Recorder) Submit(ctx context.Context, req engine.Request) (api.Stream, 
 	return r.Backend.Submit(ctx, req)
 }
 
+// Unpin passes an unpin on to the backend when it can (api.Unpinner), as
+// the server's own backend does.
+func (r *Recorder) Unpin(scope string, prompt []int32) int {
+	if u, ok := r.Backend.(api.Unpinner); ok {
+		return u.Unpin(scope, prompt)
+	}
+	return 0
+}
+
 // Requests returns the recorded requests.
 func (r *Recorder) Requests() []engine.Request {
 	r.mu.Lock()

@@ -402,3 +402,54 @@ func TestCachedContentsPinsFollowUpdates(t *testing.T) {
 	}
 	env.WaitIdle(t)
 }
+
+// TestCachedContentsShortenedPins: shortening a cache's expiry ends its
+// pins with it (pins only ever rise, so they are ended and set again), and
+// a cache sharing its prefix keeps its own.
+func TestCachedContentsShortenedPins(t *testing.T) {
+	env := newCacheEnv(t, 64)
+	base := env.URL("/v1beta/cachedContents")
+	kv := env.Engine.KV()
+	create := func(body string) cacheResp {
+		t.Helper()
+		var c cacheResp
+		if status, data := send(t, "POST", base, body); status != 200 || json.Unmarshal(data, &c) != nil {
+			t.Fatalf("create: %d %s", status, data)
+		}
+		return c
+	}
+	shorten := func(c cacheResp) time.Time {
+		t.Helper()
+		status, data := send(t, "PATCH", env.URL("/v1beta/"+c.Name), `{"ttl":"1s"}`)
+		var u cacheResp
+		if status != 200 || json.Unmarshal(data, &u) != nil {
+			t.Fatalf("update: %d %s", status, data)
+		}
+		exp, err := time.Parse(time.RFC3339Nano, u.ExpireTime)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return exp
+	}
+	parent := create(cacheCreateBody(""))
+	alone := kv.Pinned()
+	// The same prefix and one more turn: it shares every block of parent's.
+	child := create(strings.Replace(cacheCreateBody(""), `"parts":[{"text":"Read the contract."}]}]`,
+		`"parts":[{"text":"Read the contract."}]},{"role":"model","parts":[{"text":"Done. It has ten clauses."}]},`+
+			`{"role":"user","parts":[{"text":"Summarise clause three."}]}]`, 1))
+	both := kv.Pinned()
+	if both <= alone {
+		t.Fatalf("the child pinned nothing of its own: %d then %d", alone, both)
+	}
+	// The parent shortened: the blocks it shares with the child stay pinned.
+	time.Sleep(time.Until(shorten(parent)) + 300*time.Millisecond)
+	if got := kv.Pinned(); got != both {
+		t.Fatalf("after the parent's shortened expiry %d blocks are pinned; the child's %d should stay", got, both)
+	}
+	// The child shortened too: nothing is left pinned.
+	time.Sleep(time.Until(shorten(child)) + 300*time.Millisecond)
+	if got := kv.Pinned(); got != 0 {
+		t.Fatalf("%d blocks pinned after both caches' shortened expiries", got)
+	}
+	env.WaitIdle(t)
+}
