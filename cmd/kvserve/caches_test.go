@@ -119,7 +119,18 @@ var matrixCacheBody = `{"model":"models/` + apitest.ModelName + `","systemInstru
 // create makes a cache as principal and returns its name.
 func (m *cacheMatrixEnv) create(t *testing.T, principal string) string {
 	t.Helper()
-	status, data := m.do(t, principal, "POST", "/v1beta/cachedContents", matrixCacheBody)
+	return m.createBody(t, principal, matrixCacheBody)
+}
+
+// createShared publishes a shared cache as principal (an administrator).
+func (m *cacheMatrixEnv) createShared(t *testing.T, principal string) string {
+	t.Helper()
+	return m.createBody(t, principal, strings.Replace(matrixCacheBody, `"ttl":"600s"`, `"ttl":"600s","kvserve":{"shared":true}`, 1))
+}
+
+func (m *cacheMatrixEnv) createBody(t *testing.T, principal, body string) string {
+	t.Helper()
+	status, data := m.do(t, principal, "POST", "/v1beta/cachedContents", body)
 	var c struct{ Name string }
 	if status != 200 || json.Unmarshal(data, &c) != nil {
 		t.Fatalf("create as %s: %d %s", principal, status, data)
@@ -139,7 +150,8 @@ func (m *cacheMatrixEnv) lastAudit(t *testing.T) audit.Record {
 
 // TestCachePermissionMatrix asserts every cell of endpoint × role × the
 // cache's relation to the caller: its own tenant's, another tenant's, or
-// its own tenant's with a binding that grants the caller cachedContents.use.
+// its own tenant's with a binding that grants the caller cachedContents.use,
+// or one an administrator published to every tenant (shared).
 // Each cell's expected status comes from the role table (docs/tenants.md);
 // another tenant's cache is 404 whatever the role, never 403. Every cell is
 // audited: refusals as denied, the rest as ok.
@@ -149,9 +161,10 @@ func TestCachePermissionMatrix(t *testing.T) {
 	roles := []string{"admin", "developer", "user", "viewer"}
 	type relation string
 	const (
-		own   relation = "own"
-		other relation = "other"
-		bound relation = "bound"
+		own    relation = "own"
+		other  relation = "other"
+		bound  relation = "bound"
+		shared relation = "shared"
 	)
 	// what each role may do on its own tenant's caches (the role table).
 	may := map[string]map[string]bool{
@@ -175,18 +188,18 @@ func TestCachePermissionMatrix(t *testing.T) {
 	}{
 		{"create", []relation{own}, func(string) (string, string, string) { return "POST", "/v1beta/cachedContents", matrixCacheBody }},
 		{"list", []relation{own}, func(string) (string, string, string) { return "GET", "/v1beta/cachedContents", "" }},
-		{"get", []relation{own, other, bound}, func(c string) (string, string, string) { return "GET", "/v1beta/" + c, "" }},
-		{"update", []relation{own, other, bound}, func(c string) (string, string, string) {
+		{"get", []relation{own, other, bound, shared}, func(c string) (string, string, string) { return "GET", "/v1beta/" + c, "" }},
+		{"update", []relation{own, other, bound, shared}, func(c string) (string, string, string) {
 			return "PATCH", "/v1beta/" + c, `{"ttl":"900s"}`
 		}},
-		{"delete", []relation{own, other, bound}, func(c string) (string, string, string) { return "DELETE", "/v1beta/" + c, "" }},
-		{"use", []relation{own, other, bound}, func(c string) (string, string, string) {
+		{"delete", []relation{own, other, bound, shared}, func(c string) (string, string, string) { return "DELETE", "/v1beta/" + c, "" }},
+		{"use", []relation{own, other, bound, shared}, func(c string) (string, string, string) {
 			return "POST", gen, `{"cachedContent":"` + c + `","contents":[{"parts":[{"text":"Q?"}]}],"generationConfig":{"maxOutputTokens":1}}`
 		}},
-		{"content", []relation{own, other, bound}, func(c string) (string, string, string) {
+		{"content", []relation{own, other, bound, shared}, func(c string) (string, string, string) {
 			return "GET", "/v1/cached_contents/" + strings.TrimPrefix(c, "cachedContents/") + "/content", ""
 		}},
-		{"extend", []relation{own, other, bound}, func(c string) (string, string, string) {
+		{"extend", []relation{own, other, bound, shared}, func(c string) (string, string, string) {
 			return "POST", "/v1/cached_contents/" + strings.TrimPrefix(c, "cachedContents/") + "/extend",
 				`{"messages":[{"role":"user","content":"And one more thing."}],"ttl":"300s"}`
 		}},
@@ -204,6 +217,10 @@ func TestCachePermissionMatrix(t *testing.T) {
 				switch {
 				case rel == other:
 					want = 404 // existence never leaks
+				case rel == shared && (ep.name == "update" || ep.name == "delete") && role != "admin":
+					// Every tenant reads and uses a shared cache; only
+					// an administrator changes it.
+					want = 403
 				case may[ep.name][role]:
 					want = 200
 				case rel == bound && ep.name == "use" && role == "viewer":
@@ -215,7 +232,7 @@ func TestCachePermissionMatrix(t *testing.T) {
 			}
 		}
 	}
-	if len(cells) != 2*4+6*4*3 {
+	if len(cells) != 2*4+6*4*4 {
 		t.Fatalf("%d cells", len(cells))
 	}
 	for _, c := range cells {
@@ -232,6 +249,8 @@ func TestCachePermissionMatrix(t *testing.T) {
 				}
 			case other:
 				cache = m.create(t, "beta-dev")
+			case shared:
+				cache = m.createShared(t, "operator")
 			}
 			var method, path, body string
 			for _, ep := range endpoints {
@@ -540,6 +559,55 @@ func TestCacheCommands(t *testing.T) {
 	}
 	if rec := m.lastAudit(t); rec.Action != "cachedContents.delete" || rec.Resource != betaCache {
 		t.Fatalf("last audit record %+v", rec.Entry)
+	}
+	m.env.WaitIdle(t)
+}
+
+// TestSharedCacheScope: a cache an administrator publishes is found in
+// every tenant's prompts over it — the one sharing between tenants — while
+// what each tenant appends stays its own: another tenant sending the very
+// same continuation gets only the shared blocks from the cache.
+func TestSharedCacheScope(t *testing.T) {
+	m := newCacheMatrixEnv(t)
+	body := `{"model":"models/` + apitest.ModelName + `","systemInstruction":{"parts":[{"text":"` +
+		strings.Repeat("The house rules every tenant's assistant follows. ", 12) + `"}]},"contents":[{"parts":[{"text":"Context."}]}],` +
+		`"ttl":"600s","kvserve":{"shared":true}}`
+	if status, data := m.do(t, "developer", "POST", "/v1beta/cachedContents", body); status != 403 {
+		t.Fatalf("a developer published a shared cache: %d %s", status, data)
+	}
+	cache := m.createBody(t, "operator", body)
+	gen := "/v1beta/models/" + apitest.ModelName + ":generateContent"
+	ask := `{"cachedContent":"` + cache + `","contents":[{"parts":[{"text":"` + strings.Repeat("What do the rules say about weekends? ", 6) +
+		`"}]}],"generationConfig":{"maxOutputTokens":1}}`
+	cached := func(who string) int {
+		t.Helper()
+		status, data := m.do(t, who, "POST", gen, ask)
+		var out struct {
+			UsageMetadata struct {
+				PromptTokenCount, CachedContentTokenCount int
+			}
+		}
+		if status != 200 || json.Unmarshal(data, &out) != nil {
+			t.Fatalf("%s: %d %s", who, status, data)
+		}
+		return out.UsageMetadata.CachedContentTokenCount
+	}
+	firstA := cached("developer")
+	againA := cached("developer")
+	firstB := cached("beta-dev")
+	againB := cached("beta-dev")
+	t.Logf("cached tokens: alpha %d then %d, beta %d then %d", firstA, againA, firstB, againB)
+	if firstA < 64 {
+		t.Fatalf("alpha's first use found %d tokens of the shared cache", firstA)
+	}
+	if againA <= firstA {
+		t.Fatalf("alpha's second identical request found %d tokens, its first %d: its own continuation was not kept", againA, firstA)
+	}
+	if firstB != firstA {
+		t.Fatalf("beta's first request found %d tokens; the shared prefix is %d: it reached alpha's continuation", firstB, firstA)
+	}
+	if againB != againA {
+		t.Fatalf("beta's second request found %d tokens, alpha's %d", againB, againA)
 	}
 	m.env.WaitIdle(t)
 }

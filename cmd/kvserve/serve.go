@@ -19,6 +19,7 @@ import (
 	"github.com/kvserve/kvserve/internal/api"
 	"github.com/kvserve/kvserve/internal/batch"
 	"github.com/kvserve/kvserve/internal/chat"
+	"github.com/kvserve/kvserve/internal/ctxcache"
 	"github.com/kvserve/kvserve/internal/engine"
 	"github.com/kvserve/kvserve/internal/gguf"
 	"github.com/kvserve/kvserve/internal/kv"
@@ -293,6 +294,9 @@ func parseAPIKeys(entries []string) ([]api.APIKey, error) {
 		key = strings.TrimSpace(key)
 		if key == "" {
 			return nil, fmt.Errorf("--api-key %q: empty key", e)
+		}
+		if strings.HasPrefix(strings.TrimSpace(tenant), "@") {
+			return nil, fmt.Errorf("--api-key %q: tenant names beginning with @ are reserved (%s owns the shared context caches)", e, ctxcache.SharedTenant)
 		}
 		keys = append(keys, api.APIKey{Key: key, Tenant: strings.TrimSpace(tenant)})
 	}

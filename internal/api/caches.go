@@ -130,7 +130,18 @@ func (c *Call) applyCache(req *Request, m *Model) error {
 		}
 	}
 	req.Messages = append(append(msgs, extra...), turns...)
-	if !merged && len(msgs) > 0 {
+	if cc.Tenant == ctxcache.SharedTenant {
+		// Its KV is the shared scope's, pinned by the administrator who
+		// published it: a tenant's request neither pins it nor is charged
+		// for it, and shares only the tokens that are the cache's own.
+		pre := *base
+		pre.prefixOnly = true
+		p, err := buildPrompt(m, &pre, c.fragmentScope())
+		if err != nil {
+			return err
+		}
+		req.sharedPrefix = p.Tokens
+	} else if !merged && len(msgs) > 0 {
 		// The cache's prefix is pinned again to its expiry (a no-op while
 		// its pins hold; after a restart, or once the pool lost them, the
 		// use pins what it recomputed or brought back from disk).
@@ -360,7 +371,7 @@ func (c *Call) prefiller(build CacheRequest) ctxcache.Prefill {
 		if err != nil {
 			return 0, "", err
 		}
-		return c.prefill(ctx, req, ttl, minTokens)
+		return c.prefill(ctx, req, cc.Tenant, ttl, minTokens)
 	}
 }
 
@@ -369,7 +380,7 @@ func (c *Call) prefiller(build CacheRequest) ctxcache.Prefill {
 // pinned for ttl and one token generated: the engine has no prefill-only
 // request, and one token costs one decode step. It returns the prefix's
 // tokens and the model's id.
-func (c *Call) prefill(ctx context.Context, req *Request, ttl time.Duration, minTokens int) (int, string, error) {
+func (c *Call) prefill(ctx context.Context, req *Request, scope string, ttl time.Duration, minTokens int) (int, string, error) {
 	if err := req.validate(); err != nil {
 		return 0, "", err
 	}
@@ -397,7 +408,7 @@ func (c *Call) prefill(ctx context.Context, req *Request, ttl time.Duration, min
 		Segments:  []engine.Segment{{Start: 0, End: n, Retention: engine.RetentionPinned}},
 		MaxTokens: 1,
 		N:         1,
-		Scope:     c.Identity.Tenant,
+		Scope:     scope, // the cache's tenant: the shared scope for a shared cache
 		Hints:     engine.Hints{Retention: engine.RetentionEphemeral, TTL: ttl},
 	}
 	rec, err := c.openRecord(m, ledger.KindCacheCreate, time.Now(), 0)

@@ -76,6 +76,11 @@ type Request struct {
 	// prefixOnly renders the conversation without the generation prompt:
 	// a context cache's prefix, which later requests extend.
 	prefixOnly bool
+
+	// sharedPrefix, for a request that continues a shared context cache,
+	// is the cache's prefix tokens: the part of the prompt that agrees
+	// with them is kept in the shared scope (engine.Request.SharedTokens).
+	sharedPrefix []int32
 }
 
 // ToolChoiceMode says whether the model may, must or must not call tools.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/kvserve/kvserve/internal/chat"
 	"github.com/kvserve/kvserve/internal/chat/outparse"
+	"github.com/kvserve/kvserve/internal/ctxcache"
 	"github.com/kvserve/kvserve/internal/engine"
 	"github.com/kvserve/kvserve/internal/ledger"
 	"github.com/kvserve/kvserve/internal/sample"
@@ -214,6 +215,9 @@ func (c *Call) Start(req *Request) (*Run, error) {
 		Scope:      c.Identity.Tenant,
 		Hints:      req.Hints,
 	}
+	if n := sharedTokens(req.sharedPrefix, p.Tokens); n > 0 {
+		er.SharedScope, er.SharedTokens = ctxcache.SharedTenant, n
+	}
 	if err := c.beginUsage(m, ledger.KindRequest, req.Priority); err != nil {
 		return nil, err
 	}
@@ -235,6 +239,15 @@ func (c *Call) Start(req *Request) (*Run, error) {
 	}
 	c.run = r
 	return r, nil
+}
+
+// sharedTokens is how many leading tokens a and b share.
+func sharedTokens(a, b []int32) int {
+	n := 0
+	for n < len(a) && n < len(b) && a[n] == b[n] {
+		n++
+	}
+	return n
 }
 
 func itoa(n int) string {

@@ -109,7 +109,20 @@ type Spec struct {
 	// differ, the create fails with ErrConflict. Without it, display names
 	// are labels and need not be unique.
 	ReuseByDisplayName bool
+	// Shared publishes the cache to every tenant (an administrator's only):
+	// it belongs to SharedTenant, any tenant's key that may get or use its
+	// own caches may get and use it, and its KV is kept in a scope of its
+	// own that every tenant's prompts over it find — the one sharing
+	// between tenants there is.
+	Shared bool
 }
+
+// SharedTenant owns the shared caches (Spec.Shared). It is no tenant's id:
+// the API refuses tenant names that begin with "@".
+const SharedTenant = "@shared"
+
+// RoleAdmin is the role that may publish, update and delete shared caches.
+const RoleAdmin = "admin"
 
 // MaxDisplayName is the longest display name, in characters (Gemini's).
 const MaxDisplayName = 128

@@ -139,6 +139,9 @@ func (s *Service) record(ctx context.Context, c Caller, action, resource string,
 // has an owner, the default tenant ("") included, and must not look like
 // a resource no tenant owns (which an Authorizer may let anyone see).
 func (s *Service) authorize(ctx context.Context, c Caller, perm, owner, name string) error {
+	if owner == SharedTenant && owner != c.Tenant {
+		return s.authorizeShared(ctx, c, perm, name)
+	}
 	if owner != c.Tenant {
 		return fmt.Errorf("%w: %s belongs to another tenant", ErrNotFound, name)
 	}
@@ -146,6 +149,25 @@ func (s *Service) authorize(ctx context.Context, c Caller, perm, owner, name str
 		return nil
 	}
 	return s.authz.Authorize(ctx, c, perm, owner, name)
+}
+
+// authorizeShared decides on a shared cache: any caller whose role may get
+// or use its own tenant's caches may get or use it; only an administrator
+// may change or delete it (or create one).
+func (s *Service) authorizeShared(ctx context.Context, c Caller, perm, name string) error {
+	switch perm {
+	case PermGet, PermUse:
+		if c.Open {
+			return nil
+		}
+		return s.authz.Authorize(ctx, c, perm, c.Tenant, name)
+	case PermCreate, PermUpdate, PermDelete:
+		if c.Open || c.Role == RoleAdmin {
+			return nil
+		}
+		return fmt.Errorf("%w: only an administrator may %s a shared context cache", ErrForbidden, strings.TrimPrefix(perm, "cachedContents."))
+	}
+	return fmt.Errorf("%w: %s is shared: it can be read and used, not %s", ErrForbidden, name, perm)
 }
 
 // Create creates a cache from spec: authorize, resolve the expiry, reuse by
@@ -169,7 +191,11 @@ func (s *Service) Create(ctx context.Context, c Caller, spec Spec, prefill Prefi
 }
 
 func (s *Service) create(ctx context.Context, c Caller, spec Spec, prefill Prefill) (Cache, bool, error) {
-	if err := s.authorize(ctx, c, PermCreate, c.Tenant, NamePrefix+"-"); err != nil {
+	owner := c.Tenant
+	if spec.Shared {
+		owner = SharedTenant
+	}
+	if err := s.authorize(ctx, c, PermCreate, owner, NamePrefix+"-"); err != nil {
 		return Cache{}, false, err
 	}
 	if n := utf8.RuneCountInString(spec.DisplayName); n > MaxDisplayName {
@@ -184,7 +210,7 @@ func (s *Service) create(ctx context.Context, c Caller, spec Spec, prefill Prefi
 		return Cache{}, false, err
 	}
 	if spec.ReuseByDisplayName {
-		found, ok, err := s.byDisplayName(ctx, c.Tenant, spec.DisplayName, now)
+		found, ok, err := s.byDisplayName(ctx, owner, spec.DisplayName, now)
 		if err != nil {
 			return Cache{}, false, err
 		}
@@ -195,7 +221,7 @@ func (s *Service) create(ctx context.Context, c Caller, spec Spec, prefill Prefi
 			return found, true, nil
 		}
 	}
-	cc := Cache{ID: newID(), Tenant: c.Tenant, Owner: c.Principal, Model: spec.Model, DisplayName: spec.DisplayName,
+	cc := Cache{ID: newID(), Tenant: owner, Owner: c.Principal, Model: spec.Model, DisplayName: spec.DisplayName,
 		SystemInstruction: spec.SystemInstruction, Contents: spec.Contents, Tools: spec.Tools, ToolConfig: spec.ToolConfig,
 		CreateTime: now.UTC(), UpdateTime: now.UTC(), ExpireTime: expire}
 	tokens, model, err := prefill(ctx, &cc, expire.Sub(now), s.minTokens)
@@ -210,7 +236,7 @@ func (s *Service) create(ctx context.Context, c Caller, spec Spec, prefill Prefi
 		if spec.ReuseByDisplayName {
 			// Two creates racing with the same name: the first to commit
 			// wins, the other is a conflict (its pins lapse unused).
-			if other, ok, err := displayNameIn(tx, c.Tenant, spec.DisplayName, now); err != nil {
+			if other, ok, err := displayNameIn(tx, owner, spec.DisplayName, now); err != nil {
 				return err
 			} else if ok {
 				return fmt.Errorf("%w: the cache %s was created with the displayName %q meanwhile", ErrConflict, other.Name(), spec.DisplayName)

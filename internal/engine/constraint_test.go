@@ -67,9 +67,11 @@ func TestRequestRoundTrip(t *testing.T) {
 		N:          2,
 		Constraint: &Constraint{Kind: ConstraintToolCall, AfterReasoning: true,
 			Tools: []ConstraintTool{{Name: "get_weather", Parameters: json.RawMessage(`{"type":"object"}`)}}},
-		Priority: 3,
-		Scope:    "tenant-a",
-		Hints:    Hints{SessionID: "s1", Retention: RetentionSession, TTL: time.Hour, ExpectedOutputTokens: 12},
+		Priority:     3,
+		Scope:        "tenant-a",
+		SharedScope:  "shared",
+		SharedTokens: 2,
+		Hints:        Hints{SessionID: "s1", Retention: RetentionSession, TTL: time.Hour, ExpectedOutputTokens: 12},
 	}
 	data, err := json.Marshal(r)
 	if err != nil {

@@ -418,6 +418,32 @@ func (e *Engine) ForgetScope(scope string) error {
 	return e.kv.ForgetScope(e.salt(scope))
 }
 
+// chain returns the hashes of the full blocks of tokens, a prefix of r's
+// prompt, as r's sequence hashes them (its shared prefix in its shared
+// scope).
+func (e *Engine) chain(r *Request, tokens []int32) []kv.Hash {
+	h := kv.NewHasher([]byte(e.cfg.ModelID))
+	salt := e.salt(r.Scope)
+	if r.SharedScope == "" {
+		return h.Chain(nil, salt, tokens, e.cfg.BlockSize)
+	}
+	return h.SplitChain(nil, e.salt(r.SharedScope), r.SharedTokens/e.cfg.BlockSize, salt, tokens, e.cfg.BlockSize)
+}
+
+// fetch starts moving chain's blocks (r's prompt's) up from disk, each
+// part under its own scope's key, and returns how many it is bringing.
+func (e *Engine) fetch(r *Request, chain []kv.Hash) int {
+	k := 0
+	if r.SharedScope != "" {
+		k = min(r.SharedTokens/e.cfg.BlockSize, len(chain))
+	}
+	n := 0
+	if k > 0 {
+		n = e.kv.Fetch(e.salt(r.SharedScope), chain[:k], e.wakeUp)
+	}
+	return n + e.kv.Fetch(e.salt(r.Scope), chain[k:], e.wakeUp)
+}
+
 // Unpin ends now the pins on prompt's full blocks in scope (a deleted
 // context cache's prefix) and returns how many blocks it unpinned.
 func (e *Engine) Unpin(scope string, prompt []int32) int {
@@ -493,6 +519,8 @@ func (e *Engine) validate(r *Request) error {
 		return fmt.Errorf("%w: max tokens must be at least 1", ErrInvalid)
 	case r.N < 1 || r.N > 128:
 		return fmt.Errorf("%w: n must be in [1, 128], got %d", ErrInvalid, r.N)
+	case r.SharedTokens < 0 || r.SharedTokens > len(r.Prompt) || (r.SharedTokens > 0) != (r.SharedScope != ""):
+		return fmt.Errorf("%w: a shared prefix needs its scope and at most the prompt's %d tokens, got %d", ErrInvalid, len(r.Prompt), r.SharedTokens)
 	}
 	vocab := e.shape.Vocab
 	for _, t := range r.Prompt {
@@ -514,10 +542,9 @@ func (e *Engine) validate(r *Request) error {
 	// The request's own blocks that are pinned already (a context cache's
 	// prefix) are part of the room it needs, not beside it.
 	pinned := e.kv.Pinned()
-	salt := e.salt(r.Scope)
 	own := 0
 	if pinned > 0 && !e.cfg.Contiguous {
-		own = e.kv.CountPinned(kv.NewHasher([]byte(e.cfg.ModelID)).Chain(nil, salt, r.Prompt, bs))
+		own = e.kv.CountPinned(e.chain(r, r.Prompt))
 	}
 	if room := e.kv.NumBlocks() - pinned; need-own > room {
 		return fmt.Errorf("%w: %d tokens need %d KV blocks, the pool has %d beside the pinned ones", ErrTooLong, len(r.Prompt)+r.MaxTokens, need-own, room)
@@ -531,7 +558,7 @@ func (e *Engine) validate(r *Request) error {
 				ErrPinQuota, pinned, n, e.maxPinned(), 100*e.cfg.MaxPinnedFraction)
 		}
 		limit := int(float64(e.kv.NumBlocks()) * e.cfg.MaxPinnedPerTenant)
-		if p := e.kv.PinnedBy(salt); p+n > limit {
+		if p := e.kv.PinnedBy(e.salt(r.Scope)); p+n > limit {
 			return fmt.Errorf("%w: the tenant has %d blocks pinned and this request would pin up to %d more; a tenant's limit is %d (%.0f%% of the KV pool)",
 				ErrPinQuota, p, n, limit, 100*e.cfg.MaxPinnedPerTenant)
 		}

@@ -99,7 +99,14 @@ type Request struct {
 	// Scope is the isolation scope (tenant) whose salt prefixes every block
 	// hash: requests of different scopes never share KV.
 	Scope string `json:"scope"`
-	Hints Hints  `json:"hints"`
+	// SharedScope and SharedTokens say that the prompt's first SharedTokens
+	// tokens are a prefix published to the shared scope SharedScope (an
+	// administrator's shared context cache): its full blocks are hashed,
+	// kept and owned in that scope, so every scope using it finds them,
+	// while the blocks after it chain on in Scope and stay Scope's own.
+	SharedScope  string `json:"shared_scope,omitempty"`
+	SharedTokens int    `json:"shared_tokens,omitempty"`
+	Hints        Hints  `json:"hints"`
 }
 
 // FinishReason says why a sample ended.

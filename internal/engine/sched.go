@@ -116,6 +116,9 @@ func (e *Engine) reserve(s *seqState, n int) bool {
 func (e *Engine) admit(s *seqState) (ok, deferred bool) {
 	r := s.req
 	seq := e.kv.NewSequence(e.salt(r.Scope), []byte(e.cfg.ModelID))
+	if r.SharedScope != "" {
+		seq.SetShared(e.salt(r.SharedScope), r.SharedTokens/e.cfg.BlockSize)
+	}
 	perBlock, rest := blockClasses(&r.Request, len(s.tokens), e.cfg.BlockSize)
 	seq.SetClasses(perBlock, rest)
 	if rest == kv.ClassPinned || slices.Contains(perBlock, kv.ClassPinned) {
@@ -211,7 +214,7 @@ func (e *Engine) awaitDisk(s *seqState, chain []kv.Hash) bool {
 		s.diskGaveUp = true
 		return false
 	}
-	if e.kv.Fetch(e.salt(s.req.Scope), chain, e.wakeUp) == 0 {
+	if e.fetch(&s.req.Request, chain) == 0 {
 		if !s.fetching.IsZero() {
 			e.m.diskWait.Observe(now.Sub(s.fetching).Seconds())
 			s.fetching = time.Time{}
@@ -232,11 +235,10 @@ func (e *Engine) prefetch(s *seqState) {
 		return
 	}
 	bs := e.cfg.BlockSize
-	salt := e.salt(s.req.Scope)
-	hashes := kv.NewHasher([]byte(e.cfg.ModelID)).Chain(nil, salt, s.tokens[:(len(s.tokens)-1)/bs*bs], bs)
+	hashes := e.chain(&s.req.Request, s.tokens[:(len(s.tokens)-1)/bs*bs])
 	// The wait is counted (and bounded) from when the request reaches the
 	// front, in awaitDisk: time queued behind others is not waiting for disk.
-	e.kv.Fetch(salt, hashes, e.wakeUp)
+	e.fetch(&s.req.Request, hashes)
 }
 
 // maxDiskWait bounds how long a request waits for its blocks from disk.

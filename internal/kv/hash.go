@@ -64,3 +64,29 @@ func (h *Hasher) Chain(dst []Hash, parent Hash, tokens []int32, blockSize int) [
 	}
 	return dst
 }
+
+// Continue is the parent a scope's own blocks chain from after a prefix
+// published to a shared scope: the shared prefix's last hash bound to the
+// scope's salt, so that what a tenant appends to a shared prefix is its own
+// (another tenant's identical continuation hashes differently).
+func Continue(sharedLast, scope Hash) Hash {
+	var buf [2*len(Hash{}) + 8]byte
+	copy(buf[:], sharedLast[:])
+	copy(buf[len(Hash{}):], scope[:])
+	copy(buf[2*len(Hash{}):], "continue")
+	return sha256.Sum256(buf[:])
+}
+
+// SplitChain appends to dst the hashes of every full block of tokens whose
+// first sharedBlocks blocks chain from the shared scope's salt and the rest
+// from scope's, continuing the shared prefix (Continue). With sharedBlocks
+// 0 it is Chain from scope.
+func (h *Hasher) SplitChain(dst []Hash, shared Hash, sharedBlocks int, scope Hash, tokens []int32, blockSize int) []Hash {
+	k := min(sharedBlocks, len(tokens)/blockSize)
+	if k <= 0 {
+		return h.Chain(dst, scope, tokens, blockSize)
+	}
+	start := len(dst)
+	dst = h.Chain(dst, shared, tokens[:k*blockSize], blockSize)
+	return h.Chain(dst, Continue(dst[start+k-1], scope), tokens[k*blockSize:], blockSize)
+}

@@ -36,6 +36,11 @@ type Sequence struct {
 	// rest of the match was in the pool), for usage by tier.
 	onboarded struct{ host, disk int }
 	matched   int // blocks MatchPrefixHashes matched
+	// shared is the salt of a scope published for sharing whose prefix the
+	// first sharedBlocks blocks are (SetShared), sharedOwner its number.
+	shared       Hash
+	sharedBlocks int
+	sharedOwner  uint32
 }
 
 // NewSequence starts an empty sequence whose block hashes are salted with
@@ -45,6 +50,46 @@ func (p *Pool) NewSequence(scope Hash, extra []byte) *Sequence {
 	owner := p.ownerLocked(scope)
 	p.mu.Unlock()
 	return &Sequence{pool: p, hasher: NewHasher(extra), scope: scope, owner: owner}
+}
+
+// SetShared makes the sequence's first blocks full blocks of a prefix
+// published to the shared scope salted shared: they are hashed in that
+// scope and owned by it (its quotas, its disk key), and the blocks after
+// them chain from it in the sequence's own scope (Continue). Call it before
+// matching, on an empty sequence.
+func (s *Sequence) SetShared(shared Hash, blocks int) {
+	if len(s.blocks) != 0 {
+		panic("kv: SetShared on a non-empty sequence")
+	}
+	s.shared, s.sharedBlocks = shared, max(0, blocks)
+	if s.sharedBlocks > 0 {
+		s.pool.mu.Lock()
+		s.sharedOwner = s.pool.ownerLocked(shared)
+		s.pool.mu.Unlock()
+	}
+}
+
+// ownerOf is the owner of the sequence's full block i: the shared scope's
+// for a shared prefix's blocks, the sequence's otherwise.
+func (s *Sequence) ownerOf(i int) uint32 {
+	if i < s.sharedBlocks {
+		return s.sharedOwner
+	}
+	return s.owner
+}
+
+// chainParent is the parent hash block i's hash chains from, given the
+// hash of block i-1 (ignored for i = 0).
+func (s *Sequence) chainParent(i int, prev Hash) Hash {
+	switch {
+	case i == 0 && s.sharedBlocks > 0:
+		return s.shared
+	case i == 0:
+		return s.scope
+	case i == s.sharedBlocks:
+		return Continue(prev, s.scope)
+	}
+	return prev
 }
 
 // SetClasses sets the retention classes the sequence gives its full
@@ -125,7 +170,7 @@ func (s *Sequence) MatchPrefix(prompt []int32) int {
 // sequence's scope (what MatchPrefix looks up), so callers that need them
 // too hash once.
 func (s *Sequence) PromptHashes(prompt []int32) []Hash {
-	return s.hasher.Chain(nil, s.scope, prompt, s.pool.cfg.BlockSize)
+	return s.hasher.SplitChain(nil, s.shared, s.sharedBlocks, s.scope, prompt, s.pool.cfg.BlockSize)
 }
 
 // MatchPrefixHashes is MatchPrefix with the prompt's block hashes (from
@@ -151,7 +196,7 @@ func (s *Sequence) MatchPrefixHashes(prompt []int32, hashes []Hash) int {
 				parent = s.blocks[i-1]
 			}
 			var tier Tier
-			if id, tier, ok = p.onboardLocked(hashes[i], parent, s.classOf(i), s.expiryOf(i), s.owner); !ok {
+			if id, tier, ok = p.onboardLocked(hashes[i], parent, s.classOf(i), s.expiryOf(i), s.ownerOf(i)); !ok {
 				break
 			}
 			if tier == TierHost {
@@ -261,7 +306,10 @@ func (s *Sequence) Commit(tokens []int32) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for i := len(s.hashes); i < full; i++ {
-		parent := s.scope
+		// parent links the chain (the previous block, or the scope's salt
+		// for the first); the hash chains from chainParent, which differs
+		// where a shared prefix ends.
+		parent := s.chainParent(0, Hash{})
 		if i > 0 {
 			parent = s.hashes[i-1]
 		}
@@ -270,9 +318,9 @@ func (s *Sequence) Commit(tokens []int32) {
 		if i < len(s.known) {
 			h = s.known[i] // the prompt's own block, hashed at admission
 		} else {
-			h = s.hasher.Block(parent, blockTokens)
+			h = s.hasher.Block(s.chainParent(i, parent), blockTokens)
 		}
-		s.blocks[i] = p.commitLocked(s.blocks[i], h, parent, blockTokens, s.classOf(i), s.expiryOf(i), s.owner)
+		s.blocks[i] = p.commitLocked(s.blocks[i], h, parent, blockTokens, s.classOf(i), s.expiryOf(i), s.ownerOf(i))
 		s.hashes = append(s.hashes, h)
 	}
 }
@@ -299,6 +347,7 @@ func (s *Sequence) Fork() *Sequence {
 		rest:     s.rest,
 		owner:    s.owner,
 		pinUntil: s.pinUntil, persistUntil: s.persistUntil,
+		shared: s.shared, sharedBlocks: s.sharedBlocks, sharedOwner: s.sharedOwner,
 	}
 }
 
@@ -332,4 +381,5 @@ func (s *Sequence) Release() {
 	s.blocks, s.hashes, s.tokens, s.known = s.blocks[:0], s.hashes[:0], s.tokens[:0], nil
 	s.classes, s.rest = s.classes[:0], 0
 	s.onboarded.host, s.onboarded.disk, s.matched = 0, 0, 0
+	s.shared, s.sharedBlocks, s.sharedOwner = Hash{}, 0, 0
 }

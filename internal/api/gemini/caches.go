@@ -47,6 +47,9 @@ type cacheBody struct {
 		// ReuseByDisplayName makes the create idempotent by displayName
 		// (see ctxcache.Spec.ReuseByDisplayName).
 		ReuseByDisplayName bool `json:"reuse_by_display_name"`
+		// Shared publishes the cache to every tenant (administrators only;
+		// see ctxcache.Spec.Shared).
+		Shared bool `json:"shared"`
 	} `json:"kvserve"`
 }
 
@@ -171,6 +174,7 @@ func createCache(c *api.Call) error {
 		Tools: compact(body.Tools), ToolConfig: compact(body.ToolConfig), TTL: body.TTL, ExpireTime: body.ExpireTime}
 	if body.Kvserve != nil {
 		spec.ReuseByDisplayName = body.Kvserve.ReuseByDisplayName
+		spec.Shared = body.Kvserve.Shared
 	}
 	if spec.Contents == nil && spec.SystemInstruction == nil {
 		return api.InvalidParam("contents", "a cached content needs contents or a systemInstruction")

@@ -46,6 +46,8 @@ type cachedContentRequest struct {
 	ExpireTime string `json:"expire_time"`
 	// ReuseByDisplayName makes the create idempotent by display_name.
 	ReuseByDisplayName bool `json:"reuse_by_display_name"`
+	// Shared publishes the cache to every tenant (administrators only).
+	Shared bool `json:"shared"`
 }
 
 // cachedContentJSON is the resource as returned.
@@ -176,7 +178,7 @@ func createCachedContent(c *api.Call) error {
 		return err
 	}
 	spec := ctxcache.Spec{Model: body.Model, DisplayName: body.DisplayName, SystemInstruction: system, Contents: contents,
-		Tools: tools, TTL: body.TTL, ExpireTime: body.ExpireTime, ReuseByDisplayName: body.ReuseByDisplayName}
+		Tools: tools, TTL: body.TTL, ExpireTime: body.ExpireTime, ReuseByDisplayName: body.ReuseByDisplayName, Shared: body.Shared}
 	cc, _, err := c.CreateCache(spec, c.CacheRequest())
 	if err != nil {
 		return renameCacheParam(err)
