@@ -292,6 +292,7 @@ func (r *Run) Next() ([]Event, error) {
 	r.events = r.events[:0]
 	for len(r.events) == 0 {
 		if r.done {
+			r.c.settleUsage()
 			return nil, io.EOF
 		}
 		t0 := time.Now()

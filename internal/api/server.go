@@ -599,6 +599,9 @@ type Call struct {
 	route string
 	// usage is the call's open ledger record (Seq 0: none).
 	usage ledger.Record
+	// settled: usage was booked final when the run ended, before the
+	// response's last bytes (endUsage books nothing more).
+	settled bool
 	// err is the error the call failed with, for the ledger.
 	err *Error
 }
