@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -150,6 +152,88 @@ func TestUpstreamWorkerFlags(t *testing.T) {
 		{[]string{"--nats", "nats://127.0.0.1:1", "--upstream", "http://127.0.0.1:1/v1", "--upstream-cache-tokens", "0"}, "must be ≥ 1"},
 	} {
 		_, _, err := runCommand(newWorkerCmd(), c.args...)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v, want %q", c.args, err, c.want)
+		}
+	}
+}
+
+// TestGatewayModels: one gateway serves two models, each on its own
+// workers, and the model "auto" chooses between them by its rules.
+func TestGatewayModels(t *testing.T) {
+	files := []string{apitest.ModelFile(t), apitest.BPEModelFile(t)}
+	ids := []string{strings.TrimSuffix(filepath.Base(files[0]), ".gguf"), strings.TrimSuffix(filepath.Base(files[1]), ".gguf")}
+	ns, err := cluster.StartServer(cluster.ServerConfig{StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ns.Close)
+	dataDir := t.TempDir()
+	for i, f := range files {
+		id := fmt.Sprintf("wk-%d", i)
+		startWorkerCmd(t, id, "--nats", ns.URL(), "--id", id, "--engine", "sim", "--model", f, "--data-dir", dataDir,
+			"--kv-cache-memory", "16MiB")
+	}
+	g := startCommand(t, newGatewayCmd(), "--nats", ns.URL(), "--model", files[0], "--model", files[1], "--addr", "127.0.0.1:0",
+		"--data-dir", dataDir, "--api-key", "sk-admin", "--auto-fast", ids[0], "--auto-strong", ids[1], "--auto-long-prompt", "300")
+	if !strings.Contains(g.line, ids[0]) || !strings.Contains(g.line, ids[1]) {
+		t.Errorf("startup line %q does not name both models", g.line)
+	}
+	chat := func(model, content string, tools bool) (int, string) {
+		body := map[string]any{"model": model, "max_tokens": 2, "messages": []map[string]string{{"role": "user", "content": content}}}
+		if tools {
+			body["tools"] = []map[string]any{{"type": "function", "function": map[string]any{"name": "f", "parameters": map[string]any{"type": "object"}}}}
+		}
+		data, _ := json.Marshal(body)
+		status, out := httpDo(t, "POST", g.base+"/v1/chat/completions", "sk-admin", string(data))
+		var resp struct{ Model string }
+		_ = json.Unmarshal(out, &resp)
+		return status, resp.Model
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; { // 503 until the gateway has heard both workers
+		s0, _ := chat(ids[0], "hi", false)
+		s1, _ := chat(ids[1], "hi", false)
+		if s0 == 200 && s1 == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("statuses %d and %d", s0, s1)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, c := range []struct {
+		name, model, content string
+		tools                bool
+		want                 string
+	}{
+		{"named fast", ids[0], "hi", true, ids[0]},
+		{"named strong", ids[1], "hi", false, ids[1]},
+		{"auto", "auto", "hi", false, ids[0]},
+		{"auto with tools", "auto", "hi", true, ids[1]},
+		{"auto long", "auto", strings.Repeat("long ", 400), false, ids[1]},
+	} {
+		if status, got := chat(c.model, c.content, c.tools); status != 200 || got != c.want {
+			t.Errorf("%s: %d, answered by %q, want %q", c.name, status, got, c.want)
+		}
+	}
+	status, metrics := httpDo(t, "GET", g.base+"/metrics", "sk-admin", "")
+	for _, id := range ids {
+		if want := `kvserve_cluster_workers{model="` + id + `"} 1`; status != 200 || !strings.Contains(string(metrics), want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+}
+
+func TestGatewayModelFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--nats", "nats://127.0.0.1:1", "--model", "a.gguf", "--model", "b.gguf", "--model-id", "x"}, "--model-id names one model"},
+		{[]string{"--nats", "nats://127.0.0.1:1", "--auto-long-prompt", "10"}, "--auto-long-prompt needs --auto-fast and --auto-strong"},
+		{[]string{"--nats", "nats://127.0.0.1:1", "--auto-fast", "a"}, "two different models"},
+	} {
+		_, _, err := runCommand(newGatewayCmd(), c.args...)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: %v, want %q", c.args, err, c.want)
 		}
