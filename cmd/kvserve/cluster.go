@@ -34,6 +34,7 @@ type workerOptions struct {
 	dataDir      string
 	configPath   string
 	drainTimeout time.Duration
+	metricsAddr  string
 	upstream     upstreamOptions
 }
 
@@ -79,6 +80,7 @@ upstream's API key, if it needs one, comes from KVSERVE_UPSTREAM_API_KEY.`,
 	addEngineFlags(f, &o.engineOptions)
 	addDataDirFlags(f, &o.dataDir, &o.configPath)
 	f.DurationVar(&o.drainTimeout, "drain-timeout", 30*time.Second, "how long requests in flight may run on after SIGINT/SIGTERM before they are cut off")
+	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve the worker's Prometheus metrics (its engine's, KV cache and tiers included) on this address at /metrics, e.g. 127.0.0.1:9100; unauthenticated, so keep it on a private network (default: none)")
 	addUpstreamFlags(f, &o.upstream)
 	return cmd
 }
@@ -110,7 +112,13 @@ func runWorker(ctx context.Context, o *workerOptions, stderr io.Writer) error {
 		return err
 	}
 	defer loaded.file.Close()
-	se, err := newServedEngine(&o.engineOptions, loaded, engineEnv{dataDir: dataDir, kvDir: diskTierDir(dataDir), secret: secret, log: log, stderr: stderr})
+	metrics, err := startWorkerMetrics(o.metricsAddr, stderr)
+	if err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	defer metrics.Close()
+	se, err := newServedEngine(&o.engineOptions, loaded, engineEnv{dataDir: dataDir, kvDir: diskTierDir(dataDir), secret: secret,
+		reg: metrics.registerer(), log: log, stderr: stderr})
 	if err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -18,7 +19,8 @@ import (
 
 // startWorkerCmd runs `kvserve worker args...` until the test ends, once
 // it says it serves as worker id; stop drains it and returns its error.
-func startWorkerCmd(t *testing.T, id string, args ...string) (stop func() error) {
+// started is what it printed until then.
+func startWorkerCmd(t *testing.T, id string, args ...string) (stop func() error, started string) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
@@ -28,15 +30,16 @@ func startWorkerCmd(t *testing.T, id string, args ...string) (stop func() error)
 	done := make(chan error, 1)
 	go func() { done <- cmd.ExecuteContext(ctx); pw.Close() }()
 	sc := bufio.NewScanner(pr)
-	started := false
+	ok := false
 	for sc.Scan() {
+		started += sc.Text() + "\n"
 		if strings.Contains(sc.Text(), "worker "+id+" serving") {
-			started = true
+			ok = true
 			break
 		}
 	}
 	go func() { _, _ = io.Copy(io.Discard, pr) }()
-	if !started {
+	if !ok {
 		cancel()
 		t.Fatalf("the worker did not start: %v", <-done)
 	}
@@ -55,7 +58,7 @@ func startWorkerCmd(t *testing.T, id string, args ...string) (stop func() error)
 		return err
 	}
 	t.Cleanup(func() { stop() })
-	return stop
+	return stop, started
 }
 
 // TestUpstreamWorker: a gateway serves chat through a worker in front of a
@@ -71,8 +74,12 @@ func TestUpstreamWorker(t *testing.T) {
 	}
 	t.Cleanup(ns.Close)    // after the worker and gateway have stopped
 	dataDir := t.TempDir() // one secret for the worker and the gateway
-	startWorkerCmd(t, "ext-1", "--nats", ns.URL(), "--id", "ext-1", "--model", modelFile, "--data-dir", dataDir,
-		"--upstream", up.base+"/v1", "--upstream-model", up.model, "--upstream-cache-tokens", "65536")
+	_, printed := startWorkerCmd(t, "ext-1", "--nats", ns.URL(), "--id", "ext-1", "--model", modelFile, "--data-dir", dataDir,
+		"--upstream", up.base+"/v1", "--upstream-model", up.model, "--upstream-cache-tokens", "65536", "--metrics-addr", "127.0.0.1:0")
+	metricsURL := regexp.MustCompile(`worker metrics on (http://\S+)`).FindStringSubmatch(printed)
+	if metricsURL == nil {
+		t.Fatalf("no metrics address in %q", printed)
+	}
 	g := startCommand(t, newGatewayCmd(), "--nats", ns.URL(), "--model", modelFile, "--addr", "127.0.0.1:0",
 		"--data-dir", dataDir, "--api-key", "sk-test=t1", "--api-key", "sk-admin")
 	doc := strings.Repeat("A long shared document, read again and again. ", 20)
@@ -132,6 +139,14 @@ func TestUpstreamWorker(t *testing.T) {
 			t.Fatalf("the router knows %v blocks of ext-1, want the document's", blocks)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+	// The worker's own metrics: two requests accepted upstream, each
+	// reporting its cached tokens, none short of the prediction.
+	status, wm := httpDo(t, "GET", metricsURL[1], "", "")
+	for _, want := range []string{"kvserve_upstream_requests_total 2", "kvserve_upstream_cached_reported_total 2", "kvserve_upstream_cached_short_total 0"} {
+		if status != 200 || !strings.Contains(string(wm), "\n"+want+"\n") {
+			t.Errorf("worker metrics lack %q (status %d)", want, status)
+		}
 	}
 }
 
