@@ -1,0 +1,819 @@
+// Package jskv keeps the tenant store's records (tenant.Store: tenants,
+// keys, bindings, context caches) in a NATS JetStream key-value bucket, so
+// that every gateway of a cluster reads and changes one set of them.
+//
+// # Layout: immutable snapshots and one head
+//
+// JetStream KV offers compare-and-set on one key and nothing across keys,
+// while a tenant transaction reads and writes several records (deleting a
+// tenant revokes its keys). So records are not kept one per KV key.
+// Instead the bucket holds:
+//
+//   - snap.<kind>.<tx>.<n>: the records of one kind, encoded (ids in
+//     order, each with its value) and cut into chunks that fit a NATS
+//     message; written once by the transaction <tx> and never changed.
+//   - head: which snapshot is current for each kind, with a commit
+//     sequence. It is the only key ever overwritten, always by
+//     compare-and-set on its KV revision.
+//
+// A read (View) uses one head and the snapshots it names: one consistent
+// state. A write (Update) runs fn against the state of the head it read,
+// writes new snapshots for the kinds fn changed, then moves the head with
+// an update expecting the revision it read. If another process moved the
+// head first, that fails: the new snapshots are purged, and fn runs again
+// on the new state (bounded attempts, with jittered backoff). Every commit
+// is thus ordered after the head it read: transactions are serialisable
+// across every process sharing the bucket.
+//
+// # Garbage
+//
+// A head lists the snapshots it replaced (retired). The commit after it
+// purges them, so the snapshots of the two newest heads always exist and a
+// reader that is mid-way through loading the previous head still finds
+// them; a reader slower than two commits finds a chunk gone, re-reads the
+// head and loads again. Purges remove the messages without leaving delete
+// markers. Snapshots no head mentions (a writer that died between writing
+// them and moving the head) are purged by Open once older than
+// Options.OrphanAge.
+//
+// # Reads are local
+//
+// Each Store keeps the decoded records of the newest head it has seen in
+// memory, and a watch on the head tells it when another process commits.
+// A read uses the local copy unless the watch has announced a newer head
+// or the copy was last confirmed more than Options.MaxStaleness ago (the
+// bound that holds even when the watch lags): then it reads the head (one
+// round trip) and loads the kinds whose snapshot changed. A key revoked
+// through one gateway is thus refused by another as soon as the watch
+// delivers, and never later than MaxStaleness plus a round trip.
+//
+// The cost: every change rewrites the whole snapshot of each kind it
+// touches, and every process holds every record in memory. That fits
+// tenants, keys and context-cache metadata (thousands of records), not
+// millions of records.
+package jskv
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	mrand "math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/kvserve/kvserve/internal/tenant"
+)
+
+// Options configure Open. The zero value is the default.
+type Options struct {
+	// Bucket is the KV bucket's name (default DefaultBucket). Every
+	// gateway of a cluster must use the same one.
+	Bucket string
+	// Replicas is how many NATS servers keep the bucket (default 1: an
+	// embedded or single server; 3 on a three-node cluster). Open changes
+	// an existing bucket's replicas to this.
+	Replicas int
+	// MaxStaleness is how long a read may use the local copy of the
+	// records without confirming the head (default 1s). The watch on the
+	// head usually refreshes the copy sooner; this bounds how late a
+	// change made elsewhere (a revoked key) can be seen when it does not.
+	MaxStaleness time.Duration
+	// ChunkSize is the most bytes of a snapshot written to one KV value
+	// (default: the server's maximum message payload less room for
+	// headers). Tests lower it to cross chunk boundaries with small data.
+	ChunkSize int
+	// MaxAttempts is how many times Update runs fn when other processes
+	// keep committing first (default 64).
+	MaxAttempts int
+	// OrphanAge is how old a snapshot no head mentions must be before
+	// Open purges it (default 10 minutes: far longer than a transaction,
+	// whose snapshots are written just before its head moves).
+	OrphanAge time.Duration
+	// Logger receives warnings about garbage that could not be purged
+	// (default: none).
+	Logger *slog.Logger
+}
+
+// DefaultBucket is the bucket's name unless Options.Bucket says otherwise.
+const DefaultBucket = "KVSERVE_STATE"
+
+// headKey is the one key compare-and-set moves.
+const headKey = "head"
+
+// snapPrefix starts every snapshot chunk's key.
+const snapPrefix = "snap."
+
+// payloadHeadroom is left of the server's maximum payload for the
+// message's headers (the expected-sequence header of a create).
+const payloadHeadroom = 4 << 10
+
+// ErrConflict is returned (wrapped) by Update when other processes
+// committed first on every attempt.
+var ErrConflict = errors.New("jskv: transaction conflicted with other writers")
+
+// errReadOnly is returned by a View's Put and Delete.
+var errReadOnly = errors.New("jskv: read-only transaction")
+
+// head is the value of headKey.
+type head struct {
+	// Seq counts commits.
+	Seq uint64 `json:"seq"`
+	// Tx is the random id of the transaction that wrote this head: a
+	// writer whose compare-and-set got no answer finds out from it
+	// whether it landed.
+	Tx string `json:"tx"`
+	// Kinds names each non-empty kind's snapshot.
+	Kinds map[tenant.Kind]snapRef `json:"kinds,omitempty"`
+	// Retired are the snapshots this commit replaced: the next commit
+	// purges them.
+	Retired []snapRef `json:"retired,omitempty"`
+}
+
+// snapRef names one kind's snapshot.
+type snapRef struct {
+	Kind   tenant.Kind `json:"kind"`
+	Tx     string      `json:"tx"`
+	Chunks int         `json:"chunks"`
+	Size   int         `json:"size"`
+	// SHA256 is the hex digest of the encoded snapshot: chunks that do not
+	// add up to it are not this snapshot.
+	SHA256 string `json:"sha256"`
+}
+
+func (r snapRef) chunkKey(i int) string {
+	return snapPrefix + string(r.Kind) + "." + r.Tx + "." + strconv.Itoa(i)
+}
+
+// prefix is what every chunk key of the snapshot starts with.
+func (r snapRef) prefix() string { return snapPrefix + string(r.Kind) + "." + r.Tx + "." }
+
+// kindData is one kind's records, decoded. Once it belongs to a version it
+// is never changed: transactions copy it before writing.
+type kindData struct {
+	ids  []string // sorted
+	vals map[string][]byte
+}
+
+// version is the state of one head.
+type version struct {
+	rev   uint64 // the head's KV revision; 0: no head yet (an empty store)
+	head  head
+	kinds map[tenant.Kind]*kindData
+}
+
+// Store is a tenant.Store on a JetStream KV bucket. It is safe for
+// concurrent use; several Stores (in one process or many) may share a
+// bucket.
+type Store struct {
+	kv     jetstream.KeyValue
+	stream jetstream.Stream
+	subj   string // the bucket's subject prefix, "$KV.<bucket>."
+	o      Options
+	log    *slog.Logger
+
+	// loadMu makes one refresh at a time: the others wait and use its
+	// result rather than all reading the head.
+	loadMu sync.Mutex
+
+	mu      sync.Mutex // guards what follows
+	cur     *version
+	checked time.Time // when cur was last confirmed to be the newest head
+	closed  bool
+
+	// seen is the newest head revision the watch has delivered.
+	seen atomic.Uint64
+
+	stopWatch context.CancelFunc
+	watchDone chan struct{}
+}
+
+var _ tenant.Store = (*Store)(nil)
+
+// Open returns the store in the bucket on nc's server, creating the bucket
+// if needed. nc stays the caller's: Close does not close it.
+func Open(ctx context.Context, nc *nats.Conn, o Options) (*Store, error) {
+	if o.Bucket == "" {
+		o.Bucket = DefaultBucket
+	}
+	if o.Replicas <= 0 {
+		o.Replicas = 1
+	}
+	if o.MaxStaleness <= 0 {
+		o.MaxStaleness = time.Second
+	}
+	if o.MaxAttempts <= 0 {
+		o.MaxAttempts = 64
+	}
+	if o.OrphanAge <= 0 {
+		o.OrphanAge = 10 * time.Minute
+	}
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	most := int(nc.MaxPayload()) - payloadHeadroom
+	if most <= 0 {
+		return nil, fmt.Errorf("jskv: the NATS server's maximum payload (%d bytes) leaves no room for records", nc.MaxPayload())
+	}
+	switch {
+	case o.ChunkSize <= 0:
+		o.ChunkSize = most
+	case o.ChunkSize > most:
+		return nil, fmt.Errorf("jskv: chunk size %d exceeds what the NATS server accepts in one message (%d bytes with headers)", o.ChunkSize, most)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("jskv: %w", err)
+	}
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      o.Bucket,
+		Description: "kvserve tenants, keys, bindings and context caches (internal/tenant/jskv)",
+		History:     1,
+		Storage:     jetstream.FileStorage,
+		Replicas:    o.Replicas,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("jskv: bucket %s (does the NATS server run JetStream?): %w", o.Bucket, err)
+	}
+	stream, err := js.Stream(ctx, "KV_"+o.Bucket)
+	if err != nil {
+		return nil, fmt.Errorf("jskv: bucket %s's stream: %w", o.Bucket, err)
+	}
+	s := &Store{kv: kv, stream: stream, subj: "$KV." + o.Bucket + ".", o: o, log: log}
+	// The watch starts before the first read, so that no commit falls
+	// between them unseen.
+	w, err := kv.Watch(ctx, headKey, jetstream.UpdatesOnly())
+	if err != nil {
+		return nil, fmt.Errorf("jskv: watching the head of %s: %w", o.Bucket, err)
+	}
+	wctx, stop := context.WithCancel(context.Background())
+	s.stopWatch, s.watchDone = stop, make(chan struct{})
+	go s.watch(wctx, w)
+	if _, err := s.refresh(ctx, time.Time{}); err != nil {
+		s.Close()
+		return nil, err
+	}
+	if err := s.purgeOrphans(ctx); err != nil {
+		log.Warn("jskv: purging orphaned snapshots", "bucket", o.Bucket, "err", err)
+	}
+	return s, nil
+}
+
+// watch records the revision of every head another process commits, until
+// ctx ends (Close).
+func (s *Store) watch(ctx context.Context, w jetstream.KeyWatcher) {
+	defer close(s.watchDone)
+	defer w.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case e, ok := <-w.Updates():
+			if !ok {
+				return // reads fall back on MaxStaleness
+			}
+			if e == nil || e.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			for {
+				old := s.seen.Load()
+				if e.Revision() <= old || s.seen.CompareAndSwap(old, e.Revision()) {
+					break
+				}
+			}
+		}
+	}
+}
+
+// Close stops the watch. Transactions after it return tenant.ErrClosed.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	s.stopWatch()
+	<-s.watchDone
+	return nil
+}
+
+// current returns the newest state this store knows, refreshed from the
+// bucket if the watch announced a newer head or the copy is older than
+// MaxStaleness.
+func (s *Store) current(ctx context.Context) (*version, error) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("jskv: %w", tenant.ErrClosed)
+	}
+	v, checked := s.cur, s.checked
+	s.mu.Unlock()
+	if v != nil && v.rev >= s.seen.Load() && time.Since(checked) < s.o.MaxStaleness {
+		return v, nil
+	}
+	return s.refresh(ctx, time.Now())
+}
+
+// refresh reads the head and loads the snapshots of the kinds that
+// changed. A refresh that began at or after since, made by another caller
+// while this one waited, is as good as its own.
+func (s *Store) refresh(ctx context.Context, since time.Time) (*version, error) {
+	s.loadMu.Lock()
+	defer s.loadMu.Unlock()
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("jskv: %w", tenant.ErrClosed)
+	}
+	if v := s.cur; v != nil && !since.IsZero() && !s.checked.Before(since) && v.rev >= s.seen.Load() {
+		s.mu.Unlock()
+		return v, nil
+	}
+	s.mu.Unlock()
+	const attempts = 5
+	var err error
+	for attempt := range attempts {
+		if attempt > 0 {
+			if err := sleep(ctx, time.Duration(attempt)*10*time.Millisecond); err != nil {
+				return nil, err
+			}
+		}
+		var v *version
+		start := time.Now()
+		v, err = s.load(ctx)
+		if err == nil {
+			return s.install(v, start), nil
+		}
+		if !errors.Is(err, errGone) {
+			return nil, err
+		}
+	}
+	return nil, fmt.Errorf("jskv: the head of %s kept moving while its snapshots were read: %w", s.o.Bucket, err)
+}
+
+// errGone: a snapshot named by the head read is no longer there (purged
+// after two newer commits, or not yet on the replica that answered).
+var errGone = errors.New("jskv: snapshot gone")
+
+// load reads the head and the snapshots it names, reusing the kinds whose
+// snapshot is the current version's.
+func (s *Store) load(ctx context.Context) (*version, error) {
+	e, err := s.kv.Get(ctx, headKey)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return &version{kinds: map[tenant.Kind]*kindData{}}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("jskv: reading the head of %s: %w", s.o.Bucket, err)
+	}
+	v := &version{rev: e.Revision(), kinds: map[tenant.Kind]*kindData{}}
+	if err := json.Unmarshal(e.Value(), &v.head); err != nil {
+		return nil, fmt.Errorf("jskv: the head of %s: %w", s.o.Bucket, err)
+	}
+	s.mu.Lock()
+	cur := s.cur
+	s.mu.Unlock()
+	if cur != nil && cur.rev == v.rev {
+		return cur, nil
+	}
+	for kind, ref := range v.head.Kinds {
+		if cur != nil {
+			if old, ok := cur.head.Kinds[kind]; ok && old.Tx == ref.Tx {
+				v.kinds[kind] = cur.kinds[kind]
+				continue
+			}
+		}
+		kd, err := s.loadSnapshot(ctx, ref)
+		if err != nil {
+			return nil, err
+		}
+		v.kinds[kind] = kd
+	}
+	return v, nil
+}
+
+// install makes v the current version if it is newer, and records that
+// the newest head was confirmed at checked; it returns the current one.
+func (s *Store) install(v *version, checked time.Time) *version {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cur == nil || v.rev > s.cur.rev {
+		s.cur = v
+	}
+	if s.cur.rev == v.rev && checked.After(s.checked) {
+		s.checked = checked
+	}
+	return s.cur
+}
+
+// loadSnapshot reads and decodes the snapshot ref names.
+func (s *Store) loadSnapshot(ctx context.Context, ref snapRef) (*kindData, error) {
+	buf := make([]byte, 0, ref.Size)
+	for i := range ref.Chunks {
+		e, err := s.kv.Get(ctx, ref.chunkKey(i))
+		if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+			return nil, fmt.Errorf("%w: %s", errGone, ref.chunkKey(i))
+		}
+		if err != nil {
+			return nil, fmt.Errorf("jskv: reading %s: %w", ref.chunkKey(i), err)
+		}
+		buf = append(buf, e.Value()...)
+	}
+	sum := sha256.Sum256(buf)
+	if len(buf) != ref.Size || hex.EncodeToString(sum[:]) != ref.SHA256 {
+		return nil, fmt.Errorf("jskv: snapshot %s*: %d bytes that do not match the head's digest", ref.prefix(), len(buf))
+	}
+	kd, err := decodeSnapshot(buf)
+	if err != nil {
+		return nil, fmt.Errorf("jskv: snapshot %s*: %w", ref.prefix(), err)
+	}
+	return kd, nil
+}
+
+// View implements tenant.Store.
+func (s *Store) View(ctx context.Context, fn func(tenant.Tx) error) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("jskv: %w", err)
+	}
+	v, err := s.current(ctx)
+	if err != nil {
+		return err
+	}
+	return fn(&tx{base: v})
+}
+
+// Update implements tenant.Store.
+func (s *Store) Update(ctx context.Context, fn func(tenant.Tx) error) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("jskv: %w", err)
+	}
+	for attempt := range s.o.MaxAttempts {
+		var v *version
+		var err error
+		if attempt == 0 {
+			v, err = s.current(ctx)
+		} else {
+			// Another process moved the head: wait a little (jittered, so
+			// that two writers stop colliding) and start again from it.
+			backoff := min(time.Duration(1<<min(attempt, 6))*time.Millisecond, 50*time.Millisecond)
+			if err := sleep(ctx, backoff/2+mrand.N(backoff/2+1)); err != nil {
+				return err
+			}
+			v, err = s.refresh(ctx, time.Now())
+		}
+		if err != nil {
+			return err
+		}
+		t := &tx{base: v, write: true}
+		err = fn(t)
+		t.done = true
+		if err != nil {
+			return err
+		}
+		if len(t.changed) == 0 {
+			return nil // read only: serialised at the state it read
+		}
+		err = s.commit(ctx, v, t.changed)
+		if !errors.Is(err, errStale) {
+			return err
+		}
+	}
+	return fmt.Errorf("jskv: update of %s: %d attempts: %w", s.o.Bucket, s.o.MaxAttempts, ErrConflict)
+}
+
+// errStale: the head moved since the transaction read it.
+var errStale = errors.New("jskv: head moved")
+
+// commit writes the changed kinds' snapshots and moves the head from base
+// to a head naming them, or returns errStale if it is not at base anymore.
+func (s *Store) commit(ctx context.Context, base *version, changed map[tenant.Kind]*kindData) error {
+	txid := randomHex(8)
+	h := head{Seq: base.head.Seq + 1, Tx: txid, Kinds: maps.Clone(base.head.Kinds)}
+	if h.Kinds == nil {
+		h.Kinds = map[tenant.Kind]snapRef{}
+	}
+	kinds := map[tenant.Kind]*kindData{}
+	maps.Copy(kinds, base.kinds)
+	var written []snapRef
+	for _, kind := range slices.Sorted(maps.Keys(changed)) {
+		kd := changed[kind]
+		if old, ok := base.head.Kinds[kind]; ok {
+			h.Retired = append(h.Retired, old)
+		}
+		if len(kd.ids) == 0 {
+			delete(h.Kinds, kind)
+			delete(kinds, kind)
+			continue
+		}
+		ref, err := s.writeSnapshot(ctx, kind, txid, kd)
+		if err != nil {
+			s.purge(written...)
+			return err
+		}
+		written = append(written, ref)
+		h.Kinds[kind], kinds[kind] = ref, kd
+	}
+	b, err := json.Marshal(h)
+	if err != nil {
+		s.purge(written...)
+		return fmt.Errorf("jskv: encoding the head: %w", err)
+	}
+	start := time.Now()
+	rev, err := s.kv.Update(ctx, headKey, b, base.rev)
+	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
+		s.purge(written...)
+		return errStale
+	}
+	if err != nil {
+		// No answer is not a no: the head may have moved to ours.
+		e, gerr := s.kv.Get(context.WithoutCancel(ctx), headKey)
+		var got head
+		if gerr != nil || json.Unmarshal(e.Value(), &got) != nil {
+			// Unknown: the snapshots stay, purged by a later Open if
+			// nothing names them.
+			return fmt.Errorf("jskv: moving the head of %s (the change may or may not have been made): %w", s.o.Bucket, err)
+		}
+		if got.Tx != txid {
+			s.purge(written...)
+			return fmt.Errorf("jskv: moving the head of %s: %w", s.o.Bucket, err)
+		}
+		rev = e.Revision()
+	}
+	s.install(&version{rev: rev, head: h, kinds: kinds}, start)
+	// The snapshots base replaced belonged to the head before it: no head
+	// from base on names them.
+	s.purge(base.head.Retired...)
+	return nil
+}
+
+// writeSnapshot encodes kd and writes it in chunks, as transaction txid's
+// snapshot of kind.
+func (s *Store) writeSnapshot(ctx context.Context, kind tenant.Kind, txid string, kd *kindData) (snapRef, error) {
+	buf := encodeSnapshot(kd)
+	sum := sha256.Sum256(buf)
+	ref := snapRef{Kind: kind, Tx: txid, Size: len(buf), SHA256: hex.EncodeToString(sum[:]),
+		Chunks: (len(buf) + s.o.ChunkSize - 1) / s.o.ChunkSize}
+	for i := range ref.Chunks {
+		chunk := buf[i*s.o.ChunkSize : min((i+1)*s.o.ChunkSize, len(buf))]
+		if _, err := s.kv.Create(ctx, ref.chunkKey(i), chunk); err != nil {
+			if i > 0 {
+				s.purge(ref)
+			}
+			return snapRef{}, fmt.Errorf("jskv: writing %s: %w", ref.chunkKey(i), err)
+		}
+	}
+	return ref, nil
+}
+
+// purge removes the snapshots' chunks, leaving no delete markers. It is
+// best effort: what remains is garbage no head names, which Open purges.
+func (s *Store) purge(refs ...snapRef) {
+	for _, ref := range refs {
+		// Not the caller's context: a cancelled request must not leave
+		// its garbage behind.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := s.stream.Purge(ctx, jetstream.WithPurgeSubject(s.subj+ref.prefix()+"*"))
+		cancel()
+		if err != nil {
+			s.log.Warn("jskv: purging a replaced snapshot", "bucket", s.o.Bucket, "snapshot", ref.prefix()+"*", "err", err)
+		}
+	}
+}
+
+// purgeOrphans purges the snapshots that neither the head nor its retired
+// list names and that are older than OrphanAge: those of writers that
+// died before moving the head, or whose purge failed.
+func (s *Store) purgeOrphans(ctx context.Context) error {
+	s.mu.Lock()
+	h := s.cur.head
+	s.mu.Unlock()
+	named := map[string]bool{}
+	for _, r := range h.Kinds {
+		named[r.prefix()] = true
+	}
+	for _, r := range h.Retired {
+		named[r.prefix()] = true
+	}
+	keys, err := s.kv.ListKeysFiltered(ctx, snapPrefix+">")
+	if err != nil {
+		return fmt.Errorf("jskv: listing %s: %w", s.o.Bucket, err)
+	}
+	orphans := map[string]string{} // snapshot prefix → a chunk key
+	for k := range keys.Keys() {
+		if !strings.HasPrefix(k, snapPrefix) {
+			continue
+		}
+		i := strings.LastIndexByte(k, '.')
+		if p := k[:i+1]; !named[p] {
+			orphans[p] = k
+		}
+	}
+	for p, k := range orphans {
+		e, err := s.kv.Get(ctx, k)
+		if err != nil {
+			continue // gone meanwhile
+		}
+		if time.Since(e.Created()) < s.o.OrphanAge {
+			continue // perhaps a transaction still running
+		}
+		if err := s.stream.Purge(ctx, jetstream.WithPurgeSubject(s.subj+p+"*")); err != nil {
+			return fmt.Errorf("jskv: purging %s*: %w", p, err)
+		}
+	}
+	return nil
+}
+
+// tx is a transaction: a View's (read only) or an Update's, whose changes
+// are copies of the changed kinds.
+type tx struct {
+	base    *version
+	write   bool
+	done    bool
+	changed map[tenant.Kind]*kindData
+}
+
+func (t *tx) data(kind tenant.Kind) *kindData {
+	if kd, ok := t.changed[kind]; ok {
+		return kd
+	}
+	return t.base.kinds[kind]
+}
+
+// mutable returns kind's records for writing: copied from the base on the
+// first write.
+func (t *tx) mutable(kind tenant.Kind) (*kindData, error) {
+	if !t.write {
+		return nil, errReadOnly
+	}
+	if t.done {
+		return nil, errors.New("jskv: transaction used after it ended")
+	}
+	if err := validKind(kind); err != nil {
+		return nil, err
+	}
+	if kd, ok := t.changed[kind]; ok {
+		return kd, nil
+	}
+	kd := &kindData{vals: map[string][]byte{}}
+	if b := t.base.kinds[kind]; b != nil {
+		kd.ids, kd.vals = slices.Clone(b.ids), maps.Clone(b.vals)
+	}
+	if t.changed == nil {
+		t.changed = map[tenant.Kind]*kindData{}
+	}
+	t.changed[kind] = kd
+	return kd, nil
+}
+
+// validKind: a kind is part of KV key names.
+func validKind(kind tenant.Kind) error {
+	if kind == "" {
+		return errors.New("jskv: empty kind")
+	}
+	for _, c := range kind {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return fmt.Errorf("jskv: kind %q: use letters, digits, - and _", kind)
+		}
+	}
+	return nil
+}
+
+func (t *tx) Get(kind tenant.Kind, id string) ([]byte, error) {
+	if kd := t.data(kind); kd != nil {
+		if v, ok := kd.vals[id]; ok {
+			return bytes.Clone(v), nil
+		}
+	}
+	return nil, fmt.Errorf("%w: %s/%s", tenant.ErrNotFound, kind, id)
+}
+
+func (t *tx) Put(kind tenant.Kind, id string, value []byte) error {
+	kd, err := t.mutable(kind)
+	if err != nil {
+		return fmt.Errorf("jskv: put %s/%s: %w", kind, id, err)
+	}
+	if _, ok := kd.vals[id]; !ok {
+		i, _ := slices.BinarySearch(kd.ids, id)
+		kd.ids = slices.Insert(kd.ids, i, id)
+	}
+	v := bytes.Clone(value)
+	if v == nil {
+		v = []byte{}
+	}
+	kd.vals[id] = v
+	return nil
+}
+
+func (t *tx) Delete(kind tenant.Kind, id string) error {
+	kd, err := t.mutable(kind)
+	if err != nil {
+		return fmt.Errorf("jskv: delete %s/%s: %w", kind, id, err)
+	}
+	if _, ok := kd.vals[id]; ok {
+		i, _ := slices.BinarySearch(kd.ids, id)
+		kd.ids = slices.Delete(kd.ids, i, i+1)
+		delete(kd.vals, id)
+	}
+	return nil
+}
+
+func (t *tx) List(kind tenant.Kind, fn func(id string, value []byte) error) error {
+	kd := t.data(kind)
+	if kd == nil {
+		return nil
+	}
+	ids := kd.ids
+	if _, mine := t.changed[kind]; mine {
+		ids = slices.Clone(ids) // fn may change the kind while we walk it
+	}
+	for _, id := range ids {
+		v, ok := kd.vals[id]
+		if !ok {
+			continue // deleted by fn
+		}
+		if err := fn(id, bytes.Clone(v)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// encodeSnapshot writes the records in id order: for each, the id's length
+// (uvarint), the id, the value's length (uvarint), the value.
+func encodeSnapshot(kd *kindData) []byte {
+	var buf []byte
+	for _, id := range kd.ids {
+		v := kd.vals[id]
+		buf = binary.AppendUvarint(buf, uint64(len(id)))
+		buf = append(buf, id...)
+		buf = binary.AppendUvarint(buf, uint64(len(v)))
+		buf = append(buf, v...)
+	}
+	return buf
+}
+
+func decodeSnapshot(buf []byte) (*kindData, error) {
+	kd := &kindData{vals: map[string][]byte{}}
+	field := func() ([]byte, error) {
+		n, k := binary.Uvarint(buf)
+		if k <= 0 || n > uint64(len(buf)-k) {
+			return nil, errors.New("truncated record")
+		}
+		f := buf[k : k+int(n)]
+		buf = buf[k+int(n):]
+		return f, nil
+	}
+	for len(buf) > 0 {
+		id, err := field()
+		if err != nil {
+			return nil, err
+		}
+		v, err := field()
+		if err != nil {
+			return nil, err
+		}
+		if n := len(kd.ids); n > 0 && kd.ids[n-1] >= string(id) {
+			return nil, fmt.Errorf("record %q out of order", id)
+		}
+		kd.ids = append(kd.ids, string(id))
+		kd.vals[string(id)] = v
+	}
+	return kd, nil
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic("jskv: crypto/rand: " + err.Error()) // crypto/rand does not fail on supported systems
+	}
+	return hex.EncodeToString(b)
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return fmt.Errorf("jskv: %w", ctx.Err())
+	case <-t.C:
+		return nil
+	}
+}
