@@ -1,9 +1,14 @@
 package jskv_test
 
 import (
+	"errors"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/kvserve/kvserve/internal/cluster"
 	"github.com/kvserve/kvserve/internal/tenant"
@@ -62,4 +67,195 @@ func TestConformanceDefaultChunks(t *testing.T) {
 		ns := startNATS(t)
 		return func(t *testing.T) tenant.Store { return open(t, connect(t, ns), jskv.Options{}) }
 	})
+}
+
+// TestWatchBringsChanges: a store whose local copy could be an hour old
+// still sees another's commit promptly, from the watch on the head.
+func TestWatchBringsChanges(t *testing.T) {
+	ns := startNATS(t)
+	a := open(t, connect(t, ns), jskv.Options{})
+	defer a.Close()
+	b := open(t, connect(t, ns), jskv.Options{MaxStaleness: time.Hour})
+	defer b.Close()
+	if err := b.View(t.Context(), func(tenant.Tx) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Update(t.Context(), func(tx tenant.Tx) error { return tx.Put(tenant.KindKeys, "k", []byte("revoked")) }); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	for {
+		var v []byte
+		err := b.View(t.Context(), func(tx tenant.Tx) (err error) { v, err = tx.Get(tenant.KindKeys, "k"); return err })
+		if err == nil && string(v) == "revoked" {
+			break
+		}
+		if !errors.Is(err, tenant.ErrNotFound) {
+			t.Fatal(err)
+		}
+		if time.Since(start) > 2*time.Second {
+			t.Fatal("b did not see a's commit within 2s")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// TestConflictRunsFnAgain: a commit by another store between a
+// transaction's read and its commit makes it run fn again on the new
+// state; with one attempt allowed, Update fails with ErrConflict and
+// changes nothing.
+func TestConflictRunsFnAgain(t *testing.T) {
+	ns := startNATS(t)
+	other := open(t, connect(t, ns), jskv.Options{})
+	defer other.Close()
+	for _, attempts := range []int{0, 1} {
+		s := open(t, connect(t, ns), jskv.Options{MaxAttempts: attempts})
+		runs := 0
+		err := s.Update(t.Context(), func(tx tenant.Tx) error {
+			runs++
+			n := 0
+			if b, err := tx.Get(tenant.KindTenants, "n"); err == nil {
+				n, _ = strconv.Atoi(string(b))
+			}
+			if runs == 1 { // another gateway commits meanwhile
+				err := other.Update(t.Context(), func(tx tenant.Tx) error {
+					return tx.Put(tenant.KindTenants, "n", []byte(strconv.Itoa(n+10)))
+				})
+				if err != nil {
+					return err
+				}
+			}
+			return tx.Put(tenant.KindTenants, "n", []byte(strconv.Itoa(n+1)))
+		})
+		var got []byte
+		if verr := s.View(t.Context(), func(tx tenant.Tx) (err error) { got, err = tx.Get(tenant.KindTenants, "n"); return err }); verr != nil {
+			t.Fatal(verr)
+		}
+		switch attempts {
+		case 0: // the default: fn runs again on top of the other's commit
+			if err != nil || runs != 2 || string(got) != "11" {
+				t.Fatalf("default attempts: %v, %d runs, n = %s; want 2 runs and 11", err, runs, got)
+			}
+		case 1:
+			if !errors.Is(err, jskv.ErrConflict) || runs != 1 || string(got) != "21" {
+				t.Fatalf("one attempt: %v, %d runs, n = %s; want ErrConflict and the other's 21", err, runs, got)
+			}
+		}
+		s.Close()
+	}
+}
+
+// snapshots lists the snapshot prefixes (kind and transaction) in the
+// bucket.
+func snapshots(t *testing.T, nc *nats.Conn) map[string]int {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(t.Context(), jskv.DefaultBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := kv.ListKeysFiltered(t.Context(), "snap.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	for k := range l.Keys() {
+		out[k[:strings.LastIndexByte(k, '.')]]++
+	}
+	return out
+}
+
+// TestReplacedSnapshotsPurged: however many commits, the bucket holds the
+// snapshots of the newest head and those it replaced, no more.
+func TestReplacedSnapshotsPurged(t *testing.T) {
+	ns := startNATS(t)
+	nc := connect(t, ns)
+	s := open(t, nc, jskv.Options{ChunkSize: 1024})
+	defer s.Close()
+	for i := range 20 {
+		err := s.Update(t.Context(), func(tx tenant.Tx) error {
+			v := []byte(strings.Repeat("x", 3000+i)) // three or four chunks
+			if err := tx.Put(tenant.KindKeys, "k", v); err != nil {
+				return err
+			}
+			if i%3 == 0 {
+				return tx.Put(tenant.KindTenants, "t"+strconv.Itoa(i), v)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	snaps := snapshots(t, nc)
+	// keys and tenants now; keys (and perhaps tenants) replaced by the
+	// last commit.
+	if len(snaps) < 3 || len(snaps) > 4 {
+		t.Fatalf("%d snapshots in the bucket after 20 commits: %v", len(snaps), snaps)
+	}
+	// Emptying a kind drops its snapshot.
+	err := s.Update(t.Context(), func(tx tenant.Tx) error { return tx.Delete(tenant.KindKeys, "k") })
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.Update(t.Context(), func(tx tenant.Tx) error { return tx.Put(tenant.KindBindings, "b", []byte("x")) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p := range snapshots(t, nc) {
+		if strings.HasPrefix(p, "snap.keys.") {
+			t.Fatalf("the emptied kind's snapshot %s is still there", p)
+		}
+	}
+}
+
+// TestOrphansPurgedAtOpen: a snapshot no head names (its writer died
+// before moving the head) is purged by the next Open once old enough, and
+// kept while it could still belong to a running transaction.
+func TestOrphansPurgedAtOpen(t *testing.T) {
+	ns := startNATS(t)
+	nc := connect(t, ns)
+	s := open(t, nc, jskv.Options{})
+	if err := s.Update(t.Context(), func(tx tenant.Tx) error { return tx.Put(tenant.KindKeys, "k", []byte("v")) }); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	js, _ := jetstream.New(nc)
+	kv, err := js.KeyValue(t.Context(), jskv.DefaultBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		if _, err := kv.Create(t.Context(), "snap.keys.0123456789abcdef."+strconv.Itoa(i), []byte("half a transaction")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	open(t, nc, jskv.Options{}).Close() // default age: too young to go
+	if n := snapshots(t, nc)["snap.keys.0123456789abcdef"]; n != 2 {
+		t.Fatalf("a young orphan lost chunks: %d left", n)
+	}
+	time.Sleep(10 * time.Millisecond)
+	s = open(t, nc, jskv.Options{OrphanAge: 5 * time.Millisecond})
+	defer s.Close()
+	snaps := snapshots(t, nc)
+	if _, ok := snaps["snap.keys.0123456789abcdef"]; ok || len(snaps) != 1 {
+		t.Fatalf("after Open: %v, want only the head's snapshot", snaps)
+	}
+	var v []byte
+	if err := s.View(t.Context(), func(tx tenant.Tx) (err error) { v, err = tx.Get(tenant.KindKeys, "k"); return err }); err != nil || string(v) != "v" {
+		t.Fatalf("the record: %q %v", v, err)
+	}
+}
+
+// TestChunkLargerThanPayload: a chunk size the server cannot accept in
+// one message is refused at Open.
+func TestChunkLargerThanPayload(t *testing.T) {
+	nc := connect(t, startNATS(t))
+	_, err := jskv.Open(t.Context(), nc, jskv.Options{ChunkSize: int(nc.MaxPayload())})
+	if err == nil || !strings.Contains(err.Error(), "chunk size") {
+		t.Fatalf("Open: %v", err)
+	}
 }

@@ -305,17 +305,18 @@ func testOtherClients(t *testing.T, open func(t *testing.T) tenant.Store) {
 	eventually(t, "a new client sees the state", func() bool { v, _ := get(t, c, tenant.KindTenants, "t"); return v == "x" })
 }
 
-// testIncrements: two clients increment one counter concurrently; no
-// increment is lost (each Update reads and writes the counter: a store
-// that does not serialise them loses some).
+// testIncrements: two clients, two goroutines each, increment one
+// counter concurrently; no increment is lost (each Update reads and writes
+// the counter: a store that does not serialise them loses some).
 func testIncrements(t *testing.T, open func(t *testing.T) tenant.Store) {
 	const clients, each = 2, 50
 	stores := []tenant.Store{client(t, open), client(t, open)}
 	var wg sync.WaitGroup
 	errs := make(chan error, clients*each)
-	for c := range clients {
+	for g := range 2 * clients {
+		c := g % clients
 		wg.Go(func() {
-			for range each {
+			for range each / 2 {
 				errs <- stores[c].Update(context.Background(), func(tx tenant.Tx) error {
 					n := 0
 					b, err := tx.Get(tenant.KindTenants, "counter")
