@@ -130,6 +130,7 @@ func connectNATS(url, name string) (*nats.Conn, error) {
 type gatewayOptions struct {
 	apiOptions
 	routerOptions
+	stateOptions
 	natsURL   string
 	modelPath string
 	modelID   string
@@ -147,6 +148,12 @@ engine of its own: each request goes to a worker of the model on the NATS server
 default) picks the worker holding most of the prompt's blocks unless its load outweighs
 them; it hashes prompts as the workers do, so the gateway's data directory needs the
 workers' secret.
+
+Tenants, API keys, bindings and context-cache records live in the cluster's
+JetStream KV bucket (--state nats, the default), so every gateway serves every
+tenant and a key revoked through one is refused by all within about a second;
+--state data-dir keeps them in this gateway's own state.db instead. The audit log
+is each gateway's own, in its data directory.
 
 --model names the model file the workers serve (default: the synthetic model, as
 serve): the gateway reads only its tokenizer and chat template, never its weights,
@@ -167,6 +174,7 @@ after it, the client gets an error rather than a hang.`,
 	f.StringVar(&o.modelID, "model-id", "", "model name clients use, as the workers' --model-id (default: the file name without .gguf)")
 	addAPIFlags(f, &o.apiOptions)
 	addRouterFlags(f, &o.routerOptions)
+	addStateFlags(f, &o.stateOptions)
 	return cmd
 }
 
@@ -176,6 +184,9 @@ func runGateway(ctx context.Context, o *gatewayOptions, stderr io.Writer) error 
 		return errors.New("gateway: --nats URL is required")
 	}
 	if err := o.apiOptions.validate(); err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
+	if err := o.stateOptions.validate(); err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}
 	policy, err := router.ParsePolicy(o.router)
@@ -191,7 +202,7 @@ func runGateway(ctx context.Context, o *gatewayOptions, stderr io.Writer) error 
 		return fmt.Errorf("gateway: %w", err)
 	}
 	defer nc.Close()
-	a, err := startAPI(ctx, &o.apiOptions, dataDir, log, stderr)
+	a, err := startAPI(ctx, &o.apiOptions, dataDir, o.stateOptions.opener(ctx, dataDir, nc), log, stderr)
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}
@@ -401,7 +412,9 @@ server (embedded, on a random loopback port, JetStream in a temporary directory)
 workers (each its own engine with the model and engine flags, as serve's) and one
 gateway (the API flags, as serve's), all talking over NATS exactly as separate
 processes would. It prints the gateway's URL and the NATS URL (further workers and
-gateways can join it with --nats). Each worker's disk tier, if any, lives under
+gateways can join it with --nats). Tenants, keys and context caches live in the
+embedded server's JetStream KV (as a gateway's --state nats), so they last only
+as long as the command; the audit log and usage ledger are the data directory's. Each worker's disk tier, if any, lives under
 <data-dir>/cluster/<worker>/kv.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -508,7 +521,9 @@ func runClusterUp(ctx context.Context, o *clusterUpOptions, stderr io.Writer) er
 		return fmt.Errorf("cluster up: %w", err)
 	}
 	defer gnc.Close()
-	a, err := startAPI(ctx, &o.apiOptions, dataDir, log, stderr)
+	// The cluster's store, as a separate gateway's: gateways joining with
+	// --nats serve the same tenants.
+	a, err := startAPI(ctx, &o.apiOptions, dataDir, func() (*state, error) { return openClusterState(ctx, dataDir, gnc, 0) }, log, stderr)
 	if err != nil {
 		return fmt.Errorf("cluster up: %w", err)
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
 	"github.com/kvserve/kvserve/internal/admin"
@@ -52,9 +54,30 @@ func shredTenantKV(dataDir, tenantID string) error {
 	return diskstore.ShredScope(diskTierDir(dataDir), kv.ScopeSalt(secret, tenantID))
 }
 
-// withState runs fn on the data directory's state.
-func withState(dataDir string, fn func(*state) error) error {
-	st, err := openState(dataDir)
+// stateSource is where a CLI command finds the tenant store: the data
+// directory's state.db, or with --nats the cluster's JetStream KV bucket
+// (the one gateways run with --state nats use). The audit log is the data
+// directory's either way.
+type stateSource struct {
+	dataDir string
+	natsURL string
+}
+
+// stateFlags adds --data-dir and --nats to a command group.
+func stateFlags(cmd *cobra.Command, src *stateSource) {
+	dataDirFlag(cmd, &src.dataDir)
+	cmd.PersistentFlags().StringVar(&src.natsURL, "nats", "", "act on a cluster's tenant store, in JetStream KV on this NATS server (what gateways with --state nats share), rather than the data directory's; the audit records still go to the data directory's audit.log")
+}
+
+// withState runs fn on the state src names.
+func withState(ctx context.Context, src stateSource, fn func(*state) error) error {
+	var st *state
+	var err error
+	if src.natsURL == "" {
+		st, err = openState(src.dataDir)
+	} else {
+		st, err = dialClusterState(ctx, src)
+	}
 	if err != nil {
 		return err
 	}
@@ -65,19 +88,35 @@ func withState(dataDir string, fn func(*state) error) error {
 	return err
 }
 
+// dialClusterState connects to src's NATS server for one command and opens
+// the cluster's state there.
+func dialClusterState(ctx context.Context, src stateSource) (*state, error) {
+	nc, err := nats.Connect(src.natsURL, nats.Name("kvserve cli"))
+	if err != nil {
+		return nil, fmt.Errorf("connect to NATS at %s: %w", src.natsURL, err)
+	}
+	st, err := openClusterState(ctx, src.dataDir, nc, 0)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	st.nc = nc
+	return st, nil
+}
+
 func newTenantCmd() *cobra.Command {
-	var dataDir string
+	var src stateSource
 	cmd := &cobra.Command{
 		Use:   "tenant",
 		Short: "Create, list and delete tenants (isolation boundaries: their keys, caches and KV are their own)",
 	}
-	dataDirFlag(cmd, &dataDir)
+	stateFlags(cmd, &src)
 	cmd.AddCommand(&cobra.Command{
 		Use:   "create NAME",
 		Short: "Create a tenant",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return withState(dataDir, func(st *state) error {
+			return withState(cmd.Context(), src, func(st *state) error {
 				t, err := st.dir.CreateTenant(cmd.Context(), localActor(), args[0])
 				if err != nil {
 					return err
@@ -91,7 +130,7 @@ func newTenantCmd() *cobra.Command {
 		Short: "List the tenants",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return withState(dataDir, func(st *state) error {
+			return withState(cmd.Context(), src, func(st *state) error {
 				ts, err := st.dir.Tenants(cmd.Context())
 				if err != nil {
 					return err
@@ -112,11 +151,16 @@ listed (kvserve key list) so audit records can still name them. Then it destroys
 the tenant's key of the disk KV tier (crypto-shredding): its blocks on disk can no
 longer be decrypted by anyone, and the server deletes their files when it next
 starts (a server running meanwhile cannot serve them: no key of the tenant is valid).
-Its context caches are deleted too (their pins lapse at their expiry).`,
+Its context caches are deleted too (their pins lapse at their expiry).
+
+With --nats the tenant, its keys and its caches go from the cluster's store, at
+once for every gateway; no disk key is destroyed: the workers' disk tiers are in
+their own data directories (their blocks stay until evicted, unreachable: the
+tenant's id is never reused and its keys are revoked).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return withState(dataDir, func(st *state) error {
-				ended, closeLedger, err := offlineLedger(dataDir)
+			return withState(cmd.Context(), src, func(st *state) error {
+				ended, closeLedger, err := offlineLedger(src.dataDir)
 				if err != nil {
 					return err
 				}
@@ -127,7 +171,11 @@ Its context caches are deleted too (their pins lapse at their expiry).`,
 				}
 				// No engine runs here: the disk key is destroyed in the data
 				// directory, and the server drops the files at its next start.
-				d, err := admin.DeleteTenant(cmd.Context(), st.dir, caches, diskShredder{dataDir}, localActor(), args[0])
+				var forget admin.Forgetter
+				if src.natsURL == "" {
+					forget = diskShredder{src.dataDir}
+				}
+				d, err := admin.DeleteTenant(cmd.Context(), st.dir, caches, forget, localActor(), args[0])
 				if d.ID == "" {
 					return err
 				}
@@ -147,12 +195,12 @@ Its context caches are deleted too (their pins lapse at their expiry).`,
 }
 
 func newKeyCmd() *cobra.Command {
-	var dataDir string
+	var src stateSource
 	cmd := &cobra.Command{
 		Use:   "key",
 		Short: "Create, list and revoke API keys",
 	}
-	dataDirFlag(cmd, &dataDir)
+	stateFlags(cmd, &src)
 
 	var spec tenant.KeySpec
 	var role string
@@ -172,7 +220,7 @@ SHA-256 is stored: this is the only time the key can be read. Roles:
 				return err
 			}
 			spec.Role = r
-			return withState(dataDir, func(st *state) error {
+			return withState(cmd.Context(), src, func(st *state) error {
 				k, secret, err := st.dir.CreateKey(cmd.Context(), localActor(), spec)
 				if err != nil {
 					return err
@@ -203,7 +251,7 @@ SHA-256 is stored: this is the only time the key can be read. Roles:
 		Short: "List API keys (never their secrets)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return withState(dataDir, func(st *state) error {
+			return withState(cmd.Context(), src, func(st *state) error {
 				return listKeys(cmd, st, listTenant)
 			})
 		},
@@ -215,7 +263,7 @@ SHA-256 is stored: this is the only time the key can be read. Roles:
 		Short: "Revoke an API key (a running server refuses it from its next use)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return withState(dataDir, func(st *state) error {
+			return withState(cmd.Context(), src, func(st *state) error {
 				k, err := st.dir.RevokeKey(cmd.Context(), localActor(), args[0])
 				if err != nil {
 					return err

@@ -85,9 +85,10 @@ type Options struct {
 	// Bucket is the KV bucket's name (default DefaultBucket). Every
 	// gateway of a cluster must use the same one.
 	Bucket string
-	// Replicas is how many NATS servers keep the bucket (default 1: an
-	// embedded or single server; 3 on a three-node cluster). Open changes
-	// an existing bucket's replicas to this.
+	// Replicas is how many NATS servers keep the bucket: 1 for an
+	// embedded or single server, 3 on a three-node cluster. Zero keeps an
+	// existing bucket's and creates a new one with 1; another value is
+	// set on an existing bucket too.
 	Replicas int
 	// MaxStaleness is how long a read may use the local copy of the
 	// records without confirming the head (default 1s). The watch on the
@@ -211,9 +212,6 @@ func Open(ctx context.Context, nc *nats.Conn, o Options) (*Store, error) {
 	if o.Bucket == "" {
 		o.Bucket = DefaultBucket
 	}
-	if o.Replicas <= 0 {
-		o.Replicas = 1
-	}
 	if o.MaxStaleness <= 0 {
 		o.MaxStaleness = time.Second
 	}
@@ -241,15 +239,9 @@ func Open(ctx context.Context, nc *nats.Conn, o Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("jskv: %w", err)
 	}
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      o.Bucket,
-		Description: "kvserve tenants, keys, bindings and context caches (internal/tenant/jskv)",
-		History:     1,
-		Storage:     jetstream.FileStorage,
-		Replicas:    o.Replicas,
-	})
+	kv, err := openBucket(ctx, js, o)
 	if err != nil {
-		return nil, fmt.Errorf("jskv: bucket %s (does the NATS server run JetStream?): %w", o.Bucket, err)
+		return nil, err
 	}
 	stream, err := js.Stream(ctx, "KV_"+o.Bucket)
 	if err != nil {
@@ -273,6 +265,42 @@ func Open(ctx context.Context, nc *nats.Conn, o Options) (*Store, error) {
 		log.Warn("jskv: purging orphaned snapshots", "bucket", o.Bucket, "err", err)
 	}
 	return s, nil
+}
+
+// openBucket returns the bucket, creating it if needed, and sets its
+// replicas if o asks for a number it does not have.
+func openBucket(ctx context.Context, js jetstream.JetStream, o Options) (jetstream.KeyValue, error) {
+	cfg := jetstream.KeyValueConfig{
+		Bucket:      o.Bucket,
+		Description: "kvserve tenants, keys, bindings and context caches (internal/tenant/jskv)",
+		History:     1,
+		Storage:     jetstream.FileStorage,
+		Replicas:    max(o.Replicas, 1),
+	}
+	kv, err := js.KeyValue(ctx, o.Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = js.CreateKeyValue(ctx, cfg)
+		if errors.Is(err, jetstream.ErrBucketExists) { // another process made it meanwhile
+			kv, err = js.KeyValue(ctx, o.Bucket)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("jskv: bucket %s (does the NATS server run JetStream?): %w", o.Bucket, err)
+	}
+	if o.Replicas <= 0 {
+		return kv, nil
+	}
+	st, err := kv.Status(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("jskv: bucket %s: %w", o.Bucket, err)
+	}
+	if c := st.Config(); c.Replicas != o.Replicas {
+		c.Replicas = o.Replicas
+		if kv, err = js.UpdateKeyValue(ctx, c); err != nil {
+			return nil, fmt.Errorf("jskv: bucket %s: setting %d replicas: %w", o.Bucket, o.Replicas, err)
+		}
+	}
+	return kv, nil
 }
 
 // watch records the revision of every head another process commits, until
