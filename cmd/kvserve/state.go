@@ -155,6 +155,10 @@ func (s storeKeys) Verify(ctx context.Context, key string) (api.Principal, error
 		return ap, nil
 	case errors.Is(err, tenant.ErrInvalidKey), errors.Is(err, tenant.ErrKeyExpired), errors.Is(err, tenant.ErrKeyRevoked):
 		return ap, &api.Error{Code: api.CodeUnauthorized, Message: err.Error(), Err: err}
+	case errors.Is(err, jskv.ErrUnreachable):
+		// The cluster's store fails closed: no key is trusted from a copy
+		// that may predate its revocation.
+		return ap, &api.Error{Code: api.CodeUnavailable, Message: "the API key could not be checked: the cluster's tenant store (NATS) does not answer; try again", Err: err}
 	}
 	return ap, err
 }

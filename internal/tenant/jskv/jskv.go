@@ -106,6 +106,9 @@ type Options struct {
 	// Open purges it (default 10 minutes: far longer than a transaction,
 	// whose snapshots are written just before its head moves).
 	OrphanAge time.Duration
+	// Timeout bounds one request to the NATS server when the caller's
+	// context has no deadline (default 5s).
+	Timeout time.Duration
 	// Logger receives warnings about garbage that could not be purged
 	// (default: none).
 	Logger *slog.Logger
@@ -127,6 +130,11 @@ const payloadHeadroom = 4 << 10
 // ErrConflict is returned (wrapped) by Update when other processes
 // committed first on every attempt.
 var ErrConflict = errors.New("jskv: transaction conflicted with other writers")
+
+// ErrUnreachable is returned (wrapped) by View and Update when the head
+// cannot be read and the local copy is older than MaxStaleness: the store
+// fails closed rather than trust a copy that may predate a revocation.
+var ErrUnreachable = errors.New("jskv: the NATS server does not answer")
 
 // errReadOnly is returned by a View's Put and Delete.
 var errReadOnly = errors.New("jskv: read-only transaction")
@@ -182,6 +190,7 @@ type version struct {
 // concurrent use; several Stores (in one process or many) may share a
 // bucket.
 type Store struct {
+	nc     *nats.Conn
 	kv     jetstream.KeyValue
 	stream jetstream.Stream
 	subj   string // the bucket's subject prefix, "$KV.<bucket>."
@@ -221,6 +230,9 @@ func Open(ctx context.Context, nc *nats.Conn, o Options) (*Store, error) {
 	if o.OrphanAge <= 0 {
 		o.OrphanAge = 10 * time.Minute
 	}
+	if o.Timeout <= 0 {
+		o.Timeout = 5 * time.Second
+	}
 	log := o.Logger
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -235,7 +247,7 @@ func Open(ctx context.Context, nc *nats.Conn, o Options) (*Store, error) {
 	case o.ChunkSize > most:
 		return nil, fmt.Errorf("jskv: chunk size %d exceeds what the NATS server accepts in one message (%d bytes with headers)", o.ChunkSize, most)
 	}
-	js, err := jetstream.New(nc)
+	js, err := jetstream.New(nc, jetstream.WithDefaultTimeout(o.Timeout))
 	if err != nil {
 		return nil, fmt.Errorf("jskv: %w", err)
 	}
@@ -247,7 +259,7 @@ func Open(ctx context.Context, nc *nats.Conn, o Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("jskv: bucket %s's stream: %w", o.Bucket, err)
 	}
-	s := &Store{kv: kv, stream: stream, subj: "$KV." + o.Bucket + ".", o: o, log: log}
+	s := &Store{nc: nc, kv: kv, stream: stream, subj: "$KV." + o.Bucket + ".", o: o, log: log}
 	// The watch starts before the first read, so that no commit falls
 	// between them unseen.
 	w, err := kv.Watch(ctx, headKey, jetstream.UpdatesOnly())
@@ -307,7 +319,15 @@ func openBucket(ctx context.Context, js jetstream.JetStream, o Options) (jetstre
 // ctx ends (Close).
 func (s *Store) watch(ctx context.Context, w jetstream.KeyWatcher) {
 	defer close(s.watchDone)
-	defer w.Stop()
+	defer func() {
+		// Stopping asks the server to drop the watch's consumer, a request
+		// that would wait out its timeout while the server is away; the
+		// server drops an idle ephemeral consumer by itself, and the
+		// subscription goes with the connection.
+		if s.nc.IsConnected() {
+			_ = w.Stop()
+		}
+	}()
 	for {
 		select {
 		case <-ctx.Done():
@@ -409,7 +429,10 @@ func (s *Store) load(ctx context.Context) (*version, error) {
 		return &version{kinds: map[tenant.Kind]*kindData{}}, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("jskv: reading the head of %s: %w", s.o.Bucket, err)
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("jskv: reading the head of %s: %w", s.o.Bucket, ctx.Err())
+		}
+		return nil, fmt.Errorf("%w: reading the head of %s: %w", ErrUnreachable, s.o.Bucket, err)
 	}
 	v := &version{rev: e.Revision(), kinds: map[tenant.Kind]*kindData{}}
 	if err := json.Unmarshal(e.Value(), &v.head); err != nil {

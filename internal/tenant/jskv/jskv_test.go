@@ -259,3 +259,35 @@ func TestChunkLargerThanPayload(t *testing.T) {
 		t.Fatalf("Open: %v", err)
 	}
 }
+
+// TestFailsClosed: with the NATS server gone, reads use the local copy
+// only while it is younger than MaxStaleness; then they fail with
+// ErrUnreachable rather than answer from a copy that may predate a
+// revocation.
+func TestFailsClosed(t *testing.T) {
+	ns, err := cluster.StartServer(cluster.ServerConfig{StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := open(t, connect(t, ns), jskv.Options{MaxStaleness: 200 * time.Millisecond, Timeout: 200 * time.Millisecond})
+	defer s.Close()
+	if err := s.Update(t.Context(), func(tx tenant.Tx) error { return tx.Put(tenant.KindKeys, "k", []byte("v")) }); err != nil {
+		t.Fatal(err)
+	}
+	ns.Close()
+	time.Sleep(300 * time.Millisecond)
+	ran := false
+	err = s.View(t.Context(), func(tenant.Tx) error { ran = true; return nil })
+	if !errors.Is(err, jskv.ErrUnreachable) || ran {
+		t.Fatalf("View with the server gone: %v (fn ran: %v)", err, ran)
+	}
+	err = s.Update(t.Context(), func(tx tenant.Tx) error { ran = true; return tx.Put(tenant.KindKeys, "k", []byte("w")) })
+	if !errors.Is(err, jskv.ErrUnreachable) || ran {
+		t.Fatalf("Update with the server gone: %v (fn ran: %v)", err, ran)
+	}
+	// Close ends the watch at once, server or not.
+	start := time.Now()
+	if err := s.Close(); err != nil || time.Since(start) > time.Second {
+		t.Fatalf("Close with the server gone: %v after %s", err, time.Since(start))
+	}
+}
