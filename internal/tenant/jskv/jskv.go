@@ -414,7 +414,7 @@ func (s *Store) refresh(ctx context.Context, since time.Time) (*version, error) 
 			return nil, err
 		}
 	}
-	return nil, fmt.Errorf("jskv: the head of %s kept moving while its snapshots were read: %w", s.o.Bucket, err)
+	return nil, fmt.Errorf("jskv: the snapshots the head of %s names could not be read (purged by newer commits each time, or lost): %w", s.o.Bucket, err)
 }
 
 // errGone: a snapshot named by the head read is no longer there (purged
@@ -593,17 +593,14 @@ func (s *Store) commit(ctx context.Context, base *version, changed map[tenant.Ki
 		return errStale
 	}
 	if err != nil {
-		// No answer is not a no: the head may have moved to ours.
+		// No answer is not a no: the head may have moved to ours, or may
+		// yet (the update can still be on its way). So the snapshots stay
+		// whatever the head says now: a later Open purges them if no head
+		// ever names them.
 		e, gerr := s.kv.Get(context.WithoutCancel(ctx), headKey)
 		var got head
-		if gerr != nil || json.Unmarshal(e.Value(), &got) != nil {
-			// Unknown: the snapshots stay, purged by a later Open if
-			// nothing names them.
+		if gerr != nil || json.Unmarshal(e.Value(), &got) != nil || got.Tx != txid {
 			return fmt.Errorf("jskv: moving the head of %s (the change may or may not have been made): %w", s.o.Bucket, err)
-		}
-		if got.Tx != txid {
-			s.purge(written...)
-			return fmt.Errorf("jskv: moving the head of %s: %w", s.o.Bucket, err)
 		}
 		rev = e.Revision()
 	}
@@ -674,6 +671,19 @@ func (s *Store) purgeOrphans(ctx context.Context) error {
 		i := strings.LastIndexByte(k, '.')
 		if p := k[:i+1]; !named[p] {
 			orphans[p] = k
+		}
+	}
+	// The head may have moved since it was read: what the newest one
+	// names is no orphan either.
+	if e, err := s.kv.Get(ctx, headKey); err == nil {
+		var now head
+		if json.Unmarshal(e.Value(), &now) == nil {
+			for _, r := range now.Kinds {
+				delete(orphans, r.prefix())
+			}
+			for _, r := range now.Retired {
+				delete(orphans, r.prefix())
+			}
 		}
 	}
 	for p, k := range orphans {
