@@ -1,12 +1,17 @@
 package jskv_test
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"log/slog"
+	"net"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -290,4 +295,90 @@ func TestFailsClosed(t *testing.T) {
 	if err := s.Close(); err != nil || time.Since(start) > time.Second {
 		t.Fatalf("Close with the server gone: %v after %s", err, time.Since(start))
 	}
+}
+
+// startNATSCluster runs a three-server NATS cluster with JetStream, as
+// deploy/k8s does, and returns its client URLs.
+func startNATSCluster(t *testing.T) []string {
+	t.Helper()
+	const n = 3
+	ports := make([]int, n)
+	for i := range ports {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ports[i] = l.Addr().(*net.TCPAddr).Port
+		l.Close()
+	}
+	var routes []string
+	for _, p := range ports {
+		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", p))
+	}
+	var urls []string
+	for i := range n {
+		s, err := server.NewServer(&server.Options{
+			ServerName: fmt.Sprintf("kvserve-test-%d", i),
+			Host:       "127.0.0.1",
+			Port:       server.RANDOM_PORT,
+			JetStream:  true,
+			StoreDir:   t.TempDir(),
+			NoSigs:     true,
+			NoLog:      true,
+			Cluster:    server.ClusterOpts{Name: "kvserve-test", Host: "127.0.0.1", Port: ports[i]},
+			Routes:     server.RoutesFromStr(strings.Join(routes, ",")),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Start()
+		t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+		if !s.ReadyForConnections(10 * time.Second) {
+			t.Fatalf("server %d did not start", i)
+		}
+		urls = append(urls, s.ClientURL())
+	}
+	// JetStream answers once the servers have elected a meta leader.
+	nc, err := nats.Connect(urls[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		_, err := js.AccountInfo(ctx)
+		cancel()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the NATS cluster's JetStream did not come up: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return urls
+}
+
+// TestConformanceReplicated runs the suite on a bucket with three
+// replicas on a three-server cluster, each client connected to another
+// server: conflicts are reported differently by replicated streams, and
+// reads may be answered by any replica.
+func TestConformanceReplicated(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a three-server NATS cluster for each case")
+	}
+	storetest.Run(t, func(t *testing.T) func(t *testing.T) tenant.Store {
+		urls := startNATSCluster(t)
+		next := 0
+		return func(t *testing.T) tenant.Store {
+			nc, err := nats.Connect(urls[next%len(urls)])
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(nc.Close)
+			next++
+			return open(t, nc, jskv.Options{Replicas: 3, ChunkSize: 64 << 10, Logger: slog.Default()})
+		}
+	})
 }
