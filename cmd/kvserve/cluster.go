@@ -150,10 +150,10 @@ them; it hashes prompts as the workers do, so the gateway's data directory needs
 workers' secret.
 
 Tenants, API keys, bindings and context-cache records live in the cluster's
-JetStream KV bucket (--state nats, the default), so every gateway serves every
-tenant and a key revoked through one is refused by all within about a second;
---state data-dir keeps them in this gateway's own state.db instead. The audit log
-is each gateway's own, in its data directory.
+JetStream KV bucket, and the audit trail in its stream (--state nats, the
+default), so every gateway serves every tenant and a key revoked through one is
+refused by all within about a second; --state data-dir keeps them in this
+gateway's own state.db and audit.log instead.
 
 --model names the model file the workers serve (default: the synthetic model, as
 serve): the gateway reads only its tokenizer and chat template, never its weights,
@@ -412,9 +412,9 @@ server (embedded, on a random loopback port, JetStream in a temporary directory)
 workers (each its own engine with the model and engine flags, as serve's) and one
 gateway (the API flags, as serve's), all talking over NATS exactly as separate
 processes would. It prints the gateway's URL and the NATS URL (further workers and
-gateways can join it with --nats). Tenants, keys and context caches live in the
-embedded server's JetStream KV (as a gateway's --state nats), so they last only
-as long as the command; the audit log and usage ledger are the data directory's. Each worker's disk tier, if any, lives under
+gateways can join it with --nats). Tenants, keys, context caches and the audit trail live
+in the embedded server's JetStream (as a gateway's --state nats), so they last
+only as long as the command; the usage ledger is the data directory's. Each worker's disk tier, if any, lives under
 <data-dir>/cluster/<worker>/kv.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -523,7 +523,7 @@ func runClusterUp(ctx context.Context, o *clusterUpOptions, stderr io.Writer) er
 	defer gnc.Close()
 	// The cluster's store, as a separate gateway's: gateways joining with
 	// --nats serve the same tenants.
-	a, err := startAPI(ctx, &o.apiOptions, dataDir, func() (*state, error) { return openClusterState(ctx, dataDir, gnc, 0) }, log, stderr)
+	a, err := startAPI(ctx, &o.apiOptions, dataDir, func() (*state, error) { return openClusterState(ctx, gnc, 0) }, log, stderr)
 	if err != nil {
 		return fmt.Errorf("cluster up: %w", err)
 	}

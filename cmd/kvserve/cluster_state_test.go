@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -178,6 +179,15 @@ func TestGatewaysShareState(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	t.Logf("B refused the key %s after its revocation through A", time.Since(revoked))
+	// One audit trail: the revocation made through A and the refusal by B
+	// are records of the cluster's chain.
+	out, _, err := runCommand(newAuditCmd(), "tail", "-n", "50", "--nats", ns.URL())
+	if err != nil || !strings.Contains(out, "key.revoke") || !regexp.MustCompile(`denied\s+dev\s+tn_\w+\s+auth\s`).MatchString(out) {
+		t.Fatalf("the cluster's audit trail: %v\n%s", err, out)
+	}
+	if out, _, err := runCommand(newAuditCmd(), "verify", "--nats", ns.URL()); err != nil || !strings.Contains(out, "chain intact") {
+		t.Fatalf("audit verify --nats: %v\n%s", err, out)
+	}
 	for _, g := range []*servingServer{a, b} {
 		if err := g.stop(); err != nil {
 			t.Fatalf("gateway returned %v", err)
@@ -204,6 +214,9 @@ func TestGatewayStateDataDir(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dirA, tenant.StateFile)); err != nil {
 		t.Fatalf("A's data directory has no store: %v", err)
 	}
+	if out, _ := run(t, dirA, "audit", "tail"); !strings.Contains(out, "tenant.create") {
+		t.Fatalf("A's audit log:\n%s", out)
+	}
 	_, _, err := runCommand(newGatewayCmd(), "--nats", ns.URL(), "--state", "etcd")
 	if err == nil || !strings.Contains(err.Error(), "--state") {
 		t.Fatalf("--state etcd: %v", err)
@@ -225,7 +238,7 @@ func TestPlanAuthFirstKeyOnce(t *testing.T) {
 					t.Fatal(err)
 				}
 				t.Cleanup(nc.Close)
-				st, err := openClusterState(ctx, t.TempDir(), nc, 0)
+				st, err := openClusterState(ctx, nc, 0)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -324,7 +337,7 @@ func TestTenantCommandsOnNATS(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	st, err := openClusterState(context.Background(), t.TempDir(), nc, 0)
+	st, err := openClusterState(context.Background(), nc, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -351,11 +364,18 @@ func TestTenantCommandsOnNATS(t *testing.T) {
 	if out, _ := cli("tenant", "list"); strings.Contains(out, "acme") {
 		t.Fatalf("tenant list after delete:\n%s", out)
 	}
-	// The data directory's store was never used; its audit log was.
+	// The cluster's audit stream has the changes, in an intact chain; the
+	// data directory was never used.
+	if out, _ := cli("audit", "tail"); !strings.Contains(out, "key.revoke") || !strings.Contains(out, "tenant.delete") {
+		t.Fatalf("audit tail --nats:\n%s", out)
+	}
+	if out, _ := cli("audit", "verify"); !strings.Contains(out, "KVSERVE_AUDIT") || !strings.Contains(out, "chain intact") {
+		t.Fatalf("audit verify --nats:\n%s", out)
+	}
 	if out, _ := run(t, dir, "tenant", "list"); strings.Contains(out, "acme") {
 		t.Fatalf("the data directory's store has the cluster's tenant:\n%s", out)
 	}
-	if out, _ := run(t, dir, "audit", "tail"); !strings.Contains(out, "key.revoke") || !strings.Contains(out, "tenant.delete") {
-		t.Fatalf("audit:\n%s", out)
+	if out, _ := run(t, dir, "audit", "tail"); strings.Contains(out, "key.revoke") {
+		t.Fatalf("the data directory's audit log has the cluster's records:\n%s", out)
 	}
 }

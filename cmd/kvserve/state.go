@@ -16,6 +16,7 @@ import (
 
 	"github.com/kvserve/kvserve/internal/api"
 	"github.com/kvserve/kvserve/internal/audit"
+	"github.com/kvserve/kvserve/internal/audit/auditstream"
 	"github.com/kvserve/kvserve/internal/tenant"
 	"github.com/kvserve/kvserve/internal/tenant/jskv"
 )
@@ -23,12 +24,12 @@ import (
 // auditFile is the audit log's name in the data directory.
 const auditFile = "audit.log"
 
-// state is a tenant store and an audit log, open: the data directory's
-// (openState), or the cluster's store in JetStream KV beside the data
-// directory's audit log (openClusterState).
+// state is a tenant store and an audit trail, open: the data directory's
+// state.db and audit.log (openState), or the cluster's store in JetStream
+// KV and audit stream (openClusterState).
 type state struct {
 	dir   *tenant.Directory
-	audit *audit.Log
+	audit auditTrail
 	// nc is the NATS connection the state opened for itself (a CLI
 	// command's), closed with it; nil otherwise.
 	nc *nats.Conn
@@ -55,6 +56,13 @@ func openState(dataDir string) (*state, error) {
 	return &state{dir: d, audit: log}, nil
 }
 
+// auditTrail is where a state's audit records go: *audit.Log or
+// *auditstream.Stream.
+type auditTrail interface {
+	Append(ctx context.Context, e audit.Entry) (audit.Record, error)
+	Close() error
+}
+
 func (s *state) Close() error {
 	err := errors.Join(s.dir.Close(), s.audit.Close())
 	if s.nc != nil {
@@ -64,26 +72,20 @@ func (s *state) Close() error {
 }
 
 // openClusterState opens the cluster's tenant store, in the JetStream KV
-// bucket on nc's server (created on first use, with replicas copies when
-// replicas > 0), and the audit log of dataDir: the records every gateway
-// shares, the audit trail this one writes. nc stays the caller's.
-func openClusterState(ctx context.Context, dataDir string, nc *nats.Conn, replicas int) (*state, error) {
-	if dataDir == "" {
-		dataDir = defaultDataDir(os.Getenv)
-	}
-	if err := os.MkdirAll(dataDir, 0o700); err != nil {
-		return nil, fmt.Errorf("data directory: %w", err)
-	}
-	log, err := audit.Open(filepath.Join(dataDir, auditFile), audit.Options{})
+// bucket on nc's server, and its audit stream beside it (each created on
+// first use, with replicas copies when replicas > 0): what every gateway
+// and CLI command acting on the cluster shares. nc stays the caller's.
+func openClusterState(ctx context.Context, nc *nats.Conn, replicas int) (*state, error) {
+	trail, err := auditstream.Open(ctx, nc, auditstream.Options{Replicas: replicas})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("the cluster's audit stream: %w", err)
 	}
 	store, err := jskv.Open(ctx, nc, jskv.Options{Replicas: replicas})
 	if err != nil {
-		log.Close()
+		trail.Close()
 		return nil, fmt.Errorf("the cluster's tenant store: %w", err)
 	}
-	return &state{dir: tenant.New(store, tenant.Options{Audit: log}), audit: log}, nil
+	return &state{dir: tenant.New(store, tenant.Options{Audit: trail}), audit: trail}, nil
 }
 
 // stateOptions choose where a gateway keeps tenants, keys and context-cache
@@ -96,8 +98,8 @@ type stateOptions struct {
 }
 
 func addStateFlags(f *pflag.FlagSet, o *stateOptions) {
-	f.StringVar(&o.state, "state", "nats", "where tenants, API keys, bindings and context-cache records live: nats (the cluster's JetStream KV bucket "+jskv.DefaultBucket+", shared by every gateway) or data-dir (this gateway's own state.db)")
-	f.IntVar(&o.replicas, "state-replicas", 0, "copies of the JetStream KV bucket of --state nats: 3 on a three-node NATS cluster (default: as the bucket is; 1 when this gateway creates it)")
+	f.StringVar(&o.state, "state", "nats", "where tenants, API keys, bindings, context-cache records and the audit trail live: nats (the cluster's JetStream KV bucket "+jskv.DefaultBucket+" and stream "+auditstream.StreamName+", shared by every gateway) or data-dir (this gateway's own state.db and audit.log)")
+	f.IntVar(&o.replicas, "state-replicas", 0, "copies of the JetStream KV bucket and audit stream of --state nats: 3 on a three-node NATS cluster (default: as they are; 1 when this gateway creates them)")
 }
 
 func (o *stateOptions) validate() error {
@@ -117,7 +119,7 @@ func (o *stateOptions) opener(ctx context.Context, dataDir string, nc *nats.Conn
 	if o.state == "data-dir" {
 		return func() (*state, error) { return openState(dataDir) }
 	}
-	return func() (*state, error) { return openClusterState(ctx, dataDir, nc, o.replicas) }
+	return func() (*state, error) { return openClusterState(ctx, nc, o.replicas) }
 }
 
 // localActor is who runs a CLI command, for audit records: the operating

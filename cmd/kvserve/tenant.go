@@ -16,6 +16,7 @@ import (
 
 	"github.com/kvserve/kvserve/internal/admin"
 	"github.com/kvserve/kvserve/internal/audit"
+	"github.com/kvserve/kvserve/internal/audit/auditstream"
 	"github.com/kvserve/kvserve/internal/kv"
 	"github.com/kvserve/kvserve/internal/kv/diskstore"
 	"github.com/kvserve/kvserve/internal/tenant"
@@ -54,10 +55,10 @@ func shredTenantKV(dataDir, tenantID string) error {
 	return diskstore.ShredScope(diskTierDir(dataDir), kv.ScopeSalt(secret, tenantID))
 }
 
-// stateSource is where a CLI command finds the tenant store: the data
-// directory's state.db, or with --nats the cluster's JetStream KV bucket
-// (the one gateways run with --state nats use). The audit log is the data
-// directory's either way.
+// stateSource is where a CLI command finds the tenant store and audit
+// trail: the data directory's state.db and audit.log, or with --nats the
+// cluster's JetStream KV bucket and audit stream (those of gateways with
+// --state nats).
 type stateSource struct {
 	dataDir string
 	natsURL string
@@ -66,7 +67,7 @@ type stateSource struct {
 // stateFlags adds --data-dir and --nats to a command group.
 func stateFlags(cmd *cobra.Command, src *stateSource) {
 	dataDirFlag(cmd, &src.dataDir)
-	cmd.PersistentFlags().StringVar(&src.natsURL, "nats", "", "act on a cluster's tenant store, in JetStream KV on this NATS server (what gateways with --state nats share), rather than the data directory's; the audit records still go to the data directory's audit.log")
+	cmd.PersistentFlags().StringVar(&src.natsURL, "nats", "", "act on a cluster's tenant store and audit trail, in JetStream on this NATS server (what gateways with --state nats share), rather than the data directory's")
 }
 
 // withState runs fn on the state src names.
@@ -95,7 +96,7 @@ func dialClusterState(ctx context.Context, src stateSource) (*state, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connect to NATS at %s: %w", src.natsURL, err)
 	}
-	st, err := openClusterState(ctx, src.dataDir, nc, 0)
+	st, err := openClusterState(ctx, nc, 0)
 	if err != nil {
 		nc.Close()
 		return nil, err
@@ -329,46 +330,81 @@ func listKeys(cmd *cobra.Command, st *state, tenantName string) error {
 }
 
 func newAuditCmd() *cobra.Command {
-	var dataDir string
+	var dataDir, natsURL string
 	cmd := &cobra.Command{
 		Use:   "audit",
-		Short: "Check and read the audit trail (data directory's audit.log)",
+		Short: "Check and read the audit trail (data directory's audit.log, or a cluster's stream with --nats)",
 	}
 	dataDirFlag(cmd, &dataDir)
+	cmd.PersistentFlags().StringVar(&natsURL, "nats", "", "read a cluster's audit stream ("+auditstream.StreamName+") on this NATS server (what gateways with --state nats write) rather than the data directory's audit.log")
 	path := func() string {
 		if dataDir == "" {
 			dataDir = defaultDataDir(os.Getenv)
 		}
 		return filepath.Join(dataDir, auditFile)
 	}
+	// withStream runs fn on the cluster's audit stream.
+	withStream := func(ctx context.Context, fn func(*auditstream.Stream) error) error {
+		nc, err := nats.Connect(natsURL, nats.Name("kvserve cli"))
+		if err != nil {
+			return fmt.Errorf("connect to NATS at %s: %w", natsURL, err)
+		}
+		defer nc.Close()
+		s, err := auditstream.Open(ctx, nc, auditstream.Options{})
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		return fn(s)
+	}
 	verify := &cobra.Command{
 		Use:   "verify",
-		Short: "Check the audit log's hash chain; fails at the first broken record",
+		Short: "Check the audit trail's hash chain; fails at the first broken record",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			s, err := audit.Verify(path())
+			var s audit.Summary
+			var err error
+			where := path()
+			if natsURL != "" {
+				where = "stream " + auditstream.StreamName
+				err = withStream(cmd.Context(), func(st *auditstream.Stream) (err error) {
+					s, err = st.Verify(cmd.Context())
+					return err
+				})
+			} else {
+				s, err = audit.Verify(where)
+			}
 			if err != nil {
 				return err
 			}
 			if s.Records == 0 {
-				fmt.Fprintf(cmd.OutOrStdout(), "%s: empty\n", path())
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: empty\n", where)
 				return nil
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s: %d records, chain intact; last record %s, hash %s\n",
-				path(), s.Records, s.LastTime.Format(time.RFC3339), s.Last)
+				where, s.Records, s.LastTime.Format(time.RFC3339), s.Last)
 			return nil
 		},
 	}
 	var n int
 	tail := &cobra.Command{
 		Use:   "tail [-n 20]",
-		Short: "Print the last records of the audit log",
+		Short: "Print the last records of the audit trail",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if n <= 0 {
 				return fmt.Errorf("-n %d: want a positive number", n)
 			}
-			recs, err := audit.Tail(path(), n)
+			var recs []audit.Record
+			var err error
+			if natsURL != "" {
+				err = withStream(cmd.Context(), func(st *auditstream.Stream) (err error) {
+					recs, err = st.Tail(cmd.Context(), n)
+					return err
+				})
+			} else {
+				recs, err = audit.Tail(path(), n)
+			}
 			printRecords(cmd.OutOrStdout(), recs)
 			return err
 		},
