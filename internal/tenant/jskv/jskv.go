@@ -190,7 +190,6 @@ type version struct {
 // concurrent use; several Stores (in one process or many) may share a
 // bucket.
 type Store struct {
-	nc     *nats.Conn
 	kv     jetstream.KeyValue
 	stream jetstream.Stream
 	subj   string // the bucket's subject prefix, "$KV.<bucket>."
@@ -259,14 +258,16 @@ func Open(ctx context.Context, nc *nats.Conn, o Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("jskv: bucket %s's stream: %w", o.Bucket, err)
 	}
-	s := &Store{nc: nc, kv: kv, stream: stream, subj: "$KV." + o.Bucket + ".", o: o, log: log}
+	s := &Store{kv: kv, stream: stream, subj: "$KV." + o.Bucket + ".", o: o, log: log}
 	// The watch starts before the first read, so that no commit falls
-	// between them unseen.
-	w, err := kv.Watch(ctx, headKey, jetstream.UpdatesOnly())
+	// between them unseen. It lives as long as the store, not ctx: the
+	// client ends a watch when the context it was made with ends.
+	wctx, stop := context.WithCancel(context.Background())
+	w, err := kv.Watch(wctx, headKey, jetstream.UpdatesOnly())
 	if err != nil {
+		stop()
 		return nil, fmt.Errorf("jskv: watching the head of %s: %w", o.Bucket, err)
 	}
-	wctx, stop := context.WithCancel(context.Background())
 	s.stopWatch, s.watchDone = stop, make(chan struct{})
 	go s.watch(wctx, w)
 	if _, err := s.refresh(ctx, time.Time{}); err != nil {
@@ -316,18 +317,11 @@ func openBucket(ctx context.Context, js jetstream.JetStream, o Options) (jetstre
 }
 
 // watch records the revision of every head another process commits, until
-// ctx ends (Close).
+// ctx ends (Close). The end of ctx also ends w's subscription: the client
+// unsubscribes it then, in a goroutine of its own, so that Close does not
+// wait on a server that is away.
 func (s *Store) watch(ctx context.Context, w jetstream.KeyWatcher) {
 	defer close(s.watchDone)
-	defer func() {
-		// Stopping asks the server to drop the watch's consumer, a request
-		// that would wait out its timeout while the server is away; the
-		// server drops an idle ephemeral consumer by itself, and the
-		// subscription goes with the connection.
-		if s.nc.IsConnected() {
-			_ = w.Stop()
-		}
-	}()
 	for {
 		select {
 		case <-ctx.Done():

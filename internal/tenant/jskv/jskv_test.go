@@ -75,13 +75,20 @@ func TestConformanceDefaultChunks(t *testing.T) {
 }
 
 // TestWatchBringsChanges: a store whose local copy could be an hour old
-// still sees another's commit promptly, from the watch on the head.
+// still sees another's commit promptly, from the watch on the head, which
+// outlives the context the store was opened with.
 func TestWatchBringsChanges(t *testing.T) {
 	ns := startNATS(t)
 	a := open(t, connect(t, ns), jskv.Options{})
 	defer a.Close()
-	b := open(t, connect(t, ns), jskv.Options{MaxStaleness: time.Hour})
+	ctx, cancel := context.WithCancel(t.Context())
+	b, err := jskv.Open(ctx, connect(t, ns), jskv.Options{MaxStaleness: time.Hour})
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer b.Close()
+	time.Sleep(20 * time.Millisecond) // a watch bound to ctx would end now
 	if err := b.View(t.Context(), func(tenant.Tx) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
