@@ -7,11 +7,18 @@
 // JetStream KV offers compare-and-set on one key and nothing across keys,
 // while a tenant transaction reads and writes several records (deleting a
 // tenant revokes its keys). So records are not kept one per KV key.
-// Instead the bucket holds:
+// Instead the bucket holds values written once and never changed (blobs,
+// each cut into chunks that fit a NATS message, under <prefix><n>), and
+// one key that is overwritten:
 //
-//   - snap.<kind>.<tx>.<n>: the records of one kind, encoded (ids in
-//     order, each with its value) and cut into chunks that fit a NATS
-//     message; written once by the transaction <tx> and never changed.
+//   - snap.<kind>.<tx>.: the snapshot of one kind written by transaction
+//     <tx>: its records in id order, each with its value when the value
+//     is small (inlineMax), or naming the blob that holds it.
+//   - rec.<kind>.<tx>.<n>.: the value of one large record, written by
+//     transaction <tx> when the record was put. A context cache carries
+//     its contents: kept apart, a change to one cache rewrites only the
+//     kind's snapshot (ids and blob names for the large ones), not every
+//     other cache's contents.
 //   - head: which snapshot is current for each kind, with a commit
 //     sequence. It is the only key ever overwritten, always by
 //     compare-and-set on its KV revision.
@@ -27,14 +34,15 @@
 //
 // # Garbage
 //
-// A head lists the snapshots it replaced (retired). The commit after it
-// purges them, so the snapshots of the two newest heads always exist and a
-// reader that is mid-way through loading the previous head still finds
-// them; a reader slower than two commits finds a chunk gone, re-reads the
-// head and loads again. Purges remove the messages without leaving delete
-// markers. Snapshots no head mentions (a writer that died between writing
-// them and moving the head) are purged by Open once older than
-// Options.OrphanAge.
+// A head lists the blobs it replaced (retired): the snapshots of the kinds
+// it changed, and the blobs of the large records it replaced or deleted.
+// The commit after it purges them, so the blobs of the two newest heads
+// always exist and a reader that is mid-way through loading the previous
+// head still finds them; a reader slower than two commits finds a chunk
+// gone, re-reads the head and loads again. Purges remove the messages
+// without leaving delete markers. Blobs no head mentions (a writer that
+// died between writing them and moving the head) are purged by Open once
+// older than Options.OrphanAge.
 //
 // # Reads are local
 //
@@ -43,14 +51,15 @@
 // A read uses the local copy unless the watch has announced a newer head
 // or the copy was last confirmed more than Options.MaxStaleness ago (the
 // bound that holds even when the watch lags): then it reads the head (one
-// round trip) and loads the kinds whose snapshot changed. A key revoked
+// round trip) and loads the kinds whose snapshot changed, and in them the
+// large records it does not already hold. A key revoked
 // through one gateway is thus refused by another as soon as the watch
 // delivers, and never later than MaxStaleness plus a round trip.
 //
-// The cost: every change rewrites the whole snapshot of each kind it
-// touches, and every process holds every record in memory. That fits
-// tenants, keys and context-cache metadata (thousands of records), not
-// millions of records.
+// The cost: every change rewrites the snapshot of each kind it touches
+// (its small records and the names of its large ones), and every process
+// holds every record in memory. That fits tenants, keys and context caches
+// (thousands of records), not millions of records.
 package jskv
 
 import (
@@ -120,8 +129,17 @@ const DefaultBucket = "KVSERVE_STATE"
 // headKey is the one key compare-and-set moves.
 const headKey = "head"
 
-// snapPrefix starts every snapshot chunk's key.
-const snapPrefix = "snap."
+// snapPrefix starts every snapshot's key, recPrefix every large record's.
+const (
+	snapPrefix = "snap."
+	recPrefix  = "rec."
+)
+
+// inlineMax is the largest value kept in its kind's snapshot. Tenants,
+// keys and bindings are a few hundred bytes: inline, one read loads them
+// all. A larger value (a context cache's contents) gets a blob of its own,
+// written once, so that changing other records does not copy it.
+const inlineMax = 4 << 10
 
 // payloadHeadroom is left of the server's maximum payload for the
 // message's headers (the expected-sequence header of a create).
@@ -148,35 +166,34 @@ type head struct {
 	// whether it landed.
 	Tx string `json:"tx"`
 	// Kinds names each non-empty kind's snapshot.
-	Kinds map[tenant.Kind]snapRef `json:"kinds,omitempty"`
-	// Retired are the snapshots this commit replaced: the next commit
-	// purges them.
-	Retired []snapRef `json:"retired,omitempty"`
+	Kinds map[tenant.Kind]blob `json:"kinds,omitempty"`
+	// Retired are the key prefixes of the blobs this commit replaced: the
+	// next commit purges them.
+	Retired []string `json:"retired,omitempty"`
 }
 
-// snapRef names one kind's snapshot.
-type snapRef struct {
-	Kind   tenant.Kind `json:"kind"`
-	Tx     string      `json:"tx"`
-	Chunks int         `json:"chunks"`
-	Size   int         `json:"size"`
-	// SHA256 is the hex digest of the encoded snapshot: chunks that do not
-	// add up to it are not this snapshot.
+// blob names a value written once, in chunks, under Key+"0", Key+"1"...
+type blob struct {
+	// Key is the chunks' common prefix, ending in ".".
+	Key    string `json:"key"`
+	Chunks int    `json:"chunks"`
+	Size   int    `json:"size"`
+	// SHA256 is the hex digest of the value: chunks that do not add up to
+	// it are not this blob.
 	SHA256 string `json:"sha256"`
 }
 
-func (r snapRef) chunkKey(i int) string {
-	return snapPrefix + string(r.Kind) + "." + r.Tx + "." + strconv.Itoa(i)
-}
-
-// prefix is what every chunk key of the snapshot starts with.
-func (r snapRef) prefix() string { return snapPrefix + string(r.Kind) + "." + r.Tx + "." }
+func (b blob) chunkKey(i int) string { return b.Key + strconv.Itoa(i) }
 
 // kindData is one kind's records, decoded. Once it belongs to a version it
 // is never changed: transactions copy it before writing.
 type kindData struct {
 	ids  []string // sorted
 	vals map[string][]byte
+	// blobs are the blobs holding the values larger than inlineMax, by
+	// id. A record put in a transaction has none until its commit writes
+	// one.
+	blobs map[string]blob
 }
 
 // version is the state of one head.
@@ -439,13 +456,15 @@ func (s *Store) load(ctx context.Context) (*version, error) {
 		return cur, nil
 	}
 	for kind, ref := range v.head.Kinds {
+		var prev *kindData
 		if cur != nil {
-			if old, ok := cur.head.Kinds[kind]; ok && old.Tx == ref.Tx {
+			if old, ok := cur.head.Kinds[kind]; ok && old == ref {
 				v.kinds[kind] = cur.kinds[kind]
 				continue
 			}
+			prev = cur.kinds[kind]
 		}
-		kd, err := s.loadSnapshot(ctx, ref)
+		kd, err := s.loadKind(ctx, ref, prev)
 		if err != nil {
 			return nil, err
 		}
@@ -468,28 +487,48 @@ func (s *Store) install(v *version, checked time.Time) *version {
 	return s.cur
 }
 
-// loadSnapshot reads and decodes the snapshot ref names.
-func (s *Store) loadSnapshot(ctx context.Context, ref snapRef) (*kindData, error) {
-	buf := make([]byte, 0, ref.Size)
-	for i := range ref.Chunks {
-		e, err := s.kv.Get(ctx, ref.chunkKey(i))
+// loadKind reads and decodes the snapshot ref names, and the large records
+// it names that prev (the kind as this store last knew it, or nil) does
+// not hold already.
+func (s *Store) loadKind(ctx context.Context, ref blob, prev *kindData) (*kindData, error) {
+	buf, err := s.readBlob(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	kd, err := decodeSnapshot(buf)
+	if err != nil {
+		return nil, fmt.Errorf("jskv: snapshot %s*: %w", ref.Key, err)
+	}
+	for id, b := range kd.blobs {
+		if prev != nil && prev.blobs[id] == b {
+			kd.vals[id] = prev.vals[id]
+			continue
+		}
+		if kd.vals[id], err = s.readBlob(ctx, b); err != nil {
+			return nil, err
+		}
+	}
+	return kd, nil
+}
+
+// readBlob reads the chunks of b and checks that they are b.
+func (s *Store) readBlob(ctx context.Context, b blob) ([]byte, error) {
+	buf := make([]byte, 0, b.Size)
+	for i := range b.Chunks {
+		e, err := s.kv.Get(ctx, b.chunkKey(i))
 		if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
-			return nil, fmt.Errorf("%w: %s", errGone, ref.chunkKey(i))
+			return nil, fmt.Errorf("%w: %s", errGone, b.chunkKey(i))
 		}
 		if err != nil {
-			return nil, fmt.Errorf("jskv: reading %s: %w", ref.chunkKey(i), err)
+			return nil, fmt.Errorf("jskv: reading %s: %w", b.chunkKey(i), err)
 		}
 		buf = append(buf, e.Value()...)
 	}
 	sum := sha256.Sum256(buf)
-	if len(buf) != ref.Size || hex.EncodeToString(sum[:]) != ref.SHA256 {
-		return nil, fmt.Errorf("jskv: snapshot %s*: %d bytes that do not match the head's digest", ref.prefix(), len(buf))
+	if len(buf) != b.Size || hex.EncodeToString(sum[:]) != b.SHA256 {
+		return nil, fmt.Errorf("jskv: %s*: %d bytes that do not match their digest", b.Key, len(buf))
 	}
-	kd, err := decodeSnapshot(buf)
-	if err != nil {
-		return nil, fmt.Errorf("jskv: snapshot %s*: %w", ref.prefix(), err)
-	}
-	return kd, nil
+	return buf, nil
 }
 
 // View implements tenant.Store.
@@ -546,49 +585,76 @@ func (s *Store) Update(ctx context.Context, fn func(tenant.Tx) error) error {
 // errStale: the head moved since the transaction read it.
 var errStale = errors.New("jskv: head moved")
 
-// commit writes the changed kinds' snapshots and moves the head from base
-// to a head naming them, or returns errStale if it is not at base anymore.
+// commit writes the changed kinds' snapshots, and the large records put in
+// the transaction, and moves the head from base to a head naming them, or
+// returns errStale if it is not at base anymore.
 func (s *Store) commit(ctx context.Context, base *version, changed map[tenant.Kind]*kindData) error {
 	txid := randomHex(8)
 	h := head{Seq: base.head.Seq + 1, Tx: txid, Kinds: maps.Clone(base.head.Kinds)}
 	if h.Kinds == nil {
-		h.Kinds = map[tenant.Kind]snapRef{}
+		h.Kinds = map[tenant.Kind]blob{}
 	}
 	kinds := map[tenant.Kind]*kindData{}
 	maps.Copy(kinds, base.kinds)
-	var written []snapRef
+	var written []string
+	fail := func(err error) error {
+		s.purge(written...)
+		return err
+	}
+	n := 0
 	for _, kind := range slices.Sorted(maps.Keys(changed)) {
 		kd := changed[kind]
+		for _, id := range kd.ids {
+			if v := kd.vals[id]; len(v) > inlineMax {
+				if _, ok := kd.blobs[id]; ok {
+					continue // unchanged: its blob stays
+				}
+				b, err := s.writeBlob(ctx, recPrefix+string(kind)+"."+txid+"."+strconv.Itoa(n)+".", v)
+				if err != nil {
+					return fail(err)
+				}
+				n++
+				written = append(written, b.Key)
+				kd.blobs[id] = b
+			}
+		}
+		// What base's kind held and this one does not: its snapshot, and
+		// the blobs of the large records replaced or deleted.
 		if old, ok := base.head.Kinds[kind]; ok {
-			h.Retired = append(h.Retired, old)
+			h.Retired = append(h.Retired, old.Key)
+		}
+		if old := base.kinds[kind]; old != nil {
+			for id, b := range old.blobs {
+				if kd.blobs[id] != b {
+					h.Retired = append(h.Retired, b.Key)
+				}
+			}
 		}
 		if len(kd.ids) == 0 {
 			delete(h.Kinds, kind)
 			delete(kinds, kind)
 			continue
 		}
-		ref, err := s.writeSnapshot(ctx, kind, txid, kd)
+		ref, err := s.writeBlob(ctx, snapPrefix+string(kind)+"."+txid+".", encodeSnapshot(kd))
 		if err != nil {
-			s.purge(written...)
-			return err
+			return fail(err)
 		}
-		written = append(written, ref)
+		written = append(written, ref.Key)
 		h.Kinds[kind], kinds[kind] = ref, kd
 	}
+	slices.Sort(h.Retired)
 	b, err := json.Marshal(h)
 	if err != nil {
-		s.purge(written...)
-		return fmt.Errorf("jskv: encoding the head: %w", err)
+		return fail(fmt.Errorf("jskv: encoding the head: %w", err))
 	}
 	start := time.Now()
 	rev, err := s.kv.Update(ctx, headKey, b, base.rev)
 	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
-		s.purge(written...)
-		return errStale
+		return fail(errStale)
 	}
 	if err != nil {
 		// No answer is not a no: the head may have moved to ours, or may
-		// yet (the update can still be on its way). So the snapshots stay
+		// yet (the update can still be on its way). So the blobs stay
 		// whatever the head says now: a later Open purges them if no head
 		// ever names them.
 		e, gerr := s.kv.Get(context.WithoutCancel(ctx), headKey)
@@ -599,86 +665,77 @@ func (s *Store) commit(ctx context.Context, base *version, changed map[tenant.Ki
 		rev = e.Revision()
 	}
 	s.install(&version{rev: rev, head: h, kinds: kinds}, start)
-	// The snapshots base replaced belonged to the head before it: no head
-	// from base on names them.
+	// What base retired belonged to the head before it: no head from base
+	// on names it.
 	s.purge(base.head.Retired...)
 	return nil
 }
 
-// writeSnapshot encodes kd and writes it in chunks, as transaction txid's
-// snapshot of kind.
-func (s *Store) writeSnapshot(ctx context.Context, kind tenant.Kind, txid string, kd *kindData) (snapRef, error) {
-	buf := encodeSnapshot(kd)
-	sum := sha256.Sum256(buf)
-	ref := snapRef{Kind: kind, Tx: txid, Size: len(buf), SHA256: hex.EncodeToString(sum[:]),
-		Chunks: (len(buf) + s.o.ChunkSize - 1) / s.o.ChunkSize}
-	for i := range ref.Chunks {
-		chunk := buf[i*s.o.ChunkSize : min((i+1)*s.o.ChunkSize, len(buf))]
-		if _, err := s.kv.Create(ctx, ref.chunkKey(i), chunk); err != nil {
+// writeBlob writes data in chunks under the key prefix key.
+func (s *Store) writeBlob(ctx context.Context, key string, data []byte) (blob, error) {
+	sum := sha256.Sum256(data)
+	b := blob{Key: key, Size: len(data), SHA256: hex.EncodeToString(sum[:]),
+		Chunks: (len(data) + s.o.ChunkSize - 1) / s.o.ChunkSize}
+	for i := range b.Chunks {
+		chunk := data[i*s.o.ChunkSize : min((i+1)*s.o.ChunkSize, len(data))]
+		if _, err := s.kv.Create(ctx, b.chunkKey(i), chunk); err != nil {
 			if i > 0 {
-				s.purge(ref)
+				s.purge(key)
 			}
-			return snapRef{}, fmt.Errorf("jskv: writing %s: %w", ref.chunkKey(i), err)
+			return blob{}, fmt.Errorf("jskv: writing %s: %w", b.chunkKey(i), err)
 		}
 	}
-	return ref, nil
+	return b, nil
 }
 
-// purge removes the snapshots' chunks, leaving no delete markers. It is
-// best effort: what remains is garbage no head names, which Open purges.
-func (s *Store) purge(refs ...snapRef) {
-	for _, ref := range refs {
+// purge removes the blobs with the key prefixes keys, leaving no delete
+// markers. It is best effort: what remains is garbage no head names, which
+// Open purges.
+func (s *Store) purge(keys ...string) {
+	for _, key := range keys {
 		// Not the caller's context: a cancelled request must not leave
 		// its garbage behind.
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err := s.stream.Purge(ctx, jetstream.WithPurgeSubject(s.subj+ref.prefix()+"*"))
+		err := s.stream.Purge(ctx, jetstream.WithPurgeSubject(s.subj+key+"*"))
 		cancel()
 		if err != nil {
-			s.log.Warn("jskv: purging a replaced snapshot", "bucket", s.o.Bucket, "snapshot", ref.prefix()+"*", "err", err)
+			s.log.Warn("jskv: purging a replaced blob", "bucket", s.o.Bucket, "blob", key+"*", "err", err)
 		}
 	}
 }
 
-// purgeOrphans purges the snapshots that neither the head nor its retired
-// list names and that are older than OrphanAge: those of writers that
-// died before moving the head, or whose purge failed.
+// purgeOrphans purges the blobs that neither the head (its snapshots and
+// the large records they name) nor its retired list names and that are
+// older than OrphanAge: those of writers that died before moving the head,
+// or whose purge failed.
 func (s *Store) purgeOrphans(ctx context.Context) error {
 	s.mu.Lock()
-	h := s.cur.head
+	cur := s.cur
 	s.mu.Unlock()
 	named := map[string]bool{}
-	for _, r := range h.Kinds {
-		named[r.prefix()] = true
+	for _, key := range cur.head.Retired {
+		named[key] = true
 	}
-	for _, r := range h.Retired {
-		named[r.prefix()] = true
+	for kind, ref := range cur.head.Kinds {
+		named[ref.Key] = true
+		for _, b := range cur.kinds[kind].blobs {
+			named[b.Key] = true
+		}
 	}
-	keys, err := s.kv.ListKeysFiltered(ctx, snapPrefix+">")
+	keys, err := s.kv.ListKeysFiltered(ctx, snapPrefix+">", recPrefix+">")
 	if err != nil {
 		return fmt.Errorf("jskv: listing %s: %w", s.o.Bucket, err)
 	}
-	orphans := map[string]string{} // snapshot prefix → a chunk key
+	orphans := map[string]string{} // blob key prefix → one of its chunks
 	for k := range keys.Keys() {
-		if !strings.HasPrefix(k, snapPrefix) {
-			continue
-		}
-		i := strings.LastIndexByte(k, '.')
-		if p := k[:i+1]; !named[p] {
+		if p := k[:strings.LastIndexByte(k, '.')+1]; !named[p] {
 			orphans[p] = k
 		}
 	}
-	// The head may have moved since it was read: what the newest one
-	// names is no orphan either.
-	if e, err := s.kv.Get(ctx, headKey); err == nil {
-		var now head
-		if json.Unmarshal(e.Value(), &now) == nil {
-			for _, r := range now.Kinds {
-				delete(orphans, r.prefix())
-			}
-			for _, r := range now.Retired {
-				delete(orphans, r.prefix())
-			}
-		}
+	// A head that moved since cur names blobs cur does not know: leave the
+	// sweep to a later Open rather than load it.
+	if e, err := s.kv.Get(ctx, headKey); err != nil || e.Revision() != cur.rev {
+		return nil
 	}
 	for p, k := range orphans {
 		e, err := s.kv.Get(ctx, k)
@@ -726,9 +783,9 @@ func (t *tx) mutable(kind tenant.Kind) (*kindData, error) {
 	if kd, ok := t.changed[kind]; ok {
 		return kd, nil
 	}
-	kd := &kindData{vals: map[string][]byte{}}
+	kd := &kindData{vals: map[string][]byte{}, blobs: map[string]blob{}}
 	if b := t.base.kinds[kind]; b != nil {
-		kd.ids, kd.vals = slices.Clone(b.ids), maps.Clone(b.vals)
+		kd.ids, kd.vals, kd.blobs = slices.Clone(b.ids), maps.Clone(b.vals), maps.Clone(b.blobs)
 	}
 	if t.changed == nil {
 		t.changed = map[tenant.Kind]*kindData{}
@@ -773,6 +830,7 @@ func (t *tx) Put(kind tenant.Kind, id string, value []byte) error {
 		v = []byte{}
 	}
 	kd.vals[id] = v
+	delete(kd.blobs, id) // a new value: a new blob, if it is large
 	return nil
 }
 
@@ -785,6 +843,7 @@ func (t *tx) Delete(kind tenant.Kind, id string) error {
 		i, _ := slices.BinarySearch(kd.ids, id)
 		kd.ids = slices.Delete(kd.ids, i, i+1)
 		delete(kd.vals, id)
+		delete(kd.blobs, id)
 	}
 	return nil
 }
@@ -811,28 +870,57 @@ func (t *tx) List(kind tenant.Kind, fn func(id string, value []byte) error) erro
 }
 
 // encodeSnapshot writes the records in id order: for each, the id's length
-// (uvarint), the id, the value's length (uvarint), the value.
+// (uvarint) and the id, then either 0, the value's length (uvarint) and
+// the value, or 1 and the blob holding the value: its key's length
+// (uvarint), its key, its chunks and size (uvarints) and its SHA-256 (32
+// bytes). Values larger than inlineMax must have their blob.
 func encodeSnapshot(kd *kindData) []byte {
 	var buf []byte
+	str := func(s []byte) {
+		buf = binary.AppendUvarint(buf, uint64(len(s)))
+		buf = append(buf, s...)
+	}
 	for _, id := range kd.ids {
-		v := kd.vals[id]
-		buf = binary.AppendUvarint(buf, uint64(len(id)))
-		buf = append(buf, id...)
-		buf = binary.AppendUvarint(buf, uint64(len(v)))
-		buf = append(buf, v...)
+		str([]byte(id))
+		b, ok := kd.blobs[id]
+		if !ok {
+			buf = append(buf, 0)
+			str(kd.vals[id])
+			continue
+		}
+		sum, err := hex.DecodeString(b.SHA256)
+		if err != nil || len(sum) != sha256.Size {
+			panic("jskv: a blob's digest is not 64 hex digits") // blobs are made by writeBlob
+		}
+		buf = append(buf, 1)
+		str([]byte(b.Key))
+		buf = binary.AppendUvarint(buf, uint64(b.Chunks))
+		buf = binary.AppendUvarint(buf, uint64(b.Size))
+		buf = append(buf, sum...)
 	}
 	return buf
 }
 
+// decodeSnapshot decodes encodeSnapshot's records; the values in blobs are
+// left for the caller to read.
 func decodeSnapshot(buf []byte) (*kindData, error) {
-	kd := &kindData{vals: map[string][]byte{}}
-	field := func() ([]byte, error) {
+	kd := &kindData{vals: map[string][]byte{}, blobs: map[string]blob{}}
+	errShort := errors.New("truncated record")
+	uvarint := func() (uint64, error) {
 		n, k := binary.Uvarint(buf)
-		if k <= 0 || n > uint64(len(buf)-k) {
-			return nil, errors.New("truncated record")
+		if k <= 0 {
+			return 0, errShort
 		}
-		f := buf[k : k+int(n)]
-		buf = buf[k+int(n):]
+		buf = buf[k:]
+		return n, nil
+	}
+	field := func() ([]byte, error) {
+		n, err := uvarint()
+		if err != nil || n > uint64(len(buf)) {
+			return nil, errShort
+		}
+		f := buf[:n]
+		buf = buf[n:]
 		return f, nil
 	}
 	for len(buf) > 0 {
@@ -840,15 +928,40 @@ func decodeSnapshot(buf []byte) (*kindData, error) {
 		if err != nil {
 			return nil, err
 		}
-		v, err := field()
-		if err != nil {
-			return nil, err
-		}
 		if n := len(kd.ids); n > 0 && kd.ids[n-1] >= string(id) {
 			return nil, fmt.Errorf("record %q out of order", id)
 		}
+		if len(buf) == 0 {
+			return nil, errShort
+		}
+		tag := buf[0]
+		buf = buf[1:]
+		switch tag {
+		case 0:
+			v, err := field()
+			if err != nil {
+				return nil, err
+			}
+			kd.vals[string(id)] = v
+		case 1:
+			key, err := field()
+			if err != nil {
+				return nil, err
+			}
+			chunks, err := uvarint()
+			if err != nil {
+				return nil, err
+			}
+			size, err := uvarint()
+			if err != nil || len(buf) < sha256.Size {
+				return nil, errShort
+			}
+			kd.blobs[string(id)] = blob{Key: string(key), Chunks: int(chunks), Size: int(size), SHA256: hex.EncodeToString(buf[:sha256.Size])}
+			buf = buf[sha256.Size:]
+		default:
+			return nil, fmt.Errorf("record %q: unknown tag %d", id, tag)
+		}
 		kd.ids = append(kd.ids, string(id))
-		kd.vals[string(id)] = v
 	}
 	return kd, nil
 }

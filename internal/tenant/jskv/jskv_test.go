@@ -1,10 +1,12 @@
 package jskv_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"strconv"
 	"strings"
@@ -158,8 +160,11 @@ func TestConflictRunsFnAgain(t *testing.T) {
 }
 
 // snapshots lists the snapshot prefixes (kind and transaction) in the
-// bucket.
-func snapshots(t *testing.T, nc *nats.Conn) map[string]int {
+// bucket, with their chunk counts.
+func snapshots(t *testing.T, nc *nats.Conn) map[string]int { return blobs(t, nc, "snap.>") }
+
+// blobs lists the blobs whose keys match filter, with their chunk counts.
+func blobs(t *testing.T, nc *nats.Conn, filter string) map[string]int {
 	t.Helper()
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -169,7 +174,7 @@ func snapshots(t *testing.T, nc *nats.Conn) map[string]int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := kv.ListKeysFiltered(t.Context(), "snap.>")
+	l, err := kv.ListKeysFiltered(t.Context(), filter)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,7 +236,14 @@ func TestOrphansPurgedAtOpen(t *testing.T) {
 	ns := startNATS(t)
 	nc := connect(t, ns)
 	s := open(t, nc, jskv.Options{})
-	if err := s.Update(t.Context(), func(tx tenant.Tx) error { return tx.Put(tenant.KindKeys, "k", []byte("v")) }); err != nil {
+	large := bytes.Repeat([]byte("contents "), 2000)
+	err := s.Update(t.Context(), func(tx tenant.Tx) error {
+		if err := tx.Put(tenant.KindCachedContents, "c", large); err != nil { // a blob of its own
+			return err
+		}
+		return tx.Put(tenant.KindKeys, "k", []byte("v"))
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
@@ -244,21 +256,40 @@ func TestOrphansPurgedAtOpen(t *testing.T) {
 		if _, err := kv.Create(t.Context(), "snap.keys.0123456789abcdef."+strconv.Itoa(i), []byte("half a transaction")); err != nil {
 			t.Fatal(err)
 		}
+		if _, err := kv.Create(t.Context(), "rec.keys.0123456789abcdef.0."+strconv.Itoa(i), []byte("its large record")); err != nil {
+			t.Fatal(err)
+		}
 	}
 	open(t, nc, jskv.Options{}).Close() // default age: too young to go
 	if n := snapshots(t, nc)["snap.keys.0123456789abcdef"]; n != 2 {
 		t.Fatalf("a young orphan lost chunks: %d left", n)
 	}
+	if n := blobs(t, nc, "rec.>")["rec.keys.0123456789abcdef.0"]; n != 2 {
+		t.Fatalf("a young orphaned record lost chunks: %d left", n)
+	}
 	time.Sleep(10 * time.Millisecond)
 	s = open(t, nc, jskv.Options{OrphanAge: 5 * time.Millisecond})
 	defer s.Close()
 	snaps := snapshots(t, nc)
-	if _, ok := snaps["snap.keys.0123456789abcdef"]; ok || len(snaps) != 1 {
-		t.Fatalf("after Open: %v, want only the head's snapshot", snaps)
+	if _, ok := snaps["snap.keys.0123456789abcdef"]; ok || len(snaps) != 2 {
+		t.Fatalf("after Open: %v, want only the head's two snapshots", snaps)
 	}
-	var v []byte
-	if err := s.View(t.Context(), func(tx tenant.Tx) (err error) { v, err = tx.Get(tenant.KindKeys, "k"); return err }); err != nil || string(v) != "v" {
-		t.Fatalf("the record: %q %v", v, err)
+	if recs := blobs(t, nc, "rec.>"); len(recs) != 1 || recs["rec.keys.0123456789abcdef.0"] != 0 {
+		t.Fatalf("after Open: %v, want only the large record's blob", recs)
+	}
+	// What the head names is intact, read by a store that loads it all.
+	s2 := open(t, connect(t, ns), jskv.Options{})
+	defer s2.Close()
+	var v, c []byte
+	err = s2.View(t.Context(), func(tx tenant.Tx) (err error) {
+		if v, err = tx.Get(tenant.KindKeys, "k"); err != nil {
+			return err
+		}
+		c, err = tx.Get(tenant.KindCachedContents, "c")
+		return err
+	})
+	if err != nil || string(v) != "v" || !bytes.Equal(c, large) {
+		t.Fatalf("the records: %q, %d bytes, %v", v, len(c), err)
 	}
 }
 
@@ -388,4 +419,83 @@ func TestConformanceReplicated(t *testing.T) {
 			return open(t, nc, jskv.Options{Replicas: 3, ChunkSize: 64 << 10, Logger: slog.Default()})
 		}
 	})
+}
+
+// TestLargeRecordsWrittenOnce: a value larger than a snapshot inlines is
+// written once, in a blob of its own: changing another record keeps it
+// (the same blob), replacing or deleting it purges its blob at the next
+// commit, and another store reads it back.
+func TestLargeRecordsWrittenOnce(t *testing.T) {
+	ns := startNATS(t)
+	nc := connect(t, ns)
+	s := open(t, nc, jskv.Options{ChunkSize: 8 << 10})
+	defer s.Close()
+	other := open(t, connect(t, ns), jskv.Options{})
+	defer other.Close()
+	large := func(i int) []byte { return []byte(strings.Repeat(strconv.Itoa(i%10), 20<<10+i)) } // three chunks
+	put := func(id string, v []byte) {
+		t.Helper()
+		if err := s.Update(t.Context(), func(tx tenant.Tx) error { return tx.Put(tenant.KindCachedContents, id, v) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err := s.Update(t.Context(), func(tx tenant.Tx) error {
+		for i := range 5 {
+			if err := tx.Put(tenant.KindCachedContents, "c"+strconv.Itoa(i), large(i)); err != nil {
+				return err
+			}
+		}
+		return tx.Put(tenant.KindCachedContents, "small", []byte("inline"))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := blobs(t, nc, "rec.>")
+	if len(before) != 5 {
+		t.Fatalf("5 large records in %d blobs: %v", len(before), before)
+	}
+	for p, n := range before {
+		if n != 3 {
+			t.Fatalf("blob %s has %d chunks, want 3", p, n)
+		}
+	}
+	put("small", []byte("changed")) // the large records' blobs stay as they are
+	if after := blobs(t, nc, "rec.>"); !maps.Equal(after, before) {
+		t.Fatalf("a small change rewrote large records: %v, then %v", before, after)
+	}
+	put("c0", large(10)) // a new blob; the old one is retired
+	err = s.Update(t.Context(), func(tx tenant.Tx) error { return tx.Delete(tenant.KindCachedContents, "c1") })
+	if err != nil {
+		t.Fatal(err)
+	}
+	put("small", []byte("again")) // purges what the delete retired
+	after := blobs(t, nc, "rec.>")
+	kept := 0
+	for p := range after {
+		if before[p] != 0 {
+			kept++
+		}
+	}
+	if len(after) != 4 || kept != 3 {
+		t.Fatalf("after replacing c0 and deleting c1: %d blobs, %d of them from before: %v", len(after), kept, after)
+	}
+	// Another store reads every value back.
+	want := map[string][]byte{"c0": large(10), "c2": large(2), "c3": large(3), "c4": large(4), "small": []byte("again")}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got := map[string][]byte{}
+		err := other.View(t.Context(), func(tx tenant.Tx) error {
+			return tx.List(tenant.KindCachedContents, func(id string, v []byte) error { got[id] = v; return nil })
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if maps.EqualFunc(got, want, bytes.Equal) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the other store reads %d records, not what was written", len(got))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
