@@ -31,12 +31,13 @@ type workerOptions struct {
 	dataDir      string
 	configPath   string
 	drainTimeout time.Duration
+	upstream     upstreamOptions
 }
 
 func newWorkerCmd() *cobra.Command {
 	var o workerOptions
 	cmd := &cobra.Command{
-		Use:   "worker --nats URL [--model FILE] [--engine model|sim] [--id ID] [flags]",
+		Use:   "worker --nats URL [--model FILE] [--engine model|sim | --upstream URL] [--id ID] [flags]",
 		Short: "Serve a model's engine to gateways over NATS",
 		Long: `Runs one engine (the same model and engine flags as serve) as a worker of a
 cluster: it registers on the NATS server at --nats, heartbeats its load every
@@ -47,11 +48,24 @@ On SIGINT/SIGTERM it drains: gateways stop sending it requests, the ones it runs
 finish (up to --drain-timeout), then it leaves. Workers of one cluster should share
 the data directory's secret file (it keys the per-tenant block hashes). Two workers on
 one machine should have a --data-dir each: a disk tier belongs to one process, and a
-second worker on the same directory runs without one.`,
+second worker on the same directory runs without one.
+
+With --upstream URL it runs no engine of its own: it forwards the requests to
+another OpenAI-compatible server (vLLM, SGLang, llama.cpp's server, a kvserve)
+serving the same model (--model gives the tokenizer; no weights are read), and
+publishes the KV events of that server's cache as predicted from what it was
+sent (approximate mode), so the gateways' router places by cache there too. The
+upstream's API key, if it needs one, comes from KVSERVE_UPSTREAM_API_KEY.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := applyLayers(cmd.Flags(), "config", os.Getenv); err != nil {
 				return fmt.Errorf("worker: %w", err)
+			}
+			if err := o.upstream.validate(cmd.Flags()); err != nil {
+				return fmt.Errorf("worker: %w", err)
+			}
+			if o.upstream.url != "" {
+				return runUpstreamWorker(cmd.Context(), &o, cmd.ErrOrStderr())
 			}
 			return runWorker(cmd.Context(), &o, cmd.ErrOrStderr())
 		},
@@ -62,6 +76,7 @@ second worker on the same directory runs without one.`,
 	addEngineFlags(f, &o.engineOptions)
 	addDataDirFlags(f, &o.dataDir, &o.configPath)
 	f.DurationVar(&o.drainTimeout, "drain-timeout", 30*time.Second, "how long requests in flight may run on after SIGINT/SIGTERM before they are cut off")
+	addUpstreamFlags(f, &o.upstream)
 	return cmd
 }
 
@@ -98,7 +113,7 @@ func runWorker(ctx context.Context, o *workerOptions, stderr io.Writer) error {
 	}
 	defer se.Close()
 	se.constraints.Prepare()
-	w, err := cluster.StartWorker(nc, se.e, cluster.WorkerConfig{ID: o.id, Model: loaded.id, ContextLength: se.contextLength(),
+	w, err := cluster.StartWorker(nc, cluster.Local(se.e), cluster.WorkerConfig{ID: o.id, Model: loaded.id, ContextLength: se.contextLength(),
 		Events: se.events, Logger: log})
 	if err != nil {
 		return fmt.Errorf("worker: %w", err)
@@ -509,7 +524,7 @@ func runClusterUp(ctx context.Context, o *clusterUpOptions, stderr io.Writer) er
 			return fmt.Errorf("cluster up: worker %s: %w", id, err)
 		}
 		m.se.constraints.Prepare()
-		if m.w, err = cluster.StartWorker(m.nc, m.se.e, cluster.WorkerConfig{ID: id, Model: loaded.id,
+		if m.w, err = cluster.StartWorker(m.nc, cluster.Local(m.se.e), cluster.WorkerConfig{ID: id, Model: loaded.id,
 			ContextLength: m.se.contextLength(), Events: m.se.events, Logger: env.log}); err != nil {
 			return fmt.Errorf("cluster up: %w", err)
 		}

@@ -100,30 +100,10 @@ func TestWorkerAndGateway(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ns.Close()
+	t.Cleanup(ns.Close) // after the worker has stopped
 
-	// The worker.
-	ctx, stopWorker := context.WithCancel(context.Background())
-	defer stopWorker()
-	pr, pw := io.Pipe()
-	wcmd := newWorkerCmd()
-	wcmd.SetErr(pw)
-	wcmd.SetArgs([]string{"--nats", ns.URL(), "--id", "wk-1", "--engine", "sim", "--model", modelFile,
-		"--data-dir", t.TempDir(), "--kv-cache-memory", "16MiB", "--drain-timeout", "5s"})
-	workerDone := make(chan error, 1)
-	go func() { workerDone <- wcmd.ExecuteContext(ctx); pw.Close() }()
-	sc := bufio.NewScanner(pr)
-	started := false
-	for sc.Scan() {
-		if strings.Contains(sc.Text(), "worker wk-1 serving") {
-			started = true
-			break
-		}
-	}
-	go func() { _, _ = io.Copy(io.Discard, pr) }()
-	if !started {
-		t.Fatalf("the worker did not start: %v", <-workerDone)
-	}
+	stopWorker := startWorkerCmd(t, "wk-1", "--nats", ns.URL(), "--id", "wk-1", "--engine", "sim", "--model", modelFile,
+		"--data-dir", t.TempDir(), "--kv-cache-memory", "16MiB", "--drain-timeout", "5s")
 
 	g := startCommand(t, newGatewayCmd(), "--nats", ns.URL(), "--model", modelFile, "--addr", "127.0.0.1:0",
 		"--data-dir", t.TempDir(), "--api-key", "sk-test=t1")
@@ -156,14 +136,8 @@ func TestWorkerAndGateway(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 
-	stopWorker()
-	select {
-	case err := <-workerDone:
-		if err != nil {
-			t.Fatalf("worker returned %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the worker did not drain")
+	if err := stopWorker(); err != nil {
+		t.Fatalf("worker returned %v", err)
 	}
 	if status, data := chatThrough(t, g.base, g.model, "sk-test"); status != 503 {
 		t.Fatalf("with no worker: status %d: %s", status, data)

@@ -44,29 +44,12 @@ func (c *Call) CacheRequest() CacheRequest {
 	}
 }
 
-// resolveCache applies the context cache req names, if any (applyCache).
+// resolveCache applies the context cache req names, if any (applyCache);
+// with the model "auto", the request takes the cache's model.
 func (c *Call) resolveCache(req *Request) error {
 	if req.CachedContent == "" {
 		return nil
 	}
-	m, err := c.Model(req.Model)
-	if err != nil {
-		return err
-	}
-	return c.applyCache(req, m)
-}
-
-// applyCache makes req the continuation of the context cache it names
-// (req.CachedContent): the cache is checked for cachedContents.use (and
-// audited), then its system prompt, tools and turns go before req's
-// messages. A request may add system text and tools of its own (Vertex
-// refuses them; here they are appended): its system messages come after
-// the cache's turns where the chat template renders a system message
-// there, so the whole cached prefix is still a hit, and are otherwise
-// appended to the cache's system prompt; its tools follow the cache's.
-// Either way the usage reports the tokens actually served from the cache.
-// A raw prompt cannot continue a conversation and is refused.
-func (c *Call) applyCache(req *Request, m *Model) error {
 	param := req.CachedContentParam
 	if param == "" {
 		param = "kvserve.cached_content"
@@ -78,13 +61,34 @@ func (c *Call) applyCache(req *Request, m *Model) error {
 		}
 		return err
 	}
+	if c.server.isAuto(req.Model) {
+		req.Model = cc.Model // a context cache keeps its model
+	}
+	m, err := c.Model(req.Model)
+	if err != nil {
+		return err
+	}
+	return c.applyCache(req, m, &cc, param)
+}
+
+// applyCache makes req the continuation of cc, the context cache it names
+// (req.CachedContent, checked for cachedContents.use and audited by
+// resolveCache): its system prompt, tools and turns go before req's
+// messages. A request may add system text and tools of its own (Vertex
+// refuses them; here they are appended): its system messages come after
+// the cache's turns where the chat template renders a system message
+// there, so the whole cached prefix is still a hit, and are otherwise
+// appended to the cache's system prompt; its tools follow the cache's.
+// Either way the usage reports the tokens actually served from the cache.
+// A raw prompt cannot continue a conversation and is refused.
+func (c *Call) applyCache(req *Request, m *Model, cc *ctxcache.Cache, param string) error {
 	if cc.Model != m.ID {
 		return InvalidParam(param, "%s was created for the model %q, not %q", cc.Name(), cc.Model, m.ID)
 	}
 	if req.Messages == nil {
 		return InvalidParam(param, "a context cache holds a conversation: use it with messages, not a raw prompt")
 	}
-	base, err := c.CacheRequest()(&cc)
+	base, err := c.CacheRequest()(cc)
 	if err != nil {
 		return err
 	}

@@ -191,3 +191,54 @@ func geminiGenerate(t *testing.T, env *apitest.Env, text string, maxTokens int) 
 	u := out.UsageMetadata
 	return reported{1, u.PromptTokenCount, u.CachedContentTokenCount, 0, u.CandidatesTokenCount + u.ThoughtsTokenCount, u.ThoughtsTokenCount}
 }
+
+// TestLedgerBooksBeforeTheEnd: a response's final ledger record is
+// committed before the client sees the response end ([DONE], or the whole
+// non-streamed body), so a server killed the next instant has billed every
+// response a client received.
+func TestLedgerBooksBeforeTheEnd(t *testing.T) {
+	l, _, err := ledger.Open(filepath.Join(t.TempDir(), "ledger.db"), ledger.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	env := apitest.New(t, apitest.Options{Dialects: []api.Dialect{openai.New()}, Config: api.Config{Ledger: l}})
+	booked := func(id string) bool {
+		found := false
+		err := l.Records(context.Background(), ledger.Filter{}, func(r ledger.Record) error {
+			found = found || (r.ID == id && r.Outcome == ledger.OutcomeCompleted)
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return found
+	}
+	for _, stream := range []bool{true, false} {
+		body := fmt.Sprintf(`{"model":%q,"max_tokens":3,"stream":%v,"messages":[{"role":"user","content":"hello"}]}`, apitest.ModelName, stream)
+		resp, err := http.Post(env.URL("/v1/chat/completions"), "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := resp.Header.Get("X-Request-Id")
+		if stream {
+			sc := bufio.NewScanner(resp.Body)
+			for sc.Scan() && sc.Text() != "data: [DONE]" {
+			}
+			if sc.Err() != nil {
+				t.Fatal(sc.Err())
+			}
+		} else {
+			var out struct{ ID string }
+			if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// The response has ended for the client; the handler may still be
+		// returning.
+		if !booked(id) {
+			t.Errorf("stream %v: request %q not booked as completed when its response ended", stream, id)
+		}
+		resp.Body.Close()
+	}
+}

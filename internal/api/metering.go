@@ -69,13 +69,21 @@ func (c *Call) failed(e *Error) *Error {
 	return e
 }
 
+// settleUsage books the call's final record as soon as its run has ended,
+// before the dialect writes the response's end (the usage, [DONE], a
+// non-streamed body): a client that saw its response end is billed for it
+// even if the server dies the next instant. Work done is booked as done,
+// even if the last bytes then fail to reach the client.
+func (c *Call) settleUsage() { c.endUsage(http.StatusOK) }
+
 // endUsage books the call's final record: its tokens as the response
 // reported them, its times, and how it ended.
 func (c *Call) endUsage(status int) {
 	l := c.server.cfg.Ledger
-	if l == nil || c.usage.Seq == 0 {
+	if l == nil || c.usage.Seq == 0 || c.settled {
 		return
 	}
+	c.settled = true
 	r := c.usage
 	r.End = time.Now()
 	r.Status = status

@@ -30,11 +30,8 @@ func (c *Call) Tokenize(req *Request) (*Prompt, error) {
 	if err := req.validate(); err != nil {
 		return nil, err
 	}
-	m, err := c.Model(req.Model)
-	if err != nil {
-		return nil, err
-	}
-	return buildPrompt(m, req, c.fragmentScope())
+	_, p, err := c.modelFor(req)
+	return p, err
 }
 
 // BuildPrompt renders, tokenizes and segments req's prompt for m, as Start

@@ -176,14 +176,14 @@ func (c *Call) Start(req *Request) (*Run, error) {
 	if err := req.validate(); err != nil {
 		return nil, err
 	}
-	m, err := c.Model(req.Model)
-	if err != nil {
-		return nil, err
-	}
 	if !c.Identity.Has(PermissionModelsUse) {
+		m, err := c.Model(c.server.plainName(req.Model))
+		if err != nil {
+			return nil, err
+		}
 		return nil, c.forbidModel(m, "this API key's role \""+c.Identity.Role+"\" may not generate (it lacks "+PermissionModelsUse+")")
 	}
-	p, err := buildPrompt(m, req, c.fragmentScope())
+	m, p, err := c.modelFor(req)
 	if err != nil {
 		return nil, err
 	}
@@ -292,6 +292,7 @@ func (r *Run) Next() ([]Event, error) {
 	r.events = r.events[:0]
 	for len(r.events) == 0 {
 		if r.done {
+			r.c.settleUsage()
 			return nil, io.EOF
 		}
 		t0 := time.Now()

@@ -214,7 +214,7 @@ type Server struct {
 	cfg      Config
 	keys     *keyring
 	mux      *http.ServeMux
-	model    atomic.Pointer[Model]
+	model    atomic.Pointer[modelSet]
 	dialects []Dialect
 	// cacheRenderer is the registered CacheRenderer's method, if any.
 	cacheRenderer CacheRequest
@@ -299,21 +299,6 @@ func (s *Server) handle(d Dialect, rt Route) (err error) {
 	return nil
 }
 
-// SetModel makes m the served model (nil: back to loading).
-func (s *Server) SetModel(m *Model) {
-	if m != nil {
-		c := *m
-		if c.OwnedBy == "" {
-			c.OwnedBy = "kvserve"
-		}
-		if c.Created.IsZero() {
-			c.Created = time.Now()
-		}
-		m = &c
-	}
-	s.model.Store(m)
-}
-
 // Ready reports whether a model is loaded.
 func (s *Server) Ready() bool { return s.model.Load() != nil }
 
@@ -328,19 +313,27 @@ func (s *Server) health(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (s *Server) ready(w http.ResponseWriter, _ *http.Request) {
-	m := s.model.Load()
-	if m == nil {
+	set := s.model.Load()
+	if set == nil {
 		_ = WriteJSON(w, http.StatusServiceUnavailable, map[string]any{"ready": false, "status": "loading"})
 		return
 	}
-	if r, ok := m.Backend.(Readier); ok {
-		if err := r.Ready(); err != nil {
-			_ = WriteJSON(w, http.StatusServiceUnavailable, map[string]any{"ready": false, "status": "unavailable",
-				"model": m.ID, "reason": err.Error()})
-			return
+	// Ready when every model can take requests: a load balancer should not
+	// send a gateway requests for a model it cannot serve.
+	for _, m := range set.models {
+		if r, ok := m.Backend.(Readier); ok {
+			if err := r.Ready(); err != nil {
+				_ = WriteJSON(w, http.StatusServiceUnavailable, map[string]any{"ready": false, "status": "unavailable",
+					"model": m.ID, "reason": err.Error()})
+				return
+			}
 		}
 	}
-	_ = WriteJSON(w, http.StatusOK, map[string]any{"ready": true, "status": "ok", "model": m.ID})
+	out := map[string]any{"ready": true, "status": "ok", "model": set.models[0].ID}
+	if len(set.models) > 1 {
+		out["models"] = set.modelIDs()
+	}
+	_ = WriteJSON(w, http.StatusOK, out)
 }
 
 // notFound answers unknown routes in the claiming dialect's shape.
@@ -599,6 +592,9 @@ type Call struct {
 	route string
 	// usage is the call's open ledger record (Seq 0: none).
 	usage ledger.Record
+	// settled: usage was booked final when the run ended, before the
+	// response's last bytes (endUsage books nothing more).
+	settled bool
 	// err is the error the call failed with, for the ledger.
 	err *Error
 }
@@ -633,24 +629,6 @@ func (c *Call) fail(err error) {
 	c.Dialect.WriteError(c.W, c.R, e)
 }
 
-// Model returns the served model called name: 503 while loading, 404 when
-// name is not a served model, 403 when the caller's key may not use it.
-// An empty name selects the served model.
-func (c *Call) Model(name string) (*Model, error) {
-	m := c.server.model.Load()
-	if m == nil {
-		return nil, &Error{Code: CodeUnavailable, Message: "the model is still loading; retry shortly", RetryAfter: 2 * time.Second}
-	}
-	if name != "" && name != m.ID && !m.hasAlias(name) {
-		return nil, &Error{Code: CodeNotFound, Param: "model", OpenAICode: "model_not_found",
-			Message: fmt.Sprintf("the model %q does not exist; this server serves %q", name, m.ID)}
-	}
-	if !c.Identity.Allows(m.ID) {
-		return nil, c.forbidModel(m, fmt.Sprintf("this API key may not use the model %q", m.ID))
-	}
-	return m, nil
-}
-
 // forbidModel returns the 403 of a model the caller may not use, recorded
 // in the audit log.
 func (c *Call) forbidModel(m *Model, msg string) *Error {
@@ -680,16 +658,6 @@ func ValidAlias(alias string) error {
 		return fmt.Errorf("api: model alias %q: %w", alias, err)
 	}
 	return nil
-}
-
-// Models returns the served models the caller may use (empty while
-// loading).
-func (c *Call) Models() []*Model {
-	m := c.server.model.Load()
-	if m == nil || !c.Identity.Allows(m.ID) {
-		return nil
-	}
-	return []*Model{m}
 }
 
 // Timings are the per-request times reported to clients in the "kvserve"

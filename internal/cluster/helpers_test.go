@@ -91,7 +91,7 @@ func startWorkerVocab(t *testing.T, s *Server, id string, pass time.Duration, vo
 	events := kv.NewEventLog(4096)
 	e := simEngineVocab(t, pass, events, vocab)
 	nc := connect(t, s)
-	w, err := StartWorker(nc, e, WorkerConfig{ID: id, Model: testModel, Heartbeat: testBeat, Events: events})
+	w, err := StartWorker(nc, Local(e), WorkerConfig{ID: id, Model: testModel, Heartbeat: testBeat, Events: events})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -41,6 +41,55 @@ type WorkerConfig struct {
 	Logger *slog.Logger
 }
 
+// Engine is what a worker serves: kvserve's own engine (Local), or an
+// adapter in front of another server that predicts its cache
+// (internal/upstream). Its KV events, if any, come through
+// WorkerConfig.Events.
+type Engine interface {
+	// Submit queues r; its refusals are the engine package's errors.
+	Submit(ctx context.Context, r engine.Request) (Job, error)
+	// Now is the load the heartbeats announce.
+	Now() engine.Stats
+	// BlockSize is the KV block size the engine hashes prompts by.
+	BlockSize() int
+	// ContextLength is the longest sequence it can hold.
+	ContextLength() int
+	// Snapshot lists every block held, as stored events, and the sequence
+	// number the next event gets.
+	Snapshot() ([]kv.Event, uint64)
+}
+
+// Job is a submitted request's outputs (an *engine.Stream for Local).
+type Job interface {
+	Recv(ctx context.Context, dst []engine.Output) ([]engine.Output, error)
+	Usage() engine.Usage
+	QueueTime() time.Duration
+	Ended() time.Time
+	Cancel()
+}
+
+// Local is kvserve's engine e as a worker's Engine.
+func Local(e *engine.Engine) Engine { return localEngine{e} }
+
+type localEngine struct{ e *engine.Engine }
+
+func (l localEngine) Submit(ctx context.Context, r engine.Request) (Job, error) {
+	st, err := l.e.Submit(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+func (l localEngine) Now() engine.Stats              { return l.e.Now() }
+func (l localEngine) BlockSize() int                 { return l.e.Config().BlockSize }
+func (l localEngine) Snapshot() ([]kv.Event, uint64) { return l.e.KV().Snapshot() }
+
+// ContextLength is the model's context bounded by the KV pool.
+func (l localEngine) ContextLength() int {
+	return min(l.e.Config().MaxContext, l.e.KV().NumBlocks()*l.e.Config().BlockSize)
+}
+
 // DefaultHeartbeat is the default WorkerConfig.Heartbeat.
 const DefaultHeartbeat = time.Second
 
@@ -69,7 +118,7 @@ const snapshotChunk = 2000
 // heartbeats and one publishes KV events. Close ends them all.
 type Worker struct {
 	nc  *nats.Conn
-	e   *engine.Engine
+	e   Engine
 	cfg WorkerConfig
 	log *slog.Logger
 
@@ -95,9 +144,9 @@ type gatewaySeen struct {
 
 // job is a request the worker runs.
 type job struct {
-	gateway string         // the sender, whose silence stops the request
-	start   time.Time      // when it arrived
-	st      *engine.Stream // nil while being submitted (guarded by Worker.mu)
+	gateway string    // the sender, whose silence stops the request
+	start   time.Time // when it arrived
+	st      Job       // nil while being submitted (guarded by Worker.mu)
 	// orphaned: its gateway went silent and it was cancelled (Worker.mu).
 	orphaned bool
 	// cutOff: the drain's deadline passed; its cancellation is reported
@@ -107,7 +156,7 @@ type job struct {
 
 // StartWorker registers e on the cluster nc connects to and serves it
 // until Close. nc stays the caller's.
-func StartWorker(nc *nats.Conn, e *engine.Engine, cfg WorkerConfig) (*Worker, error) {
+func StartWorker(nc *nats.Conn, e Engine, cfg WorkerConfig) (*Worker, error) {
 	if cfg.Model == "" {
 		return nil, errors.New("cluster: a worker needs its model id")
 	}
@@ -120,8 +169,7 @@ func StartWorker(nc *nats.Conn, e *engine.Engine, cfg WorkerConfig) (*Worker, er
 		return nil, err
 	}
 	if cfg.ContextLength <= 0 {
-		ec := e.Config()
-		cfg.ContextLength = min(ec.MaxContext, e.KV().NumBlocks()*ec.BlockSize)
+		cfg.ContextLength = e.ContextLength()
 	}
 	if cfg.Heartbeat <= 0 {
 		cfg.Heartbeat = DefaultHeartbeat
@@ -244,7 +292,7 @@ func (w *Worker) heartbeat() {
 	draining := w.draining
 	w.mu.Unlock()
 	hb := Heartbeat{V: Version, Worker: w.cfg.ID, Model: w.cfg.Model, ContextLength: w.cfg.ContextLength,
-		BlockSize: w.e.Config().BlockSize, Interval: w.cfg.Heartbeat, Draining: draining,
+		BlockSize: w.e.BlockSize(), Interval: w.cfg.Heartbeat, Draining: draining,
 		Running: st.Running, Waiting: st.Waiting, KVTotal: st.KV.Total, KVActive: st.KV.Active, KVCached: st.KV.Cached}
 	if w.cfg.Events != nil {
 		hb.EventSeq = w.cfg.Events.Next()
@@ -374,7 +422,7 @@ func (w *Worker) onGatewayHeartbeat(m *nats.Msg) {
 // so nobody reads their outputs. It also forgets gateways long gone.
 func (w *Worker) reapOrphans(now time.Time) {
 	w.mu.Lock()
-	var orphans []*engine.Stream
+	var orphans []Job
 	for id, j := range w.inflight {
 		if j.gateway == "" || j.st == nil || j.orphaned {
 			continue
@@ -433,7 +481,7 @@ func (w *Worker) onCancel(m *nats.Msg) {
 		return
 	}
 	w.mu.Lock()
-	var st *engine.Stream
+	var st Job
 	if j, ok := w.inflight[c.ID]; ok {
 		if st = j.st; st == nil {
 			delete(w.inflight, c.ID) // serve cancels it once submitted
@@ -483,7 +531,7 @@ func (w *Worker) onSnapshot(m *nats.Msg) {
 	if m.Reply == "" {
 		return
 	}
-	events, next := w.e.KV().Snapshot()
+	events, next := w.e.Snapshot()
 	for part := 0; ; part++ {
 		n := min(len(events), snapshotChunk)
 		c := SnapshotChunk{V: Version, Worker: w.cfg.ID, Next: next, Part: part, Last: n == len(events),

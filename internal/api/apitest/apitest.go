@@ -40,6 +40,7 @@ import (
 	"github.com/kvserve/kvserve/internal/gguf"
 	"github.com/kvserve/kvserve/internal/grammar"
 	"github.com/kvserve/kvserve/internal/model"
+	"github.com/kvserve/kvserve/internal/synth"
 	"github.com/kvserve/kvserve/internal/tensor"
 	"github.com/kvserve/kvserve/internal/testshared"
 	"github.com/kvserve/kvserve/internal/tokenizer"
@@ -72,6 +73,63 @@ func ModelFile(t testing.TB) string {
 		t.Fatalf("apitest: %v", modelErr)
 	}
 	return modelPath
+}
+
+var (
+	bpeOnce sync.Once
+	bpePath string
+	bpeErr  error
+)
+
+// BPEModelFile returns a synthetic model with the tiny test model's
+// dimensions, a 4096-token context and SmolLM2's byte-level BPE tokenizer
+// and chat template, writing it on first use: for tests that need a
+// tokenizer reading any text back exactly (the tiny model's placeholder
+// vocabulary drops spaces).
+func BPEModelFile(t testing.TB) string {
+	t.Helper()
+	bpeOnce.Do(func() { bpePath, bpeErr = writeBPEModel() })
+	if bpeErr != nil {
+		t.Fatalf("apitest: %v", bpeErr)
+	}
+	return bpePath
+}
+
+func writeBPEModel() (string, error) {
+	tiny, err := synth.LookupShape("tiny", "")
+	if err != nil {
+		return "", err
+	}
+	smol, err := synth.LookupShape("smollm2-135m", "")
+	if err != nil {
+		return "", err
+	}
+	s := tiny
+	s.Name = "tiny-bpe"
+	s.Context, s.Vocab, s.Tokenizer = ContextLength, smol.Vocab, smol.Tokenizer
+	m, err := synth.New(s, synth.FileQ8_0)
+	if err != nil {
+		return "", err
+	}
+	// The generator is deterministic: the file is named by its inputs'
+	// version, and later runs reuse it.
+	out := filepath.Join(os.TempDir(), "kvserve-apitest-tiny-bpe-v1.gguf")
+	if _, err := os.Stat(out); err == nil {
+		return out, nil
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(out), ".kvserve-apitest-*")
+	if err != nil {
+		return "", err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := m.WriteTo(tmp, synth.Options{Seed: 1}); err != nil {
+		tmp.Close()
+		return "", err
+	}
+	if err := tmp.Close(); err != nil {
+		return "", err
+	}
+	return out, os.Rename(tmp.Name(), out)
 }
 
 func writeModel(shared string) (string, error) {
@@ -146,6 +204,9 @@ type Options struct {
 	// Template, when set, is the chat template source used instead of the
 	// model's (e.g. a reasoning model's, from the shared testdata).
 	Template string
+	// ModelFile, when set, is the GGUF file served instead of the tiny
+	// test model (e.g. a synthetic one with a byte-level BPE tokenizer).
+	ModelFile string
 }
 
 // Env is a running test server.
@@ -163,7 +224,11 @@ type Env struct {
 // New starts an Env; everything is stopped at the end of the test.
 func New(t testing.TB, o Options) *Env {
 	t.Helper()
-	mf, err := model.Open(ModelFile(t), gguf.Mapped, nil)
+	path := o.ModelFile
+	if path == "" {
+		path = ModelFile(t)
+	}
+	mf, err := model.Open(path, gguf.Mapped, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,115 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+
+	"github.com/spf13/pflag"
+
+	"github.com/kvserve/kvserve/internal/cluster"
+	"github.com/kvserve/kvserve/internal/kv"
+	"github.com/kvserve/kvserve/internal/upstream"
+)
+
+// upstreamOptions are `kvserve worker`'s settings for an external engine.
+type upstreamOptions struct {
+	url         string
+	model       string
+	cacheTokens int
+	maxRunning  int
+	cacheSalt   bool
+}
+
+func addUpstreamFlags(f *pflag.FlagSet, o *upstreamOptions) {
+	f.StringVar(&o.url, "upstream", "", "serve an external OpenAI-compatible server instead of an engine of this process: its API base URL, e.g. http://10.0.0.5:8000/v1")
+	f.StringVar(&o.model, "upstream-model", "", "the model name the --upstream server serves (default: --model-id)")
+	f.IntVar(&o.cacheTokens, "upstream-cache-tokens", 1<<18, "the --upstream server's prefix cache size in tokens (vLLM logs it as its KV cache size): the predicted cache's capacity")
+	f.IntVar(&o.maxRunning, "upstream-max-running", 256, "requests sent to the --upstream server at once; past it a request gets queue_full and the gateway places it elsewhere")
+	f.BoolVar(&o.cacheSalt, "upstream-cache-salt", false, "send each tenant's keyed hash as cache_salt (vLLM), so that the --upstream server's prefix cache is not shared between tenants either")
+}
+
+// upstreamEngineFlags are the engine flags an external engine has no use
+// for: given with --upstream they are refused, not ignored.
+var upstreamEngineFlags = []string{"model-memory", "kv-cache-memory", "kv-max-pinned", "kv-max-pinned-per-tenant",
+	"kv-max-persistent-per-tenant", "kv-eviction", "kv-host-memory", "kv-disk", "kv-cache-type", "max-batch-tokens",
+	"max-running", "max-waiting", "threads", "compute-nice", "no-prefix-cache", "engine", "sim-profile", "sim-seed",
+	"record-passes"}
+
+// validate fails on an engine flag set alongside --upstream, and on
+// --upstream-* flags set without it.
+func (o *upstreamOptions) validate(f *pflag.FlagSet) error {
+	if o.url == "" {
+		for _, name := range []string{"upstream-model", "upstream-cache-tokens", "upstream-max-running", "upstream-cache-salt"} {
+			if f.Changed(name) {
+				return fmt.Errorf("--%s needs --upstream", name)
+			}
+		}
+		return nil
+	}
+	for _, name := range upstreamEngineFlags {
+		if fl := f.Lookup(name); fl != nil && fl.Changed {
+			return fmt.Errorf("--%s configures kvserve's own engine; with --upstream the external server runs the model", name)
+		}
+	}
+	if o.cacheTokens < 1 || o.maxRunning < 1 {
+		return errors.New("--upstream-cache-tokens and --upstream-max-running must be ≥ 1")
+	}
+	return nil
+}
+
+// runUpstreamWorker is `kvserve worker --upstream URL`.
+func runUpstreamWorker(ctx context.Context, o *workerOptions, stderr io.Writer) error {
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	if o.natsURL == "" {
+		return errors.New("worker: --nats URL is required")
+	}
+	if o.id != "" {
+		if err := cluster.ValidID(o.id); err != nil {
+			return fmt.Errorf("worker: --id: %w", err)
+		}
+	}
+	dataDir, secret, err := openDataDir(o.dataDir)
+	if err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	loaded, err := loadServedModel(ctx, &o.engineOptions, dataDir, false, stderr)
+	if err != nil {
+		return err
+	}
+	defer loaded.file.Close()
+	model := o.upstream.model
+	if model == "" {
+		model = loaded.id
+	}
+	events := kv.NewEventLog(1 << 16)
+	up, err := upstream.New(upstream.Config{URL: o.upstream.url, Model: model, APIKey: os.Getenv("KVSERVE_UPSTREAM_API_KEY"),
+		Tokenizer: loaded.tok, ContextLength: loaded.file.Model.Config.Context, ModelID: loaded.id, Secret: secret,
+		BlockSize: o.blockSize, CacheTokens: o.upstream.cacheTokens, MaxRunning: o.upstream.maxRunning,
+		CacheSalt: o.upstream.cacheSalt, Events: events})
+	if err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	nc, err := connectNATS(o.natsURL, "kvserve worker")
+	if err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	defer nc.Close()
+	w, err := cluster.StartWorker(nc, up, cluster.WorkerConfig{ID: o.id, Model: loaded.id, Events: events, Logger: log})
+	if err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	fmt.Fprintf(stderr, "kvserve: worker %s serving %q over NATS at %s: external engine %s (model %q), predicted cache %d tokens in blocks of %d\n",
+		w.ID(), loaded.id, nc.ConnectedUrlRedacted(), o.upstream.url, model, o.upstream.cacheTokens, up.BlockSize())
+	<-ctx.Done()
+	fmt.Fprintf(stderr, "kvserve: worker %s draining: finishing in-flight requests (up to %s)\n", w.ID(), o.drainTimeout)
+	dctx, cancel := context.WithTimeout(context.Background(), o.drainTimeout)
+	defer cancel()
+	if err := w.Close(dctx); err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,157 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvserve/kvserve/internal/api/apitest"
+	"github.com/kvserve/kvserve/internal/cluster"
+)
+
+// startWorkerCmd runs `kvserve worker args...` until the test ends, once
+// it says it serves as worker id; stop drains it and returns its error.
+func startWorkerCmd(t *testing.T, id string, args ...string) (stop func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	cmd := newWorkerCmd()
+	cmd.SetErr(pw)
+	cmd.SetArgs(args)
+	done := make(chan error, 1)
+	go func() { done <- cmd.ExecuteContext(ctx); pw.Close() }()
+	sc := bufio.NewScanner(pr)
+	started := false
+	for sc.Scan() {
+		if strings.Contains(sc.Text(), "worker "+id+" serving") {
+			started = true
+			break
+		}
+	}
+	go func() { _, _ = io.Copy(io.Discard, pr) }()
+	if !started {
+		cancel()
+		t.Fatalf("the worker did not start: %v", <-done)
+	}
+	var err error
+	stopped := false
+	stop = func() error {
+		if !stopped {
+			stopped = true
+			cancel()
+			select {
+			case err = <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the worker did not drain")
+			}
+		}
+		return err
+	}
+	t.Cleanup(func() { stop() })
+	return stop
+}
+
+// TestUpstreamWorker: a gateway serves chat through a worker in front of a
+// second kvserve (`kvserve serve`) used as an external OpenAI-compatible
+// engine, and the worker's predicted cache reaches the gateway's router.
+func TestUpstreamWorker(t *testing.T) {
+	modelFile := apitest.BPEModelFile(t)
+	up := startCommand(t, newServeCmd(), "--model", modelFile, "--addr", "127.0.0.1:0", "--data-dir", t.TempDir(),
+		"--kv-cache-memory", "16MiB", "--threads", "1")
+	ns, err := cluster.StartServer(cluster.ServerConfig{StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ns.Close)    // after the worker and gateway have stopped
+	dataDir := t.TempDir() // one secret for the worker and the gateway
+	startWorkerCmd(t, "ext-1", "--nats", ns.URL(), "--id", "ext-1", "--model", modelFile, "--data-dir", dataDir,
+		"--upstream", up.base+"/v1", "--upstream-model", up.model, "--upstream-cache-tokens", "65536")
+	g := startCommand(t, newGatewayCmd(), "--nats", ns.URL(), "--model", modelFile, "--addr", "127.0.0.1:0",
+		"--data-dir", dataDir, "--api-key", "sk-test=t1", "--api-key", "sk-admin")
+	doc := strings.Repeat("A long shared document, read again and again. ", 20)
+	ask := func(q string) (int, []byte) {
+		body, _ := json.Marshal(map[string]any{"model": g.model, "max_tokens": 4, "temperature": 0,
+			"messages": []map[string]string{{"role": "system", "content": doc}, {"role": "user", "content": q}}})
+		return httpDo(t, "POST", g.base+"/v1/chat/completions", "sk-test", string(body))
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		status, data := ask("first?")
+		if status == 200 {
+			break
+		}
+		if status != 503 || time.Now().After(deadline) { // 503 until the gateway has heard the worker
+			t.Fatalf("status %d: %s", status, data)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	status, data := ask("second?")
+	var out struct {
+		Choices []struct {
+			Message struct {
+				Content string `json:"content"`
+			} `json:"message"`
+		} `json:"choices"`
+		Usage struct {
+			PromptTokens        int `json:"prompt_tokens"`
+			PromptTokensDetails struct {
+				CachedTokens int `json:"cached_tokens"`
+			} `json:"prompt_tokens_details"`
+		} `json:"usage"`
+	}
+	if status != 200 || json.Unmarshal(data, &out) != nil || len(out.Choices) != 1 {
+		t.Fatalf("status %d: %s", status, data)
+	}
+	// The upstream saw the document before: it reports it cached, and the
+	// gateway passes that on.
+	if u := out.Usage; u.PromptTokensDetails.CachedTokens < u.PromptTokens/2 {
+		t.Errorf("usage %+v: want the document's tokens cached upstream", u)
+	}
+	// The worker's predicted blocks reached the gateway's router.
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		status, metrics := httpDo(t, "GET", g.base+"/metrics", "sk-admin", "")
+		if status != 200 {
+			t.Fatalf("metrics: %d %s", status, metrics)
+		}
+		var blocks float64
+		for _, line := range strings.Split(string(metrics), "\n") {
+			if v, ok := strings.CutPrefix(line, `kvserve_router_index_worker_blocks{worker="ext-1"} `); ok {
+				blocks, _ = strconv.ParseFloat(v, 64)
+			}
+		}
+		if blocks*16 >= float64(out.Usage.PromptTokens/2) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the router knows %v blocks of ext-1, want the document's", blocks)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestUpstreamWorkerFlags(t *testing.T) {
+	cmd := newWorkerCmd()
+	for _, name := range upstreamEngineFlags {
+		if cmd.Flags().Lookup(name) == nil {
+			t.Errorf("--%s is listed as an engine flag but the worker has no such flag", name)
+		}
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--nats", "nats://127.0.0.1:1", "--upstream", "http://127.0.0.1:1/v1", "--kv-disk", "1GiB"}, "--kv-disk configures kvserve's own engine"},
+		{[]string{"--nats", "nats://127.0.0.1:1", "--upstream", "http://127.0.0.1:1/v1", "--engine", "sim"}, "--engine configures"},
+		{[]string{"--nats", "nats://127.0.0.1:1", "--upstream-model", "x"}, "--upstream-model needs --upstream"},
+		{[]string{"--nats", "nats://127.0.0.1:1", "--upstream", "http://127.0.0.1:1/v1", "--upstream-cache-tokens", "0"}, "must be ≥ 1"},
+	} {
+		_, _, err := runCommand(newWorkerCmd(), c.args...)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v, want %q", c.args, err, c.want)
+		}
+	}
+}
