@@ -360,6 +360,12 @@ func TestTenantCommandsOnNATS(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+	if out, _ := cli("cache", "list", "--tenant", "acme"); !strings.HasPrefix(out, "NAME") {
+		t.Fatalf("cache list --nats:\n%s", out)
+	}
+	if _, _, err := runCommand(newRootCmd(), "cache", "list", "--tenant", "acme", "--data-dir", dir); err == nil {
+		t.Fatal("the data directory's store knows the cluster's tenant")
+	}
 	cli("tenant", "delete", "acme")
 	if out, _ := cli("tenant", "list"); strings.Contains(out, "acme") {
 		t.Fatalf("tenant list after delete:\n%s", out)
