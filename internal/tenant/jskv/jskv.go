@@ -157,8 +157,15 @@ var ErrUnreachable = errors.New("jskv: the NATS server does not answer")
 // errReadOnly is returned by a View's Put and Delete.
 var errReadOnly = errors.New("jskv: read-only transaction")
 
+// headVersion is the layout this package writes and reads: a head of
+// another version is refused rather than guessed at, as the cluster's
+// messages are.
+const headVersion = 1
+
 // head is the value of headKey.
 type head struct {
+	// V is the layout's version, headVersion.
+	V int `json:"v"`
 	// Seq counts commits.
 	Seq uint64 `json:"seq"`
 	// Tx is the random id of the transaction that wrote this head: a
@@ -449,6 +456,9 @@ func (s *Store) load(ctx context.Context) (*version, error) {
 	if err := json.Unmarshal(e.Value(), &v.head); err != nil {
 		return nil, fmt.Errorf("jskv: the head of %s: %w", s.o.Bucket, err)
 	}
+	if v.head.V != headVersion {
+		return nil, fmt.Errorf("jskv: the head of %s has layout version %d; this kvserve reads version %d", s.o.Bucket, v.head.V, headVersion)
+	}
 	s.mu.Lock()
 	cur := s.cur
 	s.mu.Unlock()
@@ -590,7 +600,7 @@ var errStale = errors.New("jskv: head moved")
 // returns errStale if it is not at base anymore.
 func (s *Store) commit(ctx context.Context, base *version, changed map[tenant.Kind]*kindData) error {
 	txid := randomHex(8)
-	h := head{Seq: base.head.Seq + 1, Tx: txid, Kinds: maps.Clone(base.head.Kinds)}
+	h := head{V: headVersion, Seq: base.head.Seq + 1, Tx: txid, Kinds: maps.Clone(base.head.Kinds)}
 	if h.Kinds == nil {
 		h.Kinds = map[tenant.Kind]blob{}
 	}

@@ -499,3 +499,23 @@ func TestLargeRecordsWrittenOnce(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestUnknownLayoutRefused: a head of another layout version (a newer
+// kvserve's) is refused, not read as this one's.
+func TestUnknownLayoutRefused(t *testing.T) {
+	ns := startNATS(t)
+	nc := connect(t, ns)
+	s := open(t, nc, jskv.Options{})
+	s.Close()
+	js, _ := jetstream.New(nc)
+	kv, err := js.KeyValue(t.Context(), jskv.DefaultBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(t.Context(), "head", []byte(`{"v":2,"seq":1,"tx":"00"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := jskv.Open(t.Context(), nc, jskv.Options{}); err == nil || !strings.Contains(err.Error(), "layout version 2") {
+		t.Fatalf("Open over a version 2 head: %v", err)
+	}
+}
