@@ -217,9 +217,11 @@ func TestGatewayStateDataDir(t *testing.T) {
 	if out, _ := run(t, dirA, "audit", "tail"); !strings.Contains(out, "tenant.create") {
 		t.Fatalf("A's audit log:\n%s", out)
 	}
-	_, _, err := runCommand(newGatewayCmd(), "--nats", ns.URL(), "--state", "etcd")
-	if err == nil || !strings.Contains(err.Error(), "--state") {
-		t.Fatalf("--state etcd: %v", err)
+	for _, bad := range [][]string{{"--state", "etcd"}, {"--state-replicas", "7"}, {"--state", "data-dir", "--state-replicas", "3"}} {
+		_, _, err := runCommand(newGatewayCmd(), append([]string{"--nats", ns.URL()}, bad...)...)
+		if err == nil || !strings.Contains(err.Error(), bad[len(bad)-2]) {
+			t.Fatalf("%q: %v", bad, err)
+		}
 	}
 }
 

@@ -88,12 +88,14 @@ func openClusterState(ctx context.Context, nc *nats.Conn, replicas int) (*state,
 	return &state{dir: tenant.New(store, tenant.Options{Audit: trail}), audit: trail}, nil
 }
 
-// stateOptions choose where a gateway keeps tenants, keys and context-cache
-// records.
+// stateOptions choose where a gateway keeps tenants, keys, context-cache
+// records and the audit trail.
 type stateOptions struct {
-	// state is "nats" (the cluster's JetStream KV bucket) or "data-dir".
+	// state is "nats" (the cluster's JetStream KV bucket and audit stream)
+	// or "data-dir" (state.db and audit.log).
 	state string
-	// replicas of the bucket (0: as it is; 1 when it is created).
+	// replicas of the bucket and the stream (0: as they are; 1 when they
+	// are created).
 	replicas int
 }
 
@@ -109,7 +111,10 @@ func (o *stateOptions) validate() error {
 		return fmt.Errorf("--state %q: want nats or data-dir", o.state)
 	}
 	if o.replicas < 0 || o.replicas > 5 {
-		return fmt.Errorf("--state-replicas %d: want 1 to 5 (JetStream's limit)", o.replicas)
+		return fmt.Errorf("--state-replicas %d: want 1 to 5 (JetStream's limit), or 0 to keep what the cluster has", o.replicas)
+	}
+	if o.replicas > 0 && o.state != "nats" {
+		return fmt.Errorf("--state-replicas %d: only --state nats keeps copies", o.replicas)
 	}
 	return nil
 }
