@@ -8,6 +8,9 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -31,6 +34,7 @@ type workerOptions struct {
 	dataDir      string
 	configPath   string
 	drainTimeout time.Duration
+	metricsAddr  string
 	upstream     upstreamOptions
 }
 
@@ -76,6 +80,7 @@ upstream's API key, if it needs one, comes from KVSERVE_UPSTREAM_API_KEY.`,
 	addEngineFlags(f, &o.engineOptions)
 	addDataDirFlags(f, &o.dataDir, &o.configPath)
 	f.DurationVar(&o.drainTimeout, "drain-timeout", 30*time.Second, "how long requests in flight may run on after SIGINT/SIGTERM before they are cut off")
+	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve the worker's Prometheus metrics (its engine's, KV cache and tiers included) on this address at /metrics, e.g. 127.0.0.1:9100; unauthenticated, so keep it on a private network (default: none)")
 	addUpstreamFlags(f, &o.upstream)
 	return cmd
 }
@@ -107,7 +112,13 @@ func runWorker(ctx context.Context, o *workerOptions, stderr io.Writer) error {
 		return err
 	}
 	defer loaded.file.Close()
-	se, err := newServedEngine(&o.engineOptions, loaded, engineEnv{dataDir: dataDir, kvDir: diskTierDir(dataDir), secret: secret, log: log, stderr: stderr})
+	metrics, err := startWorkerMetrics(o.metricsAddr, stderr)
+	if err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	defer metrics.Close()
+	se, err := newServedEngine(&o.engineOptions, loaded, engineEnv{dataDir: dataDir, kvDir: diskTierDir(dataDir), secret: secret,
+		reg: metrics.registerer(), log: log, stderr: stderr})
 	if err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
@@ -146,9 +157,51 @@ type gatewayOptions struct {
 	apiOptions
 	routerOptions
 	stateOptions
-	natsURL   string
-	modelPath string
-	modelID   string
+	natsURL    string
+	modelPaths []string
+	modelID    string
+	auto       autoOptions
+}
+
+// autoOptions set the gateway's rule for the model "auto".
+type autoOptions struct {
+	fast, strong string
+	longPrompt   int
+	tools        bool
+	reasoning    bool
+}
+
+func addAutoFlags(f *pflag.FlagSet, o *autoOptions) {
+	f.StringVar(&o.fast, "auto-fast", "", `with --auto-strong: clients may ask for the model "auto", served by this model id unless a rule below sends it to --auto-strong`)
+	f.StringVar(&o.strong, "auto-strong", "", `the model id "auto" sends requests to when a rule says so (a request continuing a context cache keeps the cache's model)`)
+	f.IntVar(&o.longPrompt, "auto-long-prompt", 0, `"auto" sends prompts of at least this many tokens to --auto-strong (0: never by length)`)
+	f.BoolVar(&o.tools, "auto-tools", true, `"auto" sends requests offering tools to --auto-strong`)
+	f.BoolVar(&o.reasoning, "auto-reasoning", true, `"auto" sends requests turning reasoning on to --auto-strong`)
+}
+
+// rule is the auto rule the flags set (nil: none), checked against the
+// served model ids.
+func (o *autoOptions) rule(f *pflag.FlagSet, ids []string) (*api.AutoRule, error) {
+	if o.fast == "" && o.strong == "" {
+		for _, name := range []string{"auto-long-prompt", "auto-tools", "auto-reasoning"} {
+			if f.Changed(name) {
+				return nil, fmt.Errorf("--%s needs --auto-fast and --auto-strong", name)
+			}
+		}
+		return nil, nil
+	}
+	if o.fast == "" || o.strong == "" || o.fast == o.strong {
+		return nil, errors.New("--auto-fast and --auto-strong name two different models")
+	}
+	for _, id := range []string{o.fast, o.strong} {
+		if !slices.Contains(ids, id) {
+			return nil, fmt.Errorf("--auto-fast/--auto-strong %q: not a served model (serving %s)", id, strings.Join(ids, ", "))
+		}
+	}
+	if o.longPrompt < 0 {
+		return nil, errors.New("--auto-long-prompt must be ≥ 0")
+	}
+	return &api.AutoRule{Fast: o.fast, Strong: o.strong, LongPrompt: o.longPrompt, Tools: o.tools, Reasoning: o.reasoning}, nil
 }
 
 func newGatewayCmd() *cobra.Command {
@@ -180,20 +233,21 @@ after it, the client gets an error rather than a hang.`,
 			if err := applyLayers(cmd.Flags(), "config", os.Getenv); err != nil {
 				return fmt.Errorf("gateway: %w", err)
 			}
-			return runGateway(cmd.Context(), &o, cmd.ErrOrStderr())
+			return runGateway(cmd.Context(), &o, cmd.Flags(), cmd.ErrOrStderr())
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.natsURL, "nats", "", "NATS server URL(s), comma-separated (required), e.g. nats://127.0.0.1:4222")
-	f.StringVarP(&o.modelPath, "model", "m", "", "GGUF model file the workers serve, for its tokenizer and chat template (default: the synthetic model in the data directory)")
-	f.StringVar(&o.modelID, "model-id", "", "model name clients use, as the workers' --model-id (default: the file name without .gguf)")
+	f.StringArrayVarP(&o.modelPaths, "model", "m", nil, "GGUF model file the workers serve, for its tokenizer and chat template (default: the synthetic model in the data directory); repeat it to serve several models, each on its own workers, the first taking --model-alias")
+	f.StringVar(&o.modelID, "model-id", "", "model name clients use, as the workers' --model-id (default: the file name without .gguf; one --model only)")
 	addAPIFlags(f, &o.apiOptions)
 	addRouterFlags(f, &o.routerOptions)
 	addStateFlags(f, &o.stateOptions)
+	addAutoFlags(f, &o.auto)
 	return cmd
 }
 
-func runGateway(ctx context.Context, o *gatewayOptions, stderr io.Writer) error {
+func runGateway(ctx context.Context, o *gatewayOptions, flags *pflag.FlagSet, stderr io.Writer) error {
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	if o.natsURL == "" {
 		return errors.New("gateway: --nats URL is required")
@@ -203,6 +257,12 @@ func runGateway(ctx context.Context, o *gatewayOptions, stderr io.Writer) error 
 	}
 	if err := o.stateOptions.validate(); err != nil {
 		return fmt.Errorf("gateway: %w", err)
+	}
+	if o.modelID != "" && len(o.modelPaths) > 1 {
+		return errors.New("gateway: --model-id names one model: with several, each takes its file's name")
+	}
+	if _, err := o.auto.rule(flags, nil); err != nil && (o.auto.fast == "" || o.auto.strong == "") {
+		return fmt.Errorf("gateway: %w", err) // a flag without its pair: say so before loading anything
 	}
 	policy, err := router.ParsePolicy(o.router)
 	if err != nil {
@@ -222,18 +282,45 @@ func runGateway(ctx context.Context, o *gatewayOptions, stderr io.Writer) error 
 		return fmt.Errorf("gateway: %w", err)
 	}
 	defer a.shutdown(time.Second)
-	eo := engineOptions{modelPath: o.modelPath, modelID: o.modelID}
-	loaded, err := loadServedModel(ctx, &eo, dataDir, false, stderr)
-	if err != nil {
-		return err
+	paths := o.modelPaths
+	if len(paths) == 0 {
+		paths = []string{""} // the synthetic model
 	}
-	defer loaded.file.Close()
-	g, err := startGateway(nc, a, loaded, o.modelAliases, routing{policy: policy, secret: secret}, log)
+	var loaded []*servedModel
+	var ids []string
+	for _, path := range paths {
+		eo := engineOptions{modelPath: path, modelID: o.modelID}
+		lm, err := loadServedModel(ctx, &eo, dataDir, false, stderr)
+		if err != nil {
+			return err
+		}
+		defer lm.file.Close()
+		if slices.Contains(ids, lm.id) {
+			return fmt.Errorf("gateway: two --model files are both %q", lm.id)
+		}
+		loaded, ids = append(loaded, lm), append(ids, lm.id)
+	}
+	auto, err := o.auto.rule(flags, ids)
+	if err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
+	g, err := startGateway(nc, a, loaded, o.modelAliases, auto, routing{policy: policy, secret: secret}, log)
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}
 	defer g.Close()
-	fmt.Fprintf(stderr, "kvserve: gateway serving %q on http://%s: workers over NATS at %s\n", loaded.id, a.ln.Addr(), nc.ConnectedUrlRedacted())
+	also := ""
+	if len(ids) > 1 {
+		quoted := make([]string, len(ids)-1)
+		for i, id := range ids[1:] {
+			quoted[i] = strconv.Quote(id)
+		}
+		also = " (and " + strings.Join(quoted, ", ") + ")"
+	}
+	fmt.Fprintf(stderr, "kvserve: gateway serving %q on http://%s%s: workers over NATS at %s\n", ids[0], a.ln.Addr(), also, nc.ConnectedUrlRedacted())
+	if auto != nil {
+		fmt.Fprintf(stderr, "kvserve: model \"auto\": %s, or %s for %s\n", auto.Fast, auto.Strong, autoReasons(auto))
+	}
 	select {
 	case err := <-a.serveErr:
 		return fmt.Errorf("gateway: %w", err)
@@ -260,15 +347,20 @@ type routing struct {
 	secret []byte
 }
 
-// gateway is the cluster side of a gateway: the registry of workers, the
-// router's feed of their KV events (kv policy), and the backend
-// dispatching to them.
+// gateway is the cluster side of a gateway: the registry of workers and,
+// per model served, the router's feed of its workers' KV events (kv
+// policy) and the backend dispatching to them.
 type gateway struct {
 	reg    *cluster.Registry
+	models []*modelRoute
+}
+
+// modelRoute is one served model's placement.
+type modelRoute struct {
+	model  string
 	feed   *router.Feed // nil unless the kv policy
 	router *router.Router
 	b      *cluster.Backend
-	model  string
 	routes *routeCounter
 }
 
@@ -291,85 +383,81 @@ func (c *routeCounter) Pick(r *engine.Request, cands []cluster.Candidate) int {
 	return i
 }
 
-// Workers lists the gateway's workers with the placements it made on each
-// (ui.WorkerLister).
+// Workers lists the gateway's workers, of every model it serves, with the
+// placements it made on each (ui.WorkerLister).
 func (g *gateway) Workers() []ui.Worker {
-	ws := g.reg.Workers(g.model)
-	g.routes.mu.Lock()
-	defer g.routes.mu.Unlock()
-	out := make([]ui.Worker, 0, len(ws))
-	for _, w := range ws {
-		out = append(out, ui.Worker{ID: w.Worker, Draining: w.Draining, Running: w.Running, Waiting: w.Waiting,
-			KVTotal: w.KVTotal, KVActive: w.KVActive, KVCached: w.KVCached, Routed: g.routes.routed[w.Worker]})
+	var out []ui.Worker
+	for _, m := range g.models {
+		ws := g.reg.Workers(m.model)
+		m.routes.mu.Lock()
+		for _, w := range ws {
+			out = append(out, ui.Worker{ID: w.Worker, Draining: w.Draining, Running: w.Running, Waiting: w.Waiting,
+				KVTotal: w.KVTotal, KVActive: w.KVActive, KVCached: w.KVCached, Routed: m.routes.routed[w.Worker]})
+		}
+		m.routes.mu.Unlock()
 	}
 	return out
 }
 
 // Close stops them all; call it after the API has shut down.
 func (g *gateway) Close() {
-	g.b.Close()
-	if g.feed != nil {
-		g.feed.Close()
+	for _, m := range g.models {
+		m.close()
 	}
 	g.reg.Close()
 }
 
-// startGateway follows the workers over nc and serves the loaded model on
-// a's API through them.
-func startGateway(nc *nats.Conn, a *apiServer, loaded *servedModel, aliases []string, rt routing, log *slog.Logger) (*gateway, error) {
+func (m *modelRoute) close() {
+	if m.b != nil {
+		m.b.Close()
+	}
+	if m.feed != nil {
+		m.feed.Close()
+	}
+}
+
+// startGateway follows the workers over nc and serves the loaded models
+// on a's API through them (the first takes aliases; auto, if set, chooses
+// between two of them for requests naming "auto").
+func startGateway(nc *nats.Conn, a *apiServer, loaded []*servedModel, aliases []string, auto *api.AutoRule, rt routing, log *slog.Logger) (*gateway, error) {
 	reg, err := cluster.NewRegistry(nc, cluster.RegistryConfig{Logger: log})
 	if err != nil {
 		return nil, err
 	}
-	g := &gateway{reg: reg, model: loaded.id}
-	var picker cluster.Picker
-	switch rt.policy {
-	case router.PolicyKV, "":
-		r, err := router.New(router.NewIndex(nil), router.Config{Secret: rt.secret, ModelID: loaded.id})
+	g := &gateway{reg: reg}
+	var served []*api.Model
+	for i, lm := range loaded {
+		// Several models' metrics share one registry: each carries its
+		// model as a label.
+		var metrics prometheus.Registerer
+		switch {
+		case a.reg == nil:
+		case len(loaded) > 1:
+			metrics = prometheus.WrapRegistererWith(prometheus.Labels{"model": lm.id}, a.reg)
+		default:
+			metrics = a.reg
+		}
+		m, err := startModelRoute(nc, reg, lm.id, metrics, rt, log)
 		if err != nil {
-			reg.Close()
+			g.Close()
 			return nil, err
 		}
-		if g.feed, err = router.NewFeed(nc, reg, r, router.FeedConfig{Model: loaded.id, Logger: log,
-			Follow: cluster.FollowConfig{Logger: log}}); err != nil {
-			reg.Close()
-			return nil, err
+		g.models = append(g.models, m)
+		am := &api.Model{ID: lm.id, Description: lm.description, Synthetic: lm.synthetic,
+			// The model's context: a worker whose KV pool holds less refuses
+			// longer requests itself (413).
+			ContextLength: lm.file.Model.Config.Context,
+			Backend:       m.b, Tokenizer: lm.tok, Template: lm.tmpl,
 		}
-		g.router, picker = r, router.NewPicker(r)
-		if a.reg != nil {
-			blocks := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kvserve_router_index_blocks",
-				Help: "Blocks the KV-aware router knows the workers hold (a block held in two tiers or by two workers counts twice)."},
-				func() float64 { return float64(r.Index().Len()) })
-			for _, c := range []prometheus.Collector{blocks, indexWorkers{r.Index()}} {
-				if err := a.reg.Register(c); err != nil {
-					g.feed.Close()
-					reg.Close()
-					return nil, fmt.Errorf("router metrics: %w", err)
-				}
-			}
+		if i == 0 {
+			am.Aliases = aliases
 		}
-	case router.PolicyRoundRobin:
-		picker = &router.RoundRobin{}
-	case router.PolicyLeastLoaded:
-		picker = cluster.LeastLoaded{}
+		served = append(served, am)
 	}
-	g.routes = &routeCounter{next: picker, routed: map[string]int64{}}
-	b, err := cluster.NewBackend(nc, reg, cluster.BackendConfig{Model: loaded.id, Picker: g.routes, Logger: log, Registerer: a.reg})
-	if err != nil {
-		if g.feed != nil {
-			g.feed.Close()
-		}
-		reg.Close()
+	if err := a.srv.SetModels(served, auto); err != nil {
+		g.Close()
 		return nil, err
 	}
-	g.b = b
-	a.srv.SetModel(&api.Model{
-		ID: loaded.id, Aliases: aliases, Description: loaded.description, Synthetic: loaded.synthetic,
-		// The model's context: a worker whose KV pool holds less refuses
-		// longer requests itself (413).
-		ContextLength: loaded.file.Model.Config.Context,
-		Backend:       b, Tokenizer: loaded.tok, Template: loaded.tmpl,
-	})
 	// Before the dashboard: its costs read the cluster's usage.
 	if err := a.replicateUsage(nc, log); err != nil {
 		g.Close()
@@ -380,6 +468,48 @@ func startGateway(nc *nats.Conn, a *apiServer, loaded *servedModel, aliases []st
 		return nil, err
 	}
 	return g, nil
+}
+
+// startModelRoute starts the placement of one model's requests on its
+// workers.
+func startModelRoute(nc *nats.Conn, reg *cluster.Registry, model string, metrics prometheus.Registerer, rt routing, log *slog.Logger) (*modelRoute, error) {
+	m := &modelRoute{model: model}
+	var picker cluster.Picker
+	switch rt.policy {
+	case router.PolicyKV, "":
+		r, err := router.New(router.NewIndex(nil), router.Config{Secret: rt.secret, ModelID: model})
+		if err != nil {
+			return nil, err
+		}
+		if m.feed, err = router.NewFeed(nc, reg, r, router.FeedConfig{Model: model, Logger: log,
+			Follow: cluster.FollowConfig{Logger: log}}); err != nil {
+			return nil, err
+		}
+		m.router, picker = r, router.NewPicker(r)
+		if metrics != nil {
+			blocks := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kvserve_router_index_blocks",
+				Help: "Blocks the KV-aware router knows the workers hold (a block held in two tiers or by two workers counts twice)."},
+				func() float64 { return float64(r.Index().Len()) })
+			for _, c := range []prometheus.Collector{blocks, indexWorkers{r.Index()}} {
+				if err := metrics.Register(c); err != nil {
+					m.close()
+					return nil, fmt.Errorf("router metrics: %w", err)
+				}
+			}
+		}
+	case router.PolicyRoundRobin:
+		picker = &router.RoundRobin{}
+	case router.PolicyLeastLoaded:
+		picker = cluster.LeastLoaded{}
+	}
+	m.routes = &routeCounter{next: picker, routed: map[string]int64{}}
+	b, err := cluster.NewBackend(nc, reg, cluster.BackendConfig{Model: model, Picker: m.routes, Logger: log, Registerer: metrics})
+	if err != nil {
+		m.close()
+		return nil, err
+	}
+	m.b = b
+	return m, nil
 }
 
 // indexWorkerBlocks describes kvserve_router_index_worker_blocks.
@@ -543,7 +673,7 @@ func runClusterUp(ctx context.Context, o *clusterUpOptions, stderr io.Writer) er
 		return fmt.Errorf("cluster up: %w", err)
 	}
 	defer a.shutdown(time.Second)
-	g, err := startGateway(gnc, a, loaded, o.modelAliases, routing{policy: policy, secret: secret}, log)
+	g, err := startGateway(gnc, a, []*servedModel{loaded}, o.modelAliases, nil, routing{policy: policy, secret: secret}, log)
 	if err != nil {
 		return fmt.Errorf("cluster up: %w", err)
 	}
@@ -568,4 +698,22 @@ func runClusterUp(ctx context.Context, o *clusterUpOptions, stderr io.Writer) er
 	fmt.Fprintf(stderr, "kvserve: shutting down: finishing in-flight requests (up to %s)\n", o.shutdownTimeout)
 	a.shutdown(o.shutdownTimeout)
 	return nil
+}
+
+// autoReasons says what sends "auto" to the strong model.
+func autoReasons(r *api.AutoRule) string {
+	var why []string
+	if r.Tools {
+		why = append(why, "requests offering tools")
+	}
+	if r.Reasoning {
+		why = append(why, "requests turning reasoning on")
+	}
+	if r.LongPrompt > 0 {
+		why = append(why, fmt.Sprintf("prompts of %d tokens or more", r.LongPrompt))
+	}
+	if len(why) == 0 {
+		return "nothing (no rule set)"
+	}
+	return strings.Join(why, ", ")
 }

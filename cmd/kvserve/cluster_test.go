@@ -102,8 +102,12 @@ func TestWorkerAndGateway(t *testing.T) {
 	}
 	t.Cleanup(ns.Close) // after the worker has stopped
 
-	stopWorker := startWorkerCmd(t, "wk-1", "--nats", ns.URL(), "--id", "wk-1", "--engine", "sim", "--model", modelFile,
-		"--data-dir", t.TempDir(), "--kv-cache-memory", "16MiB", "--drain-timeout", "5s")
+	stopWorker, printed := startWorkerCmd(t, "wk-1", "--nats", ns.URL(), "--id", "wk-1", "--engine", "sim", "--model", modelFile,
+		"--data-dir", t.TempDir(), "--kv-cache-memory", "16MiB", "--drain-timeout", "5s", "--metrics-addr", "127.0.0.1:0")
+	metricsURL := regexp.MustCompile(`worker metrics on (http://\S+)`).FindStringSubmatch(printed)
+	if metricsURL == nil {
+		t.Fatalf("no metrics address in %q", printed)
+	}
 
 	g := startCommand(t, newGatewayCmd(), "--nats", ns.URL(), "--model", modelFile, "--addr", "127.0.0.1:0",
 		"--data-dir", t.TempDir(), "--api-key", "sk-test=t1")
@@ -136,6 +140,10 @@ func TestWorkerAndGateway(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 
+	// The worker's engine metrics, on its own listener.
+	if status, m := httpDo(t, "GET", metricsURL[1], "", ""); status != 200 || !strings.Contains(string(m), "\nkvserve_time_to_first_token_seconds_count 1\n") {
+		t.Errorf("worker metrics: %d, no first token counted", status)
+	}
 	if err := stopWorker(); err != nil {
 		t.Fatalf("worker returned %v", err)
 	}

@@ -267,7 +267,13 @@ type kvserveContainer struct {
 	cmd       *cobra.Command
 }
 
-func (k *kvserveContainer) flag(name string) string { return k.cmd.Flags().Lookup(name).Value.String() }
+func (k *kvserveContainer) flag(name string) string {
+	v := k.cmd.Flags().Lookup(name).Value
+	if s, ok := v.(pflag.SliceValue); ok { // a repeatable flag (the gateway's --model): its values
+		return strings.Join(s.GetSlice(), ",")
+	}
+	return v.String()
+}
 
 // mountOf returns the volume mounted at the directory holding p (or at p).
 func (k *kvserveContainer) mountOf(p string) string {

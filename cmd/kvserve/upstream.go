@@ -85,8 +85,13 @@ func runUpstreamWorker(ctx context.Context, o *workerOptions, stderr io.Writer) 
 	if model == "" {
 		model = loaded.id
 	}
+	metrics, err := startWorkerMetrics(o.metricsAddr, stderr)
+	if err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	defer metrics.Close()
 	events := kv.NewEventLog(1 << 16)
-	up, err := upstream.New(upstream.Config{URL: o.upstream.url, Model: model, APIKey: os.Getenv("KVSERVE_UPSTREAM_API_KEY"),
+	up, err := upstream.New(upstream.Config{Registerer: metrics.registerer(), URL: o.upstream.url, Model: model, APIKey: os.Getenv("KVSERVE_UPSTREAM_API_KEY"),
 		Tokenizer: loaded.tok, ContextLength: loaded.file.Model.Config.Context, ModelID: loaded.id, Secret: secret,
 		BlockSize: o.blockSize, CacheTokens: o.upstream.cacheTokens, MaxRunning: o.upstream.maxRunning,
 		CacheSalt: o.upstream.cacheSalt, Events: events})

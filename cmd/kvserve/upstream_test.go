@@ -4,7 +4,10 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
+	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,7 +19,8 @@ import (
 
 // startWorkerCmd runs `kvserve worker args...` until the test ends, once
 // it says it serves as worker id; stop drains it and returns its error.
-func startWorkerCmd(t *testing.T, id string, args ...string) (stop func() error) {
+// started is what it printed until then.
+func startWorkerCmd(t *testing.T, id string, args ...string) (stop func() error, started string) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
@@ -26,15 +30,16 @@ func startWorkerCmd(t *testing.T, id string, args ...string) (stop func() error)
 	done := make(chan error, 1)
 	go func() { done <- cmd.ExecuteContext(ctx); pw.Close() }()
 	sc := bufio.NewScanner(pr)
-	started := false
+	ok := false
 	for sc.Scan() {
+		started += sc.Text() + "\n"
 		if strings.Contains(sc.Text(), "worker "+id+" serving") {
-			started = true
+			ok = true
 			break
 		}
 	}
 	go func() { _, _ = io.Copy(io.Discard, pr) }()
-	if !started {
+	if !ok {
 		cancel()
 		t.Fatalf("the worker did not start: %v", <-done)
 	}
@@ -53,7 +58,7 @@ func startWorkerCmd(t *testing.T, id string, args ...string) (stop func() error)
 		return err
 	}
 	t.Cleanup(func() { stop() })
-	return stop
+	return stop, started
 }
 
 // TestUpstreamWorker: a gateway serves chat through a worker in front of a
@@ -69,8 +74,12 @@ func TestUpstreamWorker(t *testing.T) {
 	}
 	t.Cleanup(ns.Close)    // after the worker and gateway have stopped
 	dataDir := t.TempDir() // one secret for the worker and the gateway
-	startWorkerCmd(t, "ext-1", "--nats", ns.URL(), "--id", "ext-1", "--model", modelFile, "--data-dir", dataDir,
-		"--upstream", up.base+"/v1", "--upstream-model", up.model, "--upstream-cache-tokens", "65536")
+	_, printed := startWorkerCmd(t, "ext-1", "--nats", ns.URL(), "--id", "ext-1", "--model", modelFile, "--data-dir", dataDir,
+		"--upstream", up.base+"/v1", "--upstream-model", up.model, "--upstream-cache-tokens", "65536", "--metrics-addr", "127.0.0.1:0")
+	metricsURL := regexp.MustCompile(`worker metrics on (http://\S+)`).FindStringSubmatch(printed)
+	if metricsURL == nil {
+		t.Fatalf("no metrics address in %q", printed)
+	}
 	g := startCommand(t, newGatewayCmd(), "--nats", ns.URL(), "--model", modelFile, "--addr", "127.0.0.1:0",
 		"--data-dir", dataDir, "--api-key", "sk-test=t1", "--api-key", "sk-admin")
 	doc := strings.Repeat("A long shared document, read again and again. ", 20)
@@ -131,6 +140,14 @@ func TestUpstreamWorker(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	// The worker's own metrics: two requests accepted upstream, each
+	// reporting its cached tokens, none short of the prediction.
+	status, wm := httpDo(t, "GET", metricsURL[1], "", "")
+	for _, want := range []string{"kvserve_upstream_requests_total 2", "kvserve_upstream_cached_reported_total 2", "kvserve_upstream_cached_short_total 0"} {
+		if status != 200 || !strings.Contains(string(wm), "\n"+want+"\n") {
+			t.Errorf("worker metrics lack %q (status %d)", want, status)
+		}
+	}
 }
 
 func TestUpstreamWorkerFlags(t *testing.T) {
@@ -150,6 +167,88 @@ func TestUpstreamWorkerFlags(t *testing.T) {
 		{[]string{"--nats", "nats://127.0.0.1:1", "--upstream", "http://127.0.0.1:1/v1", "--upstream-cache-tokens", "0"}, "must be ≥ 1"},
 	} {
 		_, _, err := runCommand(newWorkerCmd(), c.args...)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v, want %q", c.args, err, c.want)
+		}
+	}
+}
+
+// TestGatewayModels: one gateway serves two models, each on its own
+// workers, and the model "auto" chooses between them by its rules.
+func TestGatewayModels(t *testing.T) {
+	files := []string{apitest.ModelFile(t), apitest.BPEModelFile(t)}
+	ids := []string{strings.TrimSuffix(filepath.Base(files[0]), ".gguf"), strings.TrimSuffix(filepath.Base(files[1]), ".gguf")}
+	ns, err := cluster.StartServer(cluster.ServerConfig{StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ns.Close)
+	dataDir := t.TempDir()
+	for i, f := range files {
+		id := fmt.Sprintf("wk-%d", i)
+		startWorkerCmd(t, id, "--nats", ns.URL(), "--id", id, "--engine", "sim", "--model", f, "--data-dir", dataDir,
+			"--kv-cache-memory", "16MiB")
+	}
+	g := startCommand(t, newGatewayCmd(), "--nats", ns.URL(), "--model", files[0], "--model", files[1], "--addr", "127.0.0.1:0",
+		"--data-dir", dataDir, "--api-key", "sk-admin", "--auto-fast", ids[0], "--auto-strong", ids[1], "--auto-long-prompt", "300")
+	if !strings.Contains(g.line, ids[0]) || !strings.Contains(g.line, ids[1]) {
+		t.Errorf("startup line %q does not name both models", g.line)
+	}
+	chat := func(model, content string, tools bool) (int, string) {
+		body := map[string]any{"model": model, "max_tokens": 2, "messages": []map[string]string{{"role": "user", "content": content}}}
+		if tools {
+			body["tools"] = []map[string]any{{"type": "function", "function": map[string]any{"name": "f", "parameters": map[string]any{"type": "object"}}}}
+		}
+		data, _ := json.Marshal(body)
+		status, out := httpDo(t, "POST", g.base+"/v1/chat/completions", "sk-admin", string(data))
+		var resp struct{ Model string }
+		_ = json.Unmarshal(out, &resp)
+		return status, resp.Model
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; { // 503 until the gateway has heard both workers
+		s0, _ := chat(ids[0], "hi", false)
+		s1, _ := chat(ids[1], "hi", false)
+		if s0 == 200 && s1 == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("statuses %d and %d", s0, s1)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, c := range []struct {
+		name, model, content string
+		tools                bool
+		want                 string
+	}{
+		{"named fast", ids[0], "hi", true, ids[0]},
+		{"named strong", ids[1], "hi", false, ids[1]},
+		{"auto", "auto", "hi", false, ids[0]},
+		{"auto with tools", "auto", "hi", true, ids[1]},
+		{"auto long", "auto", strings.Repeat("long ", 400), false, ids[1]},
+	} {
+		if status, got := chat(c.model, c.content, c.tools); status != 200 || got != c.want {
+			t.Errorf("%s: %d, answered by %q, want %q", c.name, status, got, c.want)
+		}
+	}
+	status, metrics := httpDo(t, "GET", g.base+"/metrics", "sk-admin", "")
+	for _, id := range ids {
+		if want := `kvserve_cluster_workers{model="` + id + `"} 1`; status != 200 || !strings.Contains(string(metrics), want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+}
+
+func TestGatewayModelFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--nats", "nats://127.0.0.1:1", "--model", "a.gguf", "--model", "b.gguf", "--model-id", "x"}, "--model-id names one model"},
+		{[]string{"--nats", "nats://127.0.0.1:1", "--auto-long-prompt", "10"}, "--auto-long-prompt needs --auto-fast and --auto-strong"},
+		{[]string{"--nats", "nats://127.0.0.1:1", "--auto-fast", "a"}, "two different models"},
+	} {
+		_, _, err := runCommand(newGatewayCmd(), c.args...)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: %v, want %q", c.args, err, c.want)
 		}

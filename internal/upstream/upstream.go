@@ -53,6 +53,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/kvserve/kvserve/internal/cluster"
 	"github.com/kvserve/kvserve/internal/engine"
 	"github.com/kvserve/kvserve/internal/kv"
@@ -96,6 +98,12 @@ type Config struct {
 	// Events receives the predicted cache's stored and removed events
 	// (optional).
 	Events *kv.EventLog
+	// Registerer receives the engine's metrics (optional):
+	// kvserve_upstream_running, kvserve_upstream_requests_total,
+	// kvserve_upstream_cached_reported_total,
+	// kvserve_upstream_cached_short_total, and the predicted cache's
+	// kvserve_upstream_predicted_blocks.
+	Registerer prometheus.Registerer
 	// Client sends the requests (default: an http.Client with no overall
 	// timeout; each request ends with its stream or its cancellation).
 	Client *http.Client
@@ -111,6 +119,7 @@ type Engine struct {
 	eog      map[int32]bool
 
 	running  atomic.Int64
+	accepted atomic.Int64
 	saltMu   sync.Mutex
 	salts    map[string]kv.Hash
 	mispred  atomic.Int64 // requests whose reported cached tokens fell short of the prediction
@@ -161,6 +170,26 @@ func New(cfg Config) (*Engine, error) {
 		eog: map[int32]bool{}, salts: map[string]kv.Hash{}}
 	for _, id := range cfg.Tokenizer.EOGs() {
 		e.eog[id] = true
+	}
+	if cfg.Registerer != nil {
+		for _, c := range []prometheus.Collector{
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kvserve_upstream_running",
+				Help: "Requests sent to the external engine and not ended."}, func() float64 { return float64(e.running.Load()) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kvserve_upstream_requests_total",
+				Help: "Requests the external engine accepted."}, func() float64 { return float64(e.accepted.Load()) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kvserve_upstream_cached_reported_total",
+				Help: "Requests whose external engine reported its cached prompt tokens."}, func() float64 { return float64(e.reported.Load()) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kvserve_upstream_cached_short_total",
+				Help: "Requests whose external engine reported fewer cached prompt tokens than predicted: the prediction's misses."},
+				func() float64 { return float64(e.mispred.Load()) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kvserve_upstream_predicted_blocks",
+				Help: "Blocks the predicted cache of the external engine holds."},
+				func() float64 { s := e.pool.Stats(); return float64(s.Active + s.Cached) }),
+		} {
+			if err := cfg.Registerer.Register(c); err != nil {
+				return nil, fmt.Errorf("upstream: metrics: %w", err)
+			}
+		}
 	}
 	return e, nil
 }
@@ -347,6 +376,7 @@ func (e *Engine) Submit(ctx context.Context, r engine.Request) (cluster.Job, err
 		}
 		return nil, err
 	}
+	e.accepted.Add(1)
 	j.queued = e.cfg.Now().Sub(j.start)
 	go j.read(resp.Body, e.cfg.Tokenizer)
 	return j, nil
