@@ -109,10 +109,11 @@ type apiServer struct {
 	closers  []func() error
 }
 
-// startAPI opens the tenant store of dataDir, builds the API server with
-// every dialect and starts listening on o.addr: clients get answers (503
-// while loading) rather than connection errors from then on.
-func startAPI(ctx context.Context, o *apiOptions, dataDir string, log *slog.Logger, stderr io.Writer) (*apiServer, error) {
+// startAPI opens the tenant store and audit log with open (the data
+// directory's, or a cluster's store), builds the API server with every
+// dialect and starts listening on o.addr: clients get answers (503 while
+// loading) rather than connection errors from then on.
+func startAPI(ctx context.Context, o *apiOptions, dataDir string, open func() (*state, error), log *slog.Logger, stderr io.Writer) (*apiServer, error) {
 	keys, err := parseAPIKeys(o.apiKeys)
 	if err != nil {
 		return nil, err
@@ -124,7 +125,7 @@ func startAPI(ctx context.Context, o *apiOptions, dataDir string, log *slog.Logg
 			a.close()
 		}
 	}()
-	st, err := openState(dataDir)
+	st, err := open()
 	if err != nil {
 		return nil, err
 	}

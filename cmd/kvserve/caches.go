@@ -113,24 +113,25 @@ func sweepCaches(ctx context.Context, s *ctxcache.Service, log *slog.Logger) {
 // the data directory, and the bindings that grant cachedContents.use on
 // one cache to named principals.
 func newCacheCmd() *cobra.Command {
-	var dataDir, tenantName string
+	var src stateSource
+	var tenantName string
 	cmd := &cobra.Command{
 		Use:   "cache",
 		Short: "List context caches and grant their use to principals (bindings)",
 	}
-	dataDirFlag(cmd, &dataDir)
+	stateFlags(cmd, &src)
 	cmd.PersistentFlags().StringVar(&tenantName, "tenant", "", "the tenant (by name) whose caches to act on")
 	list := &cobra.Command{
 		Use:   "list",
 		Short: "List a tenant's live context caches (never their contents)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return withState(dataDir, func(st *state) error {
+			return withState(cmd.Context(), src, func(st *state) error {
 				t, err := st.dir.Tenant(cmd.Context(), tenantName)
 				if err != nil {
 					return err
 				}
-				ended, closeLedger, err := offlineLedger(dataDir)
+				ended, closeLedger, err := offlineLedger(src.dataDir)
 				if err != nil {
 					return err
 				}
@@ -176,7 +177,7 @@ func newCacheCmd() *cobra.Command {
 			Short: verb + " cachedContents.use on one cache to a principal of its tenant",
 			Args:  cobra.ExactArgs(2),
 			RunE: func(cmd *cobra.Command, args []string) error {
-				return withState(dataDir, func(st *state) error {
+				return withState(cmd.Context(), src, func(st *state) error {
 					ctx := cmd.Context()
 					t, err := st.dir.Tenant(ctx, tenantName)
 					if err != nil {

@@ -156,6 +156,7 @@ func connectNATS(url, name string) (*nats.Conn, error) {
 type gatewayOptions struct {
 	apiOptions
 	routerOptions
+	stateOptions
 	natsURL    string
 	modelPaths []string
 	modelID    string
@@ -216,6 +217,12 @@ default) picks the worker holding most of the prompt's blocks unless its load ou
 them; it hashes prompts as the workers do, so the gateway's data directory needs the
 workers' secret.
 
+Tenants, API keys, bindings and context-cache records live in the cluster's
+JetStream KV bucket, and the audit trail in its stream (--state nats, the
+default), so every gateway serves every tenant and a key revoked through one is
+refused by all within about a second; --state data-dir keeps them in this
+gateway's own state.db and audit.log instead.
+
 --model names the model file the workers serve (default: the synthetic model, as
 serve): the gateway reads only its tokenizer and chat template, never its weights,
 and sends requests only to workers serving a model of the same id. With no worker,
@@ -235,6 +242,7 @@ after it, the client gets an error rather than a hang.`,
 	f.StringVar(&o.modelID, "model-id", "", "model name clients use, as the workers' --model-id (default: the file name without .gguf; one --model only)")
 	addAPIFlags(f, &o.apiOptions)
 	addRouterFlags(f, &o.routerOptions)
+	addStateFlags(f, &o.stateOptions)
 	addAutoFlags(f, &o.auto)
 	return cmd
 }
@@ -245,6 +253,9 @@ func runGateway(ctx context.Context, o *gatewayOptions, flags *pflag.FlagSet, st
 		return errors.New("gateway: --nats URL is required")
 	}
 	if err := o.apiOptions.validate(); err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
+	if err := o.stateOptions.validate(); err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}
 	if o.modelID != "" && len(o.modelPaths) > 1 {
@@ -266,7 +277,7 @@ func runGateway(ctx context.Context, o *gatewayOptions, flags *pflag.FlagSet, st
 		return fmt.Errorf("gateway: %w", err)
 	}
 	defer nc.Close()
-	a, err := startAPI(ctx, &o.apiOptions, dataDir, log, stderr)
+	a, err := startAPI(ctx, &o.apiOptions, dataDir, o.stateOptions.opener(ctx, dataDir, nc), log, stderr)
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}
@@ -546,7 +557,9 @@ server (embedded, on a random loopback port, JetStream in a temporary directory)
 workers (each its own engine with the model and engine flags, as serve's) and one
 gateway (the API flags, as serve's), all talking over NATS exactly as separate
 processes would. It prints the gateway's URL and the NATS URL (further workers and
-gateways can join it with --nats). Each worker's disk tier, if any, lives under
+gateways can join it with --nats). Tenants, keys, context caches and the audit trail live
+in the embedded server's JetStream (as a gateway's --state nats), so they last
+only as long as the command; the usage ledger is the data directory's. Each worker's disk tier, if any, lives under
 <data-dir>/cluster/<worker>/kv.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -653,7 +666,9 @@ func runClusterUp(ctx context.Context, o *clusterUpOptions, stderr io.Writer) er
 		return fmt.Errorf("cluster up: %w", err)
 	}
 	defer gnc.Close()
-	a, err := startAPI(ctx, &o.apiOptions, dataDir, log, stderr)
+	// The cluster's store, as a separate gateway's: gateways joining with
+	// --nats serve the same tenants.
+	a, err := startAPI(ctx, &o.apiOptions, dataDir, func() (*state, error) { return openClusterState(ctx, gnc, 0) }, log, stderr)
 	if err != nil {
 		return fmt.Errorf("cluster up: %w", err)
 	}

@@ -223,6 +223,14 @@ func TestK8sManifests(t *testing.T) {
 		}
 	}
 	gw := byName[gateway.workload]
+	// Gateways behind one Service share one tenant store, kept on every
+	// NATS server (a copy per server: losing one loses no key).
+	if st := gateway.flag("state"); st != "nats" {
+		t.Errorf("gateway: --state %s: %d gateways would each keep their own tenants and keys", st, gw.replicas)
+	}
+	if r := gateway.flag("state-replicas"); r != fmt.Sprint(natsReplicas(m)) {
+		t.Errorf("gateway: --state-replicas %s, want one copy per NATS server (%d)", r, natsReplicas(m))
+	}
 	sd := gateway.cmd.Flags().Lookup("shutdown-timeout").Value.String()
 	if g := gw.pod.Spec.TerminationGracePeriodSeconds; g == nil || float64(*g) <= mustDuration(t, sd).Seconds() {
 		t.Errorf("gateway: terminationGracePeriodSeconds %s does not exceed --shutdown-timeout %s", grace(g), sd)
@@ -476,6 +484,18 @@ func mustDuration(t *testing.T, s string) time.Duration {
 // own parser; its ports are the container's and the Services'; its routes
 // name each pod of the StatefulSet through its headless Service; a
 // Service gives clients the client port.
+// natsReplicas is the number of NATS servers the manifests run.
+func natsReplicas(m *manifests) int32 {
+	for _, s := range m.statefulSets {
+		for _, c := range s.Spec.Template.Spec.Containers {
+			if strings.HasPrefix(c.Image, "nats:") {
+				return ptrValue(s.Spec.Replicas)
+			}
+		}
+	}
+	return 0
+}
+
 func checkNATS(t *testing.T, m *manifests) {
 	t.Helper()
 	var sts *appsv1.StatefulSet

@@ -145,7 +145,7 @@ func localReport(ctx context.Context, out io.Writer, dataDir string, book *prici
 		return writeRecords(ctx, out, l, q, records)
 	}
 	var sum billing.Summary
-	err = withState(dataDir, func(st *state) error {
+	err = withState(ctx, stateSource{dataDir: dataDir}, func(st *state) error {
 		caches, err := newCacheService(st, 0, nil)
 		if err != nil {
 			return err

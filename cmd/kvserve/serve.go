@@ -98,7 +98,7 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
-	a, err := startAPI(ctx, &o.apiOptions, dataDir, log, stderr)
+	a, err := startAPI(ctx, &o.apiOptions, dataDir, func() (*state, error) { return openState(dataDir) }, log, stderr)
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -10,10 +11,12 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
 	"github.com/kvserve/kvserve/internal/admin"
 	"github.com/kvserve/kvserve/internal/audit"
+	"github.com/kvserve/kvserve/internal/audit/auditstream"
 	"github.com/kvserve/kvserve/internal/kv"
 	"github.com/kvserve/kvserve/internal/kv/diskstore"
 	"github.com/kvserve/kvserve/internal/tenant"
@@ -52,9 +55,30 @@ func shredTenantKV(dataDir, tenantID string) error {
 	return diskstore.ShredScope(diskTierDir(dataDir), kv.ScopeSalt(secret, tenantID))
 }
 
-// withState runs fn on the data directory's state.
-func withState(dataDir string, fn func(*state) error) error {
-	st, err := openState(dataDir)
+// stateSource is where a CLI command finds the tenant store and audit
+// trail: the data directory's state.db and audit.log, or with --nats the
+// cluster's JetStream KV bucket and audit stream (those of gateways with
+// --state nats).
+type stateSource struct {
+	dataDir string
+	natsURL string
+}
+
+// stateFlags adds --data-dir and --nats to a command group.
+func stateFlags(cmd *cobra.Command, src *stateSource) {
+	dataDirFlag(cmd, &src.dataDir)
+	cmd.PersistentFlags().StringVar(&src.natsURL, "nats", "", "act on a cluster's tenant store and audit trail, in JetStream on this NATS server (what gateways with --state nats share), rather than the data directory's")
+}
+
+// withState runs fn on the state src names.
+func withState(ctx context.Context, src stateSource, fn func(*state) error) error {
+	var st *state
+	var err error
+	if src.natsURL == "" {
+		st, err = openState(src.dataDir)
+	} else {
+		st, err = dialClusterState(ctx, src)
+	}
 	if err != nil {
 		return err
 	}
@@ -65,19 +89,35 @@ func withState(dataDir string, fn func(*state) error) error {
 	return err
 }
 
+// dialClusterState connects to src's NATS server for one command and opens
+// the cluster's state there.
+func dialClusterState(ctx context.Context, src stateSource) (*state, error) {
+	nc, err := nats.Connect(src.natsURL, nats.Name("kvserve cli"))
+	if err != nil {
+		return nil, fmt.Errorf("connect to NATS at %s: %w", src.natsURL, err)
+	}
+	st, err := openClusterState(ctx, nc, 0)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	st.nc = nc
+	return st, nil
+}
+
 func newTenantCmd() *cobra.Command {
-	var dataDir string
+	var src stateSource
 	cmd := &cobra.Command{
 		Use:   "tenant",
 		Short: "Create, list and delete tenants (isolation boundaries: their keys, caches and KV are their own)",
 	}
-	dataDirFlag(cmd, &dataDir)
+	stateFlags(cmd, &src)
 	cmd.AddCommand(&cobra.Command{
 		Use:   "create NAME",
 		Short: "Create a tenant",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return withState(dataDir, func(st *state) error {
+			return withState(cmd.Context(), src, func(st *state) error {
 				t, err := st.dir.CreateTenant(cmd.Context(), localActor(), args[0])
 				if err != nil {
 					return err
@@ -91,7 +131,7 @@ func newTenantCmd() *cobra.Command {
 		Short: "List the tenants",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return withState(dataDir, func(st *state) error {
+			return withState(cmd.Context(), src, func(st *state) error {
 				ts, err := st.dir.Tenants(cmd.Context())
 				if err != nil {
 					return err
@@ -112,11 +152,16 @@ listed (kvserve key list) so audit records can still name them. Then it destroys
 the tenant's key of the disk KV tier (crypto-shredding): its blocks on disk can no
 longer be decrypted by anyone, and the server deletes their files when it next
 starts (a server running meanwhile cannot serve them: no key of the tenant is valid).
-Its context caches are deleted too (their pins lapse at their expiry).`,
+Its context caches are deleted too (their pins lapse at their expiry).
+
+With --nats the tenant, its keys and its caches go from the cluster's store, at
+once for every gateway; no disk key is destroyed: the workers' disk tiers are in
+their own data directories (their blocks stay until evicted, unreachable: the
+tenant's id is never reused and its keys are revoked).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return withState(dataDir, func(st *state) error {
-				ended, closeLedger, err := offlineLedger(dataDir)
+			return withState(cmd.Context(), src, func(st *state) error {
+				ended, closeLedger, err := offlineLedger(src.dataDir)
 				if err != nil {
 					return err
 				}
@@ -127,7 +172,11 @@ Its context caches are deleted too (their pins lapse at their expiry).`,
 				}
 				// No engine runs here: the disk key is destroyed in the data
 				// directory, and the server drops the files at its next start.
-				d, err := admin.DeleteTenant(cmd.Context(), st.dir, caches, diskShredder{dataDir}, localActor(), args[0])
+				var forget admin.Forgetter
+				if src.natsURL == "" {
+					forget = diskShredder{src.dataDir}
+				}
+				d, err := admin.DeleteTenant(cmd.Context(), st.dir, caches, forget, localActor(), args[0])
 				if d.ID == "" {
 					return err
 				}
@@ -147,12 +196,12 @@ Its context caches are deleted too (their pins lapse at their expiry).`,
 }
 
 func newKeyCmd() *cobra.Command {
-	var dataDir string
+	var src stateSource
 	cmd := &cobra.Command{
 		Use:   "key",
 		Short: "Create, list and revoke API keys",
 	}
-	dataDirFlag(cmd, &dataDir)
+	stateFlags(cmd, &src)
 
 	var spec tenant.KeySpec
 	var role string
@@ -172,7 +221,7 @@ SHA-256 is stored: this is the only time the key can be read. Roles:
 				return err
 			}
 			spec.Role = r
-			return withState(dataDir, func(st *state) error {
+			return withState(cmd.Context(), src, func(st *state) error {
 				k, secret, err := st.dir.CreateKey(cmd.Context(), localActor(), spec)
 				if err != nil {
 					return err
@@ -203,7 +252,7 @@ SHA-256 is stored: this is the only time the key can be read. Roles:
 		Short: "List API keys (never their secrets)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return withState(dataDir, func(st *state) error {
+			return withState(cmd.Context(), src, func(st *state) error {
 				return listKeys(cmd, st, listTenant)
 			})
 		},
@@ -215,7 +264,7 @@ SHA-256 is stored: this is the only time the key can be read. Roles:
 		Short: "Revoke an API key (a running server refuses it from its next use)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return withState(dataDir, func(st *state) error {
+			return withState(cmd.Context(), src, func(st *state) error {
 				k, err := st.dir.RevokeKey(cmd.Context(), localActor(), args[0])
 				if err != nil {
 					return err
@@ -281,46 +330,81 @@ func listKeys(cmd *cobra.Command, st *state, tenantName string) error {
 }
 
 func newAuditCmd() *cobra.Command {
-	var dataDir string
+	var dataDir, natsURL string
 	cmd := &cobra.Command{
 		Use:   "audit",
-		Short: "Check and read the audit trail (data directory's audit.log)",
+		Short: "Check and read the audit trail (data directory's audit.log, or a cluster's stream with --nats)",
 	}
 	dataDirFlag(cmd, &dataDir)
+	cmd.PersistentFlags().StringVar(&natsURL, "nats", "", "read a cluster's audit stream ("+auditstream.StreamName+") on this NATS server (what gateways with --state nats write) rather than the data directory's audit.log")
 	path := func() string {
 		if dataDir == "" {
 			dataDir = defaultDataDir(os.Getenv)
 		}
 		return filepath.Join(dataDir, auditFile)
 	}
+	// withStream runs fn on the cluster's audit stream.
+	withStream := func(ctx context.Context, fn func(*auditstream.Stream) error) error {
+		nc, err := nats.Connect(natsURL, nats.Name("kvserve cli"))
+		if err != nil {
+			return fmt.Errorf("connect to NATS at %s: %w", natsURL, err)
+		}
+		defer nc.Close()
+		s, err := auditstream.Open(ctx, nc, auditstream.Options{})
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		return fn(s)
+	}
 	verify := &cobra.Command{
 		Use:   "verify",
-		Short: "Check the audit log's hash chain; fails at the first broken record",
+		Short: "Check the audit trail's hash chain; fails at the first broken record",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			s, err := audit.Verify(path())
+			var s audit.Summary
+			var err error
+			where := path()
+			if natsURL != "" {
+				where = "stream " + auditstream.StreamName
+				err = withStream(cmd.Context(), func(st *auditstream.Stream) (err error) {
+					s, err = st.Verify(cmd.Context())
+					return err
+				})
+			} else {
+				s, err = audit.Verify(where)
+			}
 			if err != nil {
 				return err
 			}
 			if s.Records == 0 {
-				fmt.Fprintf(cmd.OutOrStdout(), "%s: empty\n", path())
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: empty\n", where)
 				return nil
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s: %d records, chain intact; last record %s, hash %s\n",
-				path(), s.Records, s.LastTime.Format(time.RFC3339), s.Last)
+				where, s.Records, s.LastTime.Format(time.RFC3339), s.Last)
 			return nil
 		},
 	}
 	var n int
 	tail := &cobra.Command{
 		Use:   "tail [-n 20]",
-		Short: "Print the last records of the audit log",
+		Short: "Print the last records of the audit trail",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if n <= 0 {
 				return fmt.Errorf("-n %d: want a positive number", n)
 			}
-			recs, err := audit.Tail(path(), n)
+			var recs []audit.Record
+			var err error
+			if natsURL != "" {
+				err = withStream(cmd.Context(), func(st *auditstream.Stream) (err error) {
+					recs, err = st.Tail(cmd.Context(), n)
+					return err
+				})
+			} else {
+				recs, err = audit.Tail(path(), n)
+			}
 			printRecords(cmd.OutOrStdout(), recs)
 			return err
 		},

@@ -156,10 +156,7 @@ func (l *Log) catchUp() error {
 
 // write appends one record; the caller holds the lock and has synced.
 func (l *Log) write(e Entry) (Record, error) {
-	e.Principal, e.Tenant, e.Action = clip(e.Principal), clip(e.Tenant), clip(e.Action)
-	e.Resource, e.Reason = clip(e.Resource), clip(e.Reason)
-	r := Record{Entry: e, Seq: l.seq + 1, Time: l.now().UTC(), Prev: l.prev}
-	line, err := r.seal()
+	r, line, err := Chain(e, l.seq, l.prev, l.now())
 	if err != nil {
 		return Record{}, err
 	}
@@ -291,35 +288,57 @@ func Verify(path string) (Summary, error) {
 }
 
 func verify(rd io.Reader) (Summary, error) {
-	var s Summary
+	var v Verifier
 	br := newLineReader(rd)
-	prev := GenesisPrev
 	for line := 1; ; line++ {
 		b, complete, err := br.next()
 		if err == io.EOF {
-			return s, nil
+			return v.Summary(), nil
 		}
-		want := s.Records + 1
 		if err != nil {
-			return s, &VerifyError{Line: line, Seq: want, Reason: err.Error()}
+			return v.Summary(), &VerifyError{Line: line, Seq: v.s.Records + 1, Reason: err.Error()}
 		}
 		if !complete {
-			return s, &VerifyError{Line: line, Seq: want, Reason: "truncated: the last line has no end"}
+			return v.Summary(), &VerifyError{Line: line, Seq: v.s.Records + 1, Reason: "truncated: the last line has no end"}
 		}
-		r, err := ParseRecord(b)
-		if err != nil {
-			return s, &VerifyError{Line: line, Seq: want, Reason: err.Error()}
+		if err := v.Add(line, b); err != nil {
+			return v.Summary(), err
 		}
-		if r.Seq != want {
-			return s, &VerifyError{Line: line, Seq: want, Reason: fmt.Sprintf("found seq %d: a record was removed, added or moved", r.Seq)}
-		}
-		if r.Prev != prev {
-			return s, &VerifyError{Line: line, Seq: want, Reason: "prev does not match the previous line: that line was changed, or a record removed"}
-		}
-		prev = lineHash(b)
-		s.Records, s.Last, s.LastTime = r.Seq, r.Hash, r.Time
 	}
 }
+
+// Verifier checks a chain one line at a time, wherever its lines are kept
+// (a file, a stream). The zero value expects the first record.
+type Verifier struct {
+	s    Summary
+	prev string
+}
+
+// Add checks the next line (without its newline), found at position pos
+// (a line number, a stream sequence: for the error), and returns a
+// *VerifyError if it does not continue the chain.
+func (v *Verifier) Add(pos int, line []byte) error {
+	if v.prev == "" {
+		v.prev = GenesisPrev
+	}
+	want := v.s.Records + 1
+	r, err := ParseRecord(line)
+	if err != nil {
+		return &VerifyError{Line: pos, Seq: want, Reason: err.Error()}
+	}
+	if r.Seq != want {
+		return &VerifyError{Line: pos, Seq: want, Reason: fmt.Sprintf("found seq %d: a record was removed, added or moved", r.Seq)}
+	}
+	if r.Prev != v.prev {
+		return &VerifyError{Line: pos, Seq: want, Reason: "prev does not match the previous line: that line was changed, or a record removed"}
+	}
+	v.prev = lineHash(line)
+	v.s.Records, v.s.Last, v.s.LastTime = r.Seq, r.Hash, r.Time
+	return nil
+}
+
+// Summary is what the lines added so far hold.
+func (v *Verifier) Summary() Summary { return v.s }
 
 // lineReader reads lines of at most MaxLine bytes.
 type lineReader struct {

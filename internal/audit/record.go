@@ -202,6 +202,29 @@ func isHex256(s string) bool {
 	return true
 }
 
+// Chain makes the record of e that follows the record with sequence
+// number seq and line hash prev (0 and GenesisPrev for the first), at time
+// now, and returns it with its line (canonical, without a newline). Fields
+// longer than a kilobyte are shortened. A Log chains its records with it;
+// so can another place that keeps the lines (a cluster's stream).
+func Chain(e Entry, seq uint64, prev string, now time.Time) (Record, []byte, error) {
+	if !e.Outcome.valid() {
+		return Record{}, nil, fmt.Errorf("audit: outcome %q: want ok, denied or error", e.Outcome)
+	}
+	e.Principal, e.Tenant, e.Action = clip(e.Principal), clip(e.Tenant), clip(e.Action)
+	e.Resource, e.Reason = clip(e.Resource), clip(e.Reason)
+	r := Record{Entry: e, Seq: seq + 1, Time: now.UTC(), Prev: prev}
+	line, err := r.seal()
+	if err != nil {
+		return Record{}, nil, err
+	}
+	return r, line, nil
+}
+
+// LineHash is the hex SHA-256 of a record's line (without its newline):
+// the next record's Prev.
+func LineHash(line []byte) string { return lineHash(line) }
+
 // lineHash is the hex SHA-256 of a line's bytes: the next record's Prev.
 func lineHash(line []byte) string {
 	sum := sha256.Sum256(line)

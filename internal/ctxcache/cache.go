@@ -184,6 +184,9 @@ func (e *FieldError) Unwrap() error { return ErrInvalid }
 // MemStore is one for a single process.
 type Store interface {
 	View(ctx context.Context, fn func(Tx) error) error
+	// Update may run fn more than once (a cluster's store runs it again
+	// when another gateway committed first), so fn changes nothing but the
+	// transaction and resets what it collects.
 	Update(ctx context.Context, fn func(Tx) error) error
 }
 

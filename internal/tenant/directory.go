@@ -353,6 +353,19 @@ type KeySpec struct {
 // CreateKey creates a key and returns its record and its secret. The
 // secret is not kept: this is the only time it can be shown.
 func (d *Directory) CreateKey(ctx context.Context, by Actor, spec KeySpec) (Key, string, error) {
+	k, secret, err := d.newKey(spec)
+	if err == nil {
+		err = d.store.Update(ctx, func(tx Tx) error { return putKey(tx, &k, spec.Tenant) })
+	}
+	if err = d.record(ctx, by, "key.create", "keys/"+k.ID, err); err != nil {
+		return Key{}, "", err
+	}
+	return k, secret, nil
+}
+
+// newKey makes the record and secret of a key spec describes, checking
+// the spec; its tenant is set when it is stored.
+func (d *Directory) newKey(spec KeySpec) (Key, string, error) {
 	secret, id := newKey()
 	now := d.now().UTC()
 	k := Key{ID: id, Principal: spec.Principal, Role: spec.Role, Models: slices.Clone(spec.Models),
@@ -375,23 +388,68 @@ func (d *Directory) CreateKey(ctx context.Context, by Actor, spec KeySpec) (Key,
 			err = fmt.Errorf("%w model name: empty", ErrInvalid)
 		}
 	}
-	if err == nil {
-		err = d.store.Update(ctx, func(tx Tx) error {
-			t, err := tenantByName(tx, spec.Tenant)
-			if err != nil {
+	return k, secret, err
+}
+
+// putKey stores k for the tenant called tenantName.
+func putKey(tx Tx, k *Key, tenantName string) error {
+	t, err := tenantByName(tx, tenantName)
+	if err != nil {
+		return err
+	}
+	k.Tenant = t.ID
+	if _, err := tx.Get(KindKeys, k.ID); err == nil {
+		return fmt.Errorf("tenant: key id %s collides; create the key again", k.ID)
+	}
+	return put(tx, KindKeys, k.ID, k)
+}
+
+// errHasKeys ends CreateFirstKey's transaction: a key exists.
+var errHasKeys = errors.New("tenant: the directory holds keys")
+
+// CreateFirstKey creates the key spec describes, and its tenant if there
+// is none of that name, in one transaction, but only while the directory
+// holds no key at all (revoked ones count); created reports whether it
+// did. Servers sharing one store and starting together thus make one
+// first key between them, whichever commits first.
+func (d *Directory) CreateFirstKey(ctx context.Context, by Actor, spec KeySpec) (k Key, secret string, created bool, err error) {
+	k, secret, err = d.newKey(spec)
+	if err != nil {
+		return Key{}, "", false, d.record(ctx, by, "key.create", "keys/"+k.ID, err)
+	}
+	t := Tenant{ID: "tn_" + randomHex(6), Name: spec.Tenant, Created: d.now().UTC()}
+	var newTenant bool
+	err = d.store.Update(ctx, func(tx Tx) error {
+		newTenant = false
+		err := tx.List(KindKeys, func(string, []byte) error { return errHasKeys })
+		if err != nil {
+			return err
+		}
+		if _, err := tenantByName(tx, spec.Tenant); errors.Is(err, ErrNotFound) {
+			if err := validName("tenant name", spec.Tenant); err != nil {
 				return err
 			}
-			k.Tenant = t.ID
-			if _, err := tx.Get(KindKeys, id); err == nil {
-				return fmt.Errorf("tenant: key id %s collides; create the key again", id)
+			if err := put(tx, KindTenants, t.ID, t); err != nil {
+				return err
 			}
-			return put(tx, KindKeys, id, k)
-		})
+			newTenant = true
+		} else if err != nil {
+			return err
+		}
+		return putKey(tx, &k, spec.Tenant)
+	})
+	if errors.Is(err, errHasKeys) {
+		return Key{}, "", false, nil
 	}
-	if err = d.record(ctx, by, "key.create", "keys/"+id, err); err != nil {
-		return Key{}, "", err
+	if newTenant && err == nil {
+		if err := d.record(ctx, by, "tenant.create", "tenants/"+spec.Tenant, nil); err != nil {
+			return Key{}, "", false, err
+		}
 	}
-	return k, secret, nil
+	if err = d.record(ctx, by, "key.create", "keys/"+k.ID, err); err != nil {
+		return Key{}, "", false, err
+	}
+	return k, secret, true, nil
 }
 
 // Keys lists the keys of the tenant with id tenantID ("": every key), by

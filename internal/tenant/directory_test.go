@@ -3,7 +3,6 @@ package tenant
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -307,99 +306,4 @@ func TestGrants(t *testing.T) {
 	if got := e.actions(t); got[len(got)-1] != "binding.ungrant "+cache+" to bob ok" {
 		t.Fatalf("audit: %q", got)
 	}
-}
-
-// TestStoreConformance runs the Store contract against the bbolt store:
-// records, atomic updates, and concurrent transactions from several
-// handles on one file (as a server and a CLI command in two processes).
-func TestStoreConformance(t *testing.T) {
-	path := filepath.Join(t.TempDir(), StateFile)
-	open := func() Store {
-		s, err := OpenBolt(path, BoltOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		return s
-	}
-	testStore(t, open)
-}
-
-func testStore(t *testing.T, open func() Store) {
-	ctx := context.Background()
-	s := open()
-	err := s.Update(ctx, func(tx Tx) error {
-		for _, id := range []string{"b", "a", "c"} {
-			if err := tx.Put(KindTenants, id, []byte("v"+id)); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	boom := errors.New("boom")
-	err = s.Update(ctx, func(tx Tx) error {
-		_ = tx.Put(KindTenants, "d", []byte("vd"))
-		_ = tx.Delete(KindTenants, "a")
-		return boom
-	})
-	if !errors.Is(err, boom) {
-		t.Fatalf("failed update: %v", err)
-	}
-	var ids []string
-	err = s.View(ctx, func(tx Tx) error {
-		if v, err := tx.Get(KindTenants, "a"); err != nil || string(v) != "va" {
-			return fmt.Errorf("a = %q, %v (a failed update leaked)", v, err)
-		}
-		if _, err := tx.Get(KindTenants, "d"); !errors.Is(err, ErrNotFound) {
-			return fmt.Errorf("d: %v", err)
-		}
-		return tx.List(KindTenants, func(id string, _ []byte) error { ids = append(ids, id); return nil })
-	})
-	if err != nil || !slices.Equal(ids, []string{"a", "b", "c"}) {
-		t.Fatalf("%v %v", ids, err)
-	}
-	// Counters incremented from two handles at once: no update is lost.
-	s2 := open()
-	var wg sync.WaitGroup
-	for i := range 8 {
-		st := s
-		if i%2 == 1 {
-			st = s2
-		}
-		wg.Go(func() {
-			for range 5 {
-				err := st.Update(ctx, func(tx Tx) error {
-					v, err := tx.Get(KindKeys, "n")
-					if errors.Is(err, ErrNotFound) {
-						v, err = []byte("0"), nil
-					}
-					if err != nil {
-						return err
-					}
-					var n int
-					fmt.Sscan(string(v), &n)
-					return tx.Put(KindKeys, "n", []byte(fmt.Sprint(n+1)))
-				})
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if err := st.View(ctx, func(tx Tx) error { _, err := tx.Get(KindKeys, "n"); return err }); err != nil {
-					t.Error(err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	_ = s.View(ctx, func(tx Tx) error {
-		v, err := tx.Get(KindKeys, "n")
-		if err != nil || string(v) != "40" {
-			t.Fatalf("counter %q, %v; want 40", v, err)
-		}
-		return nil
-	})
 }

@@ -1,6 +1,7 @@
 package tenant
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -36,6 +37,10 @@ type Store interface {
 	// Update runs fn in a read-write transaction: every change fn makes is
 	// kept, or none is if fn (or the commit) fails. Changes that touch
 	// several records (deleting a tenant revokes its keys) go in one.
+	// Transactions are serialisable. A store shared by several processes
+	// may run fn more than once (optimistic concurrency: fn is run again
+	// on a fresh state when another process committed first), so fn must
+	// change nothing but the transaction, and reset what it collects.
 	Update(ctx context.Context, fn func(Tx) error) error
 	// Close releases the store.
 	Close() error
@@ -57,6 +62,9 @@ type Tx interface {
 
 // ErrNotFound is returned for a record, tenant or key that does not exist.
 var ErrNotFound = errors.New("tenant: not found")
+
+// ErrClosed is returned by the transactions of a closed Store.
+var ErrClosed = errors.New("tenant: store closed")
 
 // BoltOptions configure OpenBolt. The zero value is the default.
 type BoltOptions struct {
@@ -119,7 +127,7 @@ func (s *boltStore) Update(ctx context.Context, fn func(Tx) error) error {
 
 func (s *boltStore) run(ctx context.Context, write bool, fn func(Tx) error) error {
 	if s.closed {
-		return errors.New("tenant: store closed")
+		return ErrClosed
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("tenant: %w", err)
@@ -179,7 +187,8 @@ func (t boltTx) Put(kind Kind, id string, value []byte) error {
 	if err != nil {
 		return err
 	}
-	if err := b.Put([]byte(id), value); err != nil {
+	// bbolt keeps the slice until the commit: the caller owns it.
+	if err := b.Put([]byte(id), bytes.Clone(value)); err != nil {
 		return fmt.Errorf("tenant: put %s/%s: %w", kind, id, err)
 	}
 	return nil

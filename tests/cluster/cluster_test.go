@@ -133,6 +133,29 @@ func TestKillWorkerMidRun(t *testing.T) {
 		})
 	}
 
+	// The gateways, separate processes, share the cluster's tenant store:
+	// a key made through g1 works on g2 and, revoked through g1, is refused
+	// by g2 within the store's staleness bound.
+	if status, body := request(t, "POST", gateways[0].found+"/v1/admin/tenants", adminKey, `{"name":"shared"}`); status != 201 {
+		t.Fatalf("create a tenant through g1: %d %s", status, body)
+	}
+	status, body := request(t, "POST", gateways[0].found+"/v1/admin/keys", adminKey, `{"tenant":"shared","role":"user"}`)
+	var key struct{ ID, Secret string }
+	if status != 201 || json.Unmarshal([]byte(body), &key) != nil {
+		t.Fatalf("create a key through g1: %d %s", status, body)
+	}
+	chat := `{"model":"` + modelID + `","max_tokens":1,"messages":[{"role":"user","content":"hi"}]}`
+	if status, body := request(t, "POST", gateways[1].found+"/v1/chat/completions", key.Secret, chat); status != 200 {
+		t.Fatalf("g1's key on g2: %d %s", status, body)
+	}
+	if status, body := request(t, "DELETE", gateways[0].found+"/v1/admin/keys/"+key.ID, adminKey, ""); status != 200 {
+		t.Fatalf("revoke through g1: %d %s", status, body)
+	}
+	waitFor(t, "g2 to refuse the key revoked through g1", 3*time.Second, func() (bool, string) {
+		status, body := request(t, "POST", gateways[1].found+"/v1/chat/completions", key.Secret, chat)
+		return status == 401, body
+	})
+
 	// The workload: streaming and non-streaming chats from two tenants
 	// through both gateways, most sharing one of three long system prompts
 	// (so the router has prefixes to place by), and a few clients that
@@ -605,6 +628,28 @@ func snapshotIndex(t *testing.T, nc *nats.Conn, worker string) *router.Index {
 	t.Cleanup(f.Close)
 	waitFor(t, "a snapshot of "+worker, 30*time.Second, func() (bool, string) { return !idx.Updated(worker).IsZero(), "" })
 	return idx
+}
+
+// request sends a request with key and returns its status and body.
+func request(t *testing.T, method, url, key, body string) (int, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), requestDeadline)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	return resp.StatusCode, string(data)
 }
 
 // scrape is a gateway's /metrics.
