@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -23,7 +22,6 @@ func newBenchRouterCmd() *cobra.Command {
 		workersList, policies, tracePath, workload, profilePath string
 		limit                                                   int
 		stretch, kvTokens, temperature                          float64
-		expectFor                                               time.Duration
 		agent                                                   routerbench.AgentOptions
 		asJSON                                                  bool
 	)
@@ -126,7 +124,7 @@ one ended.`,
 			for _, n := range counts {
 				for _, p := range pols {
 					res, err := routerbench.Run(cmd.Context(), routerbench.Config{Workers: n, Policy: p, Profile: prof,
-						KVTokens: int64(kvTokens), Router: router.Config{Temperature: temperature, ExpectFor: expectFor}}, arrivals)
+						KVTokens: int64(kvTokens), Router: router.Config{Temperature: temperature}}, arrivals)
 					if err != nil {
 						return err
 					}
@@ -157,7 +155,6 @@ one ended.`,
 	f.Float64Var(&stretch, "stretch", 1, "multiply a trace's gaps between arrivals by this")
 	f.Float64Var(&kvTokens, "kv-tokens", 1e6, "each worker's KV pool in tokens")
 	f.Float64Var(&temperature, "temperature", 0, "kv policy: softmax temperature over the placement costs (0: always the cheapest)")
-	f.DurationVar(&expectFor, "expect-for", 30*time.Second, "kv policy: how long a placed request's prompt blocks count as its worker's before its events report them (negative: never, to compare)")
 	f.StringVar(&profilePath, "sim-profile", "", "cost profile from kvserve sim calibrate (default: the built-in one)")
 	f.IntVar(&agent.Sessions, "sessions", 200, "agent: sessions")
 	f.Float64Var(&agent.Rate, "session-rate", 1, "agent: new sessions per second")

@@ -14,14 +14,6 @@ import (
 // disk).
 const numTiers = 3
 
-// tierMask has a holder's bits for the tiers its worker reported.
-const tierMask uint8 = 1<<numTiers - 1
-
-// expectedBit marks a block the router expects a worker to hold soon: it
-// sent the worker a request whose prompt holds the block, and the worker's
-// events have not said so yet (Expect).
-const expectedBit uint8 = 1 << numTiers
-
 // blockKey is the first 8 bytes of a block hash: a map keyed by it is
 // smaller and faster to probe than one keyed by the whole hash. Two
 // blocks sharing a key (about one pair in 10^7 among a million blocks)
@@ -73,18 +65,6 @@ type workerState struct {
 	// seq is the sequence number of the last event applied (0: unknown,
 	// as after a snapshot, whose events carry none).
 	seq uint64
-	// expected counts the blocks marked expectedBit; until is when each
-	// mark lapses, and expiries lists the marks in the order they were
-	// made, to sweep.
-	expected int
-	until    map[blockKey]time.Time
-	expiries []expiry
-}
-
-// expiry is one Expect's mark of a block, lapsing at t.
-type expiry struct {
-	k blockKey
-	t time.Time
 }
 
 // NewIndex returns an empty index; now is its clock (nil: time.Now),
@@ -155,106 +135,23 @@ func (x *Index) Apply(worker string, reset bool, events []kv.Event) {
 }
 
 func (x *Index) store(s int32, h kv.Hash, bit uint8) {
-	x.set(s, keyOf(h), bit)
-}
-
-// set marks block k held by slot s with bit (a tier's, or expectedBit).
-func (x *Index) set(s int32, k blockKey, bit uint8) {
-	w := &x.workers[s]
-	count := func() {
-		if bit == expectedBit {
-			w.expected++
-		} else {
-			w.blocks++
-		}
-	}
+	k := keyOf(h)
 	hs := x.blocks[k]
 	for i := range hs {
 		if hs[i].slot == s {
 			if hs[i].tiers&bit == 0 {
 				hs[i].tiers |= bit
-				count()
+				x.workers[s].blocks++
 			}
 			return
 		}
 	}
 	x.blocks[k] = append(hs, holder{slot: s, tiers: bit})
-	count()
-}
-
-// Expect marks hashes as blocks worker will hold, until until or until
-// its events report them gone: the router sent it a request with them in
-// its prompt, and a worker's events come only once a block is full, so
-// without the marks a second request with the same prefix, arriving while
-// the first is still being prefilled, would see no block anywhere.
-func (x *Index) Expect(worker string, hashes []kv.Hash, until time.Time) {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	s := x.slot(worker)
-	w := &x.workers[s]
-	x.sweep(s, x.now())
-	if w.until == nil {
-		w.until = map[blockKey]time.Time{}
-	}
-	for _, h := range hashes {
-		k := keyOf(h)
-		x.set(s, k, expectedBit)
-		w.until[k] = until
-		w.expiries = append(w.expiries, expiry{k, until})
-	}
-}
-
-// sweep lifts slot s's marks that lapsed by now. Called with mu held for
-// writing.
-func (x *Index) sweep(s int32, now time.Time) {
-	w := &x.workers[s]
-	n := 0
-	for ; n < len(w.expiries) && !w.expiries[n].t.After(now); n++ {
-		e := w.expiries[n]
-		if t, ok := w.until[e.k]; ok && !t.After(now) {
-			x.unexpect(s, e.k)
-		}
-	}
-	w.expiries = w.expiries[n:]
-	if len(w.expiries) == 0 {
-		w.expiries = nil // let the array go
-	}
-}
-
-// unexpect lifts slot s's mark on block k. Called with mu held for
-// writing.
-func (x *Index) unexpect(s int32, k blockKey) {
-	w := &x.workers[s]
-	delete(w.until, k)
-	hs := x.blocks[k]
-	for i := range hs {
-		if hs[i].slot != s || hs[i].tiers&expectedBit == 0 {
-			continue
-		}
-		w.expected--
-		if hs[i].tiers &^= expectedBit; hs[i].tiers == 0 {
-			hs[i] = hs[len(hs)-1]
-			if hs = hs[:len(hs)-1]; len(hs) == 0 {
-				delete(x.blocks, k)
-			} else {
-				x.blocks[k] = hs
-			}
-		}
-		return
-	}
-}
-
-// expectedAt reports whether slot s's mark on block k is still due at
-// now. Called with mu held.
-func (x *Index) expectedAt(s int32, k blockKey, now time.Time) bool {
-	t, ok := x.workers[s].until[k]
-	return ok && t.After(now)
+	x.workers[s].blocks++
 }
 
 func (x *Index) remove(s int32, h kv.Hash, bit uint8) {
 	k := keyOf(h)
-	// A block reported gone is no longer to be expected either.
-	x.unexpect(s, k)
 	hs := x.blocks[k]
 	for i := range hs {
 		if hs[i].slot != s {
@@ -276,15 +173,12 @@ func (x *Index) remove(s int32, h kv.Hash, bit uint8) {
 	}
 }
 
-// forget drops slot s's blocks in the tiers of mask (0: every tier, and
-// the marks of blocks expected).
+// forget drops slot s's blocks in the tiers of mask (0: every tier).
 func (x *Index) forget(s int32, mask uint8) {
-	w := &x.workers[s]
 	if mask == 0 {
-		mask = tierMask | expectedBit
-		w.expected, w.until, w.expiries = 0, nil, nil
+		mask = 1<<numTiers - 1
 	}
-	if w.blocks == 0 && mask&expectedBit == 0 {
+	if x.workers[s].blocks == 0 {
 		return
 	}
 	for h, hs := range x.blocks { // deleting during range is allowed
@@ -292,7 +186,7 @@ func (x *Index) forget(s int32, mask uint8) {
 			if hs[i].slot != s {
 				continue
 			}
-			w.blocks -= bits.OnesCount8(hs[i].tiers & mask & tierMask)
+			x.workers[s].blocks -= bits.OnesCount8(hs[i].tiers & mask)
 			if hs[i].tiers &^= mask; hs[i].tiers == 0 {
 				hs[i] = hs[len(hs)-1]
 				if hs = hs[:len(hs)-1]; len(hs) == 0 {
@@ -329,16 +223,6 @@ func (x *Index) Blocks(worker string) int {
 	return 0
 }
 
-// BlockSize returns the block size worker's events gave (0: unknown).
-func (x *Index) BlockSize(worker string) int {
-	x.mu.RLock()
-	defer x.mu.RUnlock()
-	if s, ok := x.slots[worker]; ok {
-		return x.workers[s].blockSize
-	}
-	return 0
-}
-
 // Len returns how many (block, tier) pairs the index holds, over every
 // worker.
 func (x *Index) Len() int {
@@ -362,7 +246,7 @@ func (x *Index) Tiers(worker string, h kv.Hash) []kv.Tier {
 	var out []kv.Tier
 	for _, hd := range x.blocks[keyOf(h)] {
 		if hd.slot == s {
-			for t := kv.Tier(1); t <= numTiers; t++ { // reported tiers, not expectations
+			for t := kv.Tier(1); t <= numTiers; t++ {
 				if hd.tiers&(1<<(t-1)) != 0 {
 					out = append(out, t)
 				}
@@ -398,14 +282,13 @@ func (x *Index) checkInvariants() error {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	counts := make([]int, len(x.workers))
-	expected := make([]int, len(x.workers))
 	for h, hs := range x.blocks {
 		if len(hs) == 0 {
 			return fmt.Errorf("block %v has an empty holder list", h)
 		}
 		seen := map[int32]bool{}
 		for _, hd := range hs {
-			if hd.tiers == 0 || hd.tiers > tierMask|expectedBit {
+			if hd.tiers == 0 || hd.tiers >= 1<<numTiers {
 				return fmt.Errorf("block %v: slot %d has tiers %b", h, hd.slot, hd.tiers)
 			}
 			if seen[hd.slot] {
@@ -415,21 +298,12 @@ func (x *Index) checkInvariants() error {
 			if int(hd.slot) >= len(x.workers) || x.workers[hd.slot].id == "" {
 				return fmt.Errorf("block %v: slot %d is free", h, hd.slot)
 			}
-			counts[hd.slot] += bits.OnesCount8(hd.tiers & tierMask)
-			if hd.tiers&expectedBit != 0 {
-				expected[hd.slot]++
-				if _, ok := x.workers[hd.slot].until[h]; !ok {
-					return fmt.Errorf("block %v: slot %d expected with no expiry", h, hd.slot)
-				}
-			}
+			counts[hd.slot] += bits.OnesCount8(hd.tiers)
 		}
 	}
 	for s, w := range x.workers {
 		if w.blocks != counts[s] {
 			return fmt.Errorf("slot %d (%q) counts %d blocks, holds %d", s, w.id, w.blocks, counts[s])
-		}
-		if w.expected != expected[s] || len(w.until) != expected[s] {
-			return fmt.Errorf("slot %d (%q) counts %d expected blocks with %d expiries, marks %d", s, w.id, w.expected, len(w.until), expected[s])
 		}
 		if w.id != "" && x.slots[w.id] != int32(s) {
 			return fmt.Errorf("slot %d (%q) is not its worker's", s, w.id)

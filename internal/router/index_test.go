@@ -4,7 +4,6 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/kvserve/kvserve/internal/kv"
 )
@@ -130,7 +129,7 @@ func runOps(ops []byte) error {
 		w := workers[ops[i]&3]
 		tier := kv.Tier(ops[i+1]%4 + 1) // 4 is unknown: ignored
 		h := hashN(int(ops[i+2] % 32))
-		switch ops[i] >> 2 % 9 {
+		switch ops[i] >> 2 % 8 {
 		case 0, 1, 2:
 			x.Apply(w, false, []kv.Event{stored(tier, h)})
 			if tier <= numTiers {
@@ -163,9 +162,6 @@ func runOps(ops []byte) error {
 					delete(model, k)
 				}
 			}
-		case 8:
-			// Expectations change no reported tier; some lapse at once.
-			x.Expect(w, []kv.Hash{h, hashN(int(ops[i+2]+1) % 32)}, time.Now().Add(time.Duration(int(tier)-2)*time.Hour))
 		}
 		if err := x.checkInvariants(); err != nil {
 			return err

@@ -81,11 +81,6 @@ type Config struct {
 	// next prompt with the same prefix faster (default 262,144, about 25
 	// MB).
 	HashCacheBlocks int
-	// ExpectFor is how long a placed request's prompt blocks count as held
-	// by its worker before the worker's events report them (Index.Expect):
-	// long enough to cover a long prompt's prefill (default 30s; < 0: never
-	// counted).
-	ExpectFor time.Duration
 	// MaxSessions bounds the sessions remembered (default 100,000); past
 	// it, expired ones are dropped, then the oldest.
 	MaxSessions int
@@ -119,10 +114,6 @@ type Worker struct {
 type Score struct {
 	// Cached is the prompt tokens found on the worker, in any tier.
 	Cached int
-	// Expected is the prompt tokens of blocks the worker is expected to
-	// hold (a request with them was just sent there), not yet reported:
-	// priced as pool hits, not in Cached.
-	Expected int
 	// ByTier splits Cached by tier: pool, host, disk.
 	ByTier [numTiers]int
 	// Prefill is the tier-weighted tokens left to compute: prefill(w).
@@ -178,9 +169,6 @@ func New(idx *Index, cfg Config) (*Router, error) {
 	}
 	if cfg.MaxSessions <= 0 {
 		cfg.MaxSessions = 100_000
-	}
-	if cfg.ExpectFor == 0 {
-		cfg.ExpectFor = 30 * time.Second
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -241,7 +229,7 @@ func (r *Router) Score(dst []Score, req *engine.Request, ws []Worker) []Score {
 			scores[i].Stale = true
 			continue
 		}
-		if st.blocks > 0 || st.expected > 0 {
+		if st.blocks > 0 {
 			slots[i] = s
 		}
 		sizes[i] = ws[i].BlockSize
@@ -289,6 +277,9 @@ func (r *Router) Score(dst []Score, req *engine.Request, ws []Worker) []Score {
 			kept := group[:0]
 			for _, j := range group {
 				tiers := tiersOf[slots[j]]
+				if tiers == 0 {
+					continue // j's prefix ends here
+				}
 				sc := &scores[j]
 				switch {
 				case tiers&1 != 0:
@@ -297,18 +288,9 @@ func (r *Router) Score(dst []Score, req *engine.Request, ws []Worker) []Score {
 				case tiers&2 != 0:
 					sc.ByTier[1] += bs
 					sc.Prefill -= float64(bs) * (1 - r.w.Host)
-				case tiers&4 != 0:
+				default:
 					sc.ByTier[2] += bs
 					sc.Prefill -= float64(bs) * (1 - r.w.Disk)
-				case tiers&expectedBit != 0 && x.expectedAt(slots[j], keyOf(parent), now):
-					// On its way: computed there by the time this request's
-					// prefill reaches it, or being computed.
-					sc.Expected += bs
-					sc.Prefill -= float64(bs)
-					kept = append(kept, j)
-					continue
-				default:
-					continue // j's prefix ends here
 				}
 				sc.Cached += bs
 				kept = append(kept, j)
@@ -344,7 +326,6 @@ type scratch struct {
 	sizes   []int
 	group   []int
 	tiersOf []uint8 // by index slot; all zero between uses
-	chain   []kv.Hash
 }
 
 // salt returns scope's salt, remembered (HMAC per decision is avoidable
@@ -384,47 +365,7 @@ func (r *Router) Choose(req *engine.Request, ws []Worker) Decision {
 	scores := r.Score(make([]Score, 0, len(ws)), req, ws)
 	d := r.pick(req, ws, scores)
 	d.Score = scores[d.Index]
-	r.expect(req, &ws[d.Index])
 	return d
-}
-
-// expect marks the prompt's full blocks as expected on w, where it was
-// just placed (Config.ExpectFor).
-func (r *Router) expect(req *engine.Request, w *Worker) {
-	if r.cfg.ExpectFor < 0 {
-		return
-	}
-	bs := w.BlockSize
-	if bs <= 0 {
-		bs = r.idx.BlockSize(w.ID)
-	}
-	if bs <= 0 {
-		bs = 16
-	}
-	n := len(req.Prompt) / bs
-	if n == 0 {
-		return
-	}
-	sc := r.scratch.Get().(*scratch)
-	defer r.scratch.Put(sc)
-	salt := r.salt(req.Scope)
-	hashes := slices.Grow(sc.chain[:0], n)
-	parent := salt
-	var key uint64
-	key, sc.buf = r.hashes.start(salt, bs, sc.buf)
-	for b := range n {
-		tokens := req.Prompt[b*bs : (b+1)*bs]
-		key, sc.buf = r.hashes.next(key, tokens, sc.buf)
-		if h, ok := r.hashes.get(key); ok {
-			parent = h
-		} else {
-			parent = sc.hasher.Block(parent, tokens)
-			r.hashes.put(key, parent)
-		}
-		hashes = append(hashes, parent)
-	}
-	sc.chain = hashes
-	r.idx.Expect(w.ID, hashes, r.cfg.Now().Add(r.cfg.ExpectFor))
 }
 
 func (r *Router) pick(req *engine.Request, ws []Worker, scores []Score) Decision {

@@ -3,7 +3,6 @@ package router
 import (
 	"fmt"
 	"math"
-	"slices"
 	"testing"
 	"time"
 
@@ -357,72 +356,5 @@ func TestConcurrent(t *testing.T) {
 	}
 	if err := r.Index().checkInvariants(); err != nil {
 		t.Fatal(err)
-	}
-}
-
-// TestExpectedBlocks: a request placed on a worker makes its prompt's
-// blocks count there before the worker's events report them, so the next
-// request with the same prefix follows it; the credit lapses after
-// ExpectFor, and ends when the worker reports the blocks gone.
-func TestExpectedBlocks(t *testing.T) {
-	r, clk := newTestRouter(t, Config{ExpectFor: 10 * time.Second})
-	p := prompt(2048, 3)
-	hs := chain("t1", p)
-	first := &engine.Request{Prompt: p, Scope: "t1"}
-	idle := []Worker{{ID: "w0"}, {ID: "w1"}}
-	for _, w := range idle { // followed: their (empty) snapshots applied
-		r.Index().Apply(w.ID, true, nil)
-	}
-	if d := r.Choose(first, idle); d.Index != 0 {
-		t.Fatalf("first placement: %d", d.Index)
-	}
-	// w0 now has a request waiting (the first): without its expected
-	// blocks, w1 would be cheaper.
-	busy := []Worker{{ID: "w0", Waiting: 1}, {ID: "w1"}}
-	next := &engine.Request{Prompt: append(slices.Clone(p), prompt(40, 4)...), Scope: "t1"}
-	d := r.Choose(next, busy)
-	if d.Index != 0 || d.Score.Expected != 2048 || d.Score.Cached != 0 {
-		t.Fatalf("follow-up: worker %d, score %+v; want w0 with 2048 tokens expected", d.Index, d.Score)
-	}
-	// Another tenant's identical prompt is not expected anywhere.
-	if sc := r.Score(nil, &engine.Request{Prompt: p, Scope: "t2"}, busy); sc[0].Expected != 0 {
-		t.Errorf("another tenant's prompt scored %+v on w0", sc[0])
-	}
-	// The worker reports the first half stored, then a block of it gone:
-	// the chain ends there.
-	r.Index().Apply("w0", false, []kv.Event{stored(kv.TierPool, hs[:64]...)})
-	r.Index().Apply("w0", false, []kv.Event{removed(kv.TierPool, hs[64])})
-	sc := r.Score(nil, next, busy)
-	if sc[0].Cached != 64*16 || sc[0].Expected != 0 {
-		t.Errorf("after events: %+v, want 1024 cached and nothing expected past the removed block", sc[0])
-	}
-	// Expectations lapse.
-	r.Choose(&engine.Request{Prompt: prompt(1024, 5), Scope: "t1"}, idle)
-	clk.t = clk.t.Add(11 * time.Second)
-	if sc := r.Score(nil, &engine.Request{Prompt: prompt(1024, 5), Scope: "t1"}, idle); sc[0].Expected != 0 || sc[1].Expected != 0 {
-		t.Errorf("after ExpectFor: %+v", sc)
-	}
-	r.Choose(&engine.Request{Prompt: prompt(32, 6), Scope: "t1"}, idle) // sweeps
-	if err := r.Index().checkInvariants(); err != nil {
-		t.Fatal(err)
-	}
-	// A worker forgotten takes its expectations with it.
-	r.Forget("w0")
-	r.Forget("w1")
-	if err := r.Index().checkInvariants(); err != nil {
-		t.Fatal(err)
-	}
-	if sc := r.Score(nil, next, busy); sc[0].Expected != 0 || sc[1].Expected != 0 {
-		t.Errorf("after Forget: %+v", sc)
-	}
-
-	// Turned off, nothing is expected.
-	off, _ := newTestRouter(t, Config{ExpectFor: -1})
-	for _, w := range idle {
-		off.Index().Apply(w.ID, true, nil)
-	}
-	off.Choose(first, idle)
-	if d := off.Choose(next, busy); d.Index != 1 || d.Score.Expected != 0 {
-		t.Errorf("with ExpectFor < 0: worker %d, %+v", d.Index, d.Score)
 	}
 }
