@@ -39,7 +39,9 @@ type cacheTx struct{ tx tenant.Tx }
 func (t cacheTx) Get(id string) ([]byte, error) {
 	b, err := t.tx.Get(tenant.KindCachedContents, id)
 	if errors.Is(err, tenant.ErrNotFound) {
-		return nil, fmt.Errorf("%w: %s", ctxcache.ErrNotFound, id)
+		// Both: the store confirms a miss (a cache made a moment ago
+		// through another gateway) when it sees its own error.
+		return nil, fmt.Errorf("%w (%w)", ctxcache.ErrNotFound, err)
 	}
 	return b, err
 }

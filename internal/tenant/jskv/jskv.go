@@ -550,8 +550,31 @@ func (s *Store) View(ctx context.Context, fn func(tenant.Tx) error) error {
 	if err != nil {
 		return err
 	}
-	return fn(&tx{base: v})
+	err = fn(&tx{base: v})
+	if !errors.Is(err, tenant.ErrNotFound) {
+		return err
+	}
+	// A record not found may have been made a moment ago through another
+	// gateway (a key created there and used here at once), before the
+	// watch told this one: a miss is confirmed against the head, at most
+	// once per confirmMiss so that a flood of unknown keys costs the
+	// bucket little.
+	s.mu.Lock()
+	recent := time.Since(s.checked) < confirmMiss
+	s.mu.Unlock()
+	if recent {
+		return err
+	}
+	v2, rerr := s.refresh(ctx, time.Now())
+	if rerr != nil || v2.rev == v.rev {
+		return err
+	}
+	return fn(&tx{base: v2})
 }
+
+// confirmMiss is the least time between two head reads made to confirm a
+// record not found.
+const confirmMiss = 20 * time.Millisecond
 
 // Update implements tenant.Store.
 func (s *Store) Update(ctx context.Context, fn func(tenant.Tx) error) error {
