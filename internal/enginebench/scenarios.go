@@ -441,8 +441,9 @@ func contextCache(ctx context.Context, m *model.Model, o Options) (Result, error
 	}
 	questions := o.scaled(200)
 	perToken := int64(m.Config.KVBytesPerToken(2))
-	// Room for the document and a few questions beside it.
-	kvBytes := int64(docLen+8*questionLen+256) * perToken
+	// Room for the document and a few questions beside it, the pins (the
+	// document) within 95% of it however long the document is.
+	kvBytes := int64(docLen+docLen/16+8*questionLen+256) * perToken
 	rng := rand.New(rand.NewPCG(5, 5))
 	doc := tokens(rng, m, docLen)
 	asks := make([][]int32, questions)
