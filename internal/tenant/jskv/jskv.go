@@ -546,6 +546,7 @@ func (s *Store) View(ctx context.Context, fn func(tenant.Tx) error) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("jskv: %w", err)
 	}
+	start := time.Now()
 	v, err := s.current(ctx)
 	if err != nil {
 		return err
@@ -556,25 +557,15 @@ func (s *Store) View(ctx context.Context, fn func(tenant.Tx) error) error {
 	}
 	// A record not found may have been made a moment ago through another
 	// gateway (a key created there and used here at once), before the
-	// watch told this one: a miss is confirmed against the head, at most
-	// once per confirmMiss so that a flood of unknown keys costs the
-	// bucket little.
-	s.mu.Lock()
-	recent := time.Since(s.checked) < confirmMiss
-	s.mu.Unlock()
-	if recent {
-		return err
-	}
-	v2, rerr := s.refresh(ctx, time.Now())
+	// watch told this one: a miss is confirmed against a head read after
+	// this view began. Concurrent misses share one read (refresh), so a
+	// flood of unknown keys keeps at most one read of the head in flight.
+	v2, rerr := s.refresh(ctx, start)
 	if rerr != nil || v2.rev == v.rev {
 		return err
 	}
 	return fn(&tx{base: v2})
 }
-
-// confirmMiss is the least time between two head reads made to confirm a
-// record not found.
-const confirmMiss = 20 * time.Millisecond
 
 // Update implements tenant.Store.
 func (s *Store) Update(ctx context.Context, fn func(tenant.Tx) error) error {
