@@ -26,7 +26,7 @@
 //
 // A KV pool with no storage (kv.Config.NoStorage) of the upstream's cache
 // size replays what the upstream would cache: a request's prompt blocks
-// from the moment it is sent (so the next request with the same prefix is
+// from the moment the upstream accepts it (so the next request with the same prefix is
 // placed here even before this one has finished), its output's on
 // completion; least recently used blocks go first, as in vLLM's prefix
 // cache. Its events are the worker's KV events. The prediction knows
@@ -349,7 +349,6 @@ func (e *Engine) Submit(ctx context.Context, r engine.Request) (cluster.Job, err
 	j := &job{e: e, n: max(r.N, 1), cancel: cancel, notify: make(chan struct{}, 1), start: e.cfg.Now()}
 	j.finished = make([]bool, j.n)
 	j.usage.PromptTokens = len(r.Prompt)
-	j.seq, j.predicted = e.predict(&r)
 	req, err := http.NewRequestWithContext(jctx, http.MethodPost, e.endpoint, bytes.NewReader(body))
 	if err == nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -369,7 +368,6 @@ func (e *Engine) Submit(ctx context.Context, r engine.Request) (cluster.Job, err
 	}
 	if err != nil {
 		cancel()
-		j.release(nil)
 		e.running.Add(-1)
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("upstream: %w", ctx.Err())
@@ -378,6 +376,8 @@ func (e *Engine) Submit(ctx context.Context, r engine.Request) (cluster.Job, err
 	}
 	e.accepted.Add(1)
 	j.queued = e.cfg.Now().Sub(j.start)
+	// Predicted once accepted: a refused prompt is cached nowhere.
+	j.seq, j.predicted = e.predict(&r)
 	go j.read(resp.Body, e.cfg.Tokenizer)
 	return j, nil
 }

@@ -264,6 +264,9 @@ func TestUpstreamRefusals(t *testing.T) {
 	if err == nil || errors.Is(err, engine.ErrInvalid) || !strings.Contains(err.Error(), "404") {
 		t.Errorf("unknown upstream model: %v, want the upstream's 404 as a server-side failure", err)
 	}
+	if snap, _ := e.Snapshot(); len(snap) != 0 {
+		t.Errorf("a refused prompt is predicted cached: %d events", len(snap))
+	}
 	// A prompt beyond the upstream's context: its refusal is the client's.
 	e, _ = newEngine(t, env, env.URL("/v1"), func(c *upstream.Config) { c.ContextLength = 1 << 20 })
 	long := slices.Repeat(prompt, apitest.ContextLength/len(prompt)+1)
