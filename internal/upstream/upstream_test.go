@@ -256,7 +256,7 @@ func TestRefusedBeforeSending(t *testing.T) {
 
 func TestUpstreamRefusals(t *testing.T) {
 	env := kvserveUpstream(t)
-	prompt := env.Tokenizer.Encode("hello", true, false)
+	prompt := env.Tokenizer.Encode(strings.Repeat("hello there, ", 20), true, false) // several blocks
 	// A model the upstream does not serve: a misconfiguration, not the
 	// client's fault.
 	e, _ := newEngine(t, env, env.URL("/v1"), func(c *upstream.Config) { c.Model = "no-such-model" })
