@@ -96,6 +96,7 @@ type Backend struct {
 	log *slog.Logger
 
 	retries, cutoffs prometheus.Counter
+	added            prometheus.Histogram
 	stop             context.CancelFunc
 	done             chan struct{}
 
@@ -133,12 +134,15 @@ func NewBackend(nc *nats.Conn, reg *Registry, cfg BackendConfig) (*Backend, erro
 			Help: "Requests sent to a second worker because the first was lost, draining or gone before their first output."}),
 		cutoffs: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvserve_cluster_cutoffs_total",
 			Help: "Requests ended with an error because their worker was lost after their first output."}),
+		added: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kvserve_cluster_added_seconds",
+			Help:    "The cluster's part of a request's time to first token: from the start of its placement until its worker received it, plus its first token's way back from the worker's engine to the gateway (meaningful where the gateway's and workers' clocks agree).",
+			Buckets: []float64{0.0001, 0.00025, 0.0005, 0.00075, 0.001, 0.0015, 0.002, 0.003, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25}}),
 	}
 	if cfg.Registerer != nil {
 		workers := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kvserve_cluster_workers",
 			Help: "Live workers of the model that take requests (not draining)."},
 			func() float64 { return float64(len(b.candidates(""))) })
-		for _, c := range []prometheus.Collector{workers, b.retries, b.cutoffs} {
+		for _, c := range []prometheus.Collector{workers, b.retries, b.cutoffs, b.added} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("cluster: metrics: %w", err)
 			}
@@ -244,11 +248,12 @@ type attempt struct {
 type incoming struct {
 	f   Frame
 	err error
+	at  time.Time // when it arrived
 }
 
 // receive runs on NATS's dispatcher: it only queues, never blocks.
 func (a *attempt) receive(m *nats.Msg) {
-	var in incoming
+	in := incoming{at: time.Now()}
 	if len(m.Data) == 0 && m.Header.Get("Status") == "503" {
 		in.err = fmt.Errorf("%w: worker %s no longer takes requests", errLost, a.worker)
 	} else if in.f, in.err = DecodeFrame(m.Data); in.err != nil {
@@ -273,11 +278,19 @@ type stream struct {
 	cancelled chan struct{}
 
 	// Reader state.
-	seq       uint64 // the next frame's
-	delivered bool   // outputs were returned: no more retries
-	retried   bool
-	finished  []bool
-	over      bool
+	seq uint64 // the next frame's
+	// dispatched is when the current attempt's placement began, toWorker
+	// the time from then until its worker received the request (0:
+	// unknown), arrived when the last frame arrived; timed once the first
+	// token has been measured.
+	dispatched time.Time
+	toWorker   time.Duration
+	arrived    time.Time
+	timed      bool
+	delivered  bool // outputs were returned: no more retries
+	retried    bool
+	finished   []bool
+	over       bool
 
 	mu        sync.Mutex
 	cur       *attempt
@@ -320,6 +333,7 @@ func (s *stream) dispatch(ctx context.Context, retry bool) error {
 // its frame 0.
 func (s *stream) dispatchOnce(ctx context.Context, skip string) error {
 	b := s.b
+	s.dispatched, s.toWorker = time.Now(), 0
 	cands := b.candidates(skip)
 	if len(cands) == 0 {
 		if skip != "" {
@@ -378,6 +392,9 @@ func (s *stream) dispatchOnce(ctx context.Context, skip string) error {
 		s.release(a)
 		return err
 	}
+	if !f.Received.IsZero() {
+		s.toWorker = f.Received.Sub(s.dispatched)
+	}
 	s.note(f)
 	return nil
 }
@@ -417,6 +434,7 @@ func (s *stream) next(ctx context.Context) (Frame, error) {
 				return Frame{}, fmt.Errorf("%w: worker %s: frame %d arrived when %d was due (frames lost)", errLost, a.worker, in.f.Seq, s.seq)
 			}
 			s.seq++
+			s.arrived = in.at
 			return in.f, nil
 		}
 		if timer == nil {
@@ -487,6 +505,14 @@ func (s *stream) Recv(ctx context.Context, dst []engine.Output) ([]engine.Output
 			}
 			if o.Finish != engine.FinishNone {
 				s.finished[o.Index] = true
+			}
+			if !s.timed && o.Token >= 0 && !o.Time.IsZero() && s.toWorker > 0 {
+				// The cluster's part of the time to the first token: the
+				// placement and the request's way to the worker, then the
+				// token's way back (the clocks must agree: one host, or
+				// hosts kept close by NTP).
+				s.timed = true
+				s.b.added.Observe((s.toWorker + s.arrived.Sub(o.Time)).Seconds())
 			}
 			dst = append(dst, o)
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/kvserve/kvserve/internal/api"
 	"github.com/kvserve/kvserve/internal/engine"
@@ -143,6 +144,16 @@ func TestSameOutputsAsLocal(t *testing.T) {
 				t.Fatalf("usage: remote %+v, local %+v", ru, lu)
 			}
 		})
+	}
+	// Each request that produced a token timed the cluster's part of its
+	// first token's wait, on one host's clock: positive, and far below
+	// the engine's millisecond passes plus the test's own slack.
+	var m dto.Metric
+	if err := remote.added.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	if h := m.GetHistogram(); h.GetSampleCount() != 4 || h.GetSampleSum() <= 0 || h.GetSampleSum() > 4 {
+		t.Errorf("kvserve_cluster_added_seconds: %d samples summing %v s, want 4 and a positive sum", h.GetSampleCount(), h.GetSampleSum())
 	}
 }
 

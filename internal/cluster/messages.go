@@ -136,6 +136,10 @@ type Frame struct {
 	// QueueTime is how long the request waited in the worker's queue (0
 	// until admitted).
 	QueueTime time.Duration `json:"queue_ns,omitempty"`
+	// Received is when the worker received the request (frame 0): with
+	// the outputs' sampling times, the gateway tells the time the
+	// cluster added to the engine's own (kvserve_cluster_added_seconds).
+	Received time.Time `json:"received,omitzero"`
 	// Ended is when the worker's engine produced the last output (on the
 	// last frame).
 	Ended time.Time `json:"ended,omitzero"`

@@ -362,7 +362,9 @@ func (w *Worker) serve(req GenerateRequest, j *job, reply string) {
 	if !live { // cancelled while being submitted
 		st.Cancel()
 	}
+	f.Received = j.start
 	w.publish(reply, f) // frame 0: queued
+	f.Received = time.Time{}
 	var buf []engine.Output
 	for {
 		// Wait at most one heartbeat: an idle stream (queued, or a long
