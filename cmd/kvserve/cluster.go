@@ -85,22 +85,44 @@ upstream's API key, if it needs one, comes from KVSERVE_UPSTREAM_API_KEY.`,
 	return cmd
 }
 
-func runWorker(ctx context.Context, o *workerOptions, stderr io.Writer) error {
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+// checkWorker checks the settings every worker needs and opens its data
+// directory, returning it and the cluster's secret.
+func checkWorker(o *workerOptions) (dataDir string, secret []byte, err error) {
 	if o.natsURL == "" {
-		return errors.New("worker: --nats URL is required")
+		return "", nil, errors.New("worker: --nats URL is required")
 	}
 	if o.id != "" {
 		if err := cluster.ValidID(o.id); err != nil {
-			return fmt.Errorf("worker: --id: %w", err)
+			return "", nil, fmt.Errorf("worker: --id: %w", err)
 		}
 	}
+	if dataDir, secret, err = openDataDir(o.dataDir); err != nil {
+		return "", nil, fmt.Errorf("worker: %w", err)
+	}
+	return dataDir, secret, nil
+}
+
+// serveUntilDone waits for ctx (SIGINT/SIGTERM), then drains w for up to
+// the drain timeout.
+func serveUntilDone(ctx context.Context, w *cluster.Worker, drain time.Duration, stderr io.Writer) error {
+	<-ctx.Done()
+	fmt.Fprintf(stderr, "kvserve: worker %s draining: finishing in-flight requests (up to %s)\n", w.ID(), drain)
+	dctx, cancel := context.WithTimeout(context.Background(), drain)
+	defer cancel()
+	if err := w.Close(dctx); err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	return nil
+}
+
+func runWorker(ctx context.Context, o *workerOptions, stderr io.Writer) error {
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	if err := o.engineOptions.validate(); err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
-	dataDir, secret, err := openDataDir(o.dataDir)
+	dataDir, secret, err := checkWorker(o)
 	if err != nil {
-		return fmt.Errorf("worker: %w", err)
+		return err
 	}
 	nc, err := connectNATS(o.natsURL, "kvserve worker")
 	if err != nil {
@@ -131,14 +153,7 @@ func runWorker(ctx context.Context, o *workerOptions, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stderr, "kvserve: worker %s serving %q over NATS at %s: %s\n", w.ID(), loaded.id, nc.ConnectedUrlRedacted(), se.describe())
 	se.notes(loaded, stderr)
-	<-ctx.Done()
-	fmt.Fprintf(stderr, "kvserve: worker %s draining: finishing in-flight requests (up to %s)\n", w.ID(), o.drainTimeout)
-	dctx, cancel := context.WithTimeout(context.Background(), o.drainTimeout)
-	defer cancel()
-	if err := w.Close(dctx); err != nil {
-		return fmt.Errorf("worker: %w", err)
-	}
-	return nil
+	return serveUntilDone(ctx, w, o.drainTimeout, stderr)
 }
 
 // connectNATS connects to url, reconnecting for as long as the process

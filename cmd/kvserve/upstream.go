@@ -64,17 +64,9 @@ func (o *upstreamOptions) validate(f *pflag.FlagSet) error {
 // runUpstreamWorker is `kvserve worker --upstream URL`.
 func runUpstreamWorker(ctx context.Context, o *workerOptions, stderr io.Writer) error {
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	if o.natsURL == "" {
-		return errors.New("worker: --nats URL is required")
-	}
-	if o.id != "" {
-		if err := cluster.ValidID(o.id); err != nil {
-			return fmt.Errorf("worker: --id: %w", err)
-		}
-	}
-	dataDir, secret, err := openDataDir(o.dataDir)
+	dataDir, secret, err := checkWorker(o)
 	if err != nil {
-		return fmt.Errorf("worker: %w", err)
+		return err
 	}
 	loaded, err := loadServedModel(ctx, &o.engineOptions, dataDir, false, stderr)
 	if err != nil {
@@ -109,12 +101,5 @@ func runUpstreamWorker(ctx context.Context, o *workerOptions, stderr io.Writer) 
 	}
 	fmt.Fprintf(stderr, "kvserve: worker %s serving %q over NATS at %s: external engine %s (model %q), predicted cache %d tokens in blocks of %d\n",
 		w.ID(), loaded.id, nc.ConnectedUrlRedacted(), o.upstream.url, model, o.upstream.cacheTokens, up.BlockSize())
-	<-ctx.Done()
-	fmt.Fprintf(stderr, "kvserve: worker %s draining: finishing in-flight requests (up to %s)\n", w.ID(), o.drainTimeout)
-	dctx, cancel := context.WithTimeout(context.Background(), o.drainTimeout)
-	defer cancel()
-	if err := w.Close(dctx); err != nil {
-		return fmt.Errorf("worker: %w", err)
-	}
-	return nil
+	return serveUntilDone(ctx, w, o.drainTimeout, stderr)
 }
