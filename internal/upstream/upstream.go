@@ -324,7 +324,9 @@ func (e *Engine) body(r *engine.Request) ([]byte, error) {
 		b["logit_bias"] = bias
 	}
 	if e.cfg.CacheSalt {
-		h := e.salt(r.Scope)
+		// Keyed by the cluster's secret but not the blocks' salt itself,
+		// which never leaves kvserve (KV events omit it too).
+		h := kv.ScopeSalt(e.cfg.Secret, "upstream cache_salt\x00"+r.Scope)
 		b["cache_salt"] = fmt.Sprintf("%x", h[:16])
 	}
 	return json.Marshal(b)

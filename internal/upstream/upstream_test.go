@@ -491,3 +491,41 @@ func TestRoutedByPrediction(t *testing.T) {
 		}
 	}
 }
+
+// TestCacheSalt: with CacheSalt, each tenant's requests carry a salt of
+// their own, the same every time, that is not the blocks' scope salt; and
+// without it, none.
+func TestCacheSalt(t *testing.T) {
+	env := kvserveUpstream(t)
+	bodies := make(chan map[string]any, 8)
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var b map[string]any
+		_ = json.NewDecoder(r.Body).Decode(&b)
+		bodies <- b
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, "data: {\"choices\":[{\"index\":0,\"text\":\"ok\",\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n")
+	}))
+	defer hs.Close()
+	salts := func(salted bool, scopes ...string) []any {
+		e, _ := newEngine(t, env, hs.URL+"/v1", func(c *upstream.Config) { c.CacheSalt = salted })
+		var out []any
+		for _, s := range scopes {
+			j, err := e.Submit(context.Background(), engine.Request{Prompt: []int32{1, 2, 3}, MaxTokens: 2, Scope: s})
+			if err != nil {
+				t.Fatal(err)
+			}
+			drain(t, j)
+			out = append(out, (<-bodies)["cache_salt"])
+		}
+		return out
+	}
+	got := salts(true, "acme", "globex", "acme")
+	a, b, again := got[0], got[1], got[2]
+	block := kv.ScopeSalt(testSecret, "acme")
+	if a == nil || a == b || a != again || a == fmt.Sprintf("%x", block[:16]) {
+		t.Errorf("cache_salt per tenant: acme %v, globex %v, acme again %v", a, b, again)
+	}
+	if got := salts(false, "acme"); got[0] != nil {
+		t.Errorf("without CacheSalt: cache_salt %v sent", got[0])
+	}
+}
