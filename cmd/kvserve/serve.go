@@ -120,7 +120,11 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 		ID: loaded.id, Aliases: o.modelAliases, Description: loaded.description, Synthetic: loaded.synthetic,
 		ContextLength: se.contextLength(), Backend: api.LocalBackend(se.e), Tokenizer: loaded.tok, Template: loaded.tmpl,
 	}
-	a.srv.SetModel(served)
+	if err := a.srv.SetModels([]*api.Model{served}, nil); err != nil { // e.g. --model-id auto
+		a.shutdown(time.Second)
+		se.Close()
+		return fmt.Errorf("serve: %w", err)
+	}
 	a.admin.SetForgetter(se.e) // a tenant deleted through the admin API leaves this engine's tiers at once
 	a.srv.HandleAdmin("GET /v1/kv/events", kvevents.Handler(kvevents.Source{Log: se.events, Snapshot: se.e.KV().Snapshot}))
 	if err := a.startDashboard(ui.Config{Sessions: se.e}); err != nil {

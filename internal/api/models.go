@@ -34,14 +34,16 @@ type modelSet struct {
 	auto   *AutoRule
 }
 
-// SetModel makes m the one served model (nil: back to loading).
+// SetModel makes m the one served model (nil: back to loading); a model
+// SetModels would refuse (no id, or "auto") is a programming error here:
+// commands call SetModels and report its error.
 func (s *Server) SetModel(m *Model) {
 	if m == nil {
 		s.model.Store(nil)
 		return
 	}
 	if err := s.SetModels([]*Model{m}, nil); err != nil {
-		panic(err) // one model with no rule cannot conflict
+		panic(err)
 	}
 }
 
