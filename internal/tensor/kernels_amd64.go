@@ -120,6 +120,25 @@ const q80PackedPrefetchRows = 16
 // packable says whether Pack has a layout for weights of type t.
 func packable(t DType) bool { return t == Q8_0 && cpuISA == isaVNNI }
 
+// q40Rows drives the AVX2 Q4_0 kernels (asmgen/q40avx2.go), which compute
+// eight rows at a time, a lane each, with the float steps of the VNNI Q8_0
+// kernels: n[T] all rows of a range for T ≤ 2 tokens; more tokens go in
+// pairs (prefill tiles, whose rows are then read from cache). Results do
+// not depend on T (batch invariance).
+type q40Rows struct{ n [3]q8RowsFn }
+
+func (k *q40Rows) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int) {
+	nb := w.Cols / qk40
+	rb := w.RowBytes()
+	for t := t0; t < t1; {
+		T := min(2, t1-t)
+		k.n[T](&w.Data[r0*rb], rb, q80PrefetchRows*rb, r1-r0, &a.g[t*q80BlockBytes], a.gs, nb, &dst[t*ld+r0], ld*4)
+		t += T
+	}
+}
+
+var q40AVX2 = &q40Rows{n: [3]q8RowsFn{nil, q40AVX2N_1, q40AVX2N_2}}
+
 var q80VNNI = &q80Rows{
 	t: [17]q8RowsFn{nil, q80VNNIN_1, q80VNNIN_2,
 		q80VNNIR_3, q80VNNIR_4, q80VNNIR_5, q80VNNIR_6, q80VNNIR_7, q80VNNIR_8, q80VNNIR_9,
@@ -289,7 +308,6 @@ var (
 		r1: [5]q8Fn{nil, q40VNNI_1x1, q40VNNI_1x2, q40VNNI_1x3, q40VNNI_1x4},
 	}
 	q80AVX2 = &q8Tiles{r1: [5]q8Fn{nil, q80AVX2_1x1, q80AVX2_1x2, q80AVX2_1x3, q80AVX2_1x4}}
-	q40AVX2 = &q8Tiles{r1: [5]q8Fn{nil, q40AVX2_1x1, q40AVX2_1x2, q40AVX2_1x3, q40AVX2_1x4}}
 	f32FMA  = &floatTiles{typ: F32,
 		r4: [5]floatFn{nil, f32FMA_4x1, f32FMA_4x2, f32FMA_4x3},
 		r1: [5]floatFn{nil, f32FMA_1x1, f32FMA_1x2, f32FMA_1x3, f32FMA_1x4},

@@ -108,7 +108,8 @@ func reduceStoreTmp(a *asm, R, t, tmp int) {
 //
 // vnni selects AVX512-VNNI (vpdpbusd on ymm with EVEX registers and
 // embedded broadcasts; Q4_0 only — Q8_0 has the row kernels of
-// q80rows.go) or AVX2 (vpmaddubsw + vpmaddwd; R must be 1).
+// q80rows.go) or AVX2 (vpmaddubsw + vpmaddwd; R must be 1; generated for
+// Q8_0 only — Q4_0 has the row kernels of q40avx2.go).
 // Single-row kernels unroll two blocks per iteration: they serve decode,
 // where the loop must stream weights at memory speed with few µops per byte.
 func q8Kernel(a *asm, d *decl, q4 bool, vnni bool, R, T int) {
@@ -830,10 +831,8 @@ func main() {
 			q8Kernel(&a, &d, true, true, R, T) // Q4_0 (Q8_0 has the row kernels)
 		}
 	}
-	for _, q4 := range []bool{false, true} {
-		for T := 1; T <= 4; T++ {
-			q8Kernel(&a, &d, q4, false, 1, T)
-		}
+	for T := 1; T <= 4; T++ {
+		q8Kernel(&a, &d, false, false, 1, T) // Q8_0 (Q4_0 has q40avx2.go's)
 	}
 	q80BiasData(&a)
 	for T := 1; T <= 2; T++ {
@@ -844,6 +843,9 @@ func main() {
 	}
 	for T := 1; T <= 16; T++ {
 		q80PackedKernel(&a, &d, T)
+	}
+	for T := 1; T <= 2; T++ {
+		q40AVX2RowsKernel(&a, &d, T)
 	}
 	q6kShufData(&a)
 	for _, q6 := range []bool{false, true} {

@@ -1,0 +1,176 @@
+package main
+
+import "fmt"
+
+// Q4_0 weight × Q8_0 activation kernels of the AVX2 level, eight rows at a
+// time, one row per lane of the float accumulators.
+//
+// They take the float steps of the VNNI Q8_0 kernels (q80rows.go): per
+// output and block, the exact integer sum S = Σ q·y, then
+// acc = fma(float32(S), dw·dy, acc), blocks in order. The previous AVX2
+// kernels kept eight partial sums of one row in a vector and converted,
+// scaled and added all eight for every block: five float instructions per
+// row, token and block, where these spend five per eight rows. The integer
+// part per row and token is vpmaddubsw + vpmaddwd on the unpacked nibbles
+// (q+8, unsigned) against the token's 32 values; a vphaddd tree takes the
+// eight rows' vectors to one lane per row, and the offset −8·Σy (the Q8_0
+// row layout's −128·Σy shifted right by 4, exact) removes the +8.
+//
+// Activations are the row layout of the Q8_0 conversion (q80BlockBytes per
+// block and token). One kernel per T ≤ 2 tokens, which share each row's
+// unpacking; more tokens go in pairs (the rows of a prefill tile are then
+// read from cache).
+//
+// Registers (AVX2: Y0-Y15): Y(2p+t) the pair-p sums of token t (rows 2p,
+// 2p+1), reduced in place; Y8 a row's weights, then the rows' scales; Y9
+// scratch; Y10+t token t's float accumulators; Y12+t token t's values;
+// Y14 int16 ones; Y15 the nibble mask. GPRs as the VNNI row kernels: SI the
+// row block's first row, DI / R12 its rows 0-3 / 4-7 at the current block,
+// R8 rowBytes, R13 3·rowBytes, R15 rows left, CX blocks left, R14 the
+// block's activations, R11 blockStride, DX the row block's outputs, AX/BX
+// the scales, R9 scratch, R10 the prefetch distance and then the store
+// cursor.
+func q40AVX2RowsKernel(a *asm, d *decl, T int) {
+	name := fmt.Sprintf("q40AVX2N_%d", T)
+	text(a, d, fmt.Sprintf("%s computes rows × %d tokens of Q4_0 weights × Q8_0 activations, eight rows at a time (AVX2).", name, T), name, q80RowsSig, "$32-72")
+	pair := func(p, t int) int { return 2*p + t }
+	facc := func(t int) int { return 10 + t }
+	q80RowsArgs(a)
+	a.p("MOVL $0x0f0f0f0f, CX")
+	a.p("VMOVD CX, X15")
+	a.p("VPBROADCASTD X15, Y15")
+	a.p("MOVL $0x00010001, CX")
+	a.p("VMOVD CX, X14")
+	a.p("VPBROADCASTD X14, Y14")
+
+	a.label(name + "_rows")
+	for t := 0; t < T; t++ {
+		a.p("VXORPS Y%d, Y%d, Y%d", facc(t), facc(t), facc(t))
+	}
+	a.p("MOVQ SI, DI")
+	a.p("LEAQ (SI)(R8*4), R12")
+	a.p("MOVQ prefetch+16(FP), R10")
+	a.p("MOVQ act+32(FP), R14")
+	a.p("MOVQ blocks+48(FP), CX")
+
+	a.label(name + "_block")
+	for t := 0; t < T; t++ {
+		a.p("VMOVDQU %d(R14), Y%d", q80BlockBytes*t, 12+t)
+	}
+	// row computes row r's products with the T tokens from its weights
+	// in Y8: into the pair's register (even rows) or added to it by
+	// vphaddd (odd rows).
+	row := func(r int) {
+		p := r / 2
+		for t := 0; t < T; t++ {
+			dst := pair(p, t)
+			if r%2 == 1 {
+				dst = 9
+			}
+			a.p("VPMADDUBSW Y%d, Y8, Y%d", 12+t, dst)
+			a.p("VPMADDWD Y14, Y%d, Y%d", dst, dst)
+			if r%2 == 1 {
+				a.p("VPHADDD Y9, Y%d, Y%d", pair(p, t), pair(p, t))
+			}
+		}
+	}
+	// load unpacks row r's nibbles into Y8 (values 0-15 in the low half,
+	// 16-31 in the high half: the order of y) and adds its scale.
+	load := func(r int) {
+		a.p("VMOVDQU %s, X8", q80RowAddr(2, r))
+		a.p("VPSRLW $4, X8, X9")
+		a.p("VINSERTI128 $1, X9, Y8, Y8")
+		a.p("VPAND Y15, Y8, Y8")
+		q80RowScale(a, r)
+	}
+	a.p("CMPQ R15, $8")
+	a.p("JL %s_part", name)
+	a.p("XORL BX, BX")
+	for r := 0; r < 8; r++ {
+		load(r)
+		row(r)
+	}
+	a.p("JMP %s_loaded", name)
+	// A last row block of fewer than eight rows: the missing rows'
+	// weights and scales are zero, their lanes never stored.
+	a.label(name + "_part")
+	a.p("XORL AX, AX")
+	a.p("XORL BX, BX")
+	for r := 0; r < 8; r++ {
+		a.p("CMPQ R15, $%d", r)
+		a.p("JLE %s_zero%d", name, r)
+		load(r)
+		a.p("JMP %s_row%d", name, r)
+		a.label(fmt.Sprintf("%s_zero%d", name, r))
+		a.p("VPXOR Y8, Y8, Y8")
+		a.label(fmt.Sprintf("%s_row%d", name, r))
+		row(r)
+	}
+	a.label(name + "_loaded")
+	// Prefetch every other block (36 bytes a row: each line once or twice).
+	a.p("TESTQ $1, CX")
+	a.p("JZ %s_nopf", name)
+	q80RowPrefetch(a)
+	a.label(name + "_nopf")
+	a.p("VMOVQ AX, X8")
+	a.p("VPINSRQ $1, BX, X8, X8")
+	a.p("VCVTPH2PS X8, Y8")
+	for t := 0; t < T; t++ {
+		q0, q1, q2, q3 := pair(0, t), pair(1, t), pair(2, t), pair(3, t)
+		// Rows 0-3 (q0) and 4-7 (q2), each half of the lanes a partial
+		// sum; then the halves added: lane r = row r's block sum.
+		a.p("VPHADDD Y%d, Y%d, Y%d", q1, q0, q0)
+		a.p("VPHADDD Y%d, Y%d, Y%d", q3, q2, q2)
+		a.p("VPERM2I128 $0x20, Y%d, Y%d, Y%d", q2, q0, q1)
+		a.p("VPERM2I128 $0x31, Y%d, Y%d, Y%d", q2, q0, q3)
+		a.p("VPADDD Y%d, Y%d, Y%d", q3, q1, q1)
+		a.p("VPBROADCASTD %d(R14), Y%d", q80BlockBytes*t+q80BlockOffset, q3)
+		a.p("VPSRAD $4, Y%d, Y%d", q3, q3)
+		a.p("VPADDD Y%d, Y%d, Y%d", q3, q1, q1)
+		a.p("VCVTDQ2PS Y%d, Y%d", q1, q1)
+		a.p("VBROADCASTSS %d(R14), Y9", q80BlockBytes*t+q80BlockScale)
+		a.p("VMULPS Y9, Y8, Y9")
+		a.p("VFMADD231PS Y9, Y%d, Y%d", q1, facc(t))
+	}
+	a.p("ADDQ $18, DI")
+	a.p("ADDQ $18, R12")
+	a.p("ADDQ R11, R14")
+	a.p("DECQ CX")
+	a.p("JNZ %s_block", name)
+
+	// Store token t's eight results at dst + t·ld.
+	a.p("MOVQ DX, R10")
+	a.p("MOVQ ldBytes+64(FP), R9")
+	a.p("CMPQ R15, $8")
+	a.p("JL %s_partstore", name)
+	for t := 0; t < T; t++ {
+		a.p("VMOVUPS Y%d, (R10)", facc(t))
+		if t+1 < T {
+			a.p("ADDQ R9, R10")
+		}
+	}
+	a.p("ADDQ $32, DX")
+	a.p("LEAQ (SI)(R8*8), SI")
+	a.p("SUBQ $8, R15")
+	a.p("JNZ %s_rows", name)
+	a.p("VZEROUPPER")
+	a.p("RET")
+	// Fewer than eight rows: through the stack, R15 values per token.
+	a.label(name + "_partstore")
+	for t := 0; t < T; t++ {
+		a.p("VMOVUPS Y%d, 0(SP)", facc(t))
+		a.p("XORQ CX, CX")
+		a.label(fmt.Sprintf("%s_partcopy%d", name, t))
+		a.p("MOVL (SP)(CX*4), AX")
+		a.p("MOVL AX, (R10)(CX*4)")
+		a.p("INCQ CX")
+		a.p("CMPQ CX, R15")
+		a.p("JL %s_partcopy%d", name, t)
+		if t+1 < T {
+			a.p("ADDQ R9, R10")
+		}
+	}
+	a.p("VZEROUPPER")
+	a.p("RET")
+	a.b.WriteString("\n")
+}
