@@ -117,27 +117,53 @@ func (k *q80Rows) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t
 // more than two tokens prefetch the weights.
 const q80PackedPrefetchRows = 16
 
-// packable says whether Pack has a layout for weights of type t.
-func packable(t DType) bool { return t == Q8_0 && cpuISA == isaVNNI }
+// packable says whether Pack has a layout for weights of type t: Q8_0's
+// for the VNNI kernels, Q4_0's for the AVX2 ones (the VNNI level has its
+// own Q4_0 kernels, on the file's layout).
+func packable(t DType) bool {
+	return t == Q8_0 && cpuISA == isaVNNI || t == Q4_0 && cpuISA == isaAVX2
+}
 
 // q40Rows drives the AVX2 Q4_0 kernels (asmgen/q40avx2.go), which compute
 // eight rows at a time, a lane each, with the float steps of the VNNI Q8_0
-// kernels: n[T] all rows of a range for T ≤ 2 tokens; more tokens go in
-// pairs (prefill tiles, whose rows are then read from cache). Results do
-// not depend on T (batch invariance).
-type q40Rows struct{ n [3]q8RowsFn }
+// kernels: n[T] all rows of a range for T ≤ 2 tokens on the weights as the
+// file has them (more tokens go in pairs: prefill tiles, whose rows are
+// then read from cache), p[T] the packed blocks of eight rows of a packed
+// matrix (Pack) for T ≤ 4 tokens. Results depend neither on T (batch
+// invariance) nor on the packing.
+type q40Rows struct {
+	n [3]q8RowsFn
+	p [5]q8PackedFn
+}
 
 func (k *q40Rows) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int) {
 	nb := w.Cols / qk40
 	rb := w.RowBytes()
-	for t := t0; t < t1; {
+	pr1 := r0
+	if w.packed {
+		if r0%8 != 0 {
+			panic(fmt.Sprintf("tensor: packed matrix cut at row %d", r0))
+		}
+		pr1 = max(r0, min(r1, w.packedRows()))
+	}
+	if pr1 > r0 {
+		for t := t0; t < t1; {
+			T := min(4, t1-t)
+			k.p[T](&w.Data[r0*rb], q80PackedPrefetchRows*rb, (pr1-r0)/8, &a.g[t*q80BlockBytes], a.gs, nb, &dst[t*ld+r0], ld*4)
+			t += T
+		}
+	}
+	for t := t0; t < t1 && r1 > pr1; {
 		T := min(2, t1-t)
-		k.n[T](&w.Data[r0*rb], rb, q80PrefetchRows*rb, r1-r0, &a.g[t*q80BlockBytes], a.gs, nb, &dst[t*ld+r0], ld*4)
+		k.n[T](&w.Data[pr1*rb], rb, q80PrefetchRows*rb, r1-pr1, &a.g[t*q80BlockBytes], a.gs, nb, &dst[t*ld+pr1], ld*4)
 		t += T
 	}
 }
 
-var q40AVX2 = &q40Rows{n: [3]q8RowsFn{nil, q40AVX2N_1, q40AVX2N_2}}
+var q40AVX2 = &q40Rows{
+	n: [3]q8RowsFn{nil, q40AVX2N_1, q40AVX2N_2},
+	p: [5]q8PackedFn{nil, q40AVX2P_1, q40AVX2P_2, q40AVX2P_3, q40AVX2P_4},
+}
 
 var q80VNNI = &q80Rows{
 	t: [17]q8RowsFn{nil, q80VNNIN_1, q80VNNIN_2,

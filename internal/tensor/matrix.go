@@ -66,7 +66,12 @@ func (m Matrix) DequantizeRow(dst []float32, row int) {
 	}
 	if m.packed && row < m.packedRows() {
 		rb := m.RowBytes()
-		dequantizePackedQ80(dst[:m.Cols], m.Data[row&^7*rb:(row|7+1)*rb], row&7)
+		blk := m.Data[row&^7*rb : (row|7+1)*rb]
+		if m.Type == Q4_0 {
+			dequantizePackedQ40(dst[:m.Cols], blk, row&7)
+		} else {
+			dequantizePackedQ80(dst[:m.Cols], blk, row&7)
+		}
 		return
 	}
 	dequantize(m.Type, dst[:m.Cols], m.Row(row))
@@ -80,14 +85,19 @@ func (m Matrix) DequantizeRow(dst []float32, row int) {
 // embeddings, once and share the result). Products are bit-identical
 // either way.
 //
-// The packed layout is Q8_0's on AVX512-VNNI (asmgen/q80rows.go): each
-// block of eight rows as the kernel's registers hold it, so that it skips
-// a transpose per block and reads the weights front to back.
+// The packed layouts are Q8_0's on AVX512-VNNI (asmgen/q80rows.go) and
+// Q4_0's on AVX2 (asmgen/q40avx2.go): each block of eight rows as the
+// kernel's registers hold it (Q4_0's nibbles still packed), so that it
+// skips a transpose per block and reads the weights front to back.
 func Pack(m Matrix) Matrix {
 	if m.packed || !packable(m.Type) || m.packedRows() == 0 {
 		return m
 	}
-	packQ80(m.Data[:m.packedRows()*m.RowBytes()], m.RowBytes())
+	if m.Type == Q4_0 {
+		packQ40(m.Data[:m.packedRows()*m.RowBytes()], m.RowBytes())
+	} else {
+		packQ80(m.Data[:m.packedRows()*m.RowBytes()], m.RowBytes())
+	}
 	m.packed = true
 	return m
 }
@@ -140,5 +150,49 @@ func dequantizePackedQ80(dst []float32, blk []byte, r int) {
 				y[4*k+j] = float32(int8(in[32*k+4*r+j]^0x80)) * d
 			}
 		}
+	}
+}
+
+// The packed Q4_0 layout: per block of eight rows and block b of columns,
+// q40PackedBytes at b·q40PackedBytes — four 32-byte vectors, vector m
+// holding bytes 4m..4m+3 of the eight rows' 16 nibble bytes (values
+// 4m..4m+3 in the low nibbles, 16+4m..16+4m+3 in the high ones; row r at
+// 4r), then the eight rows' f16 scales.
+const (
+	q40PackedBytes = 8 * q40Size
+	q40PackedScale = 128
+)
+
+// packQ40 rewrites data, whole blocks of eight Q4_0 rows of rb bytes each,
+// into the packed layout.
+func packQ40(data []byte, rb int) {
+	tmp := make([]byte, 8*rb)
+	for base := 0; base < len(data); base += 8 * rb {
+		blk := data[base : base+8*rb]
+		copy(tmp, blk)
+		for b := 0; b < rb/q40Size; b++ {
+			out := blk[b*q40PackedBytes : (b+1)*q40PackedBytes]
+			for r := 0; r < 8; r++ {
+				in := tmp[r*rb+b*q40Size : r*rb+(b+1)*q40Size]
+				out[q40PackedScale+2*r], out[q40PackedScale+2*r+1] = in[0], in[1]
+				for m := 0; m < 4; m++ {
+					copy(out[32*m+4*r:32*m+4*r+4], in[2+4*m:2+4*m+4])
+				}
+			}
+		}
+	}
+}
+
+// dequantizePackedQ40 converts row r (0-7) of a packed block of eight Q4_0
+// rows into dst, as dequantize does for the row unpacked.
+func dequantizePackedQ40(dst []float32, blk []byte, r int) {
+	var row [q40Size]byte
+	for b := 0; b < len(dst)/qk40; b++ {
+		in := blk[b*q40PackedBytes : (b+1)*q40PackedBytes]
+		row[0], row[1] = in[q40PackedScale+2*r], in[q40PackedScale+2*r+1]
+		for m := 0; m < 4; m++ {
+			copy(row[2+4*m:2+4*m+4], in[32*m+4*r:32*m+4*r+4])
+		}
+		dequantize(Q4_0, dst[b*qk40:(b+1)*qk40], row[:])
 	}
 }

@@ -847,6 +847,10 @@ func main() {
 	for T := 1; T <= 2; T++ {
 		q40AVX2RowsKernel(&a, &d, T)
 	}
+	q40AVX2Data(&a)
+	for T := 1; T <= 4; T++ {
+		q40AVX2PackedKernel(&a, &d, T)
+	}
 	q6kShufData(&a)
 	for _, q6 := range []bool{false, true} {
 		for _, vnni := range []bool{true, false} {

@@ -174,3 +174,114 @@ func q40AVX2RowsKernel(a *asm, d *decl, T int) {
 	a.p("RET")
 	a.b.WriteString("\n")
 }
+
+// The packed layout of Q4_0 weights (tensor.Pack, weights in private
+// memory): per block of eight rows and block of 32 columns, 144 bytes —
+// four 32-byte vectors, vector m holding bytes 4m..4m+3 of the eight rows'
+// 16 nibble bytes (row r at 4r), then the eight rows' f16 scales. The
+// nibbles stay packed in memory (decode streams the file's bytes, no
+// more); a mask and a shift per vector give dword k = values 4k..4k+3 of
+// the eight rows in Yk, so that a token's 4-byte groups multiply all eight
+// rows at once, with no transpose, no scale gather and no vphaddd tree.
+const q40PackedBlock = 8 * 18
+
+// q40AVX2PackedKernel generates q40AVX2P_T, T ≤ 4 tokens on packed Q4_0
+// weights: rowBlocks blocks of eight rows from w, the float steps of
+// q40AVX2N_T (so packed and unpacked products are bit-identical).
+//
+// Per token and block: eight vpmaddubsw of the weights Yk against the
+// token's dword k broadcast, added as int16 (each pair sum is at most
+// 2·15·127 in size, eight of them < 2^15), one vpmaddwd to int32 lanes —
+// lane r row r's sum —, the offset −8·Σy, and the fma.
+//
+// Registers: Y0-Y7 the block's weights; Y8 their scales; Y9-Y11 scratch
+// (Y9 the nibble mask while unpacking); Y12+t token t's float accumulators.
+// GPRs: DI the weights, R10 the prefetch distance, R15 row blocks left, R11
+// blockStride, DX the row block's outputs, R9 ldBytes, R14 the block's
+// activations, CX blocks left, R12/R13 scratch.
+//
+// Arguments: w *byte, prefetch, rowBlocks int, act *byte, blockStride,
+// blocks int, dst *float32, ldBytes int.
+func q40AVX2PackedKernel(a *asm, d *decl, T int) {
+	name := fmt.Sprintf("q40AVX2P_%d", T)
+	text(a, d, fmt.Sprintf("%s computes rowBlocks × 8 rows × %d tokens of packed Q4_0 weights × Q8_0 activations (AVX2).", name, T), name,
+		"(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)", "$0-64")
+	facc := func(t int) int { return 12 + t }
+	a.p("MOVQ w+0(FP), DI")
+	a.p("MOVQ prefetch+8(FP), R10")
+	a.p("MOVQ rowBlocks+16(FP), R15")
+	a.p("MOVQ blockStride+32(FP), R11")
+	a.p("MOVQ dst+48(FP), DX")
+	a.p("MOVQ ldBytes+56(FP), R9")
+	a.label(name + "_rows")
+	for t := 0; t < T; t++ {
+		a.p("VXORPS Y%d, Y%d, Y%d", facc(t), facc(t), facc(t))
+	}
+	a.p("MOVQ act+24(FP), R14")
+	a.p("MOVQ blocks+40(FP), CX")
+	a.label(name + "_block")
+	if q80PackedPrefetch(T) {
+		a.p("TESTQ R10, R10")
+		a.p("JZ %s_nopf", name)
+		a.p("LEAQ (DI)(R10*1), R12")
+		for off := 0; off < q40PackedBlock; off += 64 {
+			a.p("PREFETCHT1 %d(R12)", off)
+		}
+		a.label(name + "_nopf")
+	}
+	a.p("VPBROADCASTD q40Mask<>(SB), Y9")
+	for m := 0; m < 4; m++ {
+		a.p("VMOVDQU %d(DI), Y%d", 32*m, m+4)
+		a.p("VPAND Y9, Y%d, Y%d", m+4, m)
+		a.p("VPSRLW $4, Y%d, Y%d", m+4, m+4)
+		a.p("VPAND Y9, Y%d, Y%d", m+4, m+4)
+	}
+	a.p("VCVTPH2PS 128(DI), Y8")
+	for t := 0; t < T; t++ {
+		base := q80BlockBytes * t
+		for k := 0; k < 8; k++ {
+			a.p("VPBROADCASTD %d(R14), Y9", base+4*k)
+			if k == 0 {
+				a.p("VPMADDUBSW Y9, Y%d, Y11", k)
+				continue
+			}
+			a.p("VPMADDUBSW Y9, Y%d, Y10", k)
+			a.p("VPADDW Y10, Y11, Y11")
+		}
+		a.p("VPMADDWD q40Ones<>(SB), Y11, Y11")
+		a.p("VPBROADCASTD %d(R14), Y9", base+q80BlockOffset)
+		a.p("VPSRAD $4, Y9, Y9")
+		a.p("VPADDD Y9, Y11, Y11")
+		a.p("VCVTDQ2PS Y11, Y11")
+		a.p("VBROADCASTSS %d(R14), Y9", base+q80BlockScale)
+		a.p("VMULPS Y9, Y8, Y9")
+		a.p("VFMADD231PS Y9, Y11, Y%d", facc(t))
+	}
+	a.p("ADDQ $%d, DI", q40PackedBlock)
+	a.p("ADDQ R11, R14")
+	a.p("DECQ CX")
+	a.p("JNZ %s_block", name)
+	a.p("MOVQ DX, R13")
+	for t := 0; t < T; t++ {
+		a.p("VMOVUPS Y%d, (R13)", facc(t))
+		if t+1 < T {
+			a.p("ADDQ R9, R13")
+		}
+	}
+	a.p("ADDQ $32, DX")
+	a.p("DECQ R15")
+	a.p("JNZ %s_rows", name)
+	a.p("VZEROUPPER")
+	a.p("RET")
+	a.b.WriteString("\n")
+}
+
+// q40AVX2Data emits the constants of the packed kernels: the nibble mask
+// and int16 ones (a full vector: vpmaddwd's memory operand).
+func q40AVX2Data(a *asm) {
+	a.b.WriteString("DATA q40Mask<>+0(SB)/4, $0x0f0f0f0f\nGLOBL q40Mask<>(SB), RODATA|NOPTR, $4\n\n")
+	for i := 0; i < 4; i++ {
+		fmt.Fprintf(&a.b, "DATA q40Ones<>+%d(SB)/8, $0x0001000100010001\n", 8*i)
+	}
+	a.b.WriteString("GLOBL q40Ones<>(SB), RODATA|NOPTR, $32\n\n")
+}
