@@ -495,40 +495,28 @@ func kKernel(a *asm, d *decl, q6 bool, vnni bool, T int) {
 			a.p("VPBROADCASTW 2(SI), X21")
 			a.p("VCVTPH2PS X21, Y21") // dmin
 		} else {
-			// Scalar unpacking (R8, R14 are free here) into 32(SP):
-			// [sc_lo, sc_hi, m_lo, m_hi], then 0(SP) scale dwords and
-			// 32(SP) mins16.
-			a.p("MOVL 4(SI), R8") // u0
-			a.p("MOVL R8, R14")
-			a.p("ANDL $0x3f3f3f3f, R14")
-			a.p("MOVL R14, 32(SP)") // sc_lo
-			a.p("SHRL $6, R8")
-			a.p("ANDL $0x03030303, R8")
-			a.p("SHLL $4, R8")
-			a.p("MOVL 12(SI), R14") // u2
-			a.p("ANDL $0x0f0f0f0f, R14")
-			a.p("ORL R14, R8")
-			a.p("MOVL R8, 36(SP)") // sc_hi
-			a.p("MOVL 8(SI), R8")  // u1
-			a.p("MOVL R8, R14")
-			a.p("ANDL $0x3f3f3f3f, R14")
-			a.p("MOVL R14, 40(SP)") // m_lo
-			a.p("SHRL $6, R8")
-			a.p("ANDL $0x03030303, R8")
-			a.p("SHLL $4, R8")
-			a.p("MOVL 12(SI), R14")
-			a.p("SHRL $4, R14")
-			a.p("ANDL $0x0f0f0f0f, R14")
-			a.p("ORL R14, R8")
-			a.p("MOVL R8, 44(SP)") // m_hi
-			a.p("VPMOVZXBD 32(SP), Y8")
-			a.p("VPSLLD $16, Y8, Y9")
-			a.p("VPOR Y9, Y8, Y8")
-			a.p("VMOVDQU Y8, 0(SP)")
-			a.p("VMOVDQU 40(SP), X8")
-			a.p("VPUNPCKLBW X8, X8, X8")
-			a.p("VPMOVZXBW X8, Y8")
-			a.p("VMOVDQU Y8, 32(SP)") // mins16
+			// The VNNI level's unpacking with VEX registers and the
+			// masks and shift counts from memory (k4Const): 0(SP) the
+			// scale dwords, 32(SP) mins16. (Scalar unpacking took about
+			// twice the instructions, a third of a decoded block's.)
+			a.p("VMOVDQU 4(SI), X8")
+			a.p("VPAND k4Const<>+0(SB), X8, X9")      // [sc_lo, m_lo, ..]
+			a.p("VPSHUFD $0x0a, X8, X10")             // [u2, u2, ..]
+			a.p("VPSRLVD k4Const<>+32(SB), X10, X10") // [u2, u2>>4]
+			a.p("VPAND X15, X10, X10")                // & 0x0f
+			a.p("VPSRLD $6, X8, X11")                 // [u0>>6, u1>>6]
+			a.p("VPAND k4Const<>+16(SB), X11, X11")   // & 0x03
+			a.p("VPSLLD $4, X11, X11")                // << 4
+			a.p("VPOR X11, X10, X10")                 // [sc_hi, m_hi]
+			a.p("VPUNPCKLQDQ X10, X9, X9")            // [sc_lo, m_lo, sc_hi, m_hi]
+			a.p("VPSHUFD $0xd8, X9, X9")              // [sc_lo, sc_hi, m_lo, m_hi]
+			a.p("VPMOVZXBD X9, Y10")                  // scales as dwords
+			a.p("VPSLLD $16, Y10, Y11")
+			a.p("VPOR Y11, Y10, Y10") // sc | sc<<16
+			a.p("VMOVDQU Y10, 0(SP)")
+			a.p("VPUNPCKHBW X9, X9, X11") // m0 m0 m1 m1 ...
+			a.p("VPMOVZXBW X11, Y11")
+			a.p("VMOVDQU Y11, 32(SP)") // mins16
 		}
 		for c := 0; c < 4; c++ {
 			lo, hi := 8, 9
@@ -722,6 +710,15 @@ func kKernel(a *asm, d *decl, q6 bool, vnni bool, T int) {
 	a.b.WriteString("\n")
 }
 
+// k4ConstData emits the AVX2 Q4_K kernels' constants: 16 bytes of 0x3f,
+// 16 of 0x03, then the dword shift counts [0, 4, 0, 0].
+func k4ConstData(a *asm) {
+	for i, v := range []uint64{0x3f3f3f3f3f3f3f3f, 0x3f3f3f3f3f3f3f3f, 0x0303030303030303, 0x0303030303030303, 4 << 32, 0} {
+		fmt.Fprintf(&a.b, "DATA k4Const<>+%d(SB)/8, $0x%016x\n", 8*i, v)
+	}
+	a.b.WriteString("GLOBL k4Const<>(SB), RODATA|NOPTR, $48\n\n")
+}
+
 // q6kShufData is the VPSHUFB table that spreads Q6_K scale bytes 2p and
 // 2p+1 over the two halves of 16 bytes, for p = 0..7.
 func q6kShufData(a *asm) {
@@ -852,6 +849,7 @@ func main() {
 		q40AVX2PackedKernel(&a, &d, T)
 	}
 	q6kShufData(&a)
+	k4ConstData(&a)
 	for _, q6 := range []bool{false, true} {
 		for _, vnni := range []bool{true, false} {
 			for T := 1; T <= 4; T++ {
