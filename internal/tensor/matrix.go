@@ -110,8 +110,9 @@ func (m Matrix) packedRows() int { return m.Rows &^ 7 }
 
 // The packed Q8_0 layout: per block of eight rows and block b of columns,
 // q80PackedBytes at b·q80PackedBytes — eight 32-byte vectors, vector k
-// holding dword k (values 4k..4k+3) of rows 0-7, each value plus 128 as an
-// unsigned byte (xor 0x80), then the eight rows' f16 scales.
+// holding dword k (values 4k..4k+3) of rows 0-7, each value xor
+// q80PackedXor() (0x80 for the VNNI kernels, which take it plus 128 as an
+// unsigned byte; 0 for the AVX2 ones), then the eight rows' f16 scales.
 const (
 	q80PackedBytes = 8 * q80Size
 	q80PackedScale = 256
@@ -120,6 +121,7 @@ const (
 // packQ80 rewrites data, whole blocks of eight Q8_0 rows of rb bytes each,
 // into the packed layout.
 func packQ80(data []byte, rb int) {
+	x := uint32(q80PackedXor()) * 0x01010101
 	tmp := make([]byte, 8*rb)
 	for base := 0; base < len(data); base += 8 * rb {
 		blk := data[base : base+8*rb]
@@ -131,7 +133,7 @@ func packQ80(data []byte, rb int) {
 				out[q80PackedScale+2*r], out[q80PackedScale+2*r+1] = in[0], in[1]
 				for k := 0; k < 8; k++ {
 					v := binary.LittleEndian.Uint32(in[2+4*k:])
-					binary.LittleEndian.PutUint32(out[32*k+4*r:], v^0x80808080)
+					binary.LittleEndian.PutUint32(out[32*k+4*r:], v^x)
 				}
 			}
 		}
@@ -141,13 +143,14 @@ func packQ80(data []byte, rb int) {
 // dequantizePackedQ80 converts row r (0-7) of a packed block of eight Q8_0
 // rows into dst.
 func dequantizePackedQ80(dst []float32, blk []byte, r int) {
+	x := q80PackedXor()
 	for b := 0; b < len(dst)/qk80; b++ {
 		in := blk[b*q80PackedBytes : (b+1)*q80PackedBytes]
 		d := f16At(in, q80PackedScale+2*r)
 		y := dst[b*qk80 : (b+1)*qk80]
 		for k := 0; k < 8; k++ {
 			for j := 0; j < 4; j++ {
-				y[4*k+j] = float32(int8(in[32*k+4*r+j]^0x80)) * d
+				y[4*k+j] = float32(int8(in[32*k+4*r+j]^x)) * d
 			}
 		}
 	}

@@ -94,38 +94,26 @@ func reduceStoreTmp(a *asm, R, t, tmp int) {
 	}
 }
 
-// q8Kernel generates a Q8_0 or Q4_0 weight × Q8_0 activation tile.
+// q40Kernel generates a Q4_0 weight × Q8_0 activation tile of the
+// AVX512-VNNI level (vpdpbusd on ymm with EVEX registers and embedded
+// broadcasts).
 //
 // Arguments: w *byte, rowBytes, groups int, y *int8, yStride int,
 // d *float32, s *int32, dStride, nb int, dst *float32, ldBytes int.
 //
 // y holds T tokens' int8 values (yStride bytes apart), d their per-block
-// scales and s per-block offset corrections. vpdpbusd and vpmaddubsw need one
-// unsigned operand: Q4_0 nibbles are q+8, and each of the 8 int32 lanes of a
+// scales and s per-block offset corrections. vpdpbusd needs one unsigned
+// operand: Q4_0 nibbles are q+8, and each of the 8 int32 lanes of a
 // block's dot product starts from s = −Σy (the lanes sum to −8·Σy), so the
-// integer result is exact. AVX2's Q8_0 kernel uses the sign trick instead
-// (|w| × sign(w)·y) and ignores s.
+// integer result is exact. (The AVX2 level's Q4_0 and Q8_0 kernels are
+// q40avx2.go's; Q8_0's VNNI ones q80rows.go's.)
 //
-// vnni selects AVX512-VNNI (vpdpbusd on ymm with EVEX registers and
-// embedded broadcasts; Q4_0 only — Q8_0 has the row kernels of
-// q80rows.go) or AVX2 (vpmaddubsw + vpmaddwd; R must be 1; generated for
-// Q8_0 only — Q4_0 has the row kernels of q40avx2.go).
 // Single-row kernels unroll two blocks per iteration: they serve decode,
 // where the loop must stream weights at memory speed with few µops per byte.
-func q8Kernel(a *asm, d *decl, q4 bool, vnni bool, R, T int) {
-	typ, bsz := "q80", 34
-	if q4 {
-		typ, bsz = "q40", 18
-	}
-	isa := "AVX2"
-	if vnni {
-		isa = "VNNI"
-		if !q4 {
-			log.Fatal("Q8_0 VNNI kernels are the row kernels")
-		}
-	}
-	name := fmt.Sprintf("%s%s_%dx%d", typ, isa, R, T)
-	text(a, d, fmt.Sprintf("%s computes a %d-row × %d-token tile of %s weights × Q8_0 activations (%s).", name, R, T, strings.ToUpper(typ[:2])+"_"+typ[2:], isa),
+func q40Kernel(a *asm, d *decl, R, T int) {
+	const bsz = 18
+	name := fmt.Sprintf("q40VNNI_%dx%d", R, T)
+	text(a, d, fmt.Sprintf("%s computes a %d-row × %d-token tile of Q4_0 weights × Q8_0 activations (VNNI).", name, R, T),
 		name, "(w *byte, rowBytes, groups int, y *int8, yStride int, d *float32, s *int32, dStride, nb int, dst *float32, ldBytes int)", "$0-88")
 	a.p("MOVQ w+0(FP), SI")
 	a.p("MOVQ rowBytes+8(FP), R8")
@@ -136,20 +124,8 @@ func q8Kernel(a *asm, d *decl, q4 bool, vnni bool, R, T int) {
 	a.p("LEAQ (R12)(R12*2), R13")
 	a.p("MOVQ dst+72(FP), AX")
 	a.p("MOVQ groups+16(FP), R15")
-	// Constants.
-	if vnni {
-		a.p("MOVL $0x0f0f0f0f, CX")
-		a.p("VPBROADCASTD CX, Y30")
-	} else {
-		a.p("MOVL $0x00010001, CX")
-		a.p("VMOVD CX, X13")
-		a.p("VPBROADCASTD X13, Y13") // int16 ones for vpmaddwd
-		if q4 {
-			a.p("MOVL $0x0f0f0f0f, CX")
-			a.p("VMOVD CX, X14")
-			a.p("VPBROADCASTD X14, Y14")
-		}
-	}
+	a.p("MOVL $0x0f0f0f0f, CX")
+	a.p("VPBROADCASTD CX, Y30")
 	// One accumulator per output, whatever the tile: every kernel adds a
 	// given output's block products in the same order, so results are
 	// bit-identical across tile shapes, batch sizes and thread counts
@@ -171,59 +147,24 @@ func q8Kernel(a *asm, d *decl, q4 bool, vnni bool, R, T int) {
 	// body emits block k (0 or 1) of an iteration, addressed by offsets.
 	body := func(k int) {
 		wo, yo, so := k*bsz, k*32, k*4
-		if vnni {
-			// Weights to unsigned nibbles in Y16+r, scales in Y20+r.
-			for r := 0; r < R; r++ {
-				a.p("VMOVDQU32 %s, X%d", rowAddr(wo+2, r), 16+r)
-				a.p("VPSRLW $4, X%d, X24", 16+r)
-				a.p("VINSERTI32X4 $1, X24, Y%d, Y%d", 16+r, 16+r)
-				a.p("VPANDD Y30, Y%d, Y%d", 16+r, 16+r)
-				a.p("VPBROADCASTW %s, X%d", rowAddr(wo, r), 20+r)
-				a.p("VCVTPH2PS X%d, Y%d", 20+r, 20+r)
-			}
-			for t := 0; t < T; t++ {
-				for r := 0; r < R; r++ {
-					tmp := 24 + (r+t*R)%6 // Y30 holds the nibble mask
-					a.p("VPBROADCASTD %s, Y%d", sAddr(so, t), tmp)
-					a.p("VPDPBUSD %s, Y%d, Y%d", tokAddr(yo, t), 16+r, tmp)
-					a.p("VCVTDQ2PS Y%d, Y%d", tmp, tmp)
-					a.p("VMULPS.BCST %s, Y%d, Y%d", dAddr(so, t), tmp, tmp)
-					a.p("VFMADD231PS Y%d, Y%d, Y%d", 20+r, tmp, acc(r, t))
-				}
-			}
-			return
+		// Weights to unsigned nibbles in Y16+r, scales in Y20+r.
+		for r := 0; r < R; r++ {
+			a.p("VMOVDQU32 %s, X%d", rowAddr(wo+2, r), 16+r)
+			a.p("VPSRLW $4, X%d, X24", 16+r)
+			a.p("VINSERTI32X4 $1, X24, Y%d, Y%d", 16+r, 16+r)
+			a.p("VPANDD Y30, Y%d, Y%d", 16+r, 16+r)
+			a.p("VPBROADCASTW %s, X%d", rowAddr(wo, r), 20+r)
+			a.p("VCVTPH2PS X%d, Y%d", 20+r, 20+r)
 		}
-		if R != 1 {
-			log.Fatal("AVX2 q8 kernels have R = 1")
-		}
-		// Y0-Y7 are accumulators. Y8: |w| (Q8_0) or nibbles (Q4_0); Y9: w;
-		// Y10: dx; Y11: y, then the Q4_0 bias; Y12: tmp; Y15: dy.
-		if q4 {
-			a.p("VMOVDQU %s, X8", rowAddr(wo+2, 0))
-			a.p("VPSRLW $4, X8, X9")
-			a.p("VINSERTI128 $1, X9, Y8, Y8")
-			a.p("VPAND Y14, Y8, Y8")
-		} else {
-			a.p("VMOVDQU %s, Y9", rowAddr(wo+2, 0))
-			a.p("VPABSB Y9, Y8")
-		}
-		a.p("VPBROADCASTW %s, X10", rowAddr(wo, 0))
-		a.p("VCVTPH2PS X10, Y10")
 		for t := 0; t < T; t++ {
-			a.p("VMOVDQU %s, Y11", tokAddr(yo, t))
-			if !q4 {
-				a.p("VPSIGNB Y9, Y11, Y11")
+			for r := 0; r < R; r++ {
+				tmp := 24 + (r+t*R)%6 // Y30 holds the nibble mask
+				a.p("VPBROADCASTD %s, Y%d", sAddr(so, t), tmp)
+				a.p("VPDPBUSD %s, Y%d, Y%d", tokAddr(yo, t), 16+r, tmp)
+				a.p("VCVTDQ2PS Y%d, Y%d", tmp, tmp)
+				a.p("VMULPS.BCST %s, Y%d, Y%d", dAddr(so, t), tmp, tmp)
+				a.p("VFMADD231PS Y%d, Y%d, Y%d", 20+r, tmp, acc(r, t))
 			}
-			a.p("VPMADDUBSW Y11, Y8, Y12")
-			a.p("VPMADDWD Y13, Y12, Y12")
-			if q4 {
-				a.p("VPBROADCASTD %s, Y11", sAddr(so, t))
-				a.p("VPADDD Y11, Y12, Y12")
-			}
-			a.p("VCVTDQ2PS Y12, Y12")
-			a.p("VBROADCASTSS %s, Y15", dAddr(so, t))
-			a.p("VMULPS Y15, Y12, Y12")
-			a.p("VFMADD231PS Y10, Y12, Y%d", acc(0, t))
 		}
 	}
 	advance := func(k int) {
@@ -825,11 +766,8 @@ func main() {
 	d.b.WriteString(header + "//go:build amd64 && !purego\n\npackage tensor\n\n")
 	for _, R := range []int{1, 4} {
 		for T := 1; T <= 4; T++ {
-			q8Kernel(&a, &d, true, true, R, T) // Q4_0 (Q8_0 has the row kernels)
+			q40Kernel(&a, &d, R, T)
 		}
-	}
-	for T := 1; T <= 4; T++ {
-		q8Kernel(&a, &d, false, false, 1, T) // Q8_0 (Q4_0 has q40avx2.go's)
 	}
 	q80BiasData(&a)
 	for T := 1; T <= 2; T++ {
@@ -841,12 +779,14 @@ func main() {
 	for T := 1; T <= 16; T++ {
 		q80PackedKernel(&a, &d, T)
 	}
-	for T := 1; T <= 2; T++ {
-		q40AVX2RowsKernel(&a, &d, T)
-	}
 	q40AVX2Data(&a)
-	for T := 1; T <= 4; T++ {
-		q40AVX2PackedKernel(&a, &d, T)
+	for _, q8 := range []bool{false, true} {
+		for T := 1; T <= 2; T++ {
+			q40AVX2RowsKernel(&a, &d, T, q8)
+		}
+		for T := 1; T <= 4; T++ {
+			q40AVX2PackedKernel(&a, &d, T, q8)
+		}
 	}
 	q6kShufData(&a)
 	k4ConstData(&a)

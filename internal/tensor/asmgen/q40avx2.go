@@ -30,9 +30,17 @@ import "fmt"
 // block's activations, R11 blockStride, DX the row block's outputs, AX/BX
 // the scales, R9 scratch, R10 the prefetch distance and then the store
 // cursor.
-func q40AVX2RowsKernel(a *asm, d *decl, T int) {
-	name := fmt.Sprintf("q40AVX2N_%d", T)
-	text(a, d, fmt.Sprintf("%s computes rows × %d tokens of Q4_0 weights × Q8_0 activations, eight rows at a time (AVX2).", name, T), name, q80RowsSig, "$32-72")
+//
+// With q8 it generates q80AVX2N_T, the same for Q8_0 weights: per row and
+// token vpsignb gives y·sign(w) (from memory: the row's weights are read
+// again from L1) for vpmaddubsw against |w| in Y8 (each pair at most
+// 2·127·127 < 2^15), and there is no offset.
+func q40AVX2RowsKernel(a *asm, d *decl, T int, q8 bool) {
+	name, typ, bsz := fmt.Sprintf("q40AVX2N_%d", T), "Q4_0", 18
+	if q8 {
+		name, typ, bsz = fmt.Sprintf("q80AVX2N_%d", T), "Q8_0", 34
+	}
+	text(a, d, fmt.Sprintf("%s computes rows × %d tokens of %s weights × Q8_0 activations, eight rows at a time (AVX2).", name, T, typ), name, q80RowsSig, "$32-72")
 	pair := func(p, t int) int { return 2*p + t }
 	facc := func(t int) int { return 10 + t }
 	q80RowsArgs(a)
@@ -59,28 +67,42 @@ func q40AVX2RowsKernel(a *asm, d *decl, T int) {
 	}
 	// row computes row r's products with the T tokens from its weights
 	// in Y8: into the pair's register (even rows) or added to it by
-	// vphaddd (odd rows).
-	row := func(r int) {
+	// vphaddd (odd rows). A missing row (zero weights) reads no memory.
+	row := func(r int, missing bool) {
 		p := r / 2
 		for t := 0; t < T; t++ {
 			dst := pair(p, t)
 			if r%2 == 1 {
 				dst = 9
 			}
-			a.p("VPMADDUBSW Y%d, Y8, Y%d", 12+t, dst)
+			y := 12 + t
+			if q8 {
+				if missing {
+					a.p("VPXOR Y9, Y9, Y9")
+				} else {
+					a.p("VPSIGNB %s, Y%d, Y9", q80RowAddr(2, r), y)
+				}
+				y = 9
+			}
+			a.p("VPMADDUBSW Y%d, Y8, Y%d", y, dst)
 			a.p("VPMADDWD Y14, Y%d, Y%d", dst, dst)
 			if r%2 == 1 {
 				a.p("VPHADDD Y9, Y%d, Y%d", pair(p, t), pair(p, t))
 			}
 		}
 	}
-	// load unpacks row r's nibbles into Y8 (values 0-15 in the low half,
-	// 16-31 in the high half: the order of y) and adds its scale.
+	// load puts row r's weights in Y8 — Q4_0's nibbles unpacked (values
+	// 0-15 in the low half, 16-31 in the high half: the order of y), Q8_0's
+	// absolute values — and adds its scale.
 	load := func(r int) {
-		a.p("VMOVDQU %s, X8", q80RowAddr(2, r))
-		a.p("VPSRLW $4, X8, X9")
-		a.p("VINSERTI128 $1, X9, Y8, Y8")
-		a.p("VPAND Y15, Y8, Y8")
+		if q8 {
+			a.p("VPABSB %s, Y8", q80RowAddr(2, r))
+		} else {
+			a.p("VMOVDQU %s, X8", q80RowAddr(2, r))
+			a.p("VPSRLW $4, X8, X9")
+			a.p("VINSERTI128 $1, X9, Y8, Y8")
+			a.p("VPAND Y15, Y8, Y8")
+		}
 		q80RowScale(a, r)
 	}
 	a.p("CMPQ R15, $8")
@@ -88,7 +110,7 @@ func q40AVX2RowsKernel(a *asm, d *decl, T int) {
 	a.p("XORL BX, BX")
 	for r := 0; r < 8; r++ {
 		load(r)
-		row(r)
+		row(r, false)
 	}
 	a.p("JMP %s_loaded", name)
 	// A last row block of fewer than eight rows: the missing rows'
@@ -100,16 +122,20 @@ func q40AVX2RowsKernel(a *asm, d *decl, T int) {
 		a.p("CMPQ R15, $%d", r)
 		a.p("JLE %s_zero%d", name, r)
 		load(r)
+		row(r, false)
 		a.p("JMP %s_row%d", name, r)
 		a.label(fmt.Sprintf("%s_zero%d", name, r))
 		a.p("VPXOR Y8, Y8, Y8")
+		row(r, true)
 		a.label(fmt.Sprintf("%s_row%d", name, r))
-		row(r)
 	}
 	a.label(name + "_loaded")
-	// Prefetch every other block (36 bytes a row: each line once or twice).
-	a.p("TESTQ $1, CX")
-	a.p("JZ %s_nopf", name)
+	// Prefetch every other Q4_0 block (36 bytes a row: each line once or
+	// twice), every Q8_0 block.
+	if !q8 {
+		a.p("TESTQ $1, CX")
+		a.p("JZ %s_nopf", name)
+	}
 	q80RowPrefetch(a)
 	a.label(name + "_nopf")
 	a.p("VMOVQ AX, X8")
@@ -124,16 +150,18 @@ func q40AVX2RowsKernel(a *asm, d *decl, T int) {
 		a.p("VPERM2I128 $0x20, Y%d, Y%d, Y%d", q2, q0, q1)
 		a.p("VPERM2I128 $0x31, Y%d, Y%d, Y%d", q2, q0, q3)
 		a.p("VPADDD Y%d, Y%d, Y%d", q3, q1, q1)
-		a.p("VPBROADCASTD %d(R14), Y%d", q80BlockBytes*t+q80BlockOffset, q3)
-		a.p("VPSRAD $4, Y%d, Y%d", q3, q3)
-		a.p("VPADDD Y%d, Y%d, Y%d", q3, q1, q1)
+		if !q8 {
+			a.p("VPBROADCASTD %d(R14), Y%d", q80BlockBytes*t+q80BlockOffset, q3)
+			a.p("VPSRAD $4, Y%d, Y%d", q3, q3)
+			a.p("VPADDD Y%d, Y%d, Y%d", q3, q1, q1)
+		}
 		a.p("VCVTDQ2PS Y%d, Y%d", q1, q1)
 		a.p("VBROADCASTSS %d(R14), Y9", q80BlockBytes*t+q80BlockScale)
 		a.p("VMULPS Y9, Y8, Y9")
 		a.p("VFMADD231PS Y9, Y%d, Y%d", q1, facc(t))
 	}
-	a.p("ADDQ $18, DI")
-	a.p("ADDQ $18, R12")
+	a.p("ADDQ $%d, DI", bsz)
+	a.p("ADDQ $%d, R12", bsz)
 	a.p("ADDQ R11, R14")
 	a.p("DECQ CX")
 	a.p("JNZ %s_block", name)
@@ -185,6 +213,13 @@ func q40AVX2RowsKernel(a *asm, d *decl, T int) {
 // rows at once, with no transpose, no scale gather and no vphaddd tree.
 const q40PackedBlock = 8 * 18
 
+// The packed layout of Q8_0 weights for the AVX2 kernels: per block of
+// eight rows and block of 32 columns, 272 bytes — eight 32-byte vectors,
+// vector k holding dword k (values 4k..4k+3) of the eight rows, as signed
+// bytes (vpmaddubsw takes |w| and y·sign(w): the VNNI layout's unsigned
+// q+128 would overflow its int16 pairs), then the eight rows' f16 scales.
+const q80AVX2PackedBlock = 8 * 34
+
 // q40AVX2PackedKernel generates q40AVX2P_T, T ≤ 4 tokens on packed Q4_0
 // weights: rowBlocks blocks of eight rows from w, the float steps of
 // q40AVX2N_T (so packed and unpacked products are bit-identical).
@@ -202,9 +237,17 @@ const q40PackedBlock = 8 * 18
 //
 // Arguments: w *byte, prefetch, rowBlocks int, act *byte, blockStride,
 // blocks int, dst *float32, ldBytes int.
-func q40AVX2PackedKernel(a *asm, d *decl, T int) {
-	name := fmt.Sprintf("q40AVX2P_%d", T)
-	text(a, d, fmt.Sprintf("%s computes rowBlocks × 8 rows × %d tokens of packed Q4_0 weights × Q8_0 activations (AVX2).", name, T), name,
+//
+// With q8 it generates q80AVX2P_T, the same on packed Q8_0 weights
+// (q80AVX2PackedBlock): Y0-Y7 hold |w|, and per token and k vpsignb
+// applies w's signs, read again from the block in L1, to the broadcast
+// dword; the pairs (at most 2·127·127) go to int32 at once.
+func q40AVX2PackedKernel(a *asm, d *decl, T int, q8 bool) {
+	name, typ, blk := fmt.Sprintf("q40AVX2P_%d", T), "Q4_0", q40PackedBlock
+	if q8 {
+		name, typ, blk = fmt.Sprintf("q80AVX2P_%d", T), "Q8_0", q80AVX2PackedBlock
+	}
+	text(a, d, fmt.Sprintf("%s computes rowBlocks × 8 rows × %d tokens of packed %s weights × Q8_0 activations (AVX2).", name, T, typ), name,
 		"(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)", "$0-64")
 	facc := func(t int) int { return 12 + t }
 	a.p("MOVQ w+0(FP), DI")
@@ -220,27 +263,49 @@ func q40AVX2PackedKernel(a *asm, d *decl, T int) {
 	a.p("MOVQ act+24(FP), R14")
 	a.p("MOVQ blocks+40(FP), CX")
 	a.label(name + "_block")
-	if q80PackedPrefetch(T) {
+	// Every T prefetches (unlike the VNNI kernels at one or two tokens):
+	// here the hardware prefetcher did not keep up with the packed Q8_0
+	// stream at one token, which then ran no faster than the unpacked
+	// kernels; with Q4_0 prefetching costs nothing measurable.
+	{
 		a.p("TESTQ R10, R10")
 		a.p("JZ %s_nopf", name)
 		a.p("LEAQ (DI)(R10*1), R12")
-		for off := 0; off < q40PackedBlock; off += 64 {
+		for off := 0; off < blk; off += 64 {
 			a.p("PREFETCHT1 %d(R12)", off)
 		}
 		a.label(name + "_nopf")
 	}
-	a.p("VPBROADCASTD q40Mask<>(SB), Y9")
-	for m := 0; m < 4; m++ {
-		a.p("VMOVDQU %d(DI), Y%d", 32*m, m+4)
-		a.p("VPAND Y9, Y%d, Y%d", m+4, m)
-		a.p("VPSRLW $4, Y%d, Y%d", m+4, m+4)
-		a.p("VPAND Y9, Y%d, Y%d", m+4, m+4)
+	if q8 {
+		for k := 0; k < 8; k++ {
+			a.p("VPABSB %d(DI), Y%d", 32*k, k)
+		}
+		a.p("VCVTPH2PS 256(DI), Y8")
+	} else {
+		a.p("VPBROADCASTD q40Mask<>(SB), Y9")
+		for m := 0; m < 4; m++ {
+			a.p("VMOVDQU %d(DI), Y%d", 32*m, m+4)
+			a.p("VPAND Y9, Y%d, Y%d", m+4, m)
+			a.p("VPSRLW $4, Y%d, Y%d", m+4, m+4)
+			a.p("VPAND Y9, Y%d, Y%d", m+4, m+4)
+		}
+		a.p("VCVTPH2PS 128(DI), Y8")
 	}
-	a.p("VCVTPH2PS 128(DI), Y8")
 	for t := 0; t < T; t++ {
 		base := q80BlockBytes * t
 		for k := 0; k < 8; k++ {
 			a.p("VPBROADCASTD %d(R14), Y9", base+4*k)
+			if q8 {
+				a.p("VPSIGNB %d(DI), Y9, Y9", 32*k)
+				a.p("VPMADDUBSW Y9, Y%d, Y10", k)
+				a.p("VPMADDWD q40Ones<>(SB), Y10, Y10")
+				if k == 0 {
+					a.p("VMOVDQA Y10, Y11")
+				} else {
+					a.p("VPADDD Y10, Y11, Y11")
+				}
+				continue
+			}
 			if k == 0 {
 				a.p("VPMADDUBSW Y9, Y%d, Y11", k)
 				continue
@@ -248,16 +313,18 @@ func q40AVX2PackedKernel(a *asm, d *decl, T int) {
 			a.p("VPMADDUBSW Y9, Y%d, Y10", k)
 			a.p("VPADDW Y10, Y11, Y11")
 		}
-		a.p("VPMADDWD q40Ones<>(SB), Y11, Y11")
-		a.p("VPBROADCASTD %d(R14), Y9", base+q80BlockOffset)
-		a.p("VPSRAD $4, Y9, Y9")
-		a.p("VPADDD Y9, Y11, Y11")
+		if !q8 {
+			a.p("VPMADDWD q40Ones<>(SB), Y11, Y11")
+			a.p("VPBROADCASTD %d(R14), Y9", base+q80BlockOffset)
+			a.p("VPSRAD $4, Y9, Y9")
+			a.p("VPADDD Y9, Y11, Y11")
+		}
 		a.p("VCVTDQ2PS Y11, Y11")
 		a.p("VBROADCASTSS %d(R14), Y9", base+q80BlockScale)
 		a.p("VMULPS Y9, Y8, Y9")
 		a.p("VFMADD231PS Y9, Y11, Y%d", facc(t))
 	}
-	a.p("ADDQ $%d, DI", q40PackedBlock)
+	a.p("ADDQ $%d, DI", blk)
 	a.p("ADDQ R11, R14")
 	a.p("DECQ CX")
 	a.p("JNZ %s_block", name)
