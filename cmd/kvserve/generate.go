@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/kvserve/kvserve/internal/batch"
 	"github.com/kvserve/kvserve/internal/chat"
 	"github.com/kvserve/kvserve/internal/engine"
+	"github.com/kvserve/kvserve/internal/gguf"
 	"github.com/kvserve/kvserve/internal/kv"
 	"github.com/kvserve/kvserve/internal/model"
 	"github.com/kvserve/kvserve/internal/sample"
@@ -437,7 +439,7 @@ func parseTokenList(s string, vocab int) ([]int32, error) {
 // --model-memory setting says, showing a progress bar on w while the
 // weights are read or paged in when they are large enough for it to matter.
 func openModelWithProgress(path, memory string, w io.Writer) (*model.File, error) {
-	placement, err := modelPlacement(path, memory)
+	placement, why, err := modelPlacementWhy(path, memory)
 	if err != nil {
 		return nil, err
 	}
@@ -459,5 +461,20 @@ func openModelWithProgress(path, memory string, w io.Writer) (*model.File, error
 	if bar != nil {
 		_ = bar.Finish()
 	}
+	if err == nil {
+		fmt.Fprintf(w, "kvserve: weights %s\n", placementLine(placement, why, mf.GGUF.Private(), matrixTypes(mf.GGUF)))
+	}
 	return mf, err
+}
+
+// matrixTypes lists the types of f's 2-D tensors (its weight matrices),
+// each once, in the file's order.
+func matrixTypes(f *gguf.File) []tensor.DType {
+	var ts []tensor.DType
+	for _, t := range f.Tensors {
+		if len(t.Dims) == 2 && !slices.Contains(ts, t.Type) {
+			ts = append(ts, t.Type)
+		}
+	}
+	return ts
 }

@@ -175,6 +175,11 @@ func inspectFile(path string) (*modelInfo, error) {
 	}
 	info.File = path
 	info.FileBytes = st.Size()
+	// Where `--model-memory auto` would put the weights on this machine,
+	// and the kernels that would compute with them.
+	if p, why, err := modelPlacementWhy(path, "auto"); err == nil {
+		info.Weights = placementLine(p, why, p == gguf.HugePages, matrixTypes(f))
+	}
 	return info, nil
 }
 

@@ -44,6 +44,10 @@ type modelInfo struct {
 	TensorTypes []typeSummary `json:"tensor_types"`
 
 	Tokenizer tokenizerInfo `json:"tokenizer"`
+
+	// Weights says where --model-memory auto puts the weights on this
+	// machine and why, and which kernels compute with them.
+	Weights string `json:"weights,omitempty"`
 }
 
 type ropeInfo struct {
@@ -401,6 +405,9 @@ func (m *modelInfo) print(w io.Writer) {
 		}
 	}
 	row("chat template", "%s", tmpl)
+	if m.Weights != "" {
+		row("weights", "%s", m.Weights)
+	}
 	tw.Flush()
 }
 

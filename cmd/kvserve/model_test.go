@@ -36,6 +36,10 @@ func TestModelInfoShared(t *testing.T) {
 				KVBytesPerToken: 2 * 2 * 2 * 64 * 2, TensorCount: 21}
 			got := *m
 			got.File, got.FileBytes, got.Version, got.RMSEps, got.Rope, got.TensorTypes, got.Tokenizer = "", 0, 0, 0, ropeInfo{}, nil, tokenizerInfo{}
+			got.Weights = ""
+			if !strings.Contains(m.Weights, "kernels ") || !strings.Contains(m.Weights, "auto: ") {
+				t.Errorf("weights %q: want the placement, why, and the kernels", m.Weights)
+			}
 			if !reflect.DeepEqual(got, want) {
 				t.Errorf("got %+v\nwant %+v", got, want)
 			}

@@ -13,6 +13,9 @@ const q80RowLayout = false
 // packable says whether Pack has a layout for weights of type t: none here.
 func packable(DType) bool { return false }
 
+// q80PackedXor is unused here (nothing is packed).
+func q80PackedXor() byte { return 0x80 }
+
 // cpuISA is the only level of the portable build.
 const cpuISA = isaPortable
 

@@ -24,7 +24,8 @@
 // level (the bulk of a quantised model's work) have their own kernels:
 // eight rows, one per lane, against up to 16 tokens, on weights packed for
 // them at load when the weights are in private memory (Pack; see
-// asmgen/q80rows.go).
+// asmgen/q80rows.go); at the AVX2 level Q8_0 and Q4_0 weights have kernels
+// of the same shape and float steps (asmgen/q40avx2.go), packed too.
 package tensor
 
 import (

@@ -19,3 +19,12 @@ func availableISAs() []isa {
 
 // kernelFor returns the fastest available kernel for weights of type t.
 func kernelFor(t DType) kernel { return kernelAt(t, cpuISA) }
+
+// Kernels names the kernel level this CPU runs (the fastest of the levels
+// this build has, chosen by CPU feature at start-up).
+func Kernels() string { return cpuISA.String() }
+
+// Packable reports whether Pack rewrites weights of type t on this CPU:
+// whether they are faster in private memory than in a read-only mapping of
+// the file, beyond the huge pages.
+func Packable(t DType) bool { return packable(t) }

@@ -34,7 +34,7 @@ var cpuISA = func() isa {
 
 type q8Fn func(w *byte, rowBytes, groups int, y *int8, yStride int, d *float32, s *int32, dStride, nb int, dst *float32, ldBytes int)
 
-// q8Tiles drives the Q4_0 (and AVX2 Q8_0) tile kernels: r4[T] computes
+// q8Tiles drives the VNNI Q4_0 tile kernels: r4[T] computes
 // groups of 4 rows × T tokens (nil when the level has none), r1[T] single
 // rows.
 type q8Tiles struct {
@@ -117,8 +117,68 @@ func (k *q80Rows) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t
 // more than two tokens prefetch the weights.
 const q80PackedPrefetchRows = 16
 
-// packable says whether Pack has a layout for weights of type t.
-func packable(t DType) bool { return t == Q8_0 && cpuISA == isaVNNI }
+// packable says whether Pack has a layout for weights of type t: Q8_0's
+// for the VNNI kernels, Q4_0's and Q8_0's for the AVX2 ones (the VNNI
+// level has its own Q4_0 kernels, on the file's layout).
+func packable(t DType) bool {
+	return t == Q8_0 && cpuISA >= isaAVX2 || t == Q4_0 && cpuISA == isaAVX2
+}
+
+// q80PackedXor is what the packed Q8_0 layout adds to each weight byte: the
+// VNNI kernels take q+128 (xor 0x80), the AVX2 ones q itself.
+func q80PackedXor() byte {
+	if cpuISA == isaVNNI {
+		return 0x80
+	}
+	return 0
+}
+
+// avx2Rows drives the AVX2 Q4_0 and Q8_0 kernels (asmgen/q40avx2.go),
+// which compute eight rows at a time, a lane each, with the float steps of
+// the VNNI Q8_0 kernels: n[T] all rows of a range for T ≤ 2 tokens on the weights as the
+// file has them (more tokens go in pairs: prefill tiles, whose rows are
+// then read from cache), p[T] the packed blocks of eight rows of a packed
+// matrix (Pack) for T ≤ 4 tokens. Results depend neither on T (batch
+// invariance) nor on the packing.
+type avx2Rows struct {
+	n [3]q8RowsFn
+	p [5]q8PackedFn
+}
+
+func (k *avx2Rows) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int) {
+	nb := w.Cols / 32
+	rb := w.RowBytes()
+	pr1 := r0
+	if w.packed {
+		if r0%8 != 0 || cpuISA != isaAVX2 {
+			panic(fmt.Sprintf("tensor: packed matrix cut at row %d, or packed for other kernels", r0))
+		}
+		pr1 = max(r0, min(r1, w.packedRows()))
+	}
+	if pr1 > r0 {
+		for t := t0; t < t1; {
+			T := min(4, t1-t)
+			k.p[T](&w.Data[r0*rb], q80PackedPrefetchRows*rb, (pr1-r0)/8, &a.g[t*q80BlockBytes], a.gs, nb, &dst[t*ld+r0], ld*4)
+			t += T
+		}
+	}
+	for t := t0; t < t1 && r1 > pr1; {
+		T := min(2, t1-t)
+		k.n[T](&w.Data[pr1*rb], rb, q80PrefetchRows*rb, r1-pr1, &a.g[t*q80BlockBytes], a.gs, nb, &dst[t*ld+pr1], ld*4)
+		t += T
+	}
+}
+
+var (
+	q40AVX2 = &avx2Rows{
+		n: [3]q8RowsFn{nil, q40AVX2N_1, q40AVX2N_2},
+		p: [5]q8PackedFn{nil, q40AVX2P_1, q40AVX2P_2, q40AVX2P_3, q40AVX2P_4},
+	}
+	q80AVX2 = &avx2Rows{
+		n: [3]q8RowsFn{nil, q80AVX2N_1, q80AVX2N_2},
+		p: [5]q8PackedFn{nil, q80AVX2P_1, q80AVX2P_2, q80AVX2P_3, q80AVX2P_4},
+	}
+)
 
 var q80VNNI = &q80Rows{
 	t: [17]q8RowsFn{nil, q80VNNIN_1, q80VNNIN_2,
@@ -288,9 +348,7 @@ var (
 		r4: [5]q8Fn{nil, q40VNNI_4x1, q40VNNI_4x2, q40VNNI_4x3, q40VNNI_4x4},
 		r1: [5]q8Fn{nil, q40VNNI_1x1, q40VNNI_1x2, q40VNNI_1x3, q40VNNI_1x4},
 	}
-	q80AVX2 = &q8Tiles{r1: [5]q8Fn{nil, q80AVX2_1x1, q80AVX2_1x2, q80AVX2_1x3, q80AVX2_1x4}}
-	q40AVX2 = &q8Tiles{r1: [5]q8Fn{nil, q40AVX2_1x1, q40AVX2_1x2, q40AVX2_1x3, q40AVX2_1x4}}
-	f32FMA  = &floatTiles{typ: F32,
+	f32FMA = &floatTiles{typ: F32,
 		r4: [5]floatFn{nil, f32FMA_4x1, f32FMA_4x2, f32FMA_4x3},
 		r1: [5]floatFn{nil, f32FMA_1x1, f32FMA_1x2, f32FMA_1x3, f32FMA_1x4},
 	}

@@ -44,46 +44,6 @@ func q40VNNI_4x3(w *byte, rowBytes, groups int, y *int8, yStride int, d *float32
 //go:noescape
 func q40VNNI_4x4(w *byte, rowBytes, groups int, y *int8, yStride int, d *float32, s *int32, dStride, nb int, dst *float32, ldBytes int)
 
-// q80AVX2_1x1 computes a 1-row × 1-token tile of Q8_0 weights × Q8_0 activations (AVX2).
-//
-//go:noescape
-func q80AVX2_1x1(w *byte, rowBytes, groups int, y *int8, yStride int, d *float32, s *int32, dStride, nb int, dst *float32, ldBytes int)
-
-// q80AVX2_1x2 computes a 1-row × 2-token tile of Q8_0 weights × Q8_0 activations (AVX2).
-//
-//go:noescape
-func q80AVX2_1x2(w *byte, rowBytes, groups int, y *int8, yStride int, d *float32, s *int32, dStride, nb int, dst *float32, ldBytes int)
-
-// q80AVX2_1x3 computes a 1-row × 3-token tile of Q8_0 weights × Q8_0 activations (AVX2).
-//
-//go:noescape
-func q80AVX2_1x3(w *byte, rowBytes, groups int, y *int8, yStride int, d *float32, s *int32, dStride, nb int, dst *float32, ldBytes int)
-
-// q80AVX2_1x4 computes a 1-row × 4-token tile of Q8_0 weights × Q8_0 activations (AVX2).
-//
-//go:noescape
-func q80AVX2_1x4(w *byte, rowBytes, groups int, y *int8, yStride int, d *float32, s *int32, dStride, nb int, dst *float32, ldBytes int)
-
-// q40AVX2_1x1 computes a 1-row × 1-token tile of Q4_0 weights × Q8_0 activations (AVX2).
-//
-//go:noescape
-func q40AVX2_1x1(w *byte, rowBytes, groups int, y *int8, yStride int, d *float32, s *int32, dStride, nb int, dst *float32, ldBytes int)
-
-// q40AVX2_1x2 computes a 1-row × 2-token tile of Q4_0 weights × Q8_0 activations (AVX2).
-//
-//go:noescape
-func q40AVX2_1x2(w *byte, rowBytes, groups int, y *int8, yStride int, d *float32, s *int32, dStride, nb int, dst *float32, ldBytes int)
-
-// q40AVX2_1x3 computes a 1-row × 3-token tile of Q4_0 weights × Q8_0 activations (AVX2).
-//
-//go:noescape
-func q40AVX2_1x3(w *byte, rowBytes, groups int, y *int8, yStride int, d *float32, s *int32, dStride, nb int, dst *float32, ldBytes int)
-
-// q40AVX2_1x4 computes a 1-row × 4-token tile of Q4_0 weights × Q8_0 activations (AVX2).
-//
-//go:noescape
-func q40AVX2_1x4(w *byte, rowBytes, groups int, y *int8, yStride int, d *float32, s *int32, dStride, nb int, dst *float32, ldBytes int)
-
 // q80VNNIN_1 computes rows × 1 tokens of Q8_0 weights × Q8_0 activations, eight rows at a time, without a transpose (VNNI).
 //
 //go:noescape
@@ -243,6 +203,66 @@ func q80VNNIP_15(w *byte, prefetch, rowBlocks int, act *byte, blockStride, block
 //
 //go:noescape
 func q80VNNIP_16(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
+
+// q40AVX2N_1 computes rows × 1 tokens of Q4_0 weights × Q8_0 activations, eight rows at a time (AVX2).
+//
+//go:noescape
+func q40AVX2N_1(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
+
+// q40AVX2N_2 computes rows × 2 tokens of Q4_0 weights × Q8_0 activations, eight rows at a time (AVX2).
+//
+//go:noescape
+func q40AVX2N_2(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
+
+// q40AVX2P_1 computes rowBlocks × 8 rows × 1 tokens of packed Q4_0 weights × Q8_0 activations (AVX2).
+//
+//go:noescape
+func q40AVX2P_1(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
+
+// q40AVX2P_2 computes rowBlocks × 8 rows × 2 tokens of packed Q4_0 weights × Q8_0 activations (AVX2).
+//
+//go:noescape
+func q40AVX2P_2(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
+
+// q40AVX2P_3 computes rowBlocks × 8 rows × 3 tokens of packed Q4_0 weights × Q8_0 activations (AVX2).
+//
+//go:noescape
+func q40AVX2P_3(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
+
+// q40AVX2P_4 computes rowBlocks × 8 rows × 4 tokens of packed Q4_0 weights × Q8_0 activations (AVX2).
+//
+//go:noescape
+func q40AVX2P_4(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
+
+// q80AVX2N_1 computes rows × 1 tokens of Q8_0 weights × Q8_0 activations, eight rows at a time (AVX2).
+//
+//go:noescape
+func q80AVX2N_1(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
+
+// q80AVX2N_2 computes rows × 2 tokens of Q8_0 weights × Q8_0 activations, eight rows at a time (AVX2).
+//
+//go:noescape
+func q80AVX2N_2(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
+
+// q80AVX2P_1 computes rowBlocks × 8 rows × 1 tokens of packed Q8_0 weights × Q8_0 activations (AVX2).
+//
+//go:noescape
+func q80AVX2P_1(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
+
+// q80AVX2P_2 computes rowBlocks × 8 rows × 2 tokens of packed Q8_0 weights × Q8_0 activations (AVX2).
+//
+//go:noescape
+func q80AVX2P_2(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
+
+// q80AVX2P_3 computes rowBlocks × 8 rows × 3 tokens of packed Q8_0 weights × Q8_0 activations (AVX2).
+//
+//go:noescape
+func q80AVX2P_3(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
+
+// q80AVX2P_4 computes rowBlocks × 8 rows × 4 tokens of packed Q8_0 weights × Q8_0 activations (AVX2).
+//
+//go:noescape
+func q80AVX2P_4(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
 
 // q4KVNNI_1 computes rows × 1 tokens of Q4_K weights × Q8_K activations (VNNI).
 //

@@ -66,7 +66,12 @@ func (m Matrix) DequantizeRow(dst []float32, row int) {
 	}
 	if m.packed && row < m.packedRows() {
 		rb := m.RowBytes()
-		dequantizePackedQ80(dst[:m.Cols], m.Data[row&^7*rb:(row|7+1)*rb], row&7)
+		blk := m.Data[row&^7*rb : (row|7+1)*rb]
+		if m.Type == Q4_0 {
+			dequantizePackedQ40(dst[:m.Cols], blk, row&7)
+		} else {
+			dequantizePackedQ80(dst[:m.Cols], blk, row&7)
+		}
 		return
 	}
 	dequantize(m.Type, dst[:m.Cols], m.Row(row))
@@ -80,14 +85,19 @@ func (m Matrix) DequantizeRow(dst []float32, row int) {
 // embeddings, once and share the result). Products are bit-identical
 // either way.
 //
-// The packed layout is Q8_0's on AVX512-VNNI (asmgen/q80rows.go): each
-// block of eight rows as the kernel's registers hold it, so that it skips
-// a transpose per block and reads the weights front to back.
+// The packed layouts are Q8_0's on AVX512-VNNI (asmgen/q80rows.go) and
+// Q4_0's on AVX2 (asmgen/q40avx2.go): each block of eight rows as the
+// kernel's registers hold it (Q4_0's nibbles still packed), so that it
+// skips a transpose per block and reads the weights front to back.
 func Pack(m Matrix) Matrix {
 	if m.packed || !packable(m.Type) || m.packedRows() == 0 {
 		return m
 	}
-	packQ80(m.Data[:m.packedRows()*m.RowBytes()], m.RowBytes())
+	if m.Type == Q4_0 {
+		packQ40(m.Data[:m.packedRows()*m.RowBytes()], m.RowBytes())
+	} else {
+		packQ80(m.Data[:m.packedRows()*m.RowBytes()], m.RowBytes())
+	}
 	m.packed = true
 	return m
 }
@@ -100,8 +110,9 @@ func (m Matrix) packedRows() int { return m.Rows &^ 7 }
 
 // The packed Q8_0 layout: per block of eight rows and block b of columns,
 // q80PackedBytes at b·q80PackedBytes — eight 32-byte vectors, vector k
-// holding dword k (values 4k..4k+3) of rows 0-7, each value plus 128 as an
-// unsigned byte (xor 0x80), then the eight rows' f16 scales.
+// holding dword k (values 4k..4k+3) of rows 0-7, each value xor
+// q80PackedXor() (0x80 for the VNNI kernels, which take it plus 128 as an
+// unsigned byte; 0 for the AVX2 ones), then the eight rows' f16 scales.
 const (
 	q80PackedBytes = 8 * q80Size
 	q80PackedScale = 256
@@ -110,6 +121,7 @@ const (
 // packQ80 rewrites data, whole blocks of eight Q8_0 rows of rb bytes each,
 // into the packed layout.
 func packQ80(data []byte, rb int) {
+	x := uint32(q80PackedXor()) * 0x01010101
 	tmp := make([]byte, 8*rb)
 	for base := 0; base < len(data); base += 8 * rb {
 		blk := data[base : base+8*rb]
@@ -121,7 +133,7 @@ func packQ80(data []byte, rb int) {
 				out[q80PackedScale+2*r], out[q80PackedScale+2*r+1] = in[0], in[1]
 				for k := 0; k < 8; k++ {
 					v := binary.LittleEndian.Uint32(in[2+4*k:])
-					binary.LittleEndian.PutUint32(out[32*k+4*r:], v^0x80808080)
+					binary.LittleEndian.PutUint32(out[32*k+4*r:], v^x)
 				}
 			}
 		}
@@ -131,14 +143,59 @@ func packQ80(data []byte, rb int) {
 // dequantizePackedQ80 converts row r (0-7) of a packed block of eight Q8_0
 // rows into dst.
 func dequantizePackedQ80(dst []float32, blk []byte, r int) {
+	x := q80PackedXor()
 	for b := 0; b < len(dst)/qk80; b++ {
 		in := blk[b*q80PackedBytes : (b+1)*q80PackedBytes]
 		d := f16At(in, q80PackedScale+2*r)
 		y := dst[b*qk80 : (b+1)*qk80]
 		for k := 0; k < 8; k++ {
 			for j := 0; j < 4; j++ {
-				y[4*k+j] = float32(int8(in[32*k+4*r+j]^0x80)) * d
+				y[4*k+j] = float32(int8(in[32*k+4*r+j]^x)) * d
 			}
 		}
+	}
+}
+
+// The packed Q4_0 layout: per block of eight rows and block b of columns,
+// q40PackedBytes at b·q40PackedBytes — four 32-byte vectors, vector m
+// holding bytes 4m..4m+3 of the eight rows' 16 nibble bytes (values
+// 4m..4m+3 in the low nibbles, 16+4m..16+4m+3 in the high ones; row r at
+// 4r), then the eight rows' f16 scales.
+const (
+	q40PackedBytes = 8 * q40Size
+	q40PackedScale = 128
+)
+
+// packQ40 rewrites data, whole blocks of eight Q4_0 rows of rb bytes each,
+// into the packed layout.
+func packQ40(data []byte, rb int) {
+	tmp := make([]byte, 8*rb)
+	for base := 0; base < len(data); base += 8 * rb {
+		blk := data[base : base+8*rb]
+		copy(tmp, blk)
+		for b := 0; b < rb/q40Size; b++ {
+			out := blk[b*q40PackedBytes : (b+1)*q40PackedBytes]
+			for r := 0; r < 8; r++ {
+				in := tmp[r*rb+b*q40Size : r*rb+(b+1)*q40Size]
+				out[q40PackedScale+2*r], out[q40PackedScale+2*r+1] = in[0], in[1]
+				for m := 0; m < 4; m++ {
+					copy(out[32*m+4*r:32*m+4*r+4], in[2+4*m:2+4*m+4])
+				}
+			}
+		}
+	}
+}
+
+// dequantizePackedQ40 converts row r (0-7) of a packed block of eight Q4_0
+// rows into dst, as dequantize does for the row unpacked.
+func dequantizePackedQ40(dst []float32, blk []byte, r int) {
+	var row [q40Size]byte
+	for b := 0; b < len(dst)/qk40; b++ {
+		in := blk[b*q40PackedBytes : (b+1)*q40PackedBytes]
+		row[0], row[1] = in[q40PackedScale+2*r], in[q40PackedScale+2*r+1]
+		for m := 0; m < 4; m++ {
+			copy(row[2+4*m:2+4*m+4], in[32*m+4*r:32*m+4*r+4])
+		}
+		dequantize(Q4_0, dst[b*qk40:(b+1)*qk40], row[:])
 	}
 }

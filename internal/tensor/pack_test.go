@@ -12,20 +12,27 @@ import (
 // counts with and without a tail after the last block of eight, and
 // DequantizeRow reads packed rows as it reads them unpacked.
 func TestPackedMatMul(t *testing.T) {
-	if !packable(Q8_0) {
-		t.Skip("no packed layout on this CPU")
-	}
 	rng := rand.New(rand.NewPCG(31, 32))
 	p := NewPool(2)
 	defer p.Close()
+	for _, typ := range []DType{Q8_0, Q4_0} {
+		if !packable(typ) {
+			t.Logf("%v: no packed layout on this CPU", typ)
+			continue
+		}
+		testPackedMatMul(t, rng, p, typ)
+	}
+}
+
+func testPackedMatMul(t *testing.T, rng *rand.Rand, p *Pool, typ DType) {
 	for _, cols := range []int{32, 576, 32 * 37} {
 		for _, rows := range []int{8, 13, 64, 67, 200} {
-			m, _ := randMatrix(t, rng, Q8_0, rows, cols)
+			m, _ := randMatrix(t, rng, typ, rows, cols)
 			pm := m
 			pm.Data = append([]byte(nil), m.Data...)
 			pm = Pack(pm)
 			if !pm.packed {
-				t.Fatalf("%dx%d: not packed", rows, cols)
+				t.Fatalf("%v %dx%d: not packed", typ, rows, cols)
 			}
 			for r := 0; r < rows; r++ {
 				want, got := make([]float32, cols), make([]float32, cols)
@@ -33,7 +40,7 @@ func TestPackedMatMul(t *testing.T) {
 				pm.DequantizeRow(got, r)
 				for i := range want {
 					if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
-						t.Fatalf("%dx%d row %d: packed value %d = %v, want %v", rows, cols, r, i, got[i], want[i])
+						t.Fatalf("%v %dx%d row %d: packed value %d = %v, want %v", typ, rows, cols, r, i, got[i], want[i])
 					}
 				}
 			}
@@ -44,7 +51,7 @@ func TestPackedMatMul(t *testing.T) {
 				p.MatMul(got, pm, x, n)
 				for i := range want {
 					if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
-						t.Fatalf("%s: token %d row %d = %v, want %v", fmt.Sprintf("%dx%d n=%d", rows, cols, n), i/rows, i%rows, got[i], want[i])
+						t.Fatalf("%s: token %d row %d = %v, want %v", fmt.Sprintf("%v %dx%d n=%d", typ, rows, cols, n), i/rows, i%rows, got[i], want[i])
 					}
 				}
 			}
@@ -59,7 +66,7 @@ func TestPackLeavesOthers(t *testing.T) {
 	for _, tc := range []struct {
 		typ        DType
 		rows, cols int
-	}{{F32, 16, 32}, {Q4_0, 16, 64}, {Q8_0, 7, 64}} {
+	}{{F32, 16, 32}, {Q4_K, 16, 256}, {Q8_0, 7, 64}, {Q4_0, 7, 64}} {
 		m, _ := randMatrix(t, rng, tc.typ, tc.rows, tc.cols)
 		orig := append([]byte(nil), m.Data...)
 		if pm := Pack(m); pm.packed || string(m.Data) != string(orig) {

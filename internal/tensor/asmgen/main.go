@@ -94,37 +94,26 @@ func reduceStoreTmp(a *asm, R, t, tmp int) {
 	}
 }
 
-// q8Kernel generates a Q8_0 or Q4_0 weight × Q8_0 activation tile.
+// q40Kernel generates a Q4_0 weight × Q8_0 activation tile of the
+// AVX512-VNNI level (vpdpbusd on ymm with EVEX registers and embedded
+// broadcasts).
 //
 // Arguments: w *byte, rowBytes, groups int, y *int8, yStride int,
 // d *float32, s *int32, dStride, nb int, dst *float32, ldBytes int.
 //
 // y holds T tokens' int8 values (yStride bytes apart), d their per-block
-// scales and s per-block offset corrections. vpdpbusd and vpmaddubsw need one
-// unsigned operand: Q4_0 nibbles are q+8, and each of the 8 int32 lanes of a
+// scales and s per-block offset corrections. vpdpbusd needs one unsigned
+// operand: Q4_0 nibbles are q+8, and each of the 8 int32 lanes of a
 // block's dot product starts from s = −Σy (the lanes sum to −8·Σy), so the
-// integer result is exact. AVX2's Q8_0 kernel uses the sign trick instead
-// (|w| × sign(w)·y) and ignores s.
+// integer result is exact. (The AVX2 level's Q4_0 and Q8_0 kernels are
+// q40avx2.go's; Q8_0's VNNI ones q80rows.go's.)
 //
-// vnni selects AVX512-VNNI (vpdpbusd on ymm with EVEX registers and
-// embedded broadcasts; Q4_0 only — Q8_0 has the row kernels of
-// q80rows.go) or AVX2 (vpmaddubsw + vpmaddwd; R must be 1).
 // Single-row kernels unroll two blocks per iteration: they serve decode,
 // where the loop must stream weights at memory speed with few µops per byte.
-func q8Kernel(a *asm, d *decl, q4 bool, vnni bool, R, T int) {
-	typ, bsz := "q80", 34
-	if q4 {
-		typ, bsz = "q40", 18
-	}
-	isa := "AVX2"
-	if vnni {
-		isa = "VNNI"
-		if !q4 {
-			log.Fatal("Q8_0 VNNI kernels are the row kernels")
-		}
-	}
-	name := fmt.Sprintf("%s%s_%dx%d", typ, isa, R, T)
-	text(a, d, fmt.Sprintf("%s computes a %d-row × %d-token tile of %s weights × Q8_0 activations (%s).", name, R, T, strings.ToUpper(typ[:2])+"_"+typ[2:], isa),
+func q40Kernel(a *asm, d *decl, R, T int) {
+	const bsz = 18
+	name := fmt.Sprintf("q40VNNI_%dx%d", R, T)
+	text(a, d, fmt.Sprintf("%s computes a %d-row × %d-token tile of Q4_0 weights × Q8_0 activations (VNNI).", name, R, T),
 		name, "(w *byte, rowBytes, groups int, y *int8, yStride int, d *float32, s *int32, dStride, nb int, dst *float32, ldBytes int)", "$0-88")
 	a.p("MOVQ w+0(FP), SI")
 	a.p("MOVQ rowBytes+8(FP), R8")
@@ -135,20 +124,8 @@ func q8Kernel(a *asm, d *decl, q4 bool, vnni bool, R, T int) {
 	a.p("LEAQ (R12)(R12*2), R13")
 	a.p("MOVQ dst+72(FP), AX")
 	a.p("MOVQ groups+16(FP), R15")
-	// Constants.
-	if vnni {
-		a.p("MOVL $0x0f0f0f0f, CX")
-		a.p("VPBROADCASTD CX, Y30")
-	} else {
-		a.p("MOVL $0x00010001, CX")
-		a.p("VMOVD CX, X13")
-		a.p("VPBROADCASTD X13, Y13") // int16 ones for vpmaddwd
-		if q4 {
-			a.p("MOVL $0x0f0f0f0f, CX")
-			a.p("VMOVD CX, X14")
-			a.p("VPBROADCASTD X14, Y14")
-		}
-	}
+	a.p("MOVL $0x0f0f0f0f, CX")
+	a.p("VPBROADCASTD CX, Y30")
 	// One accumulator per output, whatever the tile: every kernel adds a
 	// given output's block products in the same order, so results are
 	// bit-identical across tile shapes, batch sizes and thread counts
@@ -170,59 +147,24 @@ func q8Kernel(a *asm, d *decl, q4 bool, vnni bool, R, T int) {
 	// body emits block k (0 or 1) of an iteration, addressed by offsets.
 	body := func(k int) {
 		wo, yo, so := k*bsz, k*32, k*4
-		if vnni {
-			// Weights to unsigned nibbles in Y16+r, scales in Y20+r.
-			for r := 0; r < R; r++ {
-				a.p("VMOVDQU32 %s, X%d", rowAddr(wo+2, r), 16+r)
-				a.p("VPSRLW $4, X%d, X24", 16+r)
-				a.p("VINSERTI32X4 $1, X24, Y%d, Y%d", 16+r, 16+r)
-				a.p("VPANDD Y30, Y%d, Y%d", 16+r, 16+r)
-				a.p("VPBROADCASTW %s, X%d", rowAddr(wo, r), 20+r)
-				a.p("VCVTPH2PS X%d, Y%d", 20+r, 20+r)
-			}
-			for t := 0; t < T; t++ {
-				for r := 0; r < R; r++ {
-					tmp := 24 + (r+t*R)%6 // Y30 holds the nibble mask
-					a.p("VPBROADCASTD %s, Y%d", sAddr(so, t), tmp)
-					a.p("VPDPBUSD %s, Y%d, Y%d", tokAddr(yo, t), 16+r, tmp)
-					a.p("VCVTDQ2PS Y%d, Y%d", tmp, tmp)
-					a.p("VMULPS.BCST %s, Y%d, Y%d", dAddr(so, t), tmp, tmp)
-					a.p("VFMADD231PS Y%d, Y%d, Y%d", 20+r, tmp, acc(r, t))
-				}
-			}
-			return
+		// Weights to unsigned nibbles in Y16+r, scales in Y20+r.
+		for r := 0; r < R; r++ {
+			a.p("VMOVDQU32 %s, X%d", rowAddr(wo+2, r), 16+r)
+			a.p("VPSRLW $4, X%d, X24", 16+r)
+			a.p("VINSERTI32X4 $1, X24, Y%d, Y%d", 16+r, 16+r)
+			a.p("VPANDD Y30, Y%d, Y%d", 16+r, 16+r)
+			a.p("VPBROADCASTW %s, X%d", rowAddr(wo, r), 20+r)
+			a.p("VCVTPH2PS X%d, Y%d", 20+r, 20+r)
 		}
-		if R != 1 {
-			log.Fatal("AVX2 q8 kernels have R = 1")
-		}
-		// Y0-Y7 are accumulators. Y8: |w| (Q8_0) or nibbles (Q4_0); Y9: w;
-		// Y10: dx; Y11: y, then the Q4_0 bias; Y12: tmp; Y15: dy.
-		if q4 {
-			a.p("VMOVDQU %s, X8", rowAddr(wo+2, 0))
-			a.p("VPSRLW $4, X8, X9")
-			a.p("VINSERTI128 $1, X9, Y8, Y8")
-			a.p("VPAND Y14, Y8, Y8")
-		} else {
-			a.p("VMOVDQU %s, Y9", rowAddr(wo+2, 0))
-			a.p("VPABSB Y9, Y8")
-		}
-		a.p("VPBROADCASTW %s, X10", rowAddr(wo, 0))
-		a.p("VCVTPH2PS X10, Y10")
 		for t := 0; t < T; t++ {
-			a.p("VMOVDQU %s, Y11", tokAddr(yo, t))
-			if !q4 {
-				a.p("VPSIGNB Y9, Y11, Y11")
+			for r := 0; r < R; r++ {
+				tmp := 24 + (r+t*R)%6 // Y30 holds the nibble mask
+				a.p("VPBROADCASTD %s, Y%d", sAddr(so, t), tmp)
+				a.p("VPDPBUSD %s, Y%d, Y%d", tokAddr(yo, t), 16+r, tmp)
+				a.p("VCVTDQ2PS Y%d, Y%d", tmp, tmp)
+				a.p("VMULPS.BCST %s, Y%d, Y%d", dAddr(so, t), tmp, tmp)
+				a.p("VFMADD231PS Y%d, Y%d, Y%d", 20+r, tmp, acc(r, t))
 			}
-			a.p("VPMADDUBSW Y11, Y8, Y12")
-			a.p("VPMADDWD Y13, Y12, Y12")
-			if q4 {
-				a.p("VPBROADCASTD %s, Y11", sAddr(so, t))
-				a.p("VPADDD Y11, Y12, Y12")
-			}
-			a.p("VCVTDQ2PS Y12, Y12")
-			a.p("VBROADCASTSS %s, Y15", dAddr(so, t))
-			a.p("VMULPS Y15, Y12, Y12")
-			a.p("VFMADD231PS Y10, Y12, Y%d", acc(0, t))
 		}
 	}
 	advance := func(k int) {
@@ -302,17 +244,37 @@ func floatKernel(a *asm, d *decl, typ string, R, T int) {
 	wreg := func(r int) int { return R*T + r }
 	rowAddr := func(off, r int) string { return stride(off, "SI", "R8", "R9", r) }
 	tokAddr := func(off, t int) string { return stride(off, "DI", "R10", "R11", t) }
+	// load puts row r's 8 weights of step k, widened to f32, in Y(reg).
+	load := func(k, r, reg int) {
+		switch typ {
+		case "f32":
+			a.p("VMOVUPS %s, Y%d", rowAddr(k*8*esz, r), reg)
+		case "f16":
+			a.p("VCVTPH2PS %s, Y%d", rowAddr(k*8*esz, r), reg)
+		case "bf16":
+			a.p("VPMOVZXWD %s, Y%d", rowAddr(k*8*esz, r), reg)
+			a.p("VPSLLD $16, Y%d, Y%d", reg, reg)
+		}
+	}
 	body := func(k int) {
-		for r := 0; r < R; r++ {
-			switch typ {
-			case "f32":
-				a.p("VMOVUPS %s, Y%d", rowAddr(k*8*esz, r), wreg(r))
-			case "f16":
-				a.p("VCVTPH2PS %s, Y%d", rowAddr(k*8*esz, r), wreg(r))
-			case "bf16":
-				a.p("VPMOVZXWD %s, Y%d", rowAddr(k*8*esz, r), wreg(r))
-				a.p("VPSLLD $16, Y%d, Y%d", wreg(r), wreg(r))
+		if R == 4 {
+			// The tokens' values in Y13+t, then one row at a time in
+			// Y12: 7 loads a step where memory operands took 16, which
+			// bounded the tile below the FMA units' rate. The same
+			// FMAs into the same accumulators in the same order.
+			for t := 0; t < T; t++ {
+				a.p("VMOVUPS %s, Y%d", tokAddr(32*k, t), 13+t)
 			}
+			for r := 0; r < R; r++ {
+				load(k, r, 12)
+				for t := 0; t < T; t++ {
+					a.p("VFMADD231PS Y%d, Y12, Y%d", 13+t, acc(r, t))
+				}
+			}
+			return
+		}
+		for r := 0; r < R; r++ {
+			load(k, r, wreg(r))
 		}
 		for t := 0; t < T; t++ {
 			for r := 0; r < R; r++ {
@@ -462,6 +424,11 @@ func kKernel(a *asm, d *decl, q6 bool, vnni bool, T int) {
 		a.p("VXORPS Y%d, Y%d, Y%d", facc(t), facc(t), facc(t))
 	}
 	a.label(name + "_block")
+	if !vnni {
+		for off := 0; off < bsz; off += 64 {
+			a.p("PREFETCHT1 %d(SI)", kPrefetch+off)
+		}
+	}
 	for t := 0; t < T; t++ {
 		a.p("VPXOR Y%d, Y%d, Y%d", sumi(t), sumi(t), sumi(t))
 	}
@@ -494,40 +461,28 @@ func kKernel(a *asm, d *decl, q6 bool, vnni bool, T int) {
 			a.p("VPBROADCASTW 2(SI), X21")
 			a.p("VCVTPH2PS X21, Y21") // dmin
 		} else {
-			// Scalar unpacking (R8, R14 are free here) into 32(SP):
-			// [sc_lo, sc_hi, m_lo, m_hi], then 0(SP) scale dwords and
-			// 32(SP) mins16.
-			a.p("MOVL 4(SI), R8") // u0
-			a.p("MOVL R8, R14")
-			a.p("ANDL $0x3f3f3f3f, R14")
-			a.p("MOVL R14, 32(SP)") // sc_lo
-			a.p("SHRL $6, R8")
-			a.p("ANDL $0x03030303, R8")
-			a.p("SHLL $4, R8")
-			a.p("MOVL 12(SI), R14") // u2
-			a.p("ANDL $0x0f0f0f0f, R14")
-			a.p("ORL R14, R8")
-			a.p("MOVL R8, 36(SP)") // sc_hi
-			a.p("MOVL 8(SI), R8")  // u1
-			a.p("MOVL R8, R14")
-			a.p("ANDL $0x3f3f3f3f, R14")
-			a.p("MOVL R14, 40(SP)") // m_lo
-			a.p("SHRL $6, R8")
-			a.p("ANDL $0x03030303, R8")
-			a.p("SHLL $4, R8")
-			a.p("MOVL 12(SI), R14")
-			a.p("SHRL $4, R14")
-			a.p("ANDL $0x0f0f0f0f, R14")
-			a.p("ORL R14, R8")
-			a.p("MOVL R8, 44(SP)") // m_hi
-			a.p("VPMOVZXBD 32(SP), Y8")
-			a.p("VPSLLD $16, Y8, Y9")
-			a.p("VPOR Y9, Y8, Y8")
-			a.p("VMOVDQU Y8, 0(SP)")
-			a.p("VMOVDQU 40(SP), X8")
-			a.p("VPUNPCKLBW X8, X8, X8")
-			a.p("VPMOVZXBW X8, Y8")
-			a.p("VMOVDQU Y8, 32(SP)") // mins16
+			// The VNNI level's unpacking with VEX registers and the
+			// masks and shift counts from memory (k4Const): 0(SP) the
+			// scale dwords, 32(SP) mins16. (Scalar unpacking took about
+			// twice the instructions, a third of a decoded block's.)
+			a.p("VMOVDQU 4(SI), X8")
+			a.p("VPAND k4Const<>+0(SB), X8, X9")      // [sc_lo, m_lo, ..]
+			a.p("VPSHUFD $0x0a, X8, X10")             // [u2, u2, ..]
+			a.p("VPSRLVD k4Const<>+32(SB), X10, X10") // [u2, u2>>4]
+			a.p("VPAND X15, X10, X10")                // & 0x0f
+			a.p("VPSRLD $6, X8, X11")                 // [u0>>6, u1>>6]
+			a.p("VPAND k4Const<>+16(SB), X11, X11")   // & 0x03
+			a.p("VPSLLD $4, X11, X11")                // << 4
+			a.p("VPOR X11, X10, X10")                 // [sc_hi, m_hi]
+			a.p("VPUNPCKLQDQ X10, X9, X9")            // [sc_lo, m_lo, sc_hi, m_hi]
+			a.p("VPSHUFD $0xd8, X9, X9")              // [sc_lo, sc_hi, m_lo, m_hi]
+			a.p("VPMOVZXBD X9, Y10")                  // scales as dwords
+			a.p("VPSLLD $16, Y10, Y11")
+			a.p("VPOR Y11, Y10, Y10") // sc | sc<<16
+			a.p("VMOVDQU Y10, 0(SP)")
+			a.p("VPUNPCKHBW X9, X9, X11") // m0 m0 m1 m1 ...
+			a.p("VPMOVZXBW X11, Y11")
+			a.p("VMOVDQU Y11, 32(SP)") // mins16
 		}
 		for c := 0; c < 4; c++ {
 			lo, hi := 8, 9
@@ -721,6 +676,23 @@ func kKernel(a *asm, d *decl, q6 bool, vnni bool, T int) {
 	a.b.WriteString("\n")
 }
 
+// k4ConstData emits the AVX2 Q4_K kernels' constants: 16 bytes of 0x3f,
+// 16 of 0x03, then the dword shift counts [0, 4, 0, 0].
+func k4ConstData(a *asm) {
+	for i, v := range []uint64{0x3f3f3f3f3f3f3f3f, 0x3f3f3f3f3f3f3f3f, 0x0303030303030303, 0x0303030303030303, 4 << 32, 0} {
+		fmt.Fprintf(&a.b, "DATA k4Const<>+%d(SB)/8, $0x%016x\n", 8*i, v)
+	}
+	a.b.WriteString("GLOBL k4Const<>(SB), RODATA|NOPTR, $48\n\n")
+}
+
+// kPrefetch is how far ahead, in bytes, the AVX2 Q4_K and Q6_K kernels
+// request the weights (into L2) each block. With one row streamed at a
+// time the hardware prefetcher alone left decode of weights in DRAM well
+// short of the same kernel on cached weights (Zen 3 EPYC); 4 KiB ahead
+// did better than 1 and 2 KiB, L2 better than L1 for Q6_K. Not measured on
+// the VNNI level, which keeps its kernels as they were.
+const kPrefetch = 4096
+
 // q6kShufData is the VPSHUFB table that spreads Q6_K scale bytes 2p and
 // 2p+1 over the two halves of 16 bytes, for p = 0..7.
 func q6kShufData(a *asm) {
@@ -827,12 +799,7 @@ func main() {
 	d.b.WriteString(header + "//go:build amd64 && !purego\n\npackage tensor\n\n")
 	for _, R := range []int{1, 4} {
 		for T := 1; T <= 4; T++ {
-			q8Kernel(&a, &d, true, true, R, T) // Q4_0 (Q8_0 has the row kernels)
-		}
-	}
-	for _, q4 := range []bool{false, true} {
-		for T := 1; T <= 4; T++ {
-			q8Kernel(&a, &d, q4, false, 1, T)
+			q40Kernel(&a, &d, R, T)
 		}
 	}
 	q80BiasData(&a)
@@ -845,7 +812,17 @@ func main() {
 	for T := 1; T <= 16; T++ {
 		q80PackedKernel(&a, &d, T)
 	}
+	q40AVX2Data(&a)
+	for _, q8 := range []bool{false, true} {
+		for T := 1; T <= 2; T++ {
+			q40AVX2RowsKernel(&a, &d, T, q8)
+		}
+		for T := 1; T <= 4; T++ {
+			q40AVX2PackedKernel(&a, &d, T, q8)
+		}
+	}
 	q6kShufData(&a)
+	k4ConstData(&a)
 	for _, q6 := range []bool{false, true} {
 		for _, vnni := range []bool{true, false} {
 			for T := 1; T <= 4; T++ {
