@@ -481,8 +481,13 @@ func contextCache(ctx context.Context, m *model.Model, o Options) (Result, error
 	}
 	defer plain.Close()
 	var cold []float64
-	o.logf("context-cache: %d questions without it", uncachedSamples)
-	for _, q := range asks[:min(uncachedSamples, len(asks))] {
+	// Each costs about the cache's creation: one when that took minutes.
+	samples := uncachedSamples
+	if createS > 60 {
+		samples = 1
+	}
+	o.logf("context-cache: %d questions without it", samples)
+	for _, q := range asks[:min(samples, len(asks))] {
 		out, err := run(ctx, plain.Engine, engine.Request{Prompt: concat(doc, q), MaxTokens: 1, Scope: "tenant"}, 0)
 		if err != nil {
 			return nil, err
