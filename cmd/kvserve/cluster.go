@@ -58,8 +58,11 @@ With --upstream URL it runs no engine of its own: it forwards the requests to
 another OpenAI-compatible server (vLLM, SGLang, llama.cpp's server, a kvserve)
 serving the same model (--model gives the tokenizer; no weights are read), and
 publishes the KV events of that server's cache as predicted from what it was
-sent (approximate mode), so the gateways' router places by cache there too. The
-upstream's API key, if it needs one, comes from KVSERVE_UPSTREAM_API_KEY.`,
+sent (approximate mode), so the gateways' router places by cache there too.
+With --upstream-kv-events (a vLLM server publishing its KV events over ZMQ) it
+publishes what the server reports instead (exact mode; needs
+--upstream-cache-salt). The upstream's API key, if it needs one, comes from
+KVSERVE_UPSTREAM_API_KEY.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := applyLayers(cmd.Flags(), "config", os.Getenv); err != nil {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/kvserve/kvserve/internal/api/apitest"
 	"github.com/kvserve/kvserve/internal/cluster"
+	"github.com/kvserve/kvserve/internal/vllmevents/vllmtest"
 )
 
 // startWorkerCmd runs `kvserve worker args...` until the test ends, once
@@ -150,6 +151,76 @@ func TestUpstreamWorker(t *testing.T) {
 	}
 }
 
+// TestUpstreamWorkerExact: `kvserve worker --upstream-kv-events` follows
+// a vLLM-like server's own KV events, and the blocks it reports reach the
+// gateway's router.
+func TestUpstreamWorkerExact(t *testing.T) {
+	modelFile := apitest.BPEModelFile(t)
+	pub := vllmtest.StartPublisher(t, "kv-events")
+	srv := vllmtest.NewServer(t, pub, 16)
+	ns, err := cluster.StartServer(cluster.ServerConfig{StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ns.Close)
+	dataDir := t.TempDir()
+	_, printed := startWorkerCmd(t, "vllm-1", "--nats", ns.URL(), "--id", "vllm-1", "--model", modelFile, "--data-dir", dataDir,
+		"--upstream", srv.URL+"/v1", "--upstream-cache-salt", "--upstream-kv-events", pub.Endpoint(),
+		"--upstream-kv-events-replay", pub.Replay(), "--upstream-kv-events-topic", "kv-events", "--metrics-addr", "127.0.0.1:0")
+	if !strings.Contains(printed, "KV events from "+pub.Endpoint()) {
+		t.Errorf("the start line does not say it follows the events: %q", printed)
+	}
+	metricsURL := regexp.MustCompile(`worker metrics on (http://\S+)`).FindStringSubmatch(printed)
+	if metricsURL == nil {
+		t.Fatalf("no metrics address in %q", printed)
+	}
+	g := startCommand(t, newGatewayCmd(), "--nats", ns.URL(), "--model", modelFile, "--addr", "127.0.0.1:0",
+		"--data-dir", dataDir, "--api-key", "sk-test=t1", "--api-key", "sk-admin")
+	doc := strings.Repeat("A long shared document, read again and again. ", 20)
+	body, _ := json.Marshal(map[string]any{"model": g.model, "max_tokens": 4,
+		"messages": []map[string]string{{"role": "system", "content": doc}, {"role": "user", "content": "first?"}}})
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		status, data := httpDo(t, "POST", g.base+"/v1/chat/completions", "sk-test", string(body))
+		if status == 200 {
+			break
+		}
+		if status != 503 || time.Now().After(deadline) {
+			t.Fatalf("status %d: %s", status, data)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// The server published the prompt's blocks (the worker's subscription
+	// may have missed them: it asks the replay socket), and the router
+	// learns them from the worker.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		pub.Send(vllmtest.Empty(), false) // a later batch shows any gap
+		status, metrics := httpDo(t, "GET", g.base+"/metrics", "sk-admin", "")
+		if status != 200 {
+			t.Fatalf("metrics: %d %s", status, metrics)
+		}
+		var blocks float64
+		for _, line := range strings.Split(string(metrics), "\n") {
+			if v, ok := strings.CutPrefix(line, `kvserve_router_index_worker_blocks{worker="vllm-1"} `); ok {
+				blocks, _ = strconv.ParseFloat(v, 64)
+			}
+		}
+		if blocks >= 10 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the router knows %v blocks of vllm-1, want the document's", blocks)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if salts := srv.Salts(); len(salts) != 1 || salts[0] == "" {
+		t.Errorf("cache_salt sent: %q", salts)
+	}
+	status, wm := httpDo(t, "GET", metricsURL[1], "", "")
+	if status != 200 || !strings.Contains(string(wm), "kvserve_upstream_events_batches_total") || !strings.Contains(string(wm), "\nkvserve_upstream_events_lost_total 0\n") {
+		t.Errorf("worker metrics (status %d) lack the event follower's", status)
+	}
+}
+
 func TestUpstreamWorkerFlags(t *testing.T) {
 	cmd := newWorkerCmd()
 	for _, name := range upstreamEngineFlags {
@@ -165,6 +236,9 @@ func TestUpstreamWorkerFlags(t *testing.T) {
 		{[]string{"--nats", "nats://127.0.0.1:1", "--upstream", "http://127.0.0.1:1/v1", "--engine", "sim"}, "--engine configures"},
 		{[]string{"--nats", "nats://127.0.0.1:1", "--upstream-model", "x"}, "--upstream-model needs --upstream"},
 		{[]string{"--nats", "nats://127.0.0.1:1", "--upstream", "http://127.0.0.1:1/v1", "--upstream-cache-tokens", "0"}, "must be ≥ 1"},
+		{[]string{"--nats", "nats://127.0.0.1:1", "--upstream", "http://127.0.0.1:1/v1", "--upstream-kv-events", "tcp://127.0.0.1:1"}, "needs --upstream-cache-salt"},
+		{[]string{"--nats", "nats://127.0.0.1:1", "--upstream", "http://127.0.0.1:1/v1", "--upstream-kv-events-replay", "tcp://127.0.0.1:1"}, "need --upstream-kv-events"},
+		{[]string{"--nats", "nats://127.0.0.1:1", "--upstream-kv-events", "tcp://127.0.0.1:1"}, "--upstream-kv-events needs --upstream"},
 	} {
 		_, _, err := runCommand(newWorkerCmd(), c.args...)
 		if err == nil || !strings.Contains(err.Error(), c.want) {

@@ -34,6 +34,17 @@
 // it by others, a restart), hence "approximate"; where the upstream
 // reports cached prompt tokens, the request's usage carries its figure,
 // not the prediction's, and the prediction's misses are counted.
+//
+// # Exact mode
+//
+// With Config.Mirror the worker publishes what a vLLM server reports it
+// holds instead (its KV events over ZMQ, internal/vllmevents): no
+// prediction is made. The server's blocks are attributed to tenants by
+// the cache_salt each request carries (CacheSalt is required), and hashed
+// as the router hashes prompts. One limit: a request continuing a prefix an
+// administrator published to every tenant (a shared scope) is hashed by the
+// router from the shared scope for that prefix, while vLLM keyed it by the
+// tenant's salt, so the router does not credit those blocks to the worker.
 package upstream
 
 import (
@@ -59,6 +70,7 @@ import (
 	"github.com/kvserve/kvserve/internal/engine"
 	"github.com/kvserve/kvserve/internal/kv"
 	"github.com/kvserve/kvserve/internal/tokenizer"
+	"github.com/kvserve/kvserve/internal/vllmevents"
 )
 
 // Config configures an Engine. The zero value of each optional field means
@@ -96,8 +108,12 @@ type Config struct {
 	// take the field.
 	CacheSalt bool
 	// Events receives the predicted cache's stored and removed events
-	// (optional).
+	// (optional; in exact mode the Mirror publishes to its own log).
 	Events *kv.EventLog
+	// Mirror, if set, is the upstream's cache as its own events report it
+	// (exact mode): no prediction is made, and each request's cache_salt
+	// is registered with it. CacheSalt is required with it.
+	Mirror *vllmevents.Mirror
 	// Registerer receives the engine's metrics (optional):
 	// kvserve_upstream_running, kvserve_upstream_requests_total,
 	// kvserve_upstream_cached_reported_total,
@@ -149,6 +165,9 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.CacheTokens <= 0 {
 		cfg.CacheTokens = 1 << 18
 	}
+	if cfg.Mirror != nil && !cfg.CacheSalt {
+		return nil, errors.New("upstream: following the server's KV events needs a cache_salt per tenant (CacheSalt): without it the server's blocks cannot be told apart by tenant")
+	}
 	if cfg.CacheTokens < cfg.BlockSize {
 		return nil, fmt.Errorf("upstream: cache of %d tokens holds no block of %d", cfg.CacheTokens, cfg.BlockSize)
 	}
@@ -161,8 +180,12 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	predicted := cfg.Events
+	if cfg.Mirror != nil {
+		predicted = nil // unused: the mirror publishes
+	}
 	pool, err := kv.NewPool(kv.Config{NumBlocks: cfg.CacheTokens / cfg.BlockSize, BlockSize: cfg.BlockSize,
-		Layers: 1, KVDim: 1, NoStorage: true, LRU: true, Events: cfg.Events, Now: cfg.Now})
+		Layers: 1, KVDim: 1, NoStorage: true, LRU: true, Events: predicted, Now: cfg.Now})
 	if err != nil {
 		return nil, fmt.Errorf("upstream: predicted cache: %w", err)
 	}
@@ -183,8 +206,8 @@ func New(cfg Config) (*Engine, error) {
 				Help: "Requests whose external engine reported fewer cached prompt tokens than predicted: the prediction's misses."},
 				func() float64 { return float64(e.mispred.Load()) }),
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kvserve_upstream_predicted_blocks",
-				Help: "Blocks the predicted cache of the external engine holds."},
-				func() float64 { s := e.pool.Stats(); return float64(s.Active + s.Cached) }),
+				Help: "Blocks the external engine holds: predicted, or as its KV events report them (exact mode)."},
+				func() float64 { s := e.Now().KV; return float64(s.Active + s.Cached) }),
 		} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("upstream: metrics: %w", err)
@@ -218,12 +241,25 @@ func (e *Engine) BlockSize() int { return e.cfg.BlockSize }
 // ContextLength implements cluster.Engine.
 func (e *Engine) ContextLength() int { return e.cfg.ContextLength }
 
-// Snapshot implements cluster.Engine: the predicted cache's blocks.
-func (e *Engine) Snapshot() ([]kv.Event, uint64) { return e.pool.Snapshot() }
+// Snapshot implements cluster.Engine: the predicted cache's blocks, or
+// the mirrored ones in exact mode.
+func (e *Engine) Snapshot() ([]kv.Event, uint64) {
+	if e.cfg.Mirror != nil {
+		return e.cfg.Mirror.Snapshot()
+	}
+	return e.pool.Snapshot()
+}
 
 // Now implements cluster.Engine: requests sent and not ended run (the
-// upstream's own queue is not visible), and the predicted cache.
+// upstream's own queue is not visible), and the predicted cache (in exact
+// mode, the blocks the server reports in its own pool).
 func (e *Engine) Now() engine.Stats {
+	if e.cfg.Mirror != nil {
+		total := e.cfg.CacheTokens / e.cfg.BlockSize
+		held := min(e.cfg.Mirror.Held()[kv.TierPool], total)
+		return engine.Stats{Running: int(e.running.Load()),
+			KV: kv.Stats{Total: total, Free: total - held, Cached: held}}
+	}
 	return engine.Stats{Running: int(e.running.Load()), KV: e.pool.Stats()}
 }
 
@@ -324,12 +360,17 @@ func (e *Engine) body(r *engine.Request) ([]byte, error) {
 		b["logit_bias"] = bias
 	}
 	if e.cfg.CacheSalt {
-		// Keyed by the cluster's secret but not the blocks' salt itself,
-		// which never leaves kvserve (KV events omit it too).
-		h := kv.ScopeSalt(e.cfg.Secret, "upstream cache_salt\x00"+r.Scope)
-		b["cache_salt"] = fmt.Sprintf("%x", h[:16])
+		b["cache_salt"] = e.cacheSalt(r.Scope)
 	}
 	return json.Marshal(b)
+}
+
+// cacheSalt is the cache_salt sent for scope: keyed by the cluster's
+// secret but not the blocks' salt itself, which never leaves kvserve (KV
+// events omit it too).
+func (e *Engine) cacheSalt(scope string) string {
+	h := kv.ScopeSalt(e.cfg.Secret, "upstream cache_salt\x00"+scope)
+	return fmt.Sprintf("%x", h[:16])
 }
 
 // Submit implements cluster.Engine: it sends r and returns once the
@@ -345,6 +386,10 @@ func (e *Engine) Submit(ctx context.Context, r engine.Request) (cluster.Job, err
 	if e.running.Add(1) > int64(e.cfg.MaxRunning) {
 		e.running.Add(-1)
 		return nil, fmt.Errorf("%w: %d requests already sent to the external engine", engine.ErrQueueFull, e.cfg.MaxRunning)
+	}
+	if e.cfg.Mirror != nil {
+		// Before sending: the server's events for this request name the salt.
+		e.cfg.Mirror.Register(e.cacheSalt(r.Scope), r.Scope)
 	}
 	jctx, cancel := context.WithCancel(context.Background())
 	stopSubmit := context.AfterFunc(ctx, cancel) // Submit's caller gave up
@@ -379,7 +424,9 @@ func (e *Engine) Submit(ctx context.Context, r engine.Request) (cluster.Job, err
 	e.accepted.Add(1)
 	j.queued = e.cfg.Now().Sub(j.start)
 	// Predicted once accepted: a refused prompt is cached nowhere.
-	j.seq, j.predicted = e.predict(&r)
+	if e.cfg.Mirror == nil {
+		j.seq, j.predicted = e.predict(&r)
+	}
 	go j.read(resp.Body, e.cfg.Tokenizer)
 	return j, nil
 }

@@ -393,7 +393,11 @@ func TestConfigRefused(t *testing.T) {
 // workers; documents sent to each worker directly are predicted cached
 // there, and the gateway's KV-aware router sends the follow-up questions
 // on each document to the upstream that holds it, which confirms the hit.
-func TestRoutedByPrediction(t *testing.T) {
+// routedCluster runs each engine as a cluster worker (its KV events from
+// logs[i]) behind a KV-aware router, and returns the router and the
+// backend a gateway would submit to.
+func routedCluster(t *testing.T, engines []*upstream.Engine, logs []*kv.EventLog) (*router.Router, *cluster.Backend) {
+	t.Helper()
 	ns, err := cluster.StartServer(cluster.ServerConfig{StoreDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
@@ -407,13 +411,9 @@ func TestRoutedByPrediction(t *testing.T) {
 		t.Cleanup(nc.Close)
 		return nc
 	}
-	envs := []*apitest.Env{kvserveUpstream(t), kvserveUpstream(t)}
-	ups := make([]*upstream.Engine, len(envs))
-	for i, env := range envs {
-		var events *kv.EventLog
-		ups[i], events = newEngine(t, env, env.URL("/v1"), nil)
-		w, err := cluster.StartWorker(dial(), ups[i], cluster.WorkerConfig{ID: fmt.Sprintf("ext-%d", i), Model: apitest.ModelName,
-			Heartbeat: 100 * time.Millisecond, Events: events})
+	for i, e := range engines {
+		w, err := cluster.StartWorker(dial(), e, cluster.WorkerConfig{ID: fmt.Sprintf("ext-%d", i), Model: apitest.ModelName,
+			Heartbeat: 100 * time.Millisecond, Events: logs[i]})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -443,6 +443,49 @@ func TestRoutedByPrediction(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(b.Close)
+	return r, b
+}
+
+// waitIndexed waits until the router's index holds n blocks.
+func waitIndexed(t *testing.T, r *router.Router, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for r.Index().Len() != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("the router's index has %d blocks after 10 s, want %d", r.Index().Len(), n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// submitVia sends prompt through the backend (the router places it) and
+// returns its usage.
+func submitVia(t *testing.T, b *cluster.Backend, prompt []int32, scope string) engine.Usage {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := b.Submit(ctx, engine.Request{Prompt: prompt, MaxTokens: 3, Scope: scope})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf []engine.Output
+	for err == nil {
+		buf, err = st.Recv(ctx, buf[:0])
+	}
+	if !errors.Is(err, engine.ErrDone) {
+		t.Fatal(err)
+	}
+	return st.Usage()
+}
+
+func TestRoutedByPrediction(t *testing.T) {
+	envs := []*apitest.Env{kvserveUpstream(t), kvserveUpstream(t)}
+	ups := make([]*upstream.Engine, len(envs))
+	logs := make([]*kv.EventLog, len(envs))
+	for i, env := range envs {
+		ups[i], logs[i] = newEngine(t, env, env.URL("/v1"), nil)
+	}
+	r, b := routedCluster(t, ups, logs)
 
 	tok := envs[0].Tokenizer
 	docs := make([][]int32, 4)
@@ -458,35 +501,16 @@ func TestRoutedByPrediction(t *testing.T) {
 		}
 		drain(t, j)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for r.Index().Len() < 4*(len(docs[0])/ups[0].BlockSize()) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the router's index has %d blocks after 10 s", r.Index().Len())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitIndexed(t, r, 4*(len(docs[0])/ups[0].BlockSize()))
 	for _, i := range []int{3, 0, 2, 1} {
 		prompt := append(slices.Clone(docs[i]), tok.Encode(" What does it say?", false, false)...)
 		before := []int{len(envs[0].Recorder.Requests()), len(envs[1].Recorder.Requests())}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		st, err := b.Submit(ctx, engine.Request{Prompt: prompt, MaxTokens: 3, Scope: "acme"})
-		if err != nil {
-			cancel()
-			t.Fatal(err)
-		}
-		var buf []engine.Output
-		for err == nil {
-			buf, err = st.Recv(ctx, buf[:0])
-		}
-		cancel()
-		if !errors.Is(err, engine.ErrDone) {
-			t.Fatal(err)
-		}
+		u := submitVia(t, b, prompt, "acme")
 		holder := i / 2
 		if got := len(envs[holder].Recorder.Requests()) - before[holder]; got != 1 {
 			t.Errorf("document %d: its question went to upstream %d, not %d which holds it", i, 1-holder, holder)
 		}
-		if u, want := st.Usage(), len(docs[i])/16*16; u.CachedTokens < want {
+		if want := len(docs[i]) / 16 * 16; u.CachedTokens < want {
 			t.Errorf("document %d: the upstream reports %d cached prompt tokens, want at least %d (usage %+v; predictions %v)", i, u.CachedTokens, want, u, fmt.Sprint(ups[holder].Predictions()))
 		}
 	}
