@@ -15,6 +15,7 @@ import (
 
 	"github.com/kvserve/kvserve/internal/api"
 	"github.com/kvserve/kvserve/internal/engine"
+	"github.com/kvserve/kvserve/internal/kv"
 	"github.com/kvserve/kvserve/internal/sample"
 )
 
@@ -526,4 +527,39 @@ func TestGatewayDeath(t *testing.T) {
 	}
 	nc.Close() // the gateway dies: no cancel, no more heartbeats
 	waitFor(t, "the worker stops the dead gateway's request", func() bool { return w.e.Now().Running == 0 })
+}
+
+// statsEngine is an engine that only reports load.
+type statsEngine struct{ st engine.Stats }
+
+func (s statsEngine) Submit(context.Context, engine.Request) (Job, error) {
+	return nil, engine.ErrQueueFull
+}
+func (s statsEngine) Now() engine.Stats              { return s.st }
+func (s statsEngine) BlockSize() int                 { return 16 }
+func (s statsEngine) ContextLength() int             { return 4096 }
+func (s statsEngine) Snapshot() ([]kv.Event, uint64) { return nil, 0 }
+
+// TestHeartbeatWaitingByPriority: a worker's heartbeat says how many
+// requests wait at each priority, and the gateway's registry has it (the
+// router counts only those at a request's priority or above as ahead).
+func TestHeartbeatWaitingByPriority(t *testing.T) {
+	s := startNATS(t)
+	by := []engine.PriorityWaiting{{Priority: 3, Requests: 1, PromptTokens: 40}, {Priority: 0, Requests: 4, PromptTokens: 900}}
+	w, err := StartWorker(connect(t, s), statsEngine{engine.Stats{Waiting: 5, WaitingByPriority: by}},
+		WorkerConfig{ID: "w-prio", Model: testModel, Heartbeat: testBeat})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = w.Close(ctx)
+	})
+	reg, _ := gateway(t, s, LeastLoaded{})
+	waitWorkers(t, reg, 1)
+	info, ok := reg.Worker("w-prio")
+	if !ok || info.Waiting != 5 || !slices.Equal(info.WaitingByPriority, by) {
+		t.Fatalf("registry has %+v (found %v), want waiting 5 by priority %+v", info.Heartbeat, ok, by)
+	}
 }

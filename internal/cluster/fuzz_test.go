@@ -46,7 +46,8 @@ func fuzzDecoder[M any](f *testing.F, decode func([]byte) (M, error), seeds ...a
 var seedHash = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 
 func FuzzDecodeHeartbeat(f *testing.F) {
-	fuzzDecoder(f, DecodeHeartbeat, Heartbeat{V: Version, Worker: "w-1", Model: "m", Interval: time.Second, Running: 2, EventSeq: 9})
+	fuzzDecoder(f, DecodeHeartbeat, Heartbeat{V: Version, Worker: "w-1", Model: "m", Interval: time.Second, Running: 2, EventSeq: 9,
+		WaitingByPriority: []engine.PriorityWaiting{{Priority: 1, Requests: 2, PromptTokens: 30}}})
 }
 
 func FuzzDecodeGatewayHeartbeat(f *testing.F) {

@@ -82,6 +82,10 @@ type Heartbeat struct {
 	KVTotal  int `json:"kv_blocks_total"`
 	KVActive int `json:"kv_blocks_active"`
 	KVCached int `json:"kv_blocks_cached"`
+	// WaitingByPriority splits Waiting by priority, highest first (absent
+	// from workers that do not keep it: the router then counts every
+	// waiting request as ahead of a new one).
+	WaitingByPriority []engine.PriorityWaiting `json:"waiting_by_priority,omitempty"`
 	// EventSeq is the sequence number the worker's next KV event gets.
 	EventSeq uint64 `json:"kv_event_seq"`
 }
@@ -330,8 +334,20 @@ func DecodeHeartbeat(data []byte) (Heartbeat, error) {
 	if m.Interval <= 0 {
 		return Heartbeat{}, fmt.Errorf("cluster: heartbeat of %s: interval %v", m.Worker, m.Interval)
 	}
+	if len(m.WaitingByPriority) > maxPriorities {
+		return Heartbeat{}, fmt.Errorf("cluster: heartbeat of %s: %d priorities waiting (at most %d)", m.Worker, len(m.WaitingByPriority), maxPriorities)
+	}
+	for _, p := range m.WaitingByPriority {
+		if p.Requests < 0 || p.PromptTokens < 0 {
+			return Heartbeat{}, fmt.Errorf("cluster: heartbeat of %s: %+v waiting", m.Worker, p)
+		}
+	}
 	return m, nil
 }
+
+// maxPriorities bounds the priorities a heartbeat lists: the API's range
+// ([-1000, 1000]).
+const maxPriorities = 2001
 
 // DecodeGatewayHeartbeat reads a GatewayHeartbeat.
 func DecodeGatewayHeartbeat(data []byte) (GatewayHeartbeat, error) {

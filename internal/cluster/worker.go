@@ -293,7 +293,8 @@ func (w *Worker) heartbeat() {
 	w.mu.Unlock()
 	hb := Heartbeat{V: Version, Worker: w.cfg.ID, Model: w.cfg.Model, ContextLength: w.cfg.ContextLength,
 		BlockSize: w.e.BlockSize(), Interval: w.cfg.Heartbeat, Draining: draining,
-		Running: st.Running, Waiting: st.Waiting, KVTotal: st.KV.Total, KVActive: st.KV.Active, KVCached: st.KV.Cached}
+		Running: st.Running, Waiting: st.Waiting, KVTotal: st.KV.Total, KVActive: st.KV.Active, KVCached: st.KV.Cached,
+		WaitingByPriority: st.WaitingByPriority}
 	if w.cfg.Events != nil {
 		hb.EventSeq = w.cfg.Events.Next()
 	}

@@ -228,6 +228,7 @@ type Engine struct {
 	sessionsChecked time.Time
 	wake            chan struct{} // a submission arrived (capacity 1)
 	waiting         atomic.Int64  // requests submitted and not yet finished admission
+	waitingBy       waitTally     // the same by priority, from the inbox on
 	stop            context.CancelFunc
 	done            chan struct{}
 	// stepped: no step loop; the caller runs Step (NewStepped).
@@ -489,6 +490,8 @@ func (e *Engine) Submit(ctx context.Context, r Request) (*Stream, error) {
 		return nil, ErrClosed
 	}
 	e.inbox.reqs = append(e.inbox.reqs, req)
+	// Under the inbox's lock: the loop cannot admit it before it is counted.
+	e.waitingBy.add(&req.Request, 1)
 	e.inbox.mu.Unlock()
 	select {
 	case e.wake <- struct{}{}:
@@ -725,7 +728,7 @@ func (e *Engine) enqueue(r *request) {
 	sampling := r.Sampling
 	sampler, err := sample.New(sampling, e.shape.Vocab)
 	if err != nil { // validated at Submit; cannot happen
-		e.waiting.Add(-1)
+		e.admitted(r)
 		r.stream.push(Output{Token: -1, Finish: FinishError, Err: err})
 		return
 	}
@@ -802,7 +805,7 @@ func (e *Engine) finish(s *seqState, reason FinishReason, err error) {
 	}
 	if !r.admitted {
 		r.admitted = true
-		e.waiting.Add(-1)
+		e.admitted(r)
 	}
 	if !r.forked && reason != FinishNone {
 		// Samples that were never forked end with their parent.
@@ -852,6 +855,10 @@ func (e *Engine) removeRunning(s *seqState) {
 type Stats struct {
 	Running, Waiting int
 	KV               kv.Stats
+	// WaitingByPriority splits the requests waiting in the queue by
+	// priority, highest first (those still on their way in are in
+	// Waiting only).
+	WaitingByPriority []PriorityWaiting
 	// PeakRunning is the most sequences ever running at once.
 	PeakRunning int
 	// UsedSlots and AllocatedSlots sum, over all steps so far, the KV
@@ -861,12 +868,20 @@ type Stats struct {
 	UsedSlots, AllocatedSlots int64
 }
 
+// admitted ends r's wait: it was admitted, or it failed before.
+func (e *Engine) admitted(r *request) {
+	e.waiting.Add(-1)
+	e.waitingBy.add(&r.Request, -1)
+}
+
 // Now returns a load snapshot. It is approximate (read without stopping the
 // loop) and meant for routing and display.
 func (e *Engine) Now() Stats {
 	return Stats{
 		Running: int(e.m.runningCount.Load()),
 		Waiting: int(e.waiting.Load()),
+
+		WaitingByPriority: e.waitingBy.snapshot(),
 		KV:      e.kv.Stats(),
 
 		PeakRunning:    int(e.occupancy.peakRunning.Load()),

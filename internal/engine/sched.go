@@ -180,7 +180,7 @@ func (e *Engine) admit(s *seqState) (ok, deferred bool) {
 	}
 	if !r.admitted {
 		r.admitted = true
-		e.waiting.Add(-1)
+		e.admitted(r)
 		now := e.clock.Now()
 		r.stream.mu.Lock()
 		r.stream.admitted = now

@@ -54,7 +54,7 @@ func (p *Picker) Pick(req *engine.Request, cands []cluster.Candidate) int {
 		// waiting are on their way (a lower bound: the heartbeat counts
 		// every gateway's).
 		ws[i] = Worker{ID: c.Worker, BlockSize: c.BlockSize, Running: c.Running, Waiting: c.Waiting,
-			Queued: max(0, c.Dispatched-c.Running-c.Waiting), EventSeq: c.EventSeq}
+			WaitingByPriority: c.WaitingByPriority, Queued: max(0, c.Dispatched-c.Running-c.Waiting), EventSeq: c.EventSeq}
 	}
 	return p.r.Choose(req, ws).Index
 }

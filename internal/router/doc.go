@@ -13,11 +13,13 @@
 //	             host (G2) hit, Weights.Disk for a disk (G3) hit, 1 for a
 //	             miss: the first miss ends w's prefix, every later block
 //	             is a miss too), plus the tokens of the partial last block
-//	load(w)    = PendingPrefill(w) + Weights.Waiting × (Waiting + Queued)
+//	load(w)    = PendingPrefill(w) + Weights.Waiting × (Ahead + Queued)
 //	             + Weights.Running × Running
 //	cost(w)    = prefill(w) + load(w)
 //
-// both in prompt tokens, so one unit prices both: a token of prefill the
+// where Ahead counts the requests waiting on w at the request's priority
+// or above (w admits higher priorities first; every waiting request when
+// w does not say their priorities). Both are in prompt tokens, so one unit prices both: a token of prefill the
 // placement saves is worth a token of queued prefill it adds. The lowest
 // cost wins; with a temperature, placements are drawn with probabilities
 // softmax(−cost / (temperature × spread)) instead, to spread load.

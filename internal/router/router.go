@@ -97,6 +97,10 @@ type Worker struct {
 	// Running and Waiting are the worker's sequences running and
 	// requests waiting (from its heartbeat).
 	Running, Waiting int
+	// WaitingByPriority splits Waiting by priority (from its heartbeat;
+	// nil: unknown). The worker admits higher priorities first, so only
+	// those at the request's priority or above wait ahead of it.
+	WaitingByPriority []engine.PriorityWaiting
 	// Queued counts requests sent to the worker whose admission it has
 	// not reported yet (a gateway's dispatched count).
 	Queued int
@@ -189,16 +193,31 @@ func New(idx *Index, cfg Config) (*Router, error) {
 // Index returns the router's index.
 func (r *Router) Index() *Index { return r.idx }
 
-// load is load(w) of the package doc.
-func (r *Router) load(w *Worker) float64 {
-	return float64(w.PendingPrefill) + r.w.Waiting*float64(w.Waiting+w.Queued) + r.w.Running*float64(w.Running)
+// load is load(w) of the package doc for a request of priority prio.
+func (r *Router) load(w *Worker, prio int) float64 {
+	return float64(w.PendingPrefill) + r.w.Waiting*float64(ahead(w, prio)+w.Queued) + r.w.Running*float64(w.Running)
+}
+
+// ahead is how many of w's waiting requests a request of priority prio
+// waits behind: all of them, unless the worker said their priorities.
+func ahead(w *Worker, prio int) int {
+	if w.WaitingByPriority == nil {
+		return w.Waiting
+	}
+	n := 0
+	for _, p := range w.WaitingByPriority {
+		if p.Priority >= prio {
+			n += p.Requests
+		}
+	}
+	return n
 }
 
 // Score appends to dst the score of placing req on each of ws, in order.
 func (r *Router) Score(dst []Score, req *engine.Request, ws []Worker) []Score {
 	start := len(dst)
 	for i := range ws {
-		dst = append(dst, Score{Load: r.load(&ws[i]), Prefill: float64(len(req.Prompt))})
+		dst = append(dst, Score{Load: r.load(&ws[i], req.Priority), Prefill: float64(len(req.Prompt))})
 	}
 	scores := dst[start:]
 	now := r.cfg.Now()

@@ -72,6 +72,9 @@ func TestScore(t *testing.T) {
 			want: Score{Cached: 96, ByTier: [3]int{96, 0, 0}, Prefill: 4}},
 		{name: "load", worker: Worker{Running: 2, Waiting: 1, Queued: 2, PendingPrefill: 1000},
 			want: Score{Prefill: 100, Load: 1000 + 3*512 + 2*32}},
+		{name: "load: only waiters of the request's priority or above", worker: Worker{Waiting: 6,
+			WaitingByPriority: []engine.PriorityWaiting{{Priority: 3, Requests: 1}, {Priority: 0, Requests: 2}, {Priority: -2, Requests: 3}}},
+			want: Score{Prefill: 100, Load: 3 * 512}},
 		{name: "stale and busy: no credit", events: []kv.Event{stored(kv.TierPool, hs...)}, stale: true, worker: Worker{Running: 1},
 			want: Score{Prefill: 100, Load: 32, Stale: true}},
 		{name: "stale but idle: credit", events: []kv.Event{stored(kv.TierPool, hs...)}, stale: true,
@@ -121,6 +124,7 @@ func TestChoose(t *testing.T) {
 		workers []Worker
 		session string
 		last    string // the session's previous worker
+		prio    int    // the request's priority
 		want    string
 		aff     bool
 	}{
@@ -140,6 +144,15 @@ func TestChoose(t *testing.T) {
 			workers: []Worker{{ID: "a", Waiting: 40}, {ID: "b"}}, want: "b"},
 		{name: "affinity to a worker gone", session: "s", last: "z",
 			workers: []Worker{{ID: "a", Running: 1}, {ID: "b"}}, want: "b"},
+		// b holds the prompt but has eight requests waiting at priority 0.
+		{name: "queued behind equal priorities: the idle worker", events: map[string][]kv.Event{"b": {stored(kv.TierPool, hs...)}},
+			workers: []Worker{{ID: "a"}, {ID: "b", Waiting: 8, WaitingByPriority: []engine.PriorityWaiting{{Priority: 0, Requests: 8}}}}, want: "a"},
+		{name: "a higher priority passes them: the cache", events: map[string][]kv.Event{"b": {stored(kv.TierPool, hs...)}}, prio: 5,
+			workers: []Worker{{ID: "a"}, {ID: "b", Waiting: 8, WaitingByPriority: []engine.PriorityWaiting{{Priority: 0, Requests: 8}}}}, want: "b"},
+		{name: "but not waiters of its own priority", events: map[string][]kv.Event{"b": {stored(kv.TierPool, hs...)}}, prio: 5,
+			workers: []Worker{{ID: "a"}, {ID: "b", Waiting: 8, WaitingByPriority: []engine.PriorityWaiting{{Priority: 5, Requests: 8}}}}, want: "a"},
+		{name: "priorities unknown: every waiter is ahead", events: map[string][]kv.Event{"b": {stored(kv.TierPool, hs...)}}, prio: 5,
+			workers: []Worker{{ID: "a"}, {ID: "b", Waiting: 8}}, want: "a"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -147,7 +160,7 @@ func TestChoose(t *testing.T) {
 			for w, evs := range tt.events {
 				r.Index().Apply(w, false, evs)
 			}
-			req := &engine.Request{Prompt: p, Scope: "t1", Hints: engine.Hints{SessionID: tt.session}}
+			req := &engine.Request{Prompt: p, Scope: "t1", Priority: tt.prio, Hints: engine.Hints{SessionID: tt.session}}
 			if tt.last != "" {
 				// The previous turn: the only candidate was last.
 				r.Choose(req, []Worker{{ID: tt.last}})
