@@ -880,9 +880,9 @@ func (e *Engine) Now() Stats {
 	return Stats{
 		Running: int(e.m.runningCount.Load()),
 		Waiting: int(e.waiting.Load()),
+		KV:      e.kv.Stats(),
 
 		WaitingByPriority: e.waitingBy.snapshot(),
-		KV:      e.kv.Stats(),
 
 		PeakRunning:    int(e.occupancy.peakRunning.Load()),
 		UsedSlots:      e.occupancy.used.Load(),
