@@ -53,6 +53,9 @@ type Request struct {
 
 	// Priority orders scheduling (higher first).
 	Priority int
+	// ServiceTier is the OpenAI service tier served ("flex" or "default"),
+	// when the client named one (ApplyServiceTier); "" otherwise.
+	ServiceTier string
 	// Hints are the client's cache hints (kvserve extension, Anthropic
 	// cache_control).
 	Hints engine.Hints
@@ -157,6 +160,29 @@ type Extension struct {
 	// CachedContent names a context cache the request continues
 	// (Request.CachedContent).
 	CachedContent string `json:"cached_content"`
+	// ServiceTier is OpenAI's service_tier for every dialect (ApplyServiceTier).
+	ServiceTier string `json:"service_tier"`
+}
+
+// ApplyServiceTier reads OpenAI's service_tier: "flex" sets Hints.Flex
+// (the router places the request for its cache over a shorter queue);
+// "auto", "default", "priority" and "scale" are served as the default tier
+// (no tier outranks another here: priority is kvserve.priority, under the
+// key's control). Request.ServiceTier becomes the tier served, which
+// OpenAI's responses echo.
+func ApplyServiceTier(r *Request, field, tier string) error {
+	switch tier {
+	case "":
+		return nil
+	case "flex":
+		r.Hints.Flex = true
+		r.ServiceTier = "flex"
+	case "auto", "default", "priority", "scale":
+		r.ServiceTier = "default"
+	default:
+		return InvalidParam(field, "service_tier must be auto, default, flex, priority or scale, got %q", tier)
+	}
+	return nil
 }
 
 // MaxSessionIDLen bounds the kvserve session_id.
@@ -186,6 +212,9 @@ func (e *Extension) Apply(r *Request) error {
 	}
 	if e.TTL > 0 {
 		r.Hints.TTL = time.Duration(e.TTL)
+	}
+	if err := ApplyServiceTier(r, "kvserve.service_tier", e.ServiceTier); err != nil {
+		return err
 	}
 	if e.Priority != nil {
 		if *e.Priority < -1000 || *e.Priority > 1000 {

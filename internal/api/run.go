@@ -284,6 +284,10 @@ func (r *Run) N() int { return len(r.samples) }
 // Created is when the run started.
 func (r *Run) Created() time.Time { return r.created }
 
+// ServiceTier is the OpenAI service tier the request is served in, when
+// it named one ("" otherwise).
+func (r *Run) ServiceTier() string { return r.req.ServiceTier }
+
 // Next returns the next events, at least one, waiting for the engine as
 // needed. The slice is reused by the next call. After the last sample's
 // EventFinish it returns io.EOF; if the client goes away it cancels the

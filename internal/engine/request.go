@@ -60,6 +60,10 @@ type Hints struct {
 	// EndSession ends SessionID after this request: its blocks are demoted
 	// at once instead of after the idle timeout.
 	EndSession bool `json:"end_session,omitempty"`
+	// Flex: the client takes a longer wait for a cheaper placement
+	// (OpenAI's service_tier "flex"): a router weighs the queue ahead of
+	// the request less against the prefill its cached prefix saves.
+	Flex bool `json:"flex,omitempty"`
 }
 
 // LogitsProcessor constrains or reshapes one sample's next-token

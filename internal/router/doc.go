@@ -15,7 +15,7 @@
 //	             is a miss too), plus the tokens of the partial last block
 //	load(w)    = PendingPrefill(w) + Weights.Waiting × (Ahead + Queued)
 //	             + Weights.Running × Running
-//	cost(w)    = prefill(w) + load(w)
+//	cost(w)    = prefill(w) + load(w) (× Weights.Flex for a flex request)
 //
 // where Ahead counts the requests waiting on w at the request's priority
 // or above (w admits higher priorities first; every waiting request when

@@ -31,6 +31,10 @@ type Weights struct {
 	// prompt tokens (default 32): every step decodes it, which slows the
 	// new request's prefill chunks.
 	Running float64
+	// Flex scales the load term for a request that takes a longer wait
+	// for a cheaper placement (engine.Hints.Flex; default 0.25): its
+	// cached prefix outweighs a queue four times as long.
+	Flex float64
 }
 
 func (w Weights) withDefaults() Weights {
@@ -43,6 +47,8 @@ func (w Weights) withDefaults() Weights {
 	def(&w.Disk, 0.3)
 	def(&w.Waiting, 512)
 	def(&w.Running, 32)
+	def(&w.Flex, 0.25)
+	w.Flex = min(w.Flex, 1)
 	return w
 }
 
@@ -217,7 +223,11 @@ func ahead(w *Worker, prio int) int {
 func (r *Router) Score(dst []Score, req *engine.Request, ws []Worker) []Score {
 	start := len(dst)
 	for i := range ws {
-		dst = append(dst, Score{Load: r.load(&ws[i], req.Priority), Prefill: float64(len(req.Prompt))})
+		load := r.load(&ws[i], req.Priority)
+		if req.Hints.Flex {
+			load *= r.w.Flex
+		}
+		dst = append(dst, Score{Load: load, Prefill: float64(len(req.Prompt))})
 	}
 	scores := dst[start:]
 	now := r.cfg.Now()

@@ -125,6 +125,7 @@ func TestChoose(t *testing.T) {
 		session string
 		last    string // the session's previous worker
 		prio    int    // the request's priority
+		flex    bool   // the request's service tier is flex
 		want    string
 		aff     bool
 	}{
@@ -151,6 +152,11 @@ func TestChoose(t *testing.T) {
 			workers: []Worker{{ID: "a"}, {ID: "b", Waiting: 8, WaitingByPriority: []engine.PriorityWaiting{{Priority: 0, Requests: 8}}}}, want: "b"},
 		{name: "but not waiters of its own priority", events: map[string][]kv.Event{"b": {stored(kv.TierPool, hs...)}}, prio: 5,
 			workers: []Worker{{ID: "a"}, {ID: "b", Waiting: 8, WaitingByPriority: []engine.PriorityWaiting{{Priority: 5, Requests: 8}}}}, want: "a"},
+		// b holds the prompt (1,024 tokens) behind a queue of 4 × 512.
+		{name: "a queue longer than the prefill saved: the idle worker", events: map[string][]kv.Event{"b": {stored(kv.TierPool, hs...)}},
+			workers: []Worker{{ID: "a"}, {ID: "b", Waiting: 4}}, want: "a"},
+		{name: "a flex request waits for its cache", events: map[string][]kv.Event{"b": {stored(kv.TierPool, hs...)}}, flex: true,
+			workers: []Worker{{ID: "a"}, {ID: "b", Waiting: 4}}, want: "b"},
 		{name: "priorities unknown: every waiter is ahead", events: map[string][]kv.Event{"b": {stored(kv.TierPool, hs...)}}, prio: 5,
 			workers: []Worker{{ID: "a"}, {ID: "b", Waiting: 8}}, want: "a"},
 	}
@@ -160,7 +166,7 @@ func TestChoose(t *testing.T) {
 			for w, evs := range tt.events {
 				r.Index().Apply(w, false, evs)
 			}
-			req := &engine.Request{Prompt: p, Scope: "t1", Priority: tt.prio, Hints: engine.Hints{SessionID: tt.session}}
+			req := &engine.Request{Prompt: p, Scope: "t1", Priority: tt.prio, Hints: engine.Hints{SessionID: tt.session, Flex: tt.flex}}
 			if tt.last != "" {
 				// The previous turn: the only candidate was last.
 				r.Choose(req, []Worker{{ID: tt.last}})

@@ -37,6 +37,7 @@ func chatCompletions(c *api.Call) error {
 		Created:           run.Created().Unix(),
 		Model:             run.Model().ID,
 		SystemFingerprint: fingerprint,
+		ServiceTier:       run.ServiceTier(),
 		Choices:           make([]chatChoice, len(choices)),
 	}
 	for i, ch := range choices {
@@ -98,6 +99,7 @@ type chatResponse struct {
 	Created           int64        `json:"created"`
 	Model             string       `json:"model"`
 	SystemFingerprint string       `json:"system_fingerprint"`
+	ServiceTier       string       `json:"service_tier,omitempty"`
 	Choices           []chatChoice `json:"choices"`
 	Usage             *usageJSON   `json:"usage"`
 	Kvserve           *api.Timings `json:"kvserve,omitempty"`
@@ -203,7 +205,12 @@ func streamChat(c *api.Call, run *api.Run, includeUsage, logprobs bool) error {
 	p = strconv.AppendInt(p, run.Created().Unix(), 10)
 	p = append(p, `,"model":`...)
 	p = api.AppendJSONString(p, run.Model().ID)
-	p = append(p, `,"system_fingerprint":"`+fingerprint+`","choices":[`...)
+	p = append(p, `,"system_fingerprint":"`+fingerprint+`"`...)
+	if tier := run.ServiceTier(); tier != "" {
+		p = append(p, `,"service_tier":`...)
+		p = api.AppendJSONString(p, tier)
+	}
+	p = append(p, `,"choices":[`...)
 	s.prefix = p
 
 	// The role chunk of every choice goes out at once, as OpenAI does.

@@ -447,3 +447,57 @@ func TestReasoning(t *testing.T) {
 		t.Fatalf("streamed reasoning %q, non-streamed %q", sb.String(), msg.ReasoningContent)
 	}
 }
+
+// TestServiceTier: "flex" reaches the engine request as Hints.Flex (the
+// router's placement reads it) and is echoed, in chat, streamed chat and
+// responses; the other tiers are served as "default" and say so; an
+// unknown tier is a 400.
+func TestServiceTier(t *testing.T) {
+	env := newEnv(t, apitest.Options{})
+	for _, tc := range []struct {
+		tier, echo string
+		flex       bool
+	}{{"flex", "flex", true}, {"priority", "default", false}, {"auto", "default", false}, {"", "", false}} {
+		body := map[string]any{"model": apitest.ModelName, "max_tokens": 1, "messages": userMsg("hi")}
+		if tc.tier != "" {
+			body["service_tier"] = tc.tier
+		}
+		var resp struct {
+			ServiceTier *string `json:"service_tier"`
+		}
+		postOK(t, env.URL("/v1/chat/completions"), body, &resp)
+		if got := ""; resp.ServiceTier != nil && *resp.ServiceTier != tc.echo || resp.ServiceTier == nil && tc.echo != "" {
+			if resp.ServiceTier != nil {
+				got = *resp.ServiceTier
+			}
+			t.Errorf("service_tier %q: response says %q, want %q", tc.tier, got, tc.echo)
+		}
+		if r := env.Recorder.Last(t); r.Hints.Flex != tc.flex {
+			t.Errorf("service_tier %q: engine hint flex %v", tc.tier, r.Hints.Flex)
+		}
+	}
+	// Streamed: every chunk names the tier.
+	status, data, _ := post(t, env.URL("/v1/chat/completions"), map[string]any{"model": apitest.ModelName, "max_tokens": 2,
+		"messages": userMsg("hi"), "stream": true, "service_tier": "flex"})
+	if status != 200 || !strings.Contains(string(data), `"service_tier":"flex"`) {
+		t.Errorf("streamed: %d %s", status, data)
+	}
+	var resp struct {
+		ServiceTier string `json:"service_tier"`
+	}
+	postOK(t, env.URL("/v1/responses"), map[string]any{"model": apitest.ModelName, "max_output_tokens": 1, "input": "hi",
+		"service_tier": "flex"}, &resp)
+	if resp.ServiceTier != "flex" || !env.Recorder.Last(t).Hints.Flex {
+		t.Errorf("responses: service_tier %q, flex %v", resp.ServiceTier, env.Recorder.Last(t).Hints.Flex)
+	}
+	// Other dialects name it in the kvserve extension.
+	postOK(t, env.URL("/v1/chat/completions"), map[string]any{"model": apitest.ModelName, "max_tokens": 1, "messages": userMsg("hi"),
+		"kvserve": map[string]any{"service_tier": "flex"}}, &resp)
+	if !env.Recorder.Last(t).Hints.Flex {
+		t.Error("kvserve.service_tier flex did not reach the engine")
+	}
+	if status, data, _ := post(t, env.URL("/v1/chat/completions"), map[string]any{"model": apitest.ModelName, "max_tokens": 1,
+		"messages": userMsg("hi"), "service_tier": "cheap"}); status != 400 || !strings.Contains(string(data), "service_tier") {
+		t.Errorf("unknown tier: %d %s", status, data)
+	}
+}

@@ -33,6 +33,8 @@ type samplingFields struct {
 	// PromptCacheKey is OpenAI's key for requests that share a prefix;
 	// here it names the agent session (kvserve.session_id wins).
 	PromptCacheKey string `json:"prompt_cache_key"`
+	// ServiceTier is OpenAI's processing tier (api.ApplyServiceTier).
+	ServiceTier string `json:"service_tier"`
 }
 
 // apply sets the sampling fields of r.
@@ -117,6 +119,9 @@ func (f *samplingFields) apply(r *api.Request) error {
 		r.N = *f.N
 	}
 	if err := f.Kvserve.Apply(r); err != nil {
+		return err
+	}
+	if err := api.ApplyServiceTier(r, "service_tier", f.ServiceTier); err != nil {
 		return err
 	}
 	if k := f.PromptCacheKey; k != "" && r.Hints.SessionID == "" {

@@ -246,6 +246,7 @@ type responseObject struct {
 	Instructions      *string         `json:"instructions"`
 	MaxOutputTokens   *int            `json:"max_output_tokens"`
 	Model             string          `json:"model"`
+	ServiceTier       string          `json:"service_tier,omitempty"`
 	Output            []any           `json:"output"`
 	ParallelToolCalls bool            `json:"parallel_tool_calls"`
 	PreviousResponse  *string         `json:"previous_response_id"`
@@ -340,7 +341,7 @@ func newResponseObject(b *responsesRequest, req *api.Request, run *api.Run) *res
 	}
 	return &responseObject{
 		ID: newID("resp_"), Object: "response", CreatedAt: run.Created().Unix(), Status: "in_progress",
-		Instructions: b.Instructions, MaxOutputTokens: b.MaxOutputTokens, Model: run.Model().ID, Output: []any{},
+		Instructions: b.Instructions, MaxOutputTokens: b.MaxOutputTokens, Model: run.Model().ID, ServiceTier: run.ServiceTier(), Output: []any{},
 		ParallelToolCalls: true, Temperature: req.Sampling.Temperature, TopP: topP, ToolChoice: toolChoice,
 		Tools: tools, Truncation: "disabled", Text: map[string]any{"format": format},
 		Reasoning: map[string]any{"effort": nil, "summary": nil}, Metadata: meta,
