@@ -415,7 +415,7 @@ func (c *Call) prefill(ctx context.Context, req *Request, scope string, ttl time
 		Scope:     scope, // the cache's tenant: the shared scope for a shared cache
 		Hints:     engine.Hints{Retention: engine.RetentionEphemeral, TTL: ttl},
 	}
-	rec, err := c.openRecord(m, ledger.KindCacheCreate, time.Now(), 0)
+	rec, err := c.openRecord(m, ledger.KindCacheCreate, time.Now(), 0, "")
 	if err != nil {
 		return 0, "", err
 	}

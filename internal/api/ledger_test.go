@@ -242,3 +242,36 @@ func TestLedgerBooksBeforeTheEnd(t *testing.T) {
 		resp.Body.Close()
 	}
 }
+
+// TestLedgerServiceTier: a flex request is booked in the flex tier (the
+// price book's flex factor prices it), one in no named tier in none.
+func TestLedgerServiceTier(t *testing.T) {
+	l, _, err := ledger.Open(filepath.Join(t.TempDir(), "ledger.db"), ledger.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	env := apitest.New(t, apitest.Options{Dialects: []api.Dialect{openai.New()}, Config: api.Config{Ledger: l}})
+	tiers := map[string]string{}
+	for _, tier := range []string{"flex", ""} {
+		body := fmt.Sprintf(`{"model":%q,"max_tokens":2,"service_tier":%q,"messages":[{"role":"user","content":"hello"}]}`, apitest.ModelName, tier)
+		resp, err := http.Post(env.URL("/v1/chat/completions"), "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("tier %q: status %d", tier, resp.StatusCode)
+		}
+		tiers[resp.Header.Get("X-Request-Id")] = tier
+	}
+	err = l.Records(context.Background(), ledger.Filter{}, func(r ledger.Record) error {
+		if want, ok := tiers[r.ID]; ok && r.ServiceTier != want {
+			t.Errorf("request asking tier %q booked in %q", want, r.ServiceTier)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -31,15 +31,15 @@ type workerNamer interface{ Worker() string }
 
 // beginUsage opens the call's ledger record before its request reaches
 // the engine; a ledger that cannot take it refuses the request.
-func (c *Call) beginUsage(m *Model, kind ledger.Kind, priority int) error {
-	r, err := c.openRecord(m, kind, c.start, priority)
+func (c *Call) beginUsage(m *Model, kind ledger.Kind, priority int, tier string) error {
+	r, err := c.openRecord(m, kind, c.start, priority, tier)
 	c.usage = r
 	return err
 }
 
 // openRecord books a request of the call as in flight and returns its
 // open record (Seq 0 without a ledger).
-func (c *Call) openRecord(m *Model, kind ledger.Kind, start time.Time, priority int) (ledger.Record, error) {
+func (c *Call) openRecord(m *Model, kind ledger.Kind, start time.Time, priority int, tier string) (ledger.Record, error) {
 	l := c.server.cfg.Ledger
 	if l == nil {
 		return ledger.Record{}, nil
@@ -52,7 +52,7 @@ func (c *Call) openRecord(m *Model, kind ledger.Kind, start time.Time, priority 
 		c.W.Header().Set("X-Request-Id", id)
 	}
 	r := ledger.Record{Kind: kind, ID: id, Start: start, Tenant: c.Identity.Tenant, Principal: c.Identity.Principal,
-		KeyID: c.Identity.KeyID, Model: m.ID, Dialect: c.Dialect.Name(), Route: c.route, Priority: priority}
+		KeyID: c.Identity.KeyID, Model: m.ID, Dialect: c.Dialect.Name(), Route: c.route, Priority: priority, ServiceTier: tier}
 	seq, err := l.Begin(c.Context(), r)
 	if err != nil {
 		c.server.log.Error("api: the usage ledger refused a record", "err", err)

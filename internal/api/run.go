@@ -218,7 +218,7 @@ func (c *Call) Start(req *Request) (*Run, error) {
 	if n := sharedTokens(req.sharedPrefix, p.Tokens); n > 0 {
 		er.SharedScope, er.SharedTokens = ctxcache.SharedTenant, n
 	}
-	if err := c.beginUsage(m, ledger.KindRequest, req.Priority); err != nil {
+	if err := c.beginUsage(m, ledger.KindRequest, req.Priority, req.ServiceTier); err != nil {
 		return nil, err
 	}
 	c.submitted = time.Now()

@@ -127,7 +127,10 @@ type Record struct {
 	Dialect  string `json:"dialect,omitempty"`
 	Route    string `json:"route,omitempty"`
 	Priority int    `json:"priority,omitempty"`
-	Tokens   Tokens `json:"tokens"`
+	// ServiceTier is the OpenAI service tier the request was served in
+	// ("flex" is priced by the book's flex factor), when it named one.
+	ServiceTier string `json:"service_tier,omitempty"`
+	Tokens      Tokens `json:"tokens"`
 	// TTFTMs is the time to the first generated token, DurationMs the time
 	// to the end of the response, both from the request's arrival.
 	TTFTMs     float64 `json:"ttft_ms,omitempty"`

@@ -40,6 +40,17 @@ type Prices struct {
 	Storage float64 `yaml:"storage"`
 	// Compute is per second of a request's time in the server.
 	Compute float64 `yaml:"compute"`
+	// Flex multiplies the token prices of requests served in the flex
+	// service tier (0 or absent: 1, no discount).
+	Flex float64 `yaml:"flex"`
+}
+
+// tokenFactor is what r's token prices are multiplied by.
+func (p Prices) tokenFactor(r ledger.Record) float64 {
+	if r.ServiceTier == "flex" && p.Flex > 0 {
+		return p.Flex
+	}
+	return 1
 }
 
 // Book is a price book.
@@ -123,7 +134,7 @@ func (b *Book) validate() error {
 			return errors.New("a model entry has no name")
 		}
 		for field, v := range map[string]float64{"input": p.Input, "cached_input": p.CachedInput, "cache_write": p.CacheWrite,
-			"output": p.Output, "storage": p.Storage, "compute": p.Compute} {
+			"output": p.Output, "storage": p.Storage, "compute": p.Compute, "flex": p.Flex} {
 			if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
 				return fmt.Errorf("model %q: %s is %v; prices are finite and not negative", name, field, v)
 			}
@@ -179,12 +190,12 @@ const perMillion = 1e-6
 
 // Of returns what a record costs at these prices.
 func (p Prices) Of(r ledger.Record) Cost {
-	t := r.Tokens
+	t, f := r.Tokens, p.tokenFactor(r)
 	return Cost{
-		Input:      float64(t.Uncached-t.CacheWrite) * p.Input * perMillion,
-		CachedRead: float64(t.Cached) * p.CachedInput * perMillion,
-		CacheWrite: float64(t.CacheWrite) * p.CacheWrite * perMillion,
-		Output:     float64(t.Output) * p.Output * perMillion,
+		Input:      float64(t.Uncached-t.CacheWrite) * p.Input * f * perMillion,
+		CachedRead: float64(t.Cached) * p.CachedInput * f * perMillion,
+		CacheWrite: float64(t.CacheWrite) * p.CacheWrite * f * perMillion,
+		Output:     float64(t.Output) * p.Output * f * perMillion,
 		Storage:    r.TokenHours * p.Storage * perMillion,
 		Compute:    r.DurationMs / 1000 * p.Compute,
 	}
@@ -195,10 +206,10 @@ func (p Prices) Of(r ledger.Record) Cost {
 // priced as it was (the time a recomputed prefix would take is not known
 // from the record).
 func (p Prices) Uncached(r ledger.Record) Cost {
-	t := r.Tokens
+	t, f := r.Tokens, p.tokenFactor(r)
 	return Cost{
-		Input:   float64(t.Prompt) * p.Input * perMillion,
-		Output:  float64(t.Output) * p.Output * perMillion,
+		Input:   float64(t.Prompt) * p.Input * f * perMillion,
+		Output:  float64(t.Output) * p.Output * f * perMillion,
 		Compute: r.DurationMs / 1000 * p.Compute,
 	}
 }

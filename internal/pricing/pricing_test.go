@@ -55,6 +55,23 @@ func TestCost(t *testing.T) {
 	if got := p.Uncached(r); got.Total() != 11 {
 		t.Fatalf("Uncached = %+v", got)
 	}
+	// The flex tier at half price: the tokens halve, storage and compute
+	// do not; a book without a flex factor charges flex in full.
+	r.ServiceTier = "flex"
+	if got := p.Of(r); got.Total() != 14.2 {
+		t.Fatalf("flex with no flex factor: %+v", got)
+	}
+	p.Flex = 0.5
+	if got, want := p.Of(r), (Cost{Input: 0.6, CachedRead: 0.5, CacheWrite: 0.5, Output: 2, Storage: 6, Compute: 1}); got != want {
+		t.Fatalf("flex at half: %+v, want %+v", got, want)
+	}
+	if got := p.Uncached(r); got.Total() != 3+2+1 {
+		t.Fatalf("flex uncached: %+v", got)
+	}
+	r.ServiceTier = "default"
+	if got := p.Of(r); got.Total() != 14.2 {
+		t.Fatalf("default tier with a flex factor: %+v", got)
+	}
 }
 
 func FuzzParse(f *testing.F) {
