@@ -123,16 +123,7 @@ func TestUpstreamWorker(t *testing.T) {
 	}
 	// The worker's predicted blocks reached the gateway's router.
 	for deadline := time.Now().Add(5 * time.Second); ; {
-		status, metrics := httpDo(t, "GET", g.base+"/metrics", "sk-admin", "")
-		if status != 200 {
-			t.Fatalf("metrics: %d %s", status, metrics)
-		}
-		var blocks float64
-		for _, line := range strings.Split(string(metrics), "\n") {
-			if v, ok := strings.CutPrefix(line, `kvserve_router_index_worker_blocks{worker="ext-1"} `); ok {
-				blocks, _ = strconv.ParseFloat(v, 64)
-			}
-		}
+		blocks := routerBlocks(t, g.base, "ext-1")
 		if blocks*16 >= float64(out.Usage.PromptTokens/2) {
 			break
 		}
@@ -149,6 +140,22 @@ func TestUpstreamWorker(t *testing.T) {
 			t.Errorf("worker metrics lack %q (status %d)", want, status)
 		}
 	}
+}
+
+// routerBlocks reads how many blocks of worker the gateway's router knows.
+func routerBlocks(t *testing.T, gateway, worker string) float64 {
+	t.Helper()
+	status, metrics := httpDo(t, "GET", gateway+"/metrics", "sk-admin", "")
+	if status != 200 {
+		t.Fatalf("metrics: %d %s", status, metrics)
+	}
+	var blocks float64
+	for _, line := range strings.Split(string(metrics), "\n") {
+		if v, ok := strings.CutPrefix(line, `kvserve_router_index_worker_blocks{worker="`+worker+`"} `); ok {
+			blocks, _ = strconv.ParseFloat(v, 64)
+		}
+	}
+	return blocks
 }
 
 // TestUpstreamWorkerExact: `kvserve worker --upstream-kv-events` follows
@@ -194,16 +201,7 @@ func TestUpstreamWorkerExact(t *testing.T) {
 	// learns them from the worker.
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		pub.Send(vllmtest.Empty(), false) // a later batch shows any gap
-		status, metrics := httpDo(t, "GET", g.base+"/metrics", "sk-admin", "")
-		if status != 200 {
-			t.Fatalf("metrics: %d %s", status, metrics)
-		}
-		var blocks float64
-		for _, line := range strings.Split(string(metrics), "\n") {
-			if v, ok := strings.CutPrefix(line, `kvserve_router_index_worker_blocks{worker="vllm-1"} `); ok {
-				blocks, _ = strconv.ParseFloat(v, 64)
-			}
-		}
+		blocks := routerBlocks(t, g.base, "vllm-1")
 		if blocks >= 10 {
 			break
 		}

@@ -3,7 +3,6 @@ package vllmevents
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"slices"
@@ -163,7 +162,7 @@ func TestFollowLibzmqPublisher(t *testing.T) {
 		t.Skipf("no libzmq publisher: %s cannot import zmq (Debian's python3-zmq)", py)
 	}
 	ctx := t.Context()
-	ep, replay := freeTCP(t), freeTCP(t)
+	ep, replay := vllmtest.FreeTCP(t), vllmtest.FreeTCP(t)
 	cmd := exec.CommandContext(ctx, py, "testdata/publish.py", ep, replay, "kv-events", "testdata/map")
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
@@ -187,14 +186,4 @@ func TestFollowLibzmqPublisher(t *testing.T) {
 	if st := x.f.Stats(); st.Recovered != 1 || st.Lost != 0 || st.Bad != 0 {
 		t.Fatalf("stats %+v: want the one dropped batch recovered", st)
 	}
-}
-
-func freeTCP(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return "tcp://" + l.Addr().String()
 }

@@ -37,7 +37,8 @@ type Publisher struct {
 	sent   [][]byte // payloads by sequence number (nil: aged out)
 }
 
-func freeTCP(t testing.TB) string {
+// FreeTCP is a ZeroMQ TCP endpoint on a free loopback port.
+func FreeTCP(t testing.TB) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -51,7 +52,7 @@ func freeTCP(t testing.TB) string {
 // test.
 func StartPublisher(t testing.TB, topic string) *Publisher {
 	t.Helper()
-	p := &Publisher{t: t, ctx: t.Context(), topic: topic, ep: freeTCP(t), replay: freeTCP(t)}
+	p := &Publisher{t: t, ctx: t.Context(), topic: topic, ep: FreeTCP(t), replay: FreeTCP(t)}
 	p.listen()
 	t.Cleanup(p.Close)
 	return p
