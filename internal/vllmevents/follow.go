@@ -38,8 +38,8 @@ type FollowStats struct {
 	Bad        int64 // messages or batches that could not be read (skipped)
 	Recovered  int64 // gaps the replay filled
 	Lost       int64 // gaps it could not fill (the mirror was emptied)
-	Restarts   int64 // times the server's sequence started over (the mirror was emptied)
-	Reconnects int64 // connections lost and made again
+	Restarts   int64 // times the server's sequence started over on one connection (the mirror was emptied)
+	Reconnects int64 // connections lost and made again (the mirror was emptied and rebuilt from the replay buffer)
 }
 
 // Follower applies a vLLM server's event stream to a Mirror, in order:
@@ -81,6 +81,13 @@ func (f *Follower) Stats() FollowStats {
 
 // Run follows the stream until ctx ends, reconnecting whenever the
 // connection is lost. It returns ctx's error.
+//
+// A new connection starts from nothing: the mirror is emptied and rebuilt
+// from the server's replay buffer. The server may have restarted while the
+// connection was down and published more batches since than were seen
+// before, which its sequence numbers alone would not show, and a block
+// kept from before would draw requests to a server that no longer holds
+// it.
 func (f *Follower) Run(ctx context.Context) error {
 	for {
 		err := f.session(ctx)
@@ -88,7 +95,9 @@ func (f *Follower) Run(ctx context.Context) error {
 			return ctx.Err()
 		}
 		f.reconnects.Add(1)
-		f.log.Warn("vllm events: connection lost; reconnecting", "endpoint", f.cfg.Endpoint, "err", err)
+		f.m.Clear()
+		f.next = -1
+		f.log.Warn("vllm events: connection lost; its blocks are forgotten until the server's replay buffer rebuilds them", "endpoint", f.cfg.Endpoint, "err", err)
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -118,6 +127,9 @@ func (f *Follower) session(ctx context.Context) error {
 		if err != nil {
 			f.badMessage(err)
 			continue
+		}
+		if f.cfg.Topic != "" && string(msg.Frames[0]) != f.cfg.Topic {
+			continue // a longer topic the subscription's prefix also matches
 		}
 		f.receive(ctx, seq, payload)
 	}

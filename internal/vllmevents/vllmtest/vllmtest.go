@@ -113,6 +113,14 @@ func (p *Publisher) Close() {
 	}
 }
 
+// Renumber starts the sequence over from 0 on the same sockets (a server
+// restarted behind a proxy that kept the connection).
+func (p *Publisher) Renumber() {
+	p.mu.Lock()
+	p.sent = nil
+	p.mu.Unlock()
+}
+
 // Restart is the server restarting: the sockets close and open again and
 // the sequence starts over from 0.
 func (p *Publisher) Restart() {
