@@ -360,7 +360,7 @@ func (s *stream) dispatchOnce(ctx context.Context, skip string) error {
 		// Clamped, as the API does, rather than refused.
 		req.MaxTokens = cl - len(req.Prompt)
 	}
-	data, err := json.Marshal(GenerateRequest{V: Version, ID: a.id, Gateway: b.cfg.ID, Request: req})
+	data, err := EncodeGenerateRequest(a.id, b.cfg.ID, req)
 	if err != nil {
 		_ = sub.Unsubscribe()
 		return fmt.Errorf("cluster: encode the request: %w", err)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -16,13 +17,17 @@ import (
 // fields a peer sends are the fields it reads back).
 func fuzzDecoder[M any](f *testing.F, decode func([]byte) (M, error), seeds ...any) {
 	for _, s := range seeds {
+		if raw, ok := s.([]byte); ok { // an encoded message as it is
+			f.Add(raw)
+			continue
+		}
 		data, err := json.Marshal(s)
 		if err != nil {
 			f.Fatal(err)
 		}
 		f.Add(data)
 	}
-	f.Add([]byte(`{"v":2}`))
+	f.Add(fmt.Appendf(nil, `{"v":%d}`, Version))
 	f.Add([]byte(`null`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		m, err := decode(data)
@@ -59,9 +64,14 @@ func FuzzDecodeLeave(f *testing.F) {
 }
 
 func FuzzDecodeGenerateRequest(f *testing.F) {
+	// The binary form too: JSON, a newline, the prompt.
+	data, err := EncodeGenerateRequest("_INBOX.y", "g-1", engine.Request{Prompt: []int32{5, 6, 7, 8}, MaxTokens: 1})
+	if err != nil {
+		f.Fatal(err)
+	}
 	fuzzDecoder(f, DecodeGenerateRequest, GenerateRequest{V: Version, ID: "_INBOX.x", Gateway: "g-1", Request: engine.Request{
 		Prompt: []int32{1, 2, 3}, MaxTokens: 4, N: 2, Scope: "t", Segments: []engine.Segment{{Start: 0, End: 2, Retention: engine.RetentionPersistent}},
-		Hints: engine.Hints{SessionID: "s", TTL: time.Minute}}})
+		Hints: engine.Hints{SessionID: "s", TTL: time.Minute}}}, data)
 }
 
 func FuzzDecodeCancel(f *testing.F) {
