@@ -145,6 +145,9 @@ type Router struct {
 	// hashes is safe for concurrent use: Score runs in many goroutines.
 	hashes  *hashCache
 	scratch sync.Pool // *scratch
+	// linear walks every block (walkLinear) instead of probing the chain
+	// (walkGallop): the reference, for tests.
+	linear bool
 
 	saltMu sync.Mutex
 	salts  map[string]kv.Hash
@@ -284,54 +287,212 @@ func (r *Router) Score(dst []Score, req *engine.Request, ws []Worker) []Score {
 				sizes[j] = 0 // done after this walk
 			}
 		}
-		parent := salt
-		var key uint64
-		key, buf = r.hashes.start(salt, bs, buf)
-		for b := 0; len(group) > 0 && (b+1)*bs <= len(req.Prompt); b++ {
-			tokens := req.Prompt[b*bs : (b+1)*bs]
-			key, buf = r.hashes.next(key, tokens, buf)
-			if h, ok := r.hashes.get(key); ok {
-				parent = h
-			} else {
-				parent = hasher.Block(parent, tokens)
-				r.hashes.put(key, parent)
-			}
-			// The holders, by slot, so each candidate looks its own up
-			// (a shared system prompt is held by most workers: a scan per
-			// candidate would be quadratic in the workers).
-			hs := x.blocks[keyOf(parent)]
-			for _, hd := range hs {
-				tiersOf[hd.slot] = hd.tiers
-			}
-			kept := group[:0]
-			for _, j := range group {
-				tiers := tiersOf[slots[j]]
-				if tiers == 0 {
-					continue // j's prefix ends here
-				}
-				sc := &scores[j]
-				switch {
-				case tiers&1 != 0:
-					sc.ByTier[0] += bs
-					sc.Prefill -= float64(bs)
-				case tiers&2 != 0:
-					sc.ByTier[1] += bs
-					sc.Prefill -= float64(bs) * (1 - r.w.Host)
-				default:
-					sc.ByTier[2] += bs
-					sc.Prefill -= float64(bs) * (1 - r.w.Disk)
-				}
-				sc.Cached += bs
-				kept = append(kept, j)
-			}
-			for _, hd := range hs {
-				tiersOf[hd.slot] = 0
-			}
-			group = kept
+		if r.linear {
+			group, buf = r.walkLinear(req.Prompt, bs, salt, group, slots, scores, tiersOf, hasher, buf)
+		} else {
+			group, buf = r.walkGallop(req.Prompt, bs, salt, group, slots, scores, tiersOf, sc, buf)
 		}
 		sc.group = group[:0]
 	}
 	return dst
+}
+
+// walkLinear scores group (candidates holding blocks of bs tokens) block
+// by block along prompt, each candidate's prefix ending at its first miss:
+// one hash and one index lookup per block some candidate still holds. It
+// is the reference walkGallop agrees with where prefixes have no holes
+// (tests). Called with the index's read lock held.
+func (r *Router) walkLinear(prompt []int32, bs int, salt kv.Hash, group []int, slots []int32, scores []Score, tiersOf []uint8,
+	hasher *kv.Hasher, buf []byte) ([]int, []byte) {
+	x := r.idx
+	parent := salt
+	var key uint64
+	key, buf = r.hashes.start(salt, bs, buf)
+	for b := 0; len(group) > 0 && (b+1)*bs <= len(prompt); b++ {
+		tokens := prompt[b*bs : (b+1)*bs]
+		key, buf = r.hashes.next(key, tokens, buf)
+		if h, ok := r.hashes.get(key); ok {
+			parent = h
+		} else {
+			parent = hasher.Block(parent, tokens)
+			r.hashes.put(key, parent)
+		}
+		// The holders, by slot, so each candidate looks its own up
+		// (a shared system prompt is held by most workers: a scan per
+		// candidate would be quadratic in the workers).
+		hs := x.blocks[keyOf(parent)]
+		for _, hd := range hs {
+			tiersOf[hd.slot] = hd.tiers
+		}
+		kept := group[:0]
+		for _, j := range group {
+			tiers := tiersOf[slots[j]]
+			if tiers == 0 {
+				continue // j's prefix ends here
+			}
+			r.credit(&scores[j], tierOf(tiers), bs)
+			kept = append(kept, j)
+		}
+		for _, hd := range hs {
+			tiersOf[hd.slot] = 0
+		}
+		group = kept
+	}
+	return group, buf
+}
+
+// tierOf is the best tier (0 pool, 1 host, 2 disk) of a holder's tier
+// bits, or -1 for none.
+func tierOf(tiers uint8) int {
+	switch {
+	case tiers == 0:
+		return -1
+	case tiers&1 != 0:
+		return 0
+	case tiers&2 != 0:
+		return 1
+	}
+	return 2
+}
+
+// credit counts n prompt tokens found in tier for sc.
+func (r *Router) credit(sc *Score, tier, n int) {
+	sc.ByTier[tier] += n
+	sc.Cached += n
+	switch tier {
+	case 0:
+		sc.Prefill -= float64(n)
+	case 1:
+		sc.Prefill -= float64(n) * (1 - r.w.Host)
+	default:
+		sc.Prefill -= float64(n) * (1 - r.w.Disk)
+	}
+}
+
+// walkGallop scores group as walkLinear does, but probes the chain
+// instead of reading every block: from a block where the candidates' best
+// tiers are known, it probes 1, 2, 4, … blocks further while they are all
+// the same, then halves the last step to find where one changes, and
+// credits the run between at once. Workers drop a chain's blocks from its
+// tail and move them down the tiers from the tail (kv's eviction order,
+// and vLLM's), so along a prompt each candidate holds a prefix, best tiers
+// not rising: a run of equal states is a run of equal blocks, and a prompt
+// whose 1,000 blocks a worker holds costs a few dozen lookups instead of
+// 1,000. A hole inside a candidate's prefix that no probe lands on is
+// credited as held (a worse placement, never a wrong answer).
+//
+// The cheap keys of every block are computed first (they chain, without
+// the index); a block's SHA-256 comes from the remembered hashes by its
+// key, or is computed from the nearest block before it whose hash is
+// known. Called with the index's read lock held.
+func (r *Router) walkGallop(prompt []int32, bs int, salt kv.Hash, group []int, slots []int32, scores []Score, tiersOf []uint8,
+	sc *scratch, buf []byte) ([]int, []byte) {
+	n := len(prompt) / bs
+	if n == 0 || len(group) == 0 {
+		return group, buf
+	}
+	x := r.idx
+	keys := slices.Grow(sc.keys[:0], n)[:n]
+	hashes := slices.Grow(sc.hashes[:0], n)[:n]
+	known := slices.Grow(sc.known[:0], n)[:n]
+	sc.keys, sc.hashes, sc.known = keys, hashes, known
+	var key uint64
+	key, buf = r.hashes.start(salt, bs, buf)
+	for b := range n {
+		key, buf = r.hashes.next(key, prompt[b*bs:(b+1)*bs], buf)
+		keys[b], known[b] = key, false
+	}
+	// hashAt returns block b's hash, from the remembered ones or computed
+	// from the nearest known one before it.
+	hashAt := func(b int) kv.Hash {
+		if known[b] {
+			return hashes[b]
+		}
+		if h, ok := r.hashes.get(keys[b]); ok {
+			hashes[b], known[b] = h, true
+			return h
+		}
+		from := b
+		for from > 0 && !known[from-1] {
+			if h, ok := r.hashes.get(keys[from-1]); ok {
+				hashes[from-1], known[from-1] = h, true
+				break
+			}
+			from--
+		}
+		parent := salt
+		if from > 0 {
+			parent = hashes[from-1]
+		}
+		for i := from; i <= b; i++ {
+			parent = sc.hasher.Block(parent, prompt[i*bs:(i+1)*bs])
+			hashes[i], known[i] = parent, true
+			r.hashes.put(keys[i], parent)
+		}
+		return parent
+	}
+	// state writes the group's best tiers at block b into dst.
+	state := func(b int, dst []int8) {
+		hs := x.blocks[keyOf(hashAt(b))]
+		for _, hd := range hs {
+			tiersOf[hd.slot] = hd.tiers
+		}
+		for i, j := range group {
+			dst[i] = int8(tierOf(tiersOf[slots[j]]))
+		}
+		for _, hd := range hs {
+			tiersOf[hd.slot] = 0
+		}
+	}
+	cur := slices.Grow(sc.cur[:0], len(group))[:len(group)]
+	probe := slices.Grow(sc.probe[:0], len(group))[:len(group)]
+	sc.cur, sc.probe = cur, probe
+	same := func(b int) bool {
+		state(b, probe[:len(group)])
+		return slices.Equal(probe[:len(group)], cur[:len(group)])
+	}
+	for b := 0; b < n && len(group) > 0; {
+		state(b, cur)
+		kept := group[:0]
+		for i, j := range group {
+			if cur[i] >= 0 {
+				cur[len(kept)] = cur[i]
+				kept = append(kept, j)
+			}
+		}
+		group, cur = kept, cur[:len(kept)]
+		if len(group) == 0 {
+			break
+		}
+		// lo: the last block known to be in state cur; hi: the first
+		// known not to be (n: none).
+		lo, hi := b, n
+		for step := 1; lo+step < n; step *= 2 {
+			if !same(lo + step) {
+				hi = lo + step
+				break
+			}
+			lo += step
+		}
+		if hi == n && lo < n-1 && same(n-1) {
+			lo = n - 1
+		} else if hi == n && lo < n-1 {
+			hi = n - 1
+		}
+		for hi-lo > 1 {
+			mid := lo + (hi-lo)/2
+			if same(mid) {
+				lo = mid
+			} else {
+				hi = mid
+			}
+		}
+		for i, j := range group {
+			r.credit(&scores[j], int(cur[i]), (lo-b+1)*bs)
+		}
+		b = lo + 1
+	}
+	return group, buf
 }
 
 // behind reports whether w's index misses events: the worker announced
@@ -349,12 +510,18 @@ func (r *Router) behind(w *Worker, st *workerState) bool {
 // scratch is one Score's working memory, reused: a decision allocates
 // almost nothing, so it adds no garbage-collection work to the gateway.
 type scratch struct {
-	hasher  *kv.Hasher
-	buf     []byte
-	slots   []int32
-	sizes   []int
-	group   []int
-	tiersOf []uint8 // by index slot; all zero between uses
+	hasher *kv.Hasher
+	buf    []byte
+	// walkGallop's: each block's cheap key and hash (known: computed),
+	// the group's tiers at the current block and at a probe.
+	keys       []uint64
+	hashes     []kv.Hash
+	known      []bool
+	cur, probe []int8
+	slots      []int32
+	sizes      []int
+	group      []int
+	tiersOf    []uint8 // by index slot; all zero between uses
 }
 
 // salt returns scope's salt, remembered (HMAC per decision is avoidable
