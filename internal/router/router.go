@@ -273,8 +273,8 @@ func (r *Router) Score(dst []Score, req *engine.Request, ws []Worker) []Score {
 		}
 	}
 	// Walk the chain once per block size among the candidates (one, in
-	// a homogeneous cluster), hashing only while some candidate's prefix
-	// goes on: a prompt nobody holds costs one hash.
+	// a homogeneous cluster), probing it (walkGallop) rather than reading
+	// every block, hashing only as far as some candidate's prefix may go.
 	for i := range ws {
 		bs := sizes[i]
 		if slots[i] < 0 || bs == 0 {
