@@ -100,7 +100,9 @@ func get(t *testing.T, url, key string) (int, http.Header, []byte) {
 // succeeds.
 func (e *env) chat(t *testing.T, system, user, session string) {
 	t.Helper()
-	body := map[string]any{"model": apitest.ModelName, "max_tokens": 4,
+	// ignore_eos: exactly max_tokens each (the random model may sample its
+	// end-of-generation token at any step).
+	body := map[string]any{"model": apitest.ModelName, "max_tokens": 4, "ignore_eos": true,
 		"messages": []map[string]string{{"role": "system", "content": system}, {"role": "user", "content": user}}}
 	if session != "" {
 		body["kvserve"] = map[string]any{"session_id": session}
