@@ -381,10 +381,10 @@ func (r *Router) credit(sc *Score, tier, n int) {
 // 1,000. A hole inside a candidate's prefix that no probe lands on is
 // credited as held (a worse placement, never a wrong answer).
 //
-// The cheap keys of every block are computed first (they chain, without
-// the index); a block's SHA-256 comes from the remembered hashes by its
-// key, or is computed from the nearest block before it whose hash is
-// known. Called with the index's read lock held.
+// The cheap keys are computed as far as the probes reach (they chain,
+// without the index); a block's SHA-256 comes from the remembered hashes
+// by its key, or is computed from the nearest block before it whose hash
+// is known. Called with the index's read lock held.
 func (r *Router) walkGallop(prompt []int32, bs int, salt kv.Hash, group []int, slots []int32, scores []Score, tiersOf []uint8,
 	sc *scratch, buf []byte) ([]int, []byte) {
 	n := len(prompt) / bs
@@ -396,15 +396,17 @@ func (r *Router) walkGallop(prompt []int32, bs int, salt kv.Hash, group []int, s
 	hashes := slices.Grow(sc.hashes[:0], n)[:n]
 	known := slices.Grow(sc.known[:0], n)[:n]
 	sc.keys, sc.hashes, sc.known = keys, hashes, known
+	// The cheap keys chain: they are computed as far as a probe reaches.
 	var key uint64
 	key, buf = r.hashes.start(salt, bs, buf)
-	for b := range n {
-		key, buf = r.hashes.next(key, prompt[b*bs:(b+1)*bs], buf)
-		keys[b], known[b] = key, false
-	}
+	keyed := 0
 	// hashAt returns block b's hash, from the remembered ones or computed
 	// from the nearest known one before it.
 	hashAt := func(b int) kv.Hash {
+		for ; keyed <= b; keyed++ {
+			key, buf = r.hashes.next(key, prompt[keyed*bs:(keyed+1)*bs], buf)
+			keys[keyed], known[keyed] = key, false
+		}
 		if known[b] {
 			return hashes[b]
 		}
