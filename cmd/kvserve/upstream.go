@@ -100,8 +100,10 @@ func runUpstreamWorker(ctx context.Context, o *workerOptions, stderr io.Writer) 
 	var mirror *vllmevents.Mirror
 	cacheWhat := "predicted cache"
 	if o.upstream.kvEvents != "" {
+		// Room for the server's pool and as much again offloaded, twice
+		// over (blocks of sequences no tenant claimed yet count too).
 		mirror = vllmevents.NewMirror(vllmevents.MirrorConfig{Secret: secret, ModelID: loaded.id, BlockSize: o.blockSize,
-			Events: events, Logger: log})
+			MaxBlocks: max(4*o.upstream.cacheTokens/max(o.blockSize, 1), 1<<16), Events: events, Logger: log})
 		f, err := vllmevents.NewFollower(vllmevents.FollowConfig{Endpoint: o.upstream.kvEvents, Replay: o.upstream.kvReplay,
 			Topic: o.upstream.kvTopic, Logger: log}, mirror)
 		if err != nil {

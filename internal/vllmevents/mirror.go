@@ -2,6 +2,7 @@ package vllmevents
 
 import (
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -227,7 +228,8 @@ func (m *Mirror) stored(e *Event, out []kv.Event) []kv.Event {
 				m.skipped.Add(int64(len(e.Hashes) - i))
 				return out
 			}
-			n = &node{parent: parent, tokens: e.Tokens[i*e.BlockSize : (i+1)*e.BlockSize : (i+1)*e.BlockSize]}
+			// A copy: a node may outlive the batch by hours.
+			n = &node{parent: parent, tokens: slices.Clone(e.Tokens[i*e.BlockSize : (i+1)*e.BlockSize])}
 			if parent == "" {
 				if i < len(e.ExtraKeys) {
 					for _, k := range e.ExtraKeys[i] {
