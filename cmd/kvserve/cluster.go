@@ -282,9 +282,9 @@ func runGateway(ctx context.Context, o *gatewayOptions, flags *pflag.FlagSet, st
 	if _, err := o.auto.rule(flags, nil); err != nil && (o.auto.fast == "" || o.auto.strong == "") {
 		return fmt.Errorf("gateway: %w", err) // a flag without its pair: say so before loading anything
 	}
-	policy, err := router.ParsePolicy(o.router)
+	policy, err := o.routerOptions.policy(flags)
 	if err != nil {
-		return fmt.Errorf("gateway: --router: %w", err)
+		return fmt.Errorf("gateway: %w", err)
 	}
 	dataDir, secret, err := openDataDir(o.dataDir)
 	if err != nil {
@@ -322,7 +322,7 @@ func runGateway(ctx context.Context, o *gatewayOptions, flags *pflag.FlagSet, st
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}
-	g, err := startGateway(nc, a, loaded, o.modelAliases, auto, routing{policy: policy, secret: secret}, log)
+	g, err := startGateway(nc, a, loaded, o.modelAliases, auto, routing{policy: policy, secret: secret, hashCacheBlocks: o.hashCacheBlocks}, log)
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}
@@ -351,11 +351,29 @@ func runGateway(ctx context.Context, o *gatewayOptions, flags *pflag.FlagSet, st
 
 // routerOptions choose how a gateway places requests.
 type routerOptions struct {
-	router string
+	router          string
+	hashCacheBlocks int
 }
 
 func addRouterFlags(f *pflag.FlagSet, o *routerOptions) {
 	f.StringVar(&o.router, "router", string(router.PolicyKV), "how requests are placed on workers: kv (KV-aware: cached prefix per tier against load), least-loaded, round-robin")
+	f.IntVar(&o.hashCacheBlocks, "router-hash-cache-blocks", 1<<22, "kv router: block hashes remembered (computed, or learnt from the workers' KV events), about 70 bytes each once filled; to place long prompts without hashing them again it should hold the blocks of every worker of a model")
+}
+
+// policy reads --router and checks --router-hash-cache-blocks, which only
+// the kv policy has a use for.
+func (o *routerOptions) policy(f *pflag.FlagSet) (router.Policy, error) {
+	p, err := router.ParsePolicy(o.router)
+	if err != nil {
+		return "", fmt.Errorf("--router: %w", err)
+	}
+	if o.hashCacheBlocks < 1 {
+		return "", fmt.Errorf("--router-hash-cache-blocks %d: want ≥ 1", o.hashCacheBlocks)
+	}
+	if p != router.PolicyKV && f.Changed("router-hash-cache-blocks") {
+		return "", fmt.Errorf("--router-hash-cache-blocks configures the kv router, not %s", p)
+	}
+	return p, nil
 }
 
 // routing is a gateway's placement policy and what it needs.
@@ -363,6 +381,8 @@ type routing struct {
 	policy router.Policy
 	// secret is the workers' (the kv policy hashes prompts as they do).
 	secret []byte
+	// hashCacheBlocks is router.Config.HashCacheBlocks.
+	hashCacheBlocks int
 }
 
 // gateway is the cluster side of a gateway: the registry of workers and,
@@ -495,7 +515,7 @@ func startModelRoute(nc *nats.Conn, reg *cluster.Registry, model string, metrics
 	var picker cluster.Picker
 	switch rt.policy {
 	case router.PolicyKV, "":
-		r, err := router.New(router.NewIndex(nil), router.Config{Secret: rt.secret, ModelID: model})
+		r, err := router.New(router.NewIndex(nil), router.Config{Secret: rt.secret, ModelID: model, HashCacheBlocks: rt.hashCacheBlocks})
 		if err != nil {
 			return nil, err
 		}
@@ -584,7 +604,7 @@ only as long as the command; the usage ledger is the data directory's. Each work
 			if err := applyLayers(cmd.Flags(), "config", os.Getenv); err != nil {
 				return fmt.Errorf("cluster up: %w", err)
 			}
-			return runClusterUp(cmd.Context(), &o, cmd.ErrOrStderr())
+			return runClusterUp(cmd.Context(), &o, cmd.Flags(), cmd.ErrOrStderr())
 		},
 	}
 	f := cmd.Flags()
@@ -595,7 +615,7 @@ only as long as the command; the usage ledger is the data directory's. Each work
 	return cmd
 }
 
-func runClusterUp(ctx context.Context, o *clusterUpOptions, stderr io.Writer) error {
+func runClusterUp(ctx context.Context, o *clusterUpOptions, flags *pflag.FlagSet, stderr io.Writer) error {
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	if o.workers < 1 || o.workers > 64 {
 		return fmt.Errorf("cluster up: --workers %d: want 1 to 64", o.workers)
@@ -606,9 +626,9 @@ func runClusterUp(ctx context.Context, o *clusterUpOptions, stderr io.Writer) er
 	if err := o.apiOptions.validate(); err != nil {
 		return fmt.Errorf("cluster up: %w", err)
 	}
-	policy, err := router.ParsePolicy(o.router)
+	policy, err := o.routerOptions.policy(flags)
 	if err != nil {
-		return fmt.Errorf("cluster up: --router: %w", err)
+		return fmt.Errorf("cluster up: %w", err)
 	}
 	dataDir, secret, err := openDataDir(o.dataDir)
 	if err != nil {
@@ -691,7 +711,7 @@ func runClusterUp(ctx context.Context, o *clusterUpOptions, stderr io.Writer) er
 		return fmt.Errorf("cluster up: %w", err)
 	}
 	defer a.shutdown(time.Second)
-	g, err := startGateway(gnc, a, []*servedModel{loaded}, o.modelAliases, nil, routing{policy: policy, secret: secret}, log)
+	g, err := startGateway(gnc, a, []*servedModel{loaded}, o.modelAliases, nil, routing{policy: policy, secret: secret, hashCacheBlocks: o.hashCacheBlocks}, log)
 	if err != nil {
 		return fmt.Errorf("cluster up: %w", err)
 	}

@@ -181,6 +181,9 @@ func TestClusterCommandsRejectBadSettings(t *testing.T) {
 		{"cluster", []string{"up", "--kv-eviction", "fifo"}, "--kv-eviction"},
 		{"cluster", []string{"up", "--router", "random"}, "--router"},
 		{"gateway", []string{"--nats", "nats://127.0.0.1:1", "--router", "nearest"}, "--router"},
+		{"gateway", []string{"--nats", "nats://127.0.0.1:1", "--router-hash-cache-blocks", "0"}, "--router-hash-cache-blocks 0"},
+		{"gateway", []string{"--nats", "nats://127.0.0.1:1", "--router", "round-robin", "--router-hash-cache-blocks", "100"}, "configures the kv router"},
+		{"cluster", []string{"up", "--router", "least-loaded", "--router-hash-cache-blocks", "100"}, "configures the kv router"},
 	}
 	for _, tt := range tests {
 		cmd := map[string]func() *cobra.Command{"worker": newWorkerCmd, "gateway": newGatewayCmd, "cluster": newClusterCmd}[tt.name]()

@@ -103,7 +103,10 @@ func NewFeed(nc *nats.Conn, reg *cluster.Registry, r *Router, cfg FeedConfig) (*
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	idx := r.Index()
-	cfg.Follow.Apply = func(u cluster.Update) { idx.Apply(u.Worker, u.Reset, u.Events) }
+	cfg.Follow.Apply = func(u cluster.Update) {
+		idx.Apply(u.Worker, u.Reset, u.Events)
+		r.Learn(u.Events)
+	}
 	ctx, stop := context.WithCancel(context.Background())
 	f := &Feed{stop: stop, done: make(chan struct{})}
 	go f.run(ctx, nc, reg, r, cfg)

@@ -119,3 +119,51 @@ func BenchmarkChooseLongPrompt(b *testing.B) {
 		})
 	}
 }
+
+// TestLearnFromEvents: once the router has hashed a chain's first block
+// (placing a request), the blocks a worker then stores after it are
+// remembered from the events' tokens, so the next request continuing them
+// finds every hash without computing one; events without tokens, or after
+// a block the router never hashed, teach nothing.
+func TestLearnFromEvents(t *testing.T) {
+	r, _ := newTestRouter(t, Config{})
+	p := prompt(16*40, 5)
+	hs := chain("t", p)
+	salt := kv.ScopeSalt(testSecret, "t")
+	keys := make([]uint64, len(hs))
+	var buf []byte
+	key, buf := r.hashes.start(salt, 16, buf)
+	for i := range hs {
+		key, buf = r.hashes.next(key, p[i*16:(i+1)*16], buf)
+		keys[i] = key
+	}
+	ws := []Worker{{ID: "w"}}
+	r.Index().Apply("w", false, []kv.Event{stored(kv.TierPool, hs[0])})
+	r.Score(nil, &engine.Request{Prompt: p[:16], Scope: "t"}, ws) // the router hashes block 0
+	if _, ok := r.hashes.get(keys[0]); !ok {
+		t.Fatal("block 0 not remembered after a decision hashed it")
+	}
+	// Blocks 1-19 stored with their tokens, in one event after block 0;
+	// 20-29 with none (a snapshot's); 30-39 after block 29.
+	events := []kv.Event{
+		{Kind: kv.BlockStored, Tier: kv.TierPool, Hashes: hs[1:20], Parent: hs[0], Tokens: p[16 : 20*16], BlockSize: 16},
+		{Kind: kv.BlockStored, Tier: kv.TierPool, Hashes: hs[20:30], Parent: hs[19], BlockSize: 16},
+		{Kind: kv.BlockStored, Tier: kv.TierPool, Hashes: hs[30:], Parent: hs[29], Tokens: p[30*16:], BlockSize: 16},
+	}
+	r.Index().Apply("w", false, events)
+	r.Learn(events)
+	for i := range hs {
+		h, ok := r.hashes.get(keys[i])
+		want := i < 20
+		if ok != want || ok && h != hs[i] {
+			t.Errorf("block %d: remembered %v (%v), want %v", i, ok, h == hs[i], want)
+		}
+	}
+	// A chain whose first block the router never hashed: nothing learnt.
+	q := prompt(16*3, 6)
+	qs := chain("t", q)
+	r.Learn([]kv.Event{{Kind: kv.BlockStored, Tier: kv.TierPool, Hashes: qs, Tokens: q, BlockSize: 16}})
+	if _, ok := r.hashes.keyFor(qs[2]); ok {
+		t.Error("learnt blocks after a first block the router never hashed")
+	}
+}

@@ -84,8 +84,11 @@ type Config struct {
 	// (default 30s).
 	StaleAfter time.Duration
 	// HashCacheBlocks bounds the block hashes remembered to score the
-	// next prompt with the same prefix faster (default 262,144, about 25
-	// MB).
+	// next prompt with the same prefix without SHA-256: those the router
+	// computed and those it learnt from the workers' events (Learn)
+	// (default 4,194,304, about 70 bytes each once filled: it should hold
+	// what the index holds, the blocks of every worker, or long prefixes
+	// are hashed again on the way to their placement).
 	HashCacheBlocks int
 	// MaxSessions bounds the sessions remembered (default 100,000); past
 	// it, expired ones are dropped, then the oldest.
@@ -187,7 +190,7 @@ func New(idx *Index, cfg Config) (*Router, error) {
 		cfg.Now = time.Now
 	}
 	if cfg.HashCacheBlocks <= 0 {
-		cfg.HashCacheBlocks = 1 << 18
+		cfg.HashCacheBlocks = 1 << 22
 	}
 	if cfg.Temperature < 0 || math.IsNaN(cfg.Temperature) || math.IsInf(cfg.Temperature, 0) {
 		return nil, errors.New("router: the temperature must be a finite number ≥ 0")
@@ -197,6 +200,18 @@ func New(idx *Index, cfg Config) (*Router, error) {
 		rng:   rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)), sessions: map[string]session{}}
 	r.scratch.New = func() any { return &scratch{hasher: kv.NewHasher([]byte(cfg.ModelID))} }
 	return r, nil
+}
+
+// Learn remembers the cheap keys of the blocks stored events name, from
+// their tokens (see hashCache.learn), so that the next request continuing
+// them is scored without hashing them with SHA-256: call it with every
+// batch applied to the index, off the requests' way. Safe for concurrent
+// use.
+func (r *Router) Learn(events []kv.Event) {
+	var buf []byte
+	for i := range events {
+		buf = r.hashes.learn(&events[i], buf)
+	}
 }
 
 // Index returns the router's index.

@@ -241,6 +241,7 @@ func Run(ctx context.Context, cfg Config, arrivals []Arrival) (Result, error) {
 						idx.Apply(n.id, true, snap)
 					} else if len(events) > 0 {
 						idx.Apply(n.id, false, events)
+						rt.Learn(events)
 					}
 				}
 			}
