@@ -357,7 +357,7 @@ type routerOptions struct {
 
 func addRouterFlags(f *pflag.FlagSet, o *routerOptions) {
 	f.StringVar(&o.router, "router", string(router.PolicyKV), "how requests are placed on workers: kv (KV-aware: cached prefix per tier against load), least-loaded, round-robin")
-	f.IntVar(&o.hashCacheBlocks, "router-hash-cache-blocks", 1<<22, "kv router: block hashes remembered (computed, or learnt from the workers' KV events), about 70 bytes each once filled; to place long prompts without hashing them again it should hold the blocks of every worker of a model")
+	f.IntVar(&o.hashCacheBlocks, "router-hash-cache-blocks", 1<<22, "kv router: block hashes remembered (computed, or learnt from the workers' KV events), up to about 250 bytes each once filled; to place long prompts without hashing them again it should hold the blocks of every worker of a model")
 }
 
 // policy reads --router and checks --router-hash-cache-blocks, which only

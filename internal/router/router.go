@@ -86,9 +86,10 @@ type Config struct {
 	// HashCacheBlocks bounds the block hashes remembered to score the
 	// next prompt with the same prefix without SHA-256: those the router
 	// computed and those it learnt from the workers' events (Learn)
-	// (default 4,194,304, about 70 bytes each once filled: it should hold
-	// what the index holds, the blocks of every worker, or long prefixes
-	// are hashed again on the way to their placement).
+	// (default 4,194,304; up to about 250 bytes each with the maps' own
+	// overhead once filled). It should hold what the index holds, the
+	// blocks of every worker, or long prefixes are hashed again on the
+	// way to their placement.
 	HashCacheBlocks int
 	// MaxSessions bounds the sessions remembered (default 100,000); past
 	// it, expired ones are dropped, then the oldest.
