@@ -171,12 +171,7 @@ func q40AVX2RowsKernel(a *asm, d *decl, T int, q8 bool) {
 	a.p("MOVQ ldBytes+64(FP), R9")
 	a.p("CMPQ R15, $8")
 	a.p("JL %s_partstore", name)
-	for t := 0; t < T; t++ {
-		a.p("VMOVUPS Y%d, (R10)", facc(t))
-		if t+1 < T {
-			a.p("ADDQ R9, R10")
-		}
-	}
+	q80StoreTokens(a, T, facc(0), "", "R10")
 	a.p("ADDQ $32, DX")
 	a.p("LEAQ (SI)(R8*8), SI")
 	a.p("SUBQ $8, R15")
@@ -329,12 +324,7 @@ func q40AVX2PackedKernel(a *asm, d *decl, T int, q8 bool) {
 	a.p("DECQ CX")
 	a.p("JNZ %s_block", name)
 	a.p("MOVQ DX, R13")
-	for t := 0; t < T; t++ {
-		a.p("VMOVUPS Y%d, (R13)", facc(t))
-		if t+1 < T {
-			a.p("ADDQ R9, R13")
-		}
-	}
+	q80StoreTokens(a, T, facc(0), "", "R13")
 	a.p("ADDQ $32, DX")
 	a.p("DECQ R15")
 	a.p("JNZ %s_rows", name)
