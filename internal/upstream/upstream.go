@@ -131,7 +131,7 @@ type Config struct {
 type Engine struct {
 	cfg      Config
 	endpoint string
-	pool     *kv.Pool
+	pool     *kv.Pool // the predicted cache (nil in exact mode)
 	eog      map[int32]bool
 
 	running  atomic.Int64
@@ -180,17 +180,16 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	predicted := cfg.Events
-	if cfg.Mirror != nil {
-		predicted = nil // unused: the mirror publishes
-	}
-	pool, err := kv.NewPool(kv.Config{NumBlocks: cfg.CacheTokens / cfg.BlockSize, BlockSize: cfg.BlockSize,
-		Layers: 1, KVDim: 1, NoStorage: true, LRU: true, Events: predicted, Now: cfg.Now})
-	if err != nil {
-		return nil, fmt.Errorf("upstream: predicted cache: %w", err)
-	}
-	e := &Engine{cfg: cfg, endpoint: strings.TrimRight(cfg.URL, "/") + "/completions", pool: pool,
+	e := &Engine{cfg: cfg, endpoint: strings.TrimRight(cfg.URL, "/") + "/completions",
 		eog: map[int32]bool{}, salts: map[string]kv.Hash{}}
+	if cfg.Mirror == nil { // in exact mode the mirror holds the blocks
+		pool, err := kv.NewPool(kv.Config{NumBlocks: cfg.CacheTokens / cfg.BlockSize, BlockSize: cfg.BlockSize,
+			Layers: 1, KVDim: 1, NoStorage: true, LRU: true, Events: cfg.Events, Now: cfg.Now})
+		if err != nil {
+			return nil, fmt.Errorf("upstream: predicted cache: %w", err)
+		}
+		e.pool = pool
+	}
 	for _, id := range cfg.Tokenizer.EOGs() {
 		e.eog[id] = true
 	}
