@@ -225,8 +225,13 @@ type blockMeta struct {
 	// findable blocks extend this one.
 	parent   BlockID
 	children int32
-	// uses counts the prefix hits on the block since it was stored.
-	uses uint32
+	// uses counts the prompts that held the block (its first store
+	// included), across evictions while the value evictor's reuse model
+	// remembers it; rclass is its reuse class at its last use, open that
+	// no use has followed that one yet (reuseModel).
+	uses   uint32
+	rclass uint8
+	open   bool
 	// expiry of a pinned block (Unix nanoseconds; 0: none).
 	expiry int64
 	// owner is the scope (tenant) of the sequence that stored the block.
@@ -250,6 +255,7 @@ type Pool struct {
 	index   map[Hash]BlockID
 	evictor Evictor
 	value   *valueEvictor    // the evictor, when it is the value policy
+	reuse   *reuseModel      // what the value evictor learns of reuse (nil with another evictor)
 	host    *hostTier        // G2, when configured
 	disk    *diskstore.Store // G3, when configured
 	// owners numbers the scopes (tenants), scopes lists them by number;
@@ -310,6 +316,7 @@ func NewPool(cfg Config) (*Pool, error) {
 	if p.evictor == nil {
 		v := newValueEvictor(p)
 		p.evictor, p.value = v, v
+		p.reuse = newReuseModel(c.NumBlocks)
 		p.cfg.Evictor = v
 	}
 	total := int64(p.blockBytes) * int64(c.NumBlocks)
@@ -633,6 +640,9 @@ func (p *Pool) onboardLocked(h Hash, parent BlockID, class Class, expiry int64, 
 	}
 	p.countLocked(id, +1)
 	p.index[h] = id
+	if p.reuse != nil {
+		p.reuse.recall(h, m)
+	}
 	if p.cfg.Events != nil {
 		if tier == TierHost { // G3 keeps its copy
 			p.cfg.Events.Publish(Event{Kind: BlockRemoved, Tier: TierHost, Hashes: []Hash{h}, BlockSize: p.cfg.BlockSize})
@@ -655,9 +665,12 @@ func (p *Pool) unindexLocked(id BlockID) {
 	if p.cfg.Events != nil {
 		p.cfg.Events.Publish(Event{Kind: BlockRemoved, Tier: TierPool, Hashes: []Hash{m.hash}, BlockSize: p.cfg.BlockSize})
 	}
+	if p.reuse != nil {
+		p.reuse.forget(m.hash, m)
+	}
 	m.hashed = false
 	m.hash = Hash{}
-	m.uses, m.expiry = 0, 0
+	m.uses, m.expiry, m.rclass, m.open = 0, 0, 0, false
 	if par := m.parent; par >= 0 {
 		m.parent = -1
 		pm := &p.meta[par]
@@ -666,6 +679,22 @@ func (p *Pool) unindexLocked(id BlockID) {
 			p.value.leaf(par)
 		}
 	}
+}
+
+// usedLocked records that a prompt holds block id (matched, stored, or
+// found stored by another sequence), after tokens of that prompt
+// (negative: a generated block).
+func (p *Pool) usedLocked(id BlockID, after int) {
+	m := &p.meta[id]
+	if p.reuse == nil {
+		m.uses++
+		return
+	}
+	var now uint64
+	if p.value != nil {
+		now = p.value.tick
+	}
+	p.reuse.use(m, after, now)
 }
 
 // acquireLocked adds a reference to a block that is active or cached.
@@ -698,7 +727,7 @@ func (p *Pool) releaseLocked(id BlockID) {
 // commitLocked registers a full block's hash. If a block with that hash is
 // already known, the caller's block is released and the known one returned
 // with a reference taken, so equal content is kept once.
-func (p *Pool) commitLocked(id BlockID, h Hash, parent Hash, tokens []int32, class Class, expiry int64, owner uint32) BlockID {
+func (p *Pool) commitLocked(id BlockID, h Hash, parent Hash, tokens []int32, class Class, expiry int64, owner uint32, after int) BlockID {
 	if p.cfg.DisableIndex {
 		return id
 	}
@@ -708,6 +737,7 @@ func (p *Pool) commitLocked(id BlockID, h Hash, parent Hash, tokens []int32, cla
 			p.releaseLocked(id)
 		}
 		p.raiseLocked(other, class, expiry)
+		p.usedLocked(other, after)
 		return other
 	}
 	m := &p.meta[id]
@@ -723,6 +753,10 @@ func (p *Pool) commitLocked(id BlockID, h Hash, parent Hash, tokens []int32, cla
 	}
 	p.countLocked(id, +1)
 	p.index[h] = id
+	if p.reuse != nil {
+		p.reuse.recall(h, m)
+	}
+	p.usedLocked(id, after)
 	if p.host != nil && p.host.has(h) {
 		// Computed again (its prefix was matched short of it): the fresh
 		// copy in the pool replaces G2's.

@@ -36,6 +36,7 @@ type Sequence struct {
 	// rest of the match was in the pool), for usage by tier.
 	onboarded struct{ host, disk int }
 	matched   int // blocks MatchPrefixHashes matched
+	promptLen int // the prompt's length, from MatchPrefixHashes (0: not told)
 	// shared is the salt of a scope published for sharing whose prefix the
 	// first sharedBlocks blocks are (SetShared), sharedOwner its number.
 	shared       Hash
@@ -205,12 +206,13 @@ func (s *Sequence) MatchPrefixHashes(prompt []int32, hashes []Hash) int {
 				s.onboarded.disk++
 			}
 		}
-		p.meta[id].uses++
+		p.usedLocked(id, len(prompt)-(i+1)*bs)
 		s.blocks = append(s.blocks, id)
 		s.hashes = append(s.hashes, hashes[i])
 	}
 	n := len(s.blocks) * bs
 	s.matched = len(s.blocks)
+	s.promptLen = len(prompt)
 	s.tokens = append(s.tokens, prompt[:n]...)
 	s.known = hashes
 	p.stats.HitTokens += int64(n)
@@ -320,7 +322,11 @@ func (s *Sequence) Commit(tokens []int32) {
 		} else {
 			h = s.hasher.Block(s.chainParent(i, parent), blockTokens)
 		}
-		s.blocks[i] = p.commitLocked(s.blocks[i], h, parent, blockTokens, s.classOf(i), s.expiryOf(i), s.ownerOf(i))
+		after := -1 // generated, or a prompt the sequence was not told
+		if end := (i + 1) * bs; end <= s.promptLen {
+			after = s.promptLen - end
+		}
+		s.blocks[i] = p.commitLocked(s.blocks[i], h, parent, blockTokens, s.classOf(i), s.expiryOf(i), s.ownerOf(i), after)
 		s.hashes = append(s.hashes, h)
 	}
 }
@@ -346,7 +352,7 @@ func (s *Sequence) Fork() *Sequence {
 		classes:  append([]Class(nil), s.classes...),
 		rest:     s.rest,
 		owner:    s.owner,
-		pinUntil: s.pinUntil, persistUntil: s.persistUntil,
+		pinUntil: s.pinUntil, persistUntil: s.persistUntil, promptLen: s.promptLen,
 		shared: s.shared, sharedBlocks: s.sharedBlocks, sharedOwner: s.sharedOwner,
 	}
 }
@@ -380,6 +386,6 @@ func (s *Sequence) Release() {
 	p.mu.Unlock()
 	s.blocks, s.hashes, s.tokens, s.known = s.blocks[:0], s.hashes[:0], s.tokens[:0], nil
 	s.classes, s.rest = s.classes[:0], 0
-	s.onboarded.host, s.onboarded.disk, s.matched = 0, 0, 0
+	s.onboarded.host, s.onboarded.disk, s.matched, s.promptLen = 0, 0, 0, 0
 	s.shared, s.sharedBlocks, s.sharedOwner = Hash{}, 0, 0
 }

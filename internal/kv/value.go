@@ -33,13 +33,13 @@ func (c Class) String() string {
 //   - The lowest class goes first: ephemeral, then session (and
 //     unclassified), then persistent; pinned blocks are not candidates at all
 //     until their expiry, and then become unclassified cached blocks.
-//   - Within a class, the lowest value: recency plus frequency. A block's
-//     priority is the time of its last release (counted in releases) plus
-//     a bonus per prefix hit it served, each hit worth one turnover of the
-//     pool: a block that saved prefill outlives fresher blocks that never
-//     did, but not forever. Without hits this is LRU, tail first. (On the
-//     Mooncake traces a hit worth an eighth of a turnover, or four, did
-//     less well; docs/performance.md.)
+//   - Within a class, the lowest value: recency and the odds of reuse. A
+//     block's priority is the time of its last release (counted in
+//     releases) plus reuseHorizon mean reuse gaps times the chance,
+//     learned from the pool's own history (reuseModel), that a block like
+//     it is used again: a block likely to be read again outlives fresher
+//     ones that are likely dead writes, but not forever. With equal odds
+//     this is LRU, tail first.
 //
 // It reads the pool's block metadata and is called with the pool's lock
 // held.
@@ -56,7 +56,6 @@ type valueEvictor struct {
 	timed  blockHeap
 	whereT []int32 // per block: index in timed, -1 when not there
 	tick   uint64  // releases so far: the evictor's clock
-	bonus  float64 // priority per prefix hit, in ticks
 	n      int     // cached blocks
 }
 
@@ -64,7 +63,7 @@ var _ Evictor = (*valueEvictor)(nil)
 
 func newValueEvictor(p *Pool) *valueEvictor {
 	v := &valueEvictor{p: p, where: make([]int32, p.cfg.NumBlocks), inPins: make([]bool, p.cfg.NumBlocks),
-		whereT: make([]int32, p.cfg.NumBlocks), bonus: float64(p.cfg.NumBlocks)}
+		whereT: make([]int32, p.cfg.NumBlocks)}
 	for i := range v.where {
 		v.where[i], v.whereT[i] = -1, -1
 	}
@@ -128,7 +127,10 @@ func (v *valueEvictor) push(id BlockID) {
 	if m.class == ClassPersistent && v.expired(m) {
 		v.p.demoteLocked(id)
 	}
-	m.priority = float64(m.lastUse) + float64(m.uses)*v.bonus
+	m.priority = float64(m.lastUse)
+	if m.lastUse > 0 && v.p.reuse != nil { // 0: lowered, the first of its class to go
+		m.priority += v.p.reuse.horizon(v.p.cfg.NumBlocks) * v.p.reuse.odds(m.rclass)
+	}
 	heap.Push(&v.classes[v.evictClass(m)], id)
 }
 
@@ -322,3 +324,11 @@ func (p *Pool) Unpin(chain []Hash) int {
 	v.expire()
 	return n
 }
+
+// reuseHorizon is how many mean reuse gaps (reuseModel.horizon) a certain
+// reuse is worth against recency: several, so that the odds of reuse rank
+// blocks before their age does, yet finite, so that a block likely to be
+// reused that never is still goes. Measured in gaps rather than turnovers
+// of the pool, so a large pool does not hold likely blocks long past any
+// reuse (docs/performance.md has the values tried).
+const reuseHorizon = 5

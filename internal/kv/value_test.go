@@ -94,25 +94,36 @@ func TestEvictionCutsChainsFromTheTail(t *testing.T) {
 }
 
 // TestEvictionByClassThenValue: lower classes go first; within a class,
-// the block with fewer uses.
+// the block less likely to be used again, by what the pool has seen:
+// here prompts used once never came back and prompts used twice came back
+// a third time, so a chain used twice outlives a fresher one used once.
 func TestEvictionByClassThenValue(t *testing.T) {
 	p, _ := valuePool(t, 7)
+	dead := int32(1000)
+	for k := range int32(5) {
+		back := seqTokens(5000+100*k, 9)
+		for range 3 {
+			cache(t, p, back, time.Time{}, ClassSession)
+			for range 2 {
+				cache(t, p, seqTokens(dead, 9), time.Time{}, ClassSession) // never again
+				dead += 100
+			}
+		}
+	}
 	persistent := seqTokens(1, 9) // 2 full blocks each (and one freed)
 	session := seqTokens(50, 9)
 	popular := seqTokens(200, 9)
 	cache(t, p, persistent, time.Time{}, ClassPersistent)
 	cache(t, p, popular, time.Time{}, ClassSession)
-	cache(t, p, session, time.Time{}, ClassSession)
-	for range 3 {
-		if hit := cache(t, p, popular, time.Time{}, ClassSession); hit != 8 {
-			t.Fatalf("hit %d tokens of popular, want 8", hit)
-		}
+	if hit := cache(t, p, popular, time.Time{}, ClassSession); hit != 8 {
+		t.Fatalf("hit %d tokens of popular, want 8", hit)
 	}
+	cache(t, p, session, time.Time{}, ClassSession)
 	steps := []struct {
 		evict                        int
 		persistent, popular, session int // findable blocks left
 	}{
-		{3, 2, 2, 0}, // the free block, then the less used session chain
+		{3, 2, 2, 0}, // the free block, then the session chain, used once
 		{5, 2, 0, 0}, // then the popular one
 		{7, 0, 0, 0}, // persistent last
 	}
@@ -311,7 +322,7 @@ func TestPersistentTTL(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	timed, forever, session := seqTokens(1, 9), seqTokens(30, 9), seqTokens(60, 9) // 2 full blocks each
+	timed, forever, session, fresh := seqTokens(1, 9), seqTokens(30, 9), seqTokens(60, 9), seqTokens(90, 9) // 2 full blocks each
 	run(timed, ClassPersistent, time.Hour)
 	run(session, ClassSession, 0)
 	if err := evict(t, p, 3); err != nil { // the free block, then the session chain
@@ -324,7 +335,7 @@ func TestPersistentTTL(t *testing.T) {
 		t.Fatalf("by class before the TTL: %v", st.ByClass)
 	}
 	*now = now.Add(2 * time.Hour)
-	run(session, ClassSession, 0) // fresher than the expired chain
+	run(fresh, ClassSession, 0) // fresher than the expired chain, and as often used
 	if st := p.Stats(); st.ByClass[ClassPersistent] != 0 {
 		t.Fatalf("by class after the TTL: %v", st.ByClass)
 	}
