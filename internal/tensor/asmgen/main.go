@@ -843,6 +843,13 @@ func main() {
 			floatKernel(&a, &d, typ, 1, T)
 		}
 	}
+	bf16HiMaskData(&a)
+	for _, typ := range []string{"f16", "bf16"} {
+		floatPackedKernel(&a, &d, typ, 8, 1)
+		for T := 2; T <= 3; T++ {
+			floatPackedKernel(&a, &d, typ, 4, T)
+		}
+	}
 	dir := "."
 	if len(os.Args) > 1 {
 		dir = os.Args[1]

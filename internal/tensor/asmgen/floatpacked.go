@@ -1,0 +1,193 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+)
+
+// F16 and BF16 weight × f32 activation kernels of the AVX2 level on the
+// packed layout (tensor.Pack, weights in private memory): per block of
+// eight rows, each step of eight columns is 128 bytes holding the eight
+// rows' values of those columns. F16: row r's eight values at 16r, which
+// vcvtph2ps widens in one instruction. BF16: rows 2p and 2p+1 at 32p, dword
+// k holding column k of both (row 2p's in the low half), so that one 32-byte
+// load gives both rows: a shift left by 16 makes row 2p's eight f32, a mask
+// of the high halves row 2p+1's.
+//
+// The vectors hold a row's eight consecutive columns exactly as the
+// unpacked kernels' (floatKernel) do, and each output has one accumulator,
+// its steps added in order and its lanes reduced in the same tree: results
+// are bit-identical to theirs, whatever the tile shape (batch invariance)
+// and whether the weights are packed.
+//
+// What the layout buys: decode (floatPackedKernel with R = 8, one token)
+// computes eight rows at once, eight independent accumulator chains fed by
+// one stream of weights and one load of the token's values per eight FMAs,
+// where the unpacked one-row kernel has one chain, bound by the FMA's
+// latency once the weights come from cache, and four- or eight-row tiles on
+// unpacked rows read four or eight streams, which this CPU's prefetchers
+// follow worse than one. Prefill tiles (R = 4, T ≤ 3) read four rows of a
+// block with the same loads as on unpacked rows, and BF16 there widens two
+// rows per load.
+//
+// Arguments (as floatKernel's, rows grouped by blocks of eight): w *byte,
+// blockBytes (8·rowBytes), blocks int, y *float32, yStride, steps int,
+// dst *float32, ldBytes int.
+func floatPackedKernel(a *asm, d *decl, typ string, R, T int) {
+	name := fmt.Sprintf("%sPacked_%dx%d", typ, R, T)
+	text(a, d, fmt.Sprintf("%s computes %d-row × %d-token tiles of packed %s weights × f32 activations over steps×8 columns, blocks of eight rows.", name, R, T, strings.ToUpper(typ)),
+		name, "(w *byte, blockBytes, blocks int, y *float32, yStride int, steps int, dst *float32, ldBytes int)", "$0-64")
+	a.p("MOVQ w+0(FP), SI")
+	a.p("MOVQ blockBytes+8(FP), R8")
+	a.p("MOVQ yStride+32(FP), R10")
+	a.p("LEAQ (R10)(R10*2), R11")
+	a.p("MOVQ dst+48(FP), AX")
+	a.p("MOVQ ldBytes+56(FP), R14")
+	a.p("MOVQ blocks+16(FP), R15")
+	tokAddr := func(off, t int) string { return stride(off, "DI", "R10", "R11", t) }
+	acc := func(r, t int) int { return t*R + r }
+	bf16 := typ == "bf16"
+	// BF16's high-half mask: in Y15 where a register is free, else read
+	// from memory.
+	maskReg := bf16 && R*T+T+2 <= 16
+	mask := "bf16HiMask<>(SB)"
+	if maskReg {
+		a.p("VMOVDQU bf16HiMask<>(SB), Y15")
+		mask = "Y15"
+	}
+
+	// rows emits the FMAs of step k (0 or 1 of an iteration) for the R
+	// rows at SI: fma(r, reg) consumes row r's eight f32 in Y(reg), tmp
+	// lists scratch registers.
+	rows := func(k int, tmp []int, fma func(r, reg int)) {
+		so := k * 128
+		if !bf16 {
+			for r := 0; r < R; r++ {
+				reg := tmp[r%len(tmp)]
+				a.p("VCVTPH2PS %d(SI), Y%d", so+16*r, reg)
+				fma(r, reg)
+			}
+			return
+		}
+		for p := 0; p < R/2; p++ {
+			if len(tmp) >= 2 {
+				lo, hi := tmp[(2*p)%len(tmp)], tmp[(2*p+1)%len(tmp)]
+				a.p("VMOVDQU %d(SI), Y%d", so+32*p, lo)
+				a.p("VPAND %s, Y%d, Y%d", mask, lo, hi)
+				a.p("VPSLLD $16, Y%d, Y%d", lo, lo)
+				fma(2*p, lo)
+				fma(2*p+1, hi)
+				continue
+			}
+			// One scratch register: load the pair twice (the second
+			// time from L1).
+			x := tmp[0]
+			a.p("VMOVDQU %d(SI), Y%d", so+32*p, x)
+			a.p("VPSLLD $16, Y%d, Y%d", x, x)
+			fma(2*p, x)
+			a.p("VMOVDQU %d(SI), Y%d", so+32*p, x)
+			a.p("VPAND %s, Y%d, Y%d", mask, x, x)
+			fma(2*p+1, x)
+		}
+	}
+
+	// pass emits the loop over all steps for the R rows at SI (rows
+	// off/16 on of the block in either layout), their results stored at
+	// DX + off/4 (+ t·ldBytes).
+	pass := func(label string, off int) {
+		a.p("MOVQ y+24(FP), DI")
+		a.p("MOVQ steps+40(FP), CX")
+		for i := 0; i < R*T; i++ {
+			a.p("VXORPS Y%d, Y%d, Y%d", i, i, i)
+		}
+		var body func(k int)
+		if R == 8 {
+			// One token: its eight values in Y8, rows widened in turn
+			// into Y9-Y14.
+			body = func(k int) {
+				a.p("VMOVUPS %d(DI), Y8", 32*k)
+				rows(k, []int{9, 10, 11, 12, 13, 14}, func(r, reg int) {
+					a.p("VFMADD231PS Y8, Y%d, Y%d", reg, acc(r, 0))
+				})
+			}
+		} else {
+			// The tokens' values in Y(R·T+1+t), each row in Y(R·T)
+			// (and Y(R·T+T+1) for BF16 where free).
+			tok := func(t int) int { return R*T + 1 + t }
+			tmp := []int{R * T}
+			if bf16 && maskReg {
+				tmp = append(tmp, R*T+T+1)
+			}
+			body = func(k int) {
+				for t := 0; t < T; t++ {
+					a.p("VMOVUPS %s, Y%d", tokAddr(32*k, t), tok(t))
+				}
+				rows(k, tmp, func(r, reg int) {
+					for t := 0; t < T; t++ {
+						a.p("VFMADD231PS Y%d, Y%d, Y%d", tok(t), reg, acc(r, t))
+					}
+				})
+			}
+		}
+		a.p("SHRQ $1, CX")
+		a.p("JZ %s_tail", label)
+		a.label(label + "_pair")
+		body(0)
+		body(1)
+		a.p("ADDQ $256, SI")
+		a.p("ADDQ $64, DI")
+		a.p("DECQ CX")
+		a.p("JNZ %s_pair", label)
+		a.label(label + "_tail")
+		a.p("TESTQ $1, steps+40(FP)")
+		a.p("JZ %s_done", label)
+		body(0)
+		a.label(label + "_done")
+		for t := 0; t < T; t++ {
+			for q := 0; q < R/4; q++ {
+				reduce4(a, [4]int{acc(4*q, t), acc(4*q+1, t), acc(4*q+2, t), acc(4*q+3, t)}, fmt.Sprintf("%d(DX)", off/16*4+16*q))
+			}
+			if t+1 < T {
+				a.p("ADDQ R14, DX")
+			}
+		}
+	}
+
+	a.label(name + "_block")
+	a.p("MOVQ SI, BX") // the block's start
+	a.p("MOVQ AX, DX")
+	pass(name+"_lo", 0)
+	if R == 4 {
+		// Rows 4-7 of the block, while it is in cache.
+		a.p("LEAQ 64(BX), SI")
+		a.p("MOVQ AX, DX")
+		pass(name+"_hi", 64)
+	}
+	a.p("ADDQ $32, AX")
+	a.p("LEAQ (BX)(R8*1), SI")
+	a.p("DECQ R15")
+	a.p("JNZ %s_block", name)
+	a.p("VZEROUPPER")
+	a.p("RET")
+	a.b.WriteString("\n")
+}
+
+// reduce4 sums the eight lanes of each of the four accumulators acc as
+// reduceStore does for four rows, ((l0+l1)+(l2+l3)) + ((l4+l5)+(l6+l7)),
+// and stores the four results at addr. It clobbers the accumulators.
+func reduce4(a *asm, acc [4]int, addr string) {
+	a.p("VHADDPS Y%d, Y%d, Y%d", acc[1], acc[0], acc[0])
+	a.p("VHADDPS Y%d, Y%d, Y%d", acc[3], acc[2], acc[2])
+	a.p("VHADDPS Y%d, Y%d, Y%d", acc[2], acc[0], acc[0])
+	a.p("VEXTRACTF128 $1, Y%d, X%d", acc[0], acc[1])
+	a.p("VADDPS X%d, X%d, X%d", acc[1], acc[0], acc[0])
+	a.p("VMOVUPS X%d, %s", acc[0], addr)
+}
+
+// bf16HiMaskData emits the mask of each dword's high half.
+func bf16HiMaskData(a *asm) {
+	for i := 0; i < 4; i++ {
+		fmt.Fprintf(&a.b, "DATA bf16HiMask<>+%d(SB)/8, $0xffff0000ffff0000\n", 8*i)
+	}
+	a.b.WriteString("GLOBL bf16HiMask<>(SB), RODATA|NOPTR, $32\n\n")
+}
