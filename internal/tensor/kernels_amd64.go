@@ -295,6 +295,19 @@ func (k *floatTiles) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf
 	}
 }
 
+// tileTokens is the number of tokens the prefill tiles of weights of type
+// t take at once: three for the float kernels of 16 registers (four rows ×
+// three tokens), four for the others.
+func tileTokens(t DType) int {
+	switch {
+	case t == BF16 && hasBF16:
+		return 4
+	case t == F32 || t == F16 || t == BF16:
+		return 3
+	}
+	return 4
+}
+
 // halfPackedTokens is the number of tokens of the next packed F16/BF16
 // tile when n are left: three where it can, two rather than a last single
 // one (the one-token kernel shares no weights between tokens).
