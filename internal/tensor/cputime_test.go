@@ -77,7 +77,7 @@ func TestPackedKernelCPUTime(t *testing.T) {
 			t.Logf("%v: no packed layout on this CPU", typ)
 			continue
 		}
-		for _, sh := range []struct{ rows, cols int }{{16384, 2048}, {1536, 768}} {
+		for _, sh := range []struct{ rows, cols int }{{16384, 2048}, {2048, 8192}, {1536, 768}} {
 			m := benchMatrix(t, typ, sh.rows, sh.cols)
 			pm := m
 			pm.Data = append([]byte(nil), m.Data...)

@@ -212,15 +212,17 @@ func dequantizePackedQ40(dst []float32, blk []byte, r int) {
 	}
 }
 
-// The packed F16 and BF16 layouts: per block of eight rows and step s of
-// eight columns, halfPackedStep bytes at s·halfPackedStep. F16: row r's
-// eight values at 16r, as in the row (vcvtph2ps widens them in one
-// instruction). BF16: rows 2p and 2p+1 in the 32 bytes at 32p, column k's
-// values in dword k, row 2p's in its low half — one load, and a shift and
-// a mask make the two rows' eight f32 each. Either way the kernels' vectors
-// hold a row's eight consecutive columns, as they do on the rows unpacked,
-// so packed and unpacked products add the same products in the same order.
-const halfPackedStep = 128
+// The packed F16 and BF16 layouts: per block of eight rows, rows 0-3 in
+// its first half and rows 4-7 in its second, each half a step of eight
+// columns after another, halfPackedStep bytes each. F16: row r's eight
+// values of the step at 16·(r mod 4), as in the row (vcvtph2ps widens them
+// in one instruction). BF16: rows 2p and 2p+1 in the 32 bytes at
+// 32·(p mod 2), column k's values in dword k, row 2p's in its low half — one
+// load, and a shift and a mask make the two rows' eight f32 each. Either
+// way the kernels' vectors hold a row's eight consecutive columns, as they
+// do on the rows unpacked, so packed and unpacked products add the same
+// products in the same order.
+const halfPackedStep = 64
 
 // packHalf rewrites data, whole blocks of eight F16 or BF16 rows of rb
 // bytes each (a multiple of 16), into the packed layout.
@@ -230,45 +232,46 @@ func packHalf(t DType, data []byte, rb int) {
 		blk := data[base : base+8*rb]
 		copy(tmp, blk)
 		for s := 0; s < rb/16; s++ {
-			out := blk[s*halfPackedStep : (s+1)*halfPackedStep]
-			if t == F16 {
-				for r := 0; r < 8; r++ {
-					copy(out[16*r:16*r+16], tmp[r*rb+16*s:])
+			for h := 0; h < 2; h++ {
+				out := blk[h*4*rb+s*halfPackedStep:][:halfPackedStep]
+				if t == F16 {
+					for r := 0; r < 4; r++ {
+						copy(out[16*r:16*r+16], tmp[(4*h+r)*rb+16*s:])
+					}
+					continue
 				}
-				continue
-			}
-			for p := 0; p < 4; p++ {
-				lo, hi := tmp[2*p*rb+16*s:], tmp[(2*p+1)*rb+16*s:]
-				for k := 0; k < 8; k++ {
-					v := uint32(binary.LittleEndian.Uint16(lo[2*k:])) | uint32(binary.LittleEndian.Uint16(hi[2*k:]))<<16
-					binary.LittleEndian.PutUint32(out[32*p+4*k:], v)
+				for p := 0; p < 2; p++ {
+					lo, hi := tmp[(4*h+2*p)*rb+16*s:], tmp[(4*h+2*p+1)*rb+16*s:]
+					for k := 0; k < 8; k++ {
+						v := uint32(binary.LittleEndian.Uint16(lo[2*k:])) | uint32(binary.LittleEndian.Uint16(hi[2*k:]))<<16
+						binary.LittleEndian.PutUint32(out[32*p+4*k:], v)
+					}
 				}
 			}
 		}
 	}
 }
 
-// halfPackedOffset is where, within a step of the packed F16 or BF16
-// layout, row r's (0-7) value in column k (0-7) is.
-func halfPackedOffset(t DType, r, k int) int {
+// halfPackedOffset is where, within a packed block of eight F16 or BF16
+// rows of rb bytes, row r's (0-7) value in column c is.
+func halfPackedOffset(t DType, rb, r, c int) int {
+	off := r/4*4*rb + c/8*halfPackedStep
 	if t == F16 {
-		return 16*r + 2*k
+		return off + 16*(r%4) + 2*(c%8)
 	}
-	return 32*(r/2) + 4*k + 2*(r%2)
+	return off + 32*(r%4/2) + 4*(c%8) + 2*(r%2)
 }
 
 // dequantizePackedHalf converts row r (0-7) of a packed block of eight F16
 // or BF16 rows into dst.
 func dequantizePackedHalf(t DType, dst []float32, blk []byte, r int) {
-	for s := 0; s < len(dst)/8; s++ {
-		in := blk[s*halfPackedStep : (s+1)*halfPackedStep]
-		for k := 0; k < 8; k++ {
-			h := binary.LittleEndian.Uint16(in[halfPackedOffset(t, r, k):])
-			if t == F16 {
-				dst[8*s+k] = F16ToF32(h)
-			} else {
-				dst[8*s+k] = BF16ToF32(h)
-			}
+	rb := len(blk) / 8
+	for c := range dst {
+		h := binary.LittleEndian.Uint16(blk[halfPackedOffset(t, rb, r, c):])
+		if t == F16 {
+			dst[c] = F16ToF32(h)
+		} else {
+			dst[c] = BF16ToF32(h)
 		}
 	}
 }

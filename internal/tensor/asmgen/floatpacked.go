@@ -7,12 +7,13 @@ import (
 
 // F16 and BF16 weight × f32 activation kernels of the AVX2 level on the
 // packed layout (tensor.Pack, weights in private memory): per block of
-// eight rows, each step of eight columns is 128 bytes holding the eight
-// rows' values of those columns. F16: row r's eight values at 16r, which
-// vcvtph2ps widens in one instruction. BF16: rows 2p and 2p+1 at 32p, dword
-// k holding column k of both (row 2p's in the low half), so that one 32-byte
-// load gives both rows: a shift left by 16 makes row 2p's eight f32, a mask
-// of the high halves row 2p+1's.
+// eight rows, rows 0-3 in the block's first half and rows 4-7 in its
+// second, each half a sequence of 64-byte steps holding its four rows'
+// values of eight columns. F16: row r's eight values at 16·(r mod 4), which
+// vcvtph2ps widens in one instruction. BF16: rows 2p and 2p+1 at
+// 32·(p mod 2), dword k holding column k of both (row 2p's in the low
+// half), so that one 32-byte load gives both rows: a shift left by 16 makes
+// row 2p's eight f32, a mask of the high halves row 2p+1's.
 //
 // The vectors hold a row's eight consecutive columns exactly as the
 // unpacked kernels' (floatKernel) do, and each output has one accumulator,
@@ -20,15 +21,16 @@ import (
 // are bit-identical to theirs, whatever the tile shape (batch invariance)
 // and whether the weights are packed.
 //
-// What the layout buys: decode (floatPackedKernel with R = 8, one token)
-// computes eight rows at once, eight independent accumulator chains fed by
-// one stream of weights and one load of the token's values per eight FMAs,
-// where the unpacked one-row kernel has one chain, bound by the FMA's
-// latency once the weights come from cache, and four- or eight-row tiles on
-// unpacked rows read four or eight streams, which this CPU's prefetchers
-// follow worse than one. Prefill tiles (R = 4, T ≤ 3) read four rows of a
-// block with the same loads as on unpacked rows, and BF16 there widens two
-// rows per load.
+// What the layout buys: decode (R = 8, one token) computes eight rows at
+// once, eight independent accumulator chains fed by two sequential streams
+// of weights (the halves) and one load of the token's values per eight
+// FMAs, where the unpacked one-row kernel has one chain, bound by the FMA's
+// latency once the weights come from cache, and four-row tiles on unpacked
+// rows read four streams. Prefill tiles (R = 4, T ≤ 3) read one half, a
+// contiguous stream, with the same loads as on unpacked rows (BF16 widens
+// two rows per load there). An interleaved layout (all eight rows of a
+// step together: one stream for decode) was tried first and was slower
+// per CPU second for both decode and prefill.
 //
 // Arguments (as floatKernel's, rows grouped by blocks of eight): w *byte,
 // blockBytes (8·rowBytes), blocks int, y *float32, yStride, steps int,
@@ -44,6 +46,8 @@ func floatPackedKernel(a *asm, d *decl, typ string, R, T int) {
 	a.p("MOVQ dst+48(FP), AX")
 	a.p("MOVQ ldBytes+56(FP), R14")
 	a.p("MOVQ blocks+16(FP), R15")
+	a.p("MOVQ R8, R9")
+	a.p("SHRQ $1, R9") // the block's second half
 	tokAddr := func(off, t int) string { return stride(off, "DI", "R10", "R11", t) }
 	acc := func(r, t int) int { return t*R + r }
 	bf16 := typ == "bf16"
@@ -60,11 +64,20 @@ func floatPackedKernel(a *asm, d *decl, typ string, R, T int) {
 	// rows at SI: fma(r, reg) consumes row r's eight f32 in Y(reg), tmp
 	// lists scratch registers.
 	rows := func(k int, tmp []int, fma func(r, reg int)) {
-		so := k * 128
+		// addr is where the 32 bytes of row r's (F16: 16 bytes) or pair
+		// r/2's (BF16) values of step k are: rows 4-7 of an eight-row
+		// tile in the block's second half, R9 bytes on.
+		addr := func(r int) string {
+			off := k*64 + 16*(r%4)
+			if r >= 4 && R == 8 {
+				return fmt.Sprintf("%d(SI)(R9*1)", off)
+			}
+			return fmt.Sprintf("%d(SI)", off)
+		}
 		if !bf16 {
 			for r := 0; r < R; r++ {
 				reg := tmp[r%len(tmp)]
-				a.p("VCVTPH2PS %d(SI), Y%d", so+16*r, reg)
+				a.p("VCVTPH2PS %s, Y%d", addr(r), reg)
 				fma(r, reg)
 			}
 			return
@@ -72,7 +85,7 @@ func floatPackedKernel(a *asm, d *decl, typ string, R, T int) {
 		for p := 0; p < R/2; p++ {
 			if len(tmp) >= 2 {
 				lo, hi := tmp[(2*p)%len(tmp)], tmp[(2*p+1)%len(tmp)]
-				a.p("VMOVDQU %d(SI), Y%d", so+32*p, lo)
+				a.p("VMOVDQU %s, Y%d", addr(2*p), lo)
 				a.p("VPAND %s, Y%d, Y%d", mask, lo, hi)
 				a.p("VPSLLD $16, Y%d, Y%d", lo, lo)
 				fma(2*p, lo)
@@ -82,10 +95,10 @@ func floatPackedKernel(a *asm, d *decl, typ string, R, T int) {
 			// One scratch register: load the pair twice (the second
 			// time from L1).
 			x := tmp[0]
-			a.p("VMOVDQU %d(SI), Y%d", so+32*p, x)
+			a.p("VMOVDQU %s, Y%d", addr(2*p), x)
 			a.p("VPSLLD $16, Y%d, Y%d", x, x)
 			fma(2*p, x)
-			a.p("VMOVDQU %d(SI), Y%d", so+32*p, x)
+			a.p("VMOVDQU %s, Y%d", addr(2*p), x)
 			a.p("VPAND %s, Y%d, Y%d", mask, x, x)
 			fma(2*p+1, x)
 		}
@@ -134,7 +147,7 @@ func floatPackedKernel(a *asm, d *decl, typ string, R, T int) {
 		a.label(label + "_pair")
 		body(0)
 		body(1)
-		a.p("ADDQ $256, SI")
+		a.p("ADDQ $128, SI")
 		a.p("ADDQ $64, DI")
 		a.p("DECQ CX")
 		a.p("JNZ %s_pair", label)
@@ -159,7 +172,7 @@ func floatPackedKernel(a *asm, d *decl, typ string, R, T int) {
 	pass(name+"_lo", 0)
 	if R == 4 {
 		// Rows 4-7 of the block, while it is in cache.
-		a.p("LEAQ 64(BX), SI")
+		a.p("LEAQ (BX)(R9*1), SI")
 		a.p("MOVQ AX, DX")
 		pass(name+"_hi", 64)
 	}
