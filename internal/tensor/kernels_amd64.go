@@ -8,6 +8,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"unsafe"
 
 	"golang.org/x/sys/cpu"
 )
@@ -206,9 +207,12 @@ type floatFn func(w *byte, rowBytes, groups int, y *float32, yStride int, steps 
 type floatTiles struct {
 	typ    DType
 	r4, r1 [5]floatFn
-	p8     floatFn
-	p4     [4]floatFn
+	p8     halfFn
+	p4     [4]halfFn
 }
+
+// halfFn is a kernel on packed F16 or BF16 weights (asmgen/floatpacked.go).
+type halfFn func(w *byte, blockBytes, blocks int, y unsafe.Pointer, yStride int, steps int, dst *float32, ldBytes int)
 
 func (k *floatTiles) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int) {
 	cols := w.Cols
@@ -227,6 +231,12 @@ func (k *floatTiles) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf
 			// the tokens' tiles of a block while it is in cache. More
 			// (prefill, its rows in cache): all the blocks of a tile's
 			// tokens while they are in L1.
+			// F16 tiles read the activations' F16 conversion, BF16 tiles
+			// their f32 values (asmgen/floatpacked.go).
+			y, ysz := unsafe.Pointer(&a.h[0]), 2
+			if k.typ == BF16 {
+				y, ysz = unsafe.Pointer(&ys[0]), 4
+			}
 			b0, b1, bstep := r0/8, pr1/8, pr1/8-r0/8
 			if t1-t0 <= smallN {
 				bstep = 1
@@ -239,7 +249,7 @@ func (k *floatTiles) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf
 					if T == 1 {
 						fn = k.p8
 					}
-					fn(&w.Data[8*b*rb], 8*rb, blocks, &ys[t*cols], cols*4, steps, &dst[t*ld+8*b], ld*4)
+					fn(&w.Data[8*b*rb], 8*rb, blocks, unsafe.Add(y, t*cols*ysz), cols*ysz, steps, &dst[t*ld+8*b], ld*4)
 					t += T
 				}
 			}
@@ -424,13 +434,13 @@ var (
 		r4: [5]floatFn{nil, f16FMA_4x1, f16FMA_4x2, f16FMA_4x3},
 		r1: [5]floatFn{nil, f16FMA_1x1, f16FMA_1x2, f16FMA_1x3, f16FMA_1x4},
 		p8: f16Packed_8x1,
-		p4: [4]floatFn{nil, nil, f16Packed_4x2, f16Packed_4x3},
+		p4: [4]halfFn{nil, nil, f16Packed_4x2, f16Packed_4x3},
 	}
 	bf16FMA = &floatTiles{typ: BF16,
 		r4: [5]floatFn{nil, bf16FMA_4x1, bf16FMA_4x2, bf16FMA_4x3},
 		r1: [5]floatFn{nil, bf16FMA_1x1, bf16FMA_1x2, bf16FMA_1x3, bf16FMA_1x4},
 		p8: bf16Packed_8x1,
-		p4: [4]floatFn{nil, nil, bf16Packed_4x2, bf16Packed_4x3},
+		p4: [4]halfFn{nil, nil, bf16Packed_4x2, bf16Packed_4x3},
 	}
 )
 

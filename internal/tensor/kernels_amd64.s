@@ -16440,7 +16440,7 @@ DATA bf16HiMask<>+16(SB)/8, $0xffff0000ffff0000
 DATA bf16HiMask<>+24(SB)/8, $0xffff0000ffff0000
 GLOBL bf16HiMask<>(SB), RODATA|NOPTR, $32
 
-// func f16Packed_8x1(w *byte, blockBytes, blocks int, y *float32, yStride int, steps int, dst *float32, ldBytes int)
+// func f16Packed_8x1(w *byte, blockBytes, blocks int, y unsafe.Pointer, yStride int, steps int, dst *float32, ldBytes int)
 TEXT ·f16Packed_8x1(SB), NOSPLIT, $0-64
 	MOVQ w+0(FP), SI
 	MOVQ blockBytes+8(FP), R8
@@ -16467,7 +16467,7 @@ f16Packed_8x1_block:
 	SHRQ $1, CX
 	JZ f16Packed_8x1_lo_tail
 f16Packed_8x1_lo_pair:
-	VMOVUPS 0(DI), Y8
+	VCVTPH2PS 0(DI), Y8
 	VCVTPH2PS 0(SI), Y9
 	VFMADD231PS Y8, Y9, Y0
 	VCVTPH2PS 16(SI), Y10
@@ -16484,7 +16484,7 @@ f16Packed_8x1_lo_pair:
 	VFMADD231PS Y8, Y9, Y6
 	VCVTPH2PS 48(SI)(R9*1), Y10
 	VFMADD231PS Y8, Y10, Y7
-	VMOVUPS 32(DI), Y8
+	VCVTPH2PS 16(DI), Y8
 	VCVTPH2PS 64(SI), Y9
 	VFMADD231PS Y8, Y9, Y0
 	VCVTPH2PS 80(SI), Y10
@@ -16502,13 +16502,13 @@ f16Packed_8x1_lo_pair:
 	VCVTPH2PS 112(SI)(R9*1), Y10
 	VFMADD231PS Y8, Y10, Y7
 	ADDQ $128, SI
-	ADDQ $64, DI
+	ADDQ $32, DI
 	DECQ CX
 	JNZ f16Packed_8x1_lo_pair
 f16Packed_8x1_lo_tail:
 	TESTQ $1, steps+40(FP)
 	JZ f16Packed_8x1_lo_done
-	VMOVUPS 0(DI), Y8
+	VCVTPH2PS 0(DI), Y8
 	VCVTPH2PS 0(SI), Y9
 	VFMADD231PS Y8, Y9, Y0
 	VCVTPH2PS 16(SI), Y10
@@ -16545,7 +16545,7 @@ f16Packed_8x1_lo_done:
 	VZEROUPPER
 	RET
 
-// func f16Packed_4x2(w *byte, blockBytes, blocks int, y *float32, yStride int, steps int, dst *float32, ldBytes int)
+// func f16Packed_4x2(w *byte, blockBytes, blocks int, y unsafe.Pointer, yStride int, steps int, dst *float32, ldBytes int)
 TEXT ·f16Packed_4x2(SB), NOSPLIT, $0-64
 	MOVQ w+0(FP), SI
 	MOVQ blockBytes+8(FP), R8
@@ -16572,8 +16572,8 @@ f16Packed_4x2_block:
 	SHRQ $1, CX
 	JZ f16Packed_4x2_lo_tail
 f16Packed_4x2_lo_pair:
-	VMOVUPS (DI), Y9
-	VMOVUPS (DI)(R10*1), Y10
+	VCVTPH2PS (DI), Y9
+	VCVTPH2PS (DI)(R10*1), Y10
 	VCVTPH2PS 0(SI), Y8
 	VFMADD231PS Y9, Y8, Y0
 	VFMADD231PS Y10, Y8, Y4
@@ -16586,8 +16586,8 @@ f16Packed_4x2_lo_pair:
 	VCVTPH2PS 48(SI), Y8
 	VFMADD231PS Y9, Y8, Y3
 	VFMADD231PS Y10, Y8, Y7
-	VMOVUPS 32(DI), Y9
-	VMOVUPS 32(DI)(R10*1), Y10
+	VCVTPH2PS 16(DI), Y9
+	VCVTPH2PS 16(DI)(R10*1), Y10
 	VCVTPH2PS 64(SI), Y8
 	VFMADD231PS Y9, Y8, Y0
 	VFMADD231PS Y10, Y8, Y4
@@ -16601,14 +16601,14 @@ f16Packed_4x2_lo_pair:
 	VFMADD231PS Y9, Y8, Y3
 	VFMADD231PS Y10, Y8, Y7
 	ADDQ $128, SI
-	ADDQ $64, DI
+	ADDQ $32, DI
 	DECQ CX
 	JNZ f16Packed_4x2_lo_pair
 f16Packed_4x2_lo_tail:
 	TESTQ $1, steps+40(FP)
 	JZ f16Packed_4x2_lo_done
-	VMOVUPS (DI), Y9
-	VMOVUPS (DI)(R10*1), Y10
+	VCVTPH2PS (DI), Y9
+	VCVTPH2PS (DI)(R10*1), Y10
 	VCVTPH2PS 0(SI), Y8
 	VFMADD231PS Y9, Y8, Y0
 	VFMADD231PS Y10, Y8, Y4
@@ -16650,8 +16650,8 @@ f16Packed_4x2_lo_done:
 	SHRQ $1, CX
 	JZ f16Packed_4x2_hi_tail
 f16Packed_4x2_hi_pair:
-	VMOVUPS (DI), Y9
-	VMOVUPS (DI)(R10*1), Y10
+	VCVTPH2PS (DI), Y9
+	VCVTPH2PS (DI)(R10*1), Y10
 	VCVTPH2PS 0(SI), Y8
 	VFMADD231PS Y9, Y8, Y0
 	VFMADD231PS Y10, Y8, Y4
@@ -16664,8 +16664,8 @@ f16Packed_4x2_hi_pair:
 	VCVTPH2PS 48(SI), Y8
 	VFMADD231PS Y9, Y8, Y3
 	VFMADD231PS Y10, Y8, Y7
-	VMOVUPS 32(DI), Y9
-	VMOVUPS 32(DI)(R10*1), Y10
+	VCVTPH2PS 16(DI), Y9
+	VCVTPH2PS 16(DI)(R10*1), Y10
 	VCVTPH2PS 64(SI), Y8
 	VFMADD231PS Y9, Y8, Y0
 	VFMADD231PS Y10, Y8, Y4
@@ -16679,14 +16679,14 @@ f16Packed_4x2_hi_pair:
 	VFMADD231PS Y9, Y8, Y3
 	VFMADD231PS Y10, Y8, Y7
 	ADDQ $128, SI
-	ADDQ $64, DI
+	ADDQ $32, DI
 	DECQ CX
 	JNZ f16Packed_4x2_hi_pair
 f16Packed_4x2_hi_tail:
 	TESTQ $1, steps+40(FP)
 	JZ f16Packed_4x2_hi_done
-	VMOVUPS (DI), Y9
-	VMOVUPS (DI)(R10*1), Y10
+	VCVTPH2PS (DI), Y9
+	VCVTPH2PS (DI)(R10*1), Y10
 	VCVTPH2PS 0(SI), Y8
 	VFMADD231PS Y9, Y8, Y0
 	VFMADD231PS Y10, Y8, Y4
@@ -16720,7 +16720,7 @@ f16Packed_4x2_hi_done:
 	VZEROUPPER
 	RET
 
-// func f16Packed_4x3(w *byte, blockBytes, blocks int, y *float32, yStride int, steps int, dst *float32, ldBytes int)
+// func f16Packed_4x3(w *byte, blockBytes, blocks int, y unsafe.Pointer, yStride int, steps int, dst *float32, ldBytes int)
 TEXT ·f16Packed_4x3(SB), NOSPLIT, $0-64
 	MOVQ w+0(FP), SI
 	MOVQ blockBytes+8(FP), R8
@@ -16751,9 +16751,9 @@ f16Packed_4x3_block:
 	SHRQ $1, CX
 	JZ f16Packed_4x3_lo_tail
 f16Packed_4x3_lo_pair:
-	VMOVUPS (DI), Y13
-	VMOVUPS (DI)(R10*1), Y14
-	VMOVUPS (DI)(R10*2), Y15
+	VCVTPH2PS (DI), Y13
+	VCVTPH2PS (DI)(R10*1), Y14
+	VCVTPH2PS (DI)(R10*2), Y15
 	VCVTPH2PS 0(SI), Y12
 	VFMADD231PS Y13, Y12, Y0
 	VFMADD231PS Y14, Y12, Y4
@@ -16770,9 +16770,9 @@ f16Packed_4x3_lo_pair:
 	VFMADD231PS Y13, Y12, Y3
 	VFMADD231PS Y14, Y12, Y7
 	VFMADD231PS Y15, Y12, Y11
-	VMOVUPS 32(DI), Y13
-	VMOVUPS 32(DI)(R10*1), Y14
-	VMOVUPS 32(DI)(R10*2), Y15
+	VCVTPH2PS 16(DI), Y13
+	VCVTPH2PS 16(DI)(R10*1), Y14
+	VCVTPH2PS 16(DI)(R10*2), Y15
 	VCVTPH2PS 64(SI), Y12
 	VFMADD231PS Y13, Y12, Y0
 	VFMADD231PS Y14, Y12, Y4
@@ -16790,15 +16790,15 @@ f16Packed_4x3_lo_pair:
 	VFMADD231PS Y14, Y12, Y7
 	VFMADD231PS Y15, Y12, Y11
 	ADDQ $128, SI
-	ADDQ $64, DI
+	ADDQ $32, DI
 	DECQ CX
 	JNZ f16Packed_4x3_lo_pair
 f16Packed_4x3_lo_tail:
 	TESTQ $1, steps+40(FP)
 	JZ f16Packed_4x3_lo_done
-	VMOVUPS (DI), Y13
-	VMOVUPS (DI)(R10*1), Y14
-	VMOVUPS (DI)(R10*2), Y15
+	VCVTPH2PS (DI), Y13
+	VCVTPH2PS (DI)(R10*1), Y14
+	VCVTPH2PS (DI)(R10*2), Y15
 	VCVTPH2PS 0(SI), Y12
 	VFMADD231PS Y13, Y12, Y0
 	VFMADD231PS Y14, Y12, Y4
@@ -16855,9 +16855,9 @@ f16Packed_4x3_lo_done:
 	SHRQ $1, CX
 	JZ f16Packed_4x3_hi_tail
 f16Packed_4x3_hi_pair:
-	VMOVUPS (DI), Y13
-	VMOVUPS (DI)(R10*1), Y14
-	VMOVUPS (DI)(R10*2), Y15
+	VCVTPH2PS (DI), Y13
+	VCVTPH2PS (DI)(R10*1), Y14
+	VCVTPH2PS (DI)(R10*2), Y15
 	VCVTPH2PS 0(SI), Y12
 	VFMADD231PS Y13, Y12, Y0
 	VFMADD231PS Y14, Y12, Y4
@@ -16874,9 +16874,9 @@ f16Packed_4x3_hi_pair:
 	VFMADD231PS Y13, Y12, Y3
 	VFMADD231PS Y14, Y12, Y7
 	VFMADD231PS Y15, Y12, Y11
-	VMOVUPS 32(DI), Y13
-	VMOVUPS 32(DI)(R10*1), Y14
-	VMOVUPS 32(DI)(R10*2), Y15
+	VCVTPH2PS 16(DI), Y13
+	VCVTPH2PS 16(DI)(R10*1), Y14
+	VCVTPH2PS 16(DI)(R10*2), Y15
 	VCVTPH2PS 64(SI), Y12
 	VFMADD231PS Y13, Y12, Y0
 	VFMADD231PS Y14, Y12, Y4
@@ -16894,15 +16894,15 @@ f16Packed_4x3_hi_pair:
 	VFMADD231PS Y14, Y12, Y7
 	VFMADD231PS Y15, Y12, Y11
 	ADDQ $128, SI
-	ADDQ $64, DI
+	ADDQ $32, DI
 	DECQ CX
 	JNZ f16Packed_4x3_hi_pair
 f16Packed_4x3_hi_tail:
 	TESTQ $1, steps+40(FP)
 	JZ f16Packed_4x3_hi_done
-	VMOVUPS (DI), Y13
-	VMOVUPS (DI)(R10*1), Y14
-	VMOVUPS (DI)(R10*2), Y15
+	VCVTPH2PS (DI), Y13
+	VCVTPH2PS (DI)(R10*1), Y14
+	VCVTPH2PS (DI)(R10*2), Y15
 	VCVTPH2PS 0(SI), Y12
 	VFMADD231PS Y13, Y12, Y0
 	VFMADD231PS Y14, Y12, Y4
@@ -16947,7 +16947,7 @@ f16Packed_4x3_hi_done:
 	VZEROUPPER
 	RET
 
-// func bf16Packed_8x1(w *byte, blockBytes, blocks int, y *float32, yStride int, steps int, dst *float32, ldBytes int)
+// func bf16Packed_8x1(w *byte, blockBytes, blocks int, y unsafe.Pointer, yStride int, steps int, dst *float32, ldBytes int)
 TEXT ·bf16Packed_8x1(SB), NOSPLIT, $0-64
 	MOVQ w+0(FP), SI
 	MOVQ blockBytes+8(FP), R8
@@ -17065,7 +17065,7 @@ bf16Packed_8x1_lo_done:
 	VZEROUPPER
 	RET
 
-// func bf16Packed_4x2(w *byte, blockBytes, blocks int, y *float32, yStride int, steps int, dst *float32, ldBytes int)
+// func bf16Packed_4x2(w *byte, blockBytes, blocks int, y unsafe.Pointer, yStride int, steps int, dst *float32, ldBytes int)
 TEXT ·bf16Packed_4x2(SB), NOSPLIT, $0-64
 	MOVQ w+0(FP), SI
 	MOVQ blockBytes+8(FP), R8
@@ -17253,7 +17253,7 @@ bf16Packed_4x2_hi_done:
 	VZEROUPPER
 	RET
 
-// func bf16Packed_4x3(w *byte, blockBytes, blocks int, y *float32, yStride int, steps int, dst *float32, ldBytes int)
+// func bf16Packed_4x3(w *byte, blockBytes, blocks int, y unsafe.Pointer, yStride int, steps int, dst *float32, ldBytes int)
 TEXT ·bf16Packed_4x3(SB), NOSPLIT, $0-64
 	MOVQ w+0(FP), SI
 	MOVQ blockBytes+8(FP), R8

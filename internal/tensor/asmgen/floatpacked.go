@@ -33,12 +33,13 @@ import (
 // per CPU second for both decode and prefill.
 //
 // Arguments (as floatKernel's, rows grouped by blocks of eight): w *byte,
-// blockBytes (8·rowBytes), blocks int, y *float32, yStride, steps int,
-// dst *float32, ldBytes int.
+// blockBytes (8·rowBytes), blocks int, y unsafe.Pointer (F16: the
+// activations' F16 conversion; BF16: their f32 values), yStride (bytes),
+// steps int, dst *float32, ldBytes int.
 func floatPackedKernel(a *asm, d *decl, typ string, R, T int) {
 	name := fmt.Sprintf("%sPacked_%dx%d", typ, R, T)
 	text(a, d, fmt.Sprintf("%s computes %d-row × %d-token tiles of packed %s weights × f32 activations over steps×8 columns, blocks of eight rows.", name, R, T, strings.ToUpper(typ)),
-		name, "(w *byte, blockBytes, blocks int, y *float32, yStride int, steps int, dst *float32, ldBytes int)", "$0-64")
+		name, "(w *byte, blockBytes, blocks int, y unsafe.Pointer, yStride int, steps int, dst *float32, ldBytes int)", "$0-64")
 	a.p("MOVQ w+0(FP), SI")
 	a.p("MOVQ blockBytes+8(FP), R8")
 	a.p("MOVQ yStride+32(FP), R10")
@@ -60,6 +61,22 @@ func floatPackedKernel(a *asm, d *decl, typ string, R, T int) {
 		mask = "Y15"
 	}
 
+	// tokLoad puts a token's eight values at addr into Y(reg): F16
+	// widens the activations' F16 conversion (a.h), the same values as the
+	// f32 copy in half the bytes, so that prefill tiles take more tokens
+	// per pass over the weights in the same cache; BF16 reads the f32 copy
+	// (widening BF16 takes two instructions, and was slower).
+	tokBytes := 16
+	if bf16 {
+		tokBytes = 32
+	}
+	tokLoad := func(addr string, reg int) {
+		if bf16 {
+			a.p("VMOVUPS %s, Y%d", addr, reg)
+		} else {
+			a.p("VCVTPH2PS %s, Y%d", addr, reg)
+		}
+	}
 	// rows emits the FMAs of step k (0 or 1 of an iteration) for the R
 	// rows at SI: fma(r, reg) consumes row r's eight f32 in Y(reg), tmp
 	// lists scratch registers.
@@ -118,7 +135,7 @@ func floatPackedKernel(a *asm, d *decl, typ string, R, T int) {
 			// One token: its eight values in Y8, rows widened in turn
 			// into Y9-Y14.
 			body = func(k int) {
-				a.p("VMOVUPS %d(DI), Y8", 32*k)
+				tokLoad(fmt.Sprintf("%d(DI)", tokBytes*k), 8)
 				rows(k, []int{9, 10, 11, 12, 13, 14}, func(r, reg int) {
 					a.p("VFMADD231PS Y8, Y%d, Y%d", reg, acc(r, 0))
 				})
@@ -133,7 +150,7 @@ func floatPackedKernel(a *asm, d *decl, typ string, R, T int) {
 			}
 			body = func(k int) {
 				for t := 0; t < T; t++ {
-					a.p("VMOVUPS %s, Y%d", tokAddr(32*k, t), tok(t))
+					tokLoad(tokAddr(tokBytes*k, t), tok(t))
 				}
 				rows(k, tmp, func(r, reg int) {
 					for t := 0; t < T; t++ {
@@ -148,7 +165,7 @@ func floatPackedKernel(a *asm, d *decl, typ string, R, T int) {
 		body(0)
 		body(1)
 		a.p("ADDQ $128, SI")
-		a.p("ADDQ $64, DI")
+		a.p("ADDQ $%d, DI", 2*tokBytes)
 		a.p("DECQ CX")
 		a.p("JNZ %s_pair", label)
 		a.label(label + "_tail")
