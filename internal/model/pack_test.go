@@ -18,10 +18,11 @@ import (
 // a packed layout, and gives bit-identical logits to the same file mapped
 // read-only — for prompts and a batch of decodes, through the embedding
 // lookups and the output product (tiny-qwen2-q8_0 ties the two: one packed
-// matrix serves both; tiny-q4_0: Q4_0 has a packed layout on AVX2).
+// matrix serves both; tiny-q4_0, tiny-f16 and tiny-bf16: Q4_0, F16 and BF16
+// have packed layouts on AVX2).
 func TestPackedWeights(t *testing.T) {
 	shared := testshared.Dir(t)
-	for _, name := range []string{"tiny-q8_0", "tiny-qwen2-q8_0", "tiny-q4_0"} {
+	for _, name := range []string{"tiny-q8_0", "tiny-qwen2-q8_0", "tiny-q4_0", "tiny-f16", "tiny-bf16"} {
 		t.Run(name, func(t *testing.T) {
 			path := filepath.Join(shared, "models", name+".gguf")
 			mapped, err := model.Open(path, gguf.Mapped, nil)

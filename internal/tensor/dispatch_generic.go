@@ -16,6 +16,10 @@ func packable(DType) bool { return false }
 // q80PackedXor is unused here (nothing is packed).
 func q80PackedXor() byte { return 0x80 }
 
+// tileTokens is the number of tokens a kernel tile takes at once (the
+// portable kernels have no tiles; four as on amd64's quantized kernels).
+func tileTokens(DType) int { return 4 }
+
 // cpuISA is the only level of the portable build.
 const cpuISA = isaPortable
 

@@ -8,6 +8,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"unsafe"
 
 	"golang.org/x/sys/cpu"
 )
@@ -118,10 +119,17 @@ func (k *q80Rows) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t
 const q80PackedPrefetchRows = 16
 
 // packable says whether Pack has a layout for weights of type t: Q8_0's
-// for the VNNI kernels, Q4_0's and Q8_0's for the AVX2 ones (the VNNI
-// level has its own Q4_0 kernels, on the file's layout).
+// for the VNNI kernels, Q4_0's, Q8_0's, F16's and BF16's for the AVX2 ones
+// (the VNNI level has its own Q4_0 and BF16 kernels, on the file's layout,
+// and its F16 kernels were not measured packed).
 func packable(t DType) bool {
-	return t == Q8_0 && cpuISA >= isaAVX2 || t == Q4_0 && cpuISA == isaAVX2
+	switch t {
+	case Q8_0:
+		return cpuISA >= isaAVX2
+	case Q4_0, F16, BF16:
+		return cpuISA == isaAVX2
+	}
+	return false
 }
 
 // q80PackedXor is what the packed Q8_0 layout adds to each weight byte: the
@@ -193,11 +201,18 @@ type floatFn func(w *byte, rowBytes, groups int, y *float32, yStride int, steps 
 
 // floatTiles drives the F32 / F16 / BF16 tile kernels: r4[T] (T <= 3) for
 // groups of 4 rows, r1[T] (T <= 4) for single rows. Columns beyond the last
-// multiple of 8 are added in Go.
+// multiple of 8 are added in Go. On packed F16 and BF16 weights (Pack) the
+// packed kernels compute the blocks of eight rows (asmgen/floatpacked.go):
+// p8 one token eight rows at a time, p4[T] (T = 2, 3) four rows at a time.
 type floatTiles struct {
 	typ    DType
 	r4, r1 [5]floatFn
+	p8     halfFn
+	p4     [4]halfFn
 }
+
+// halfFn is a kernel on packed F16 or BF16 weights (asmgen/floatpacked.go).
+type halfFn func(w *byte, blockBytes, blocks int, y unsafe.Pointer, yStride int, steps int, dst *float32, ldBytes int)
 
 func (k *floatTiles) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int) {
 	cols := w.Cols
@@ -207,6 +222,43 @@ func (k *floatTiles) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf
 	}
 	steps := cols / 8
 	rb := w.RowBytes()
+	if w.packed {
+		if r0%8 != 0 || k.p8 == nil {
+			panic(fmt.Sprintf("tensor: packed matrix cut at row %d, or packed for other kernels", r0))
+		}
+		if pr1 := max(r0, min(r1, w.packedRows())); pr1 > r0 {
+			// Few tokens (decode) stream the weights from memory: all
+			// the tokens' tiles of a block while it is in cache. More
+			// (prefill, its rows in cache): all the blocks of a tile's
+			// tokens while they are in L1.
+			// F16 tiles read the activations' F16 conversion, BF16 tiles
+			// their f32 values (asmgen/floatpacked.go).
+			y, ysz := unsafe.Pointer(&a.h[0]), 2
+			if k.typ == BF16 {
+				y, ysz = unsafe.Pointer(&ys[0]), 4
+			}
+			b0, b1, bstep := r0/8, pr1/8, pr1/8-r0/8
+			if t1-t0 <= smallN {
+				bstep = 1
+			}
+			for b := b0; b < b1; b += bstep {
+				blocks := min(bstep, b1-b)
+				for t := t0; t < t1; {
+					T := halfPackedTokens(t1 - t)
+					fn := k.p4[T]
+					if T == 1 {
+						fn = k.p8
+					}
+					fn(&w.Data[8*b*rb], 8*rb, blocks, unsafe.Add(y, t*cols*ysz), cols*ysz, steps, &dst[t*ld+8*b], ld*4)
+					t += T
+				}
+			}
+			r0 = pr1
+		}
+		if r0 == r1 {
+			return
+		}
+	}
 	if steps > 0 {
 		r := r0
 		if g := (r1 - r) / 4; g > 0 && t1-t0 >= 3 {
@@ -251,6 +303,32 @@ func (k *floatTiles) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf
 			}
 		}
 	}
+}
+
+// tileTokens is the number of tokens the prefill tiles of weights of type
+// t take at once: three for the float kernels of 16 registers (four rows ×
+// three tokens), four for the others.
+func tileTokens(t DType) int {
+	switch {
+	case t == BF16 && hasBF16:
+		return 4
+	case t == F32 || t == F16 || t == BF16:
+		return 3
+	}
+	return 4
+}
+
+// halfPackedTokens is the number of tokens of the next packed F16/BF16
+// tile when n are left: three where it can, two rather than a last single
+// one (the one-token kernel shares no weights between tokens).
+func halfPackedTokens(n int) int {
+	switch n {
+	case 1, 2:
+		return n
+	case 4:
+		return 2
+	}
+	return 3
 }
 
 type kFn func(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
@@ -355,10 +433,14 @@ var (
 	f16FMA = &floatTiles{typ: F16,
 		r4: [5]floatFn{nil, f16FMA_4x1, f16FMA_4x2, f16FMA_4x3},
 		r1: [5]floatFn{nil, f16FMA_1x1, f16FMA_1x2, f16FMA_1x3, f16FMA_1x4},
+		p8: f16Packed_8x1,
+		p4: [4]halfFn{nil, nil, f16Packed_4x2, f16Packed_4x3},
 	}
 	bf16FMA = &floatTiles{typ: BF16,
 		r4: [5]floatFn{nil, bf16FMA_4x1, bf16FMA_4x2, bf16FMA_4x3},
 		r1: [5]floatFn{nil, bf16FMA_1x1, bf16FMA_1x2, bf16FMA_1x3, bf16FMA_1x4},
+		p8: bf16Packed_8x1,
+		p4: [4]halfFn{nil, nil, bf16Packed_4x2, bf16Packed_4x3},
 	}
 )
 

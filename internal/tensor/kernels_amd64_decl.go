@@ -4,6 +4,8 @@
 
 package tensor
 
+import "unsafe"
+
 // q40VNNI_1x1 computes a 1-row × 1-token tile of Q4_0 weights × Q8_0 activations (VNNI).
 //
 //go:noescape
@@ -488,3 +490,33 @@ func bf16FMA_1x3(w *byte, rowBytes, groups int, y *float32, yStride int, steps i
 //
 //go:noescape
 func bf16FMA_1x4(w *byte, rowBytes, groups int, y *float32, yStride int, steps int, dst *float32, ldBytes int)
+
+// f16Packed_8x1 computes 8-row × 1-token tiles of packed F16 weights × f32 activations over steps×8 columns, blocks of eight rows.
+//
+//go:noescape
+func f16Packed_8x1(w *byte, blockBytes, blocks int, y unsafe.Pointer, yStride int, steps int, dst *float32, ldBytes int)
+
+// f16Packed_4x2 computes 4-row × 2-token tiles of packed F16 weights × f32 activations over steps×8 columns, blocks of eight rows.
+//
+//go:noescape
+func f16Packed_4x2(w *byte, blockBytes, blocks int, y unsafe.Pointer, yStride int, steps int, dst *float32, ldBytes int)
+
+// f16Packed_4x3 computes 4-row × 3-token tiles of packed F16 weights × f32 activations over steps×8 columns, blocks of eight rows.
+//
+//go:noescape
+func f16Packed_4x3(w *byte, blockBytes, blocks int, y unsafe.Pointer, yStride int, steps int, dst *float32, ldBytes int)
+
+// bf16Packed_8x1 computes 8-row × 1-token tiles of packed BF16 weights × f32 activations over steps×8 columns, blocks of eight rows.
+//
+//go:noescape
+func bf16Packed_8x1(w *byte, blockBytes, blocks int, y unsafe.Pointer, yStride int, steps int, dst *float32, ldBytes int)
+
+// bf16Packed_4x2 computes 4-row × 2-token tiles of packed BF16 weights × f32 activations over steps×8 columns, blocks of eight rows.
+//
+//go:noescape
+func bf16Packed_4x2(w *byte, blockBytes, blocks int, y unsafe.Pointer, yStride int, steps int, dst *float32, ldBytes int)
+
+// bf16Packed_4x3 computes 4-row × 3-token tiles of packed BF16 weights × f32 activations over steps×8 columns, blocks of eight rows.
+//
+//go:noescape
+func bf16Packed_4x3(w *byte, blockBytes, blocks int, y unsafe.Pointer, yStride int, steps int, dst *float32, ldBytes int)

@@ -697,9 +697,17 @@ func (j *matmulPart) plan(threads, n int) {
 		if w.Type == F32 || w.Type == F16 || w.Type == BF16 {
 			actBytes = 4 * w.Cols
 		}
-		tc := min(maxTokChunk, max(4, tileActBytes/actBytes/4*4))
+		if w.packed && w.Type == F16 { // the tiles read F16 activations
+			actBytes = 2 * w.Cols
+		}
+		// A multiple of the kernels' token group, so that no tile is left
+		// with fewer tokens (fewer shared loads per FMA).
+		g := tileTokens(w.Type)
+		tc := min(maxTokChunk/g*g, max(g, tileActBytes/actBytes/g*g))
 		j.nTokChunks = (n + tc - 1) / tc
-		j.tokChunk = (n + j.nTokChunks - 1) / j.nTokChunks // balanced chunks
+		// Balanced chunks, each a multiple of g but the last.
+		j.tokChunk = ((n+j.nTokChunks-1)/j.nTokChunks + g - 1) / g * g
+		j.nTokChunks = (n + j.tokChunk - 1) / j.tokChunk
 		rc := min(256, max(16, tileWeightBytes/w.RowBytes()))
 		// Enough items for every thread.
 		if rows := w.Rows * j.nTokChunks / target; rows < rc {

@@ -67,10 +67,13 @@ func (m Matrix) DequantizeRow(dst []float32, row int) {
 	if m.packed && row < m.packedRows() {
 		rb := m.RowBytes()
 		blk := m.Data[row&^7*rb : (row|7+1)*rb]
-		if m.Type == Q4_0 {
+		switch m.Type {
+		case Q4_0:
 			dequantizePackedQ40(dst[:m.Cols], blk, row&7)
-		} else {
+		case Q8_0:
 			dequantizePackedQ80(dst[:m.Cols], blk, row&7)
+		default:
+			dequantizePackedHalf(m.Type, dst[:m.Cols], blk, row&7)
 		}
 		return
 	}
@@ -85,18 +88,27 @@ func (m Matrix) DequantizeRow(dst []float32, row int) {
 // embeddings, once and share the result). Products are bit-identical
 // either way.
 //
-// The packed layouts are Q8_0's on AVX512-VNNI (asmgen/q80rows.go) and
-// Q4_0's on AVX2 (asmgen/q40avx2.go): each block of eight rows as the
-// kernel's registers hold it (Q4_0's nibbles still packed), so that it
-// skips a transpose per block and reads the weights front to back.
+// The packed layouts are Q8_0's on AVX512-VNNI (asmgen/q80rows.go),
+// Q4_0's on AVX2 (asmgen/q40avx2.go) and F16's and BF16's on AVX2
+// (asmgen/floatpacked.go): each block of eight rows as the kernel's
+// registers hold it (Q4_0's nibbles still packed), so that it skips a
+// transpose per block and reads the weights front to back, one stream
+// where the rows would be eight.
 func Pack(m Matrix) Matrix {
 	if m.packed || !packable(m.Type) || m.packedRows() == 0 {
 		return m
 	}
-	if m.Type == Q4_0 {
-		packQ40(m.Data[:m.packedRows()*m.RowBytes()], m.RowBytes())
-	} else {
-		packQ80(m.Data[:m.packedRows()*m.RowBytes()], m.RowBytes())
+	data := m.Data[:m.packedRows()*m.RowBytes()]
+	switch m.Type {
+	case Q4_0:
+		packQ40(data, m.RowBytes())
+	case Q8_0:
+		packQ80(data, m.RowBytes())
+	case F16, BF16:
+		if m.Cols%8 != 0 { // the layout has whole 8-column steps only
+			return m
+		}
+		packHalf(m.Type, data, m.RowBytes())
 	}
 	m.packed = true
 	return m
@@ -197,5 +209,69 @@ func dequantizePackedQ40(dst []float32, blk []byte, r int) {
 			copy(row[2+4*m:2+4*m+4], in[32*m+4*r:32*m+4*r+4])
 		}
 		dequantize(Q4_0, dst[b*qk40:(b+1)*qk40], row[:])
+	}
+}
+
+// The packed F16 and BF16 layouts: per block of eight rows, rows 0-3 in
+// its first half and rows 4-7 in its second, each half a step of eight
+// columns after another, halfPackedStep bytes each. F16: row r's eight
+// values of the step at 16·(r mod 4), as in the row (vcvtph2ps widens them
+// in one instruction). BF16: rows 2p and 2p+1 in the 32 bytes at
+// 32·(p mod 2), column k's values in dword k, row 2p's in its low half — one
+// load, and a shift and a mask make the two rows' eight f32 each. Either
+// way the kernels' vectors hold a row's eight consecutive columns, as they
+// do on the rows unpacked, so packed and unpacked products add the same
+// products in the same order.
+const halfPackedStep = 64
+
+// packHalf rewrites data, whole blocks of eight F16 or BF16 rows of rb
+// bytes each (a multiple of 16), into the packed layout.
+func packHalf(t DType, data []byte, rb int) {
+	tmp := make([]byte, 8*rb)
+	for base := 0; base < len(data); base += 8 * rb {
+		blk := data[base : base+8*rb]
+		copy(tmp, blk)
+		for s := 0; s < rb/16; s++ {
+			for h := 0; h < 2; h++ {
+				out := blk[h*4*rb+s*halfPackedStep:][:halfPackedStep]
+				if t == F16 {
+					for r := 0; r < 4; r++ {
+						copy(out[16*r:16*r+16], tmp[(4*h+r)*rb+16*s:])
+					}
+					continue
+				}
+				for p := 0; p < 2; p++ {
+					lo, hi := tmp[(4*h+2*p)*rb+16*s:], tmp[(4*h+2*p+1)*rb+16*s:]
+					for k := 0; k < 8; k++ {
+						v := uint32(binary.LittleEndian.Uint16(lo[2*k:])) | uint32(binary.LittleEndian.Uint16(hi[2*k:]))<<16
+						binary.LittleEndian.PutUint32(out[32*p+4*k:], v)
+					}
+				}
+			}
+		}
+	}
+}
+
+// halfPackedOffset is where, within a packed block of eight F16 or BF16
+// rows of rb bytes, row r's (0-7) value in column c is.
+func halfPackedOffset(t DType, rb, r, c int) int {
+	off := r/4*4*rb + c/8*halfPackedStep
+	if t == F16 {
+		return off + 16*(r%4) + 2*(c%8)
+	}
+	return off + 32*(r%4/2) + 4*(c%8) + 2*(r%2)
+}
+
+// dequantizePackedHalf converts row r (0-7) of a packed block of eight F16
+// or BF16 rows into dst.
+func dequantizePackedHalf(t DType, dst []float32, blk []byte, r int) {
+	rb := len(blk) / 8
+	for c := range dst {
+		h := binary.LittleEndian.Uint16(blk[halfPackedOffset(t, rb, r, c):])
+		if t == F16 {
+			dst[c] = F16ToF32(h)
+		} else {
+			dst[c] = BF16ToF32(h)
+		}
 	}
 }

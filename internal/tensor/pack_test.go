@@ -15,7 +15,7 @@ func TestPackedMatMul(t *testing.T) {
 	rng := rand.New(rand.NewPCG(31, 32))
 	p := NewPool(2)
 	defer p.Close()
-	for _, typ := range []DType{Q8_0, Q4_0} {
+	for _, typ := range []DType{Q8_0, Q4_0, F16, BF16} {
 		if !packable(typ) {
 			t.Logf("%v: no packed layout on this CPU", typ)
 			continue
@@ -59,14 +59,15 @@ func testPackedMatMul(t *testing.T, rng *rand.Rand, p *Pool, typ DType) {
 	}
 }
 
-// TestPackLeavesOthers: types without a packed layout, and matrices of
-// fewer than eight rows, come back as they were.
+// TestPackLeavesOthers: types without a packed layout, matrices of fewer
+// than eight rows, and F16/BF16 rows that are not whole 8-column steps come
+// back as they were.
 func TestPackLeavesOthers(t *testing.T) {
 	rng := rand.New(rand.NewPCG(33, 34))
 	for _, tc := range []struct {
 		typ        DType
 		rows, cols int
-	}{{F32, 16, 32}, {Q4_K, 16, 256}, {Q8_0, 7, 64}, {Q4_0, 7, 64}} {
+	}{{F32, 16, 32}, {Q4_K, 16, 256}, {Q8_0, 7, 64}, {Q4_0, 7, 64}, {F16, 7, 64}, {F16, 16, 36}, {BF16, 16, 20}} {
 		m, _ := randMatrix(t, rng, tc.typ, tc.rows, tc.cols)
 		orig := append([]byte(nil), m.Data...)
 		if pm := Pack(m); pm.packed || string(m.Data) != string(orig) {

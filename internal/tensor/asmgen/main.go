@@ -796,7 +796,7 @@ func main() {
 	var a asm
 	var d decl
 	a.b.WriteString(header + "//go:build amd64 && !purego\n\n#include \"textflag.h\"\n\n")
-	d.b.WriteString(header + "//go:build amd64 && !purego\n\npackage tensor\n\n")
+	d.b.WriteString(header + "//go:build amd64 && !purego\n\npackage tensor\n\nimport \"unsafe\"\n\n")
 	for _, R := range []int{1, 4} {
 		for T := 1; T <= 4; T++ {
 			q40Kernel(&a, &d, R, T)
@@ -841,6 +841,13 @@ func main() {
 		}
 		for T := 1; T <= 4; T++ {
 			floatKernel(&a, &d, typ, 1, T)
+		}
+	}
+	bf16HiMaskData(&a)
+	for _, typ := range []string{"f16", "bf16"} {
+		floatPackedKernel(&a, &d, typ, 8, 1)
+		for T := 2; T <= 3; T++ {
+			floatPackedKernel(&a, &d, typ, 4, T)
 		}
 	}
 	dir := "."
