@@ -678,6 +678,9 @@ func (j *job) apply(c *chunk, tok *tokenizer.Tokenizer) error {
 // fail's error (or a stream cut short) otherwise. It runs once, when the
 // stream is done.
 func (j *job) finish(fail error, complete bool) {
+	// Counted out before the last outputs are seen: a caller whose request
+	// ended may send the next at once.
+	j.e.running.Add(-1)
 	j.mu.Lock()
 	j.push(j.ends...)
 	for i, f := range j.finished {
@@ -708,7 +711,6 @@ func (j *job) finish(fail error, complete bool) {
 	j.mu.Unlock()
 	j.cancel()
 	j.release(out)
-	j.e.running.Add(-1)
 }
 
 // release records sample 0's output in the predicted cache (the upstream
