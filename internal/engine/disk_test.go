@@ -76,7 +76,7 @@ func TestDiskTierAcrossRestarts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var onDisk, waits float64
+	var onDisk, waits, odds float64
 	for _, f := range families {
 		for _, mt := range f.GetMetric() {
 			switch f.GetName() {
@@ -88,11 +88,15 @@ func TestDiskTierAcrossRestarts(t *testing.T) {
 				}
 			case "kvserve_kv_disk_wait_seconds":
 				waits += float64(mt.GetHistogram().GetSampleCount())
+			case "kvserve_kv_reuse_odds":
+				if v := mt.GetGauge().GetValue(); v > 0 && v < 1 {
+					odds++
+				}
 			}
 		}
 	}
-	if onDisk == 0 || waits > 1 {
-		t.Fatalf("metrics: %v blocks on disk, %v waits for disk (want > 0, ≤ 1)", onDisk, waits)
+	if onDisk == 0 || waits > 1 || odds != 20 {
+		t.Fatalf("metrics: %v blocks on disk, %v waits for disk, %v reuse classes with odds in (0, 1) (want > 0, ≤ 1, 20)", onDisk, waits, odds)
 	}
 	e.Close()
 

@@ -130,13 +130,20 @@ func newMetrics(reg prometheus.Registerer, pool *kv.Pool) (*metrics, error) {
 }
 
 // tierCollector reports, at each scrape, the findable blocks of every tier
-// by retention class.
+// by retention class, and the value evictor's learned odds of reuse.
 type tierCollector struct{ pool *kv.Pool }
 
 var tierBlocksDesc = prometheus.NewDesc("kvserve_kv_tier_blocks",
 	"Findable KV blocks by tier (pool: G1, host: G2, disk: G3) and retention class.", []string{"tier", "retention"}, nil)
 
-func (c tierCollector) Describe(ch chan<- *prometheus.Desc) { ch <- tierBlocksDesc }
+var reuseOddsDesc = prometheus.NewDesc("kvserve_kv_reuse_odds",
+	"The value evictor's learned chance that a KV block is used again, by the prompts that held it before (uses) and the prompt tokens after it (place).",
+	[]string{"uses", "place"}, nil)
+
+func (c tierCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- tierBlocksDesc
+	ch <- reuseOddsDesc
+}
 
 func (c tierCollector) Collect(ch chan<- prometheus.Metric) {
 	st := c.pool.Stats()
@@ -147,6 +154,9 @@ func (c tierCollector) Collect(ch chan<- prometheus.Metric) {
 		for r := RetentionDefault; r <= RetentionPinned; r++ {
 			ch <- prometheus.MustNewConstMetric(tierBlocksDesc, prometheus.GaugeValue, float64(t.byClass[r]), t.tier.String(), r.String())
 		}
+	}
+	for _, o := range c.pool.ReuseOdds() {
+		ch <- prometheus.MustNewConstMetric(reuseOddsDesc, prometheus.GaugeValue, o.Odds, o.Uses, o.Place)
 	}
 }
 

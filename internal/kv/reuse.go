@@ -165,3 +165,36 @@ func (r *reuseModel) horizon(blocks int) float64 {
 	}
 	return reuseHorizon * r.gaps / r.gapN
 }
+
+// ReuseOdds is one class of the value evictor's reuse model: blocks held by
+// Uses earlier prompts ("0", "1", "2", "3+") that sat Place before their
+// prompt's end ("<512", "<2048", "<8192", ">=8192" tokens after them, or
+// "generated"), and the learned chance that such a block is used again.
+type ReuseOdds struct {
+	Uses, Place string
+	Odds        float64
+	Seen        float64 // uses counted in the class (halved as the counts age)
+}
+
+var (
+	reuseUseNames   = [reuseUseBuckets]string{"0", "1", "2", "3+"}
+	reusePlaceNames = [reuseEndBuckets]string{"<512", "<2048", "<8192", ">=8192", "generated"}
+)
+
+// ReuseOdds returns what the value evictor has learned of reuse, one entry
+// per class (nil with another evictor).
+func (p *Pool) ReuseOdds() []ReuseOdds {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.reuse == nil {
+		return nil
+	}
+	out := make([]ReuseOdds, 0, reuseClasses)
+	for u := range reuseUseBuckets {
+		for e := range reuseEndBuckets {
+			c := uint8(u*reuseEndBuckets + e)
+			out = append(out, ReuseOdds{Uses: reuseUseNames[u], Place: reusePlaceNames[e], Odds: p.reuse.odds(c), Seen: p.reuse.seen[c]})
+		}
+	}
+	return out
+}

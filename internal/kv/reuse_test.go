@@ -2,6 +2,7 @@ package kv
 
 import (
 	"testing"
+	"time"
 )
 
 // TestReuseClass: the class is the use count (capped) and where the block
@@ -58,6 +59,40 @@ func TestReuseOddsLearned(t *testing.T) {
 	}
 	if never := r.odds(reuseClass(2, 9000)); never < dead || never > back {
 		t.Fatalf("odds of an unseen class %.3f, want the overall rate, between %.3f and %.3f", never, dead, back)
+	}
+}
+
+// TestPoolReuseOdds: the pool reports one entry per class, the model's
+// odds; an LRU pool has none.
+func TestPoolReuseOdds(t *testing.T) {
+	p, _ := valuePool(t, 8)
+	doc := seqTokens(1, 9)
+	for range 3 {
+		cache(t, p, doc, time.Time{}, ClassSession)
+	}
+	odds := p.ReuseOdds()
+	if len(odds) != reuseClasses {
+		t.Fatalf("%d classes, want %d", len(odds), reuseClasses)
+	}
+	for i, o := range odds {
+		if want := p.reuse.odds(uint8(i)); o.Odds != want || o.Seen != p.reuse.seen[i] {
+			t.Fatalf("class %d (%s, %s): %+v, want odds %v seen %v", i, o.Uses, o.Place, o, want, p.reuse.seen[i])
+		}
+	}
+	// doc's two full blocks, first stored (uses 0) then matched twice, sat
+	// fewer than 512 tokens before the end: classes (0, <512) and (1, <512)
+	// were each followed by another use.
+	for _, o := range odds[:reuseEndBuckets*2] {
+		if o.Place == "<512" && (o.Seen != 2 || o.Odds <= odds[reuseClass(2, 0)].Odds) {
+			t.Fatalf("class (%s, %s): %+v, want 2 uses, all followed", o.Uses, o.Place, o)
+		}
+	}
+	lru, err := NewPool(Config{NumBlocks: 4, BlockSize: 4, Layers: 1, KVDim: 4, LRU: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lru.ReuseOdds() != nil {
+		t.Fatal("an LRU pool reports reuse odds")
 	}
 }
 
