@@ -690,11 +690,7 @@ func (p *Pool) usedLocked(id BlockID, after int) {
 		m.uses++
 		return
 	}
-	var now uint64
-	if p.value != nil {
-		now = p.value.tick
-	}
-	p.reuse.use(m, after, now)
+	p.reuse.use(m, after, p.value.tick) // a reuse model comes with the value evictor
 }
 
 // acquireLocked adds a reference to a block that is active or cached.

@@ -25,7 +25,7 @@ type reuseModel struct {
 	// use, over the uses counted: how long a block worth keeping has to be
 	// kept (in the evictor's ticks).
 	gaps, gapN float64
-	total      float64 // uses counted since the last halving
+	total      float64 // uses counted (the sum of seen)
 	window     float64 // halve the counts past this many uses, so they follow a changing workload
 
 	ghost map[uint64]ghostBlock
@@ -71,8 +71,7 @@ func reuseClass(uses uint32, after int) uint8 {
 
 func newReuseModel(blocks int) *reuseModel {
 	n := 8 * blocks
-	return &reuseModel{window: float64(n), ghost: make(map[uint64]ghostBlock), ring: make([]uint64, 0, min(n, 1<<16)),
-		next: 0}
+	return &reuseModel{window: float64(n), ghost: make(map[uint64]ghostBlock), ring: make([]uint64, 0, min(n, 1<<16))}
 }
 
 // ghostCap is how many dropped blocks the model remembers.
@@ -109,14 +108,13 @@ func (r *reuseModel) use(m *blockMeta, after int, now uint64) {
 // odds is the estimated chance that a block of class c is used again,
 // each class pulled towards the overall rate while it has few uses.
 func (r *reuseModel) odds(c uint8) float64 {
-	var seen, again float64
-	for i := range r.seen {
-		seen += r.seen[i]
-		again += r.again[i]
+	var again float64
+	for _, a := range r.again {
+		again += a
 	}
 	prior := 0.5
-	if seen > 0 {
-		prior = again / seen
+	if r.total > 0 {
+		prior = again / r.total
 	}
 	const weight = 4 // uses the prior counts for
 	return (r.again[c] + weight*prior) / (r.seen[c] + weight)
@@ -189,12 +187,10 @@ func (p *Pool) ReuseOdds() []ReuseOdds {
 	if p.reuse == nil {
 		return nil
 	}
-	out := make([]ReuseOdds, 0, reuseClasses)
-	for u := range reuseUseBuckets {
-		for e := range reuseEndBuckets {
-			c := uint8(u*reuseEndBuckets + e)
-			out = append(out, ReuseOdds{Uses: reuseUseNames[u], Place: reusePlaceNames[e], Odds: p.reuse.odds(c), Seen: p.reuse.seen[c]})
-		}
+	out := make([]ReuseOdds, reuseClasses)
+	for c := range out {
+		out[c] = ReuseOdds{Uses: reuseUseNames[c/reuseEndBuckets], Place: reusePlaceNames[c%reuseEndBuckets],
+			Odds: p.reuse.odds(uint8(c)), Seen: p.reuse.seen[c]}
 	}
 	return out
 }
