@@ -92,8 +92,9 @@ func (m Matrix) DequantizeRow(dst []float32, row int) {
 // Q4_0's on AVX2 (asmgen/q40avx2.go) and F16's and BF16's on AVX2
 // (asmgen/floatpacked.go): each block of eight rows as the kernel's
 // registers hold it (Q4_0's nibbles still packed), so that it skips a
-// transpose per block and reads the weights front to back, one stream
-// where the rows would be eight.
+// transpose per block and reads the weights front to back: one stream
+// (two for F16 and BF16, a half block each) where the rows would be
+// eight.
 func Pack(m Matrix) Matrix {
 	if m.packed || !packable(m.Type) || m.packedRows() == 0 {
 		return m
