@@ -21,7 +21,7 @@ func newBenchRouterCmd() *cobra.Command {
 	var (
 		workersList, policies, tracePath, workload, profilePath string
 		limit                                                   int
-		stretch, kvTokens, temperature                          float64
+		stretch, kvTokens, temperature, peerGbps                float64
 		agent                                                   routerbench.AgentOptions
 		asJSON                                                  bool
 	)
@@ -60,6 +60,9 @@ one ended.`,
 			}
 			if !(stretch > 0) || math.IsInf(stretch, 0) {
 				return fmt.Errorf("bench router: --stretch %v: want a positive number", stretch)
+			}
+			if !(peerGbps >= 0) || math.IsInf(peerGbps, 0) {
+				return fmt.Errorf("bench router: --peer-gbps %v: want a rate in Gbit/s, or 0 for no copies between workers", peerGbps)
 			}
 			if !(kvTokens >= 1) || kvTokens > 1e10 {
 				return fmt.Errorf("bench router: --kv-tokens %v: want a token count such as 1e6", kvTokens)
@@ -124,7 +127,8 @@ one ended.`,
 			for _, n := range counts {
 				for _, p := range pols {
 					res, err := routerbench.Run(cmd.Context(), routerbench.Config{Workers: n, Policy: p, Profile: prof,
-						KVTokens: int64(kvTokens), Router: router.Config{Temperature: temperature}}, arrivals)
+						KVTokens: int64(kvTokens), Router: router.Config{Temperature: temperature},
+						PeerBytesPerSecond: peerGbps * 1e9 / 8}, arrivals)
 					if err != nil {
 						return err
 					}
@@ -154,6 +158,7 @@ one ended.`,
 	f.IntVar(&limit, "limit", 0, "only the first N requests (agent: rounded up to whole sessions; 0: all)")
 	f.Float64Var(&stretch, "stretch", 1, "multiply a trace's gaps between arrivals by this")
 	f.Float64Var(&kvTokens, "kv-tokens", 1e6, "each worker's KV pool in tokens")
+	f.Float64Var(&peerGbps, "peer-gbps", 10, "kv policy: workers copy KV blocks another worker holds over a network of this many Gbit/s instead of computing them (0: no copies)")
 	f.Float64Var(&temperature, "temperature", 0, "kv policy: softmax temperature over the placement costs (0: always the cheapest)")
 	f.StringVar(&profilePath, "sim-profile", "", "cost profile from kvserve sim calibrate (default: the built-in one)")
 	f.IntVar(&agent.Sessions, "sessions", 200, "agent: sessions")

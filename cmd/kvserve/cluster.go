@@ -36,6 +36,7 @@ type workerOptions struct {
 	drainTimeout time.Duration
 	metricsAddr  string
 	upstream     upstreamOptions
+	kvCopy       bool
 }
 
 func newWorkerCmd() *cobra.Command {
@@ -82,6 +83,7 @@ KVSERVE_UPSTREAM_API_KEY.`,
 	f.StringVar(&o.id, "id", "", "worker id on the cluster: letters, digits, - and _ (default: w- and random hex digits)")
 	addEngineFlags(f, &o.engineOptions)
 	addDataDirFlags(f, &o.dataDir, &o.configPath)
+	f.BoolVar(&o.kvCopy, "kv-copy", true, "copy KV blocks from other workers over NATS when a gateway places a request here whose prefix another worker holds in memory (and answer theirs), instead of computing them; false: compute, and copy nothing out")
 	f.DurationVar(&o.drainTimeout, "drain-timeout", 30*time.Second, "how long requests in flight may run on after SIGINT/SIGTERM before they are cut off")
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve the worker's Prometheus metrics (its engine's, KV cache and tiers included) on this address at /metrics, e.g. 127.0.0.1:9100; unauthenticated, so keep it on a private network (default: none)")
 	addUpstreamFlags(f, &o.upstream)
@@ -150,7 +152,7 @@ func runWorker(ctx context.Context, o *workerOptions, stderr io.Writer) error {
 	defer se.Close()
 	se.constraints.Prepare()
 	w, err := cluster.StartWorker(nc, cluster.Local(se.e), cluster.WorkerConfig{ID: o.id, Model: loaded.id, ContextLength: se.contextLength(),
-		Events: se.events, Logger: log})
+		Events: se.events, Logger: log, NoKVCopy: !o.kvCopy})
 	if err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
@@ -412,13 +414,25 @@ type routeCounter struct {
 
 // Pick implements cluster.Picker.
 func (c *routeCounter) Pick(r *engine.Request, cands []cluster.Candidate) int {
-	i := c.next.Pick(r, cands)
+	i, _ := c.PickCopy(r, cands)
+	return i
+}
+
+// PickCopy implements cluster.CopyPicker, passing on the peer the wrapped
+// picker names, if it names any.
+func (c *routeCounter) PickCopy(r *engine.Request, cands []cluster.Candidate) (int, int) {
+	i, peer := -1, -1
+	if cp, ok := c.next.(cluster.CopyPicker); ok {
+		i, peer = cp.PickCopy(r, cands)
+	} else {
+		i = c.next.Pick(r, cands)
+	}
 	if i >= 0 && i < len(cands) {
 		c.mu.Lock()
 		c.routed[cands[i].Worker]++
 		c.mu.Unlock()
 	}
-	return i
+	return i, peer
 }
 
 // Workers lists the gateway's workers, of every model it serves, with the
@@ -583,6 +597,7 @@ type clusterUpOptions struct {
 	apiOptions
 	routerOptions
 	workers int
+	kvCopy  bool
 }
 
 func newClusterUpCmd() *cobra.Command {
@@ -609,6 +624,7 @@ only as long as the command; the usage ledger is the data directory's. Each work
 	}
 	f := cmd.Flags()
 	f.IntVar(&o.workers, "workers", 2, "number of workers")
+	f.BoolVar(&o.kvCopy, "kv-copy", true, "workers copy KV blocks from each other when the gateway places a request on one whose prefix another holds in memory, instead of computing them")
 	addEngineFlags(f, &o.engineOptions)
 	addAPIFlags(f, &o.apiOptions)
 	addRouterFlags(f, &o.routerOptions)
@@ -693,7 +709,7 @@ func runClusterUp(ctx context.Context, o *clusterUpOptions, flags *pflag.FlagSet
 		}
 		m.se.constraints.Prepare()
 		if m.w, err = cluster.StartWorker(m.nc, cluster.Local(m.se.e), cluster.WorkerConfig{ID: id, Model: loaded.id,
-			ContextLength: m.se.contextLength(), Events: m.se.events, Logger: env.log}); err != nil {
+			ContextLength: m.se.contextLength(), Events: m.se.events, Logger: env.log, NoKVCopy: !o.kvCopy}); err != nil {
 			return fmt.Errorf("cluster up: %w", err)
 		}
 		fmt.Fprintf(stderr, "kvserve: worker %s: %s\n", id, m.se.describe())

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"maps"
 	"net/http"
@@ -390,10 +391,18 @@ func testClusterContextCache(t *testing.T, workers, router string, allHit bool) 
 // with no key goes to local-1 and hits L's blocks, and one with the
 // session's key goes to local-2, which has never seen that prefix.
 func TestClusterPromptCacheKeyAffinity(t *testing.T) {
+	for _, copies := range []bool{false, true} {
+		t.Run(fmt.Sprintf("kv-copy=%v", copies), func(t *testing.T) { testPromptCacheKeyAffinity(t, copies) })
+	}
+}
+
+// testPromptCacheKeyAffinity runs the test with copies between the workers
+// on or off.
+func testPromptCacheKeyAffinity(t *testing.T, copies bool) {
 	modelFile := apitest.ModelFile(t)
 	s := startCommand(t, newClusterCmd(), "up", "--workers", "2", "--engine", "sim", "--model", modelFile,
 		"--sim-profile", slowProfile(t, modelFile, 10*time.Millisecond), "--addr", "127.0.0.1:0", "--data-dir", t.TempDir(),
-		"--kv-cache-memory", "16MiB", "--api-key", "sk-test=t1", "--api-key", "sk-admin")
+		"--kv-cache-memory", "16MiB", "--api-key", "sk-test=t1", "--api-key", "sk-admin", fmt.Sprintf("--kv-copy=%v", copies))
 	long := strings.Repeat("Lengthy shared context about rivers and their deltas. ", 8)
 	chat := func(content, key string, extra map[string]any) int {
 		t.Helper()
@@ -455,6 +464,14 @@ func TestClusterPromptCacheKeyAffinity(t *testing.T) {
 	keyed := chat(question, "sk-test", map[string]any{"prompt_cache_key": "agent-1"})
 	if plain < 64 {
 		t.Fatalf("with no key the request hit %d cached tokens: the router did not follow the prefix to local-1", plain)
+	}
+	if copies {
+		// The session's worker copies what the other computed (the prefix
+		// and the question) rather than computing it.
+		if keyed <= plain {
+			t.Errorf("with copies between workers the session's worker hit %d cached tokens, the prefix's worker %d", keyed, plain)
+		}
+		return
 	}
 	if keyed >= plain {
 		t.Errorf("with prompt_cache_key the request hit %d cached tokens (without: %d): it followed the prefix, not its session's worker", keyed, plain)

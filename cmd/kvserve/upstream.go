@@ -44,7 +44,7 @@ func addUpstreamFlags(f *pflag.FlagSet, o *upstreamOptions) {
 var upstreamEngineFlags = []string{"model-memory", "kv-cache-memory", "kv-max-pinned", "kv-max-pinned-per-tenant",
 	"kv-max-persistent-per-tenant", "kv-eviction", "kv-host-memory", "kv-disk", "kv-cache-type", "max-batch-tokens",
 	"max-running", "max-waiting", "threads", "compute-nice", "no-prefix-cache", "engine", "sim-profile", "sim-seed",
-	"record-passes"}
+	"record-passes", "kv-copy"}
 
 // validate fails on an engine flag set alongside --upstream, and on
 // --upstream-* flags set without it.

@@ -34,6 +34,13 @@ type Picker interface {
 	Pick(r *engine.Request, cands []Candidate) int
 }
 
+// CopyPicker is a Picker that may also name a candidate holding more of the
+// request's prefix in memory than the chosen one, for it to copy the
+// blocks from (peer ≥ 0; -1: none).
+type CopyPicker interface {
+	PickCopy(r *engine.Request, cands []Candidate) (i, peer int)
+}
+
 // LeastLoaded picks the worker with the fewest requests running, waiting
 // and on their way; then the one with the fewest KV blocks in use; then
 // the first by id (cands come sorted by id), so ties spread predictably.
@@ -342,11 +349,20 @@ func (s *stream) dispatchOnce(ctx context.Context, skip string) error {
 		return &api.Error{Code: api.CodeUnavailable, RetryAfter: time.Second, Err: ErrNoWorkers,
 			Message: fmt.Sprintf("no worker is serving model %q right now; retry when one has joined", b.cfg.Model)}
 	}
-	i := b.cfg.Picker.Pick(&s.req, cands)
+	var i, peer int
+	if cp, ok := b.cfg.Picker.(CopyPicker); ok {
+		i, peer = cp.PickCopy(&s.req, cands)
+	} else {
+		i, peer = b.cfg.Picker.Pick(&s.req, cands), -1
+	}
 	if i < 0 || i >= len(cands) {
 		return fmt.Errorf("cluster: the picker chose worker %d of %d", i, len(cands))
 	}
 	w := cands[i]
+	copyFrom := ""
+	if peer >= 0 && peer < len(cands) && peer != i && w.CopiesKV && cands[peer].CopiesKV {
+		copyFrom = cands[peer].Worker
+	}
 	a := &attempt{worker: w.Worker, id: b.nc.NewInbox(), silence: silentBeats * w.Interval, notify: make(chan struct{}, 1)}
 	sub, err := b.nc.Subscribe(a.id, a.receive)
 	if err != nil {
@@ -360,7 +376,7 @@ func (s *stream) dispatchOnce(ctx context.Context, skip string) error {
 		// Clamped, as the API does, rather than refused.
 		req.MaxTokens = cl - len(req.Prompt)
 	}
-	data, err := EncodeGenerateRequest(a.id, b.cfg.ID, req)
+	data, err := EncodeGenerateRequest(a.id, b.cfg.ID, copyFrom, req)
 	if err != nil {
 		_ = sub.Unsubscribe()
 		return fmt.Errorf("cluster: encode the request: %w", err)

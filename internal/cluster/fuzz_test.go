@@ -65,7 +65,7 @@ func FuzzDecodeLeave(f *testing.F) {
 
 func FuzzDecodeGenerateRequest(f *testing.F) {
 	// The binary form too: JSON, a newline, the prompt.
-	data, err := EncodeGenerateRequest("_INBOX.y", "g-1", engine.Request{Prompt: []int32{5, 6, 7, 8}, MaxTokens: 1})
+	data, err := EncodeGenerateRequest("_INBOX.y", "g-1", "", engine.Request{Prompt: []int32{5, 6, 7, 8}, MaxTokens: 1})
 	if err != nil {
 		f.Fatal(err)
 	}

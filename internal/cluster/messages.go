@@ -91,6 +91,9 @@ type Heartbeat struct {
 	WaitingByPriority []engine.PriorityWaiting `json:"waiting_by_priority,omitempty"`
 	// EventSeq is the sequence number the worker's next KV event gets.
 	EventSeq uint64 `json:"kv_event_seq"`
+	// CopiesKV: the worker copies KV blocks to and from its peers
+	// (SubjectKV, GenerateRequest.CopyFrom).
+	CopiesKV bool `json:"copies_kv,omitempty"`
 }
 
 // GatewayHeartbeat says a gateway is alive, every Interval.
@@ -123,14 +126,19 @@ type GenerateRequest struct {
 	// costs the gateway and the worker each hundreds of microseconds to
 	// encode and decode, on every request's way to its first token.
 	PromptIDs int `json:"prompt_ids,omitempty"`
+	// CopyFrom names a worker holding more of the prompt's prefix in
+	// memory than this one: copy the blocks from it before queueing the
+	// request (see SubjectKV).
+	CopyFrom string `json:"copy_from,omitempty"`
 }
 
-// EncodeGenerateRequest is the message asking a worker to run r: the
-// request as JSON, then its prompt in binary (GenerateRequest.PromptIDs).
-func EncodeGenerateRequest(id, gateway string, r engine.Request) ([]byte, error) {
+// EncodeGenerateRequest is the message asking a worker to run r, copying
+// KV blocks from worker copyFrom first ("": none): the request as JSON,
+// then its prompt in binary (GenerateRequest.PromptIDs).
+func EncodeGenerateRequest(id, gateway, copyFrom string, r engine.Request) ([]byte, error) {
 	prompt := r.Prompt
 	r.Prompt = nil
-	data, err := json.Marshal(GenerateRequest{V: Version, ID: id, Gateway: gateway, Request: r, PromptIDs: len(prompt)})
+	data, err := json.Marshal(GenerateRequest{V: Version, ID: id, Gateway: gateway, Request: r, PromptIDs: len(prompt), CopyFrom: copyFrom})
 	if err != nil {
 		return nil, err
 	}

@@ -81,7 +81,7 @@ func TestDecodeRefuses(t *testing.T) {
 // the JSON is read too.
 func TestGenerateRequestPrompt(t *testing.T) {
 	prompt := []int32{0, 1, -1, 1 << 30, 151643, 7}
-	data, err := EncodeGenerateRequest("_INBOX.x", "g-1", engine.Request{Prompt: prompt, MaxTokens: 3})
+	data, err := EncodeGenerateRequest("_INBOX.x", "g-1", "", engine.Request{Prompt: prompt, MaxTokens: 3})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,6 +39,9 @@ type WorkerConfig struct {
 	Events *kv.EventLog
 	// Logger receives what an operator should know (default: discard).
 	Logger *slog.Logger
+	// NoKVCopy: copy no KV blocks from peers or to them (see SubjectKV),
+	// even where the engine can.
+	NoKVCopy bool
 }
 
 // Engine is what a worker serves: kvserve's own engine (Local), or an
@@ -183,6 +186,7 @@ func StartWorker(nc *nats.Conn, e Engine, cfg WorkerConfig) (*Worker, error) {
 		SubjectGenerate(cfg.ID): w.onGenerate,
 		SubjectCancel(cfg.ID):   w.onCancel,
 		SubjectSnapshot(cfg.ID): w.onSnapshot,
+		SubjectKV(cfg.ID):       w.onKV,
 		SubjectDiscover:         func(*nats.Msg) { w.heartbeat() },
 		SubjectGatewayHeartbeat: w.onGatewayHeartbeat,
 	} {
@@ -295,6 +299,7 @@ func (w *Worker) heartbeat() {
 		BlockSize: w.e.BlockSize(), Interval: w.cfg.Heartbeat, Draining: draining,
 		Running: st.Running, Waiting: st.Waiting, KVTotal: st.KV.Total, KVActive: st.KV.Active, KVCached: st.KV.Cached,
 		WaitingByPriority: st.WaitingByPriority}
+	hb.CopiesKV = w.peer() != nil
 	if w.cfg.Events != nil {
 		hb.EventSeq = w.cfg.Events.Next()
 	}
@@ -349,6 +354,15 @@ func (w *Worker) serve(req GenerateRequest, j *job, reply string) {
 	// Submit compiles the request's grammar, which can take longer than
 	// the gateway waits in silence.
 	stopKeepAlive := w.keepAlive(req.ID, reply)
+	if req.CopyFrom != "" {
+		// Blocks another worker holds, copied rather than computed; the
+		// request runs either way.
+		if n, err := w.copyFrom(context.Background(), req.CopyFrom, &req.Request); err != nil {
+			w.log.Warn("cluster: KV blocks not copied; computing them", "worker", w.cfg.ID, "from", req.CopyFrom, "err", err)
+		} else if n > 0 {
+			w.log.Debug("cluster: KV blocks copied", "worker", w.cfg.ID, "from", req.CopyFrom, "blocks", n)
+		}
+	}
 	st, err := w.e.Submit(context.Background(), req.Request)
 	stopKeepAlive()
 	if err != nil {

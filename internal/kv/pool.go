@@ -282,6 +282,9 @@ type Stats struct {
 	// Queries and Hits count tokens looked up and found by MatchPrefix.
 	QueryTokens, HitTokens int64
 	Evictions              int64
+	// ExportedBlocks and ImportedBlocks count blocks copied to and from
+	// peer workers (Export, Sequence.Import).
+	ExportedBlocks, ImportedBlocks int64
 	// ByClass counts the findable (hashed) blocks, active or cached, by
 	// retention class.
 	ByClass [NumClasses]int
@@ -733,7 +736,9 @@ func (p *Pool) commitLocked(id BlockID, h Hash, parent Hash, tokens []int32, cla
 			p.releaseLocked(id)
 		}
 		p.raiseLocked(other, class, expiry)
-		p.usedLocked(other, after)
+		if after != importedUse {
+			p.usedLocked(other, after)
+		}
 		return other
 	}
 	m := &p.meta[id]
@@ -752,7 +757,9 @@ func (p *Pool) commitLocked(id BlockID, h Hash, parent Hash, tokens []int32, cla
 	if p.reuse != nil {
 		p.reuse.recall(h, m)
 	}
-	p.usedLocked(id, after)
+	if after != importedUse {
+		p.usedLocked(id, after)
+	}
 	if p.host != nil && p.host.has(h) {
 		// Computed again (its prefix was matched short of it): the fresh
 		// copy in the pool replaces G2's.

@@ -38,8 +38,9 @@ type Picker struct {
 }
 
 var (
-	_ cluster.Picker = (*Picker)(nil)
-	_ cluster.Picker = (*RoundRobin)(nil)
+	_ cluster.Picker     = (*Picker)(nil)
+	_ cluster.CopyPicker = (*Picker)(nil)
+	_ cluster.Picker     = (*RoundRobin)(nil)
 )
 
 // NewPicker returns a cluster.Picker placing with r.
@@ -47,6 +48,12 @@ func NewPicker(r *Router) *Picker { return &Picker{r: r} }
 
 // Pick implements cluster.Picker.
 func (p *Picker) Pick(req *engine.Request, cands []cluster.Candidate) int {
+	i, _ := p.PickCopy(req, cands)
+	return i
+}
+
+// PickCopy implements cluster.CopyPicker.
+func (p *Picker) PickCopy(req *engine.Request, cands []cluster.Candidate) (int, int) {
 	ws := make([]Worker, len(cands))
 	for i, c := range cands {
 		// Dispatched counts this gateway's requests not ended, running ones
@@ -54,9 +61,14 @@ func (p *Picker) Pick(req *engine.Request, cands []cluster.Candidate) int {
 		// waiting are on their way (a lower bound: the heartbeat counts
 		// every gateway's).
 		ws[i] = Worker{ID: c.Worker, BlockSize: c.BlockSize, Running: c.Running, Waiting: c.Waiting,
-			WaitingByPriority: c.WaitingByPriority, Queued: max(0, c.Dispatched-c.Running-c.Waiting), EventSeq: c.EventSeq}
+			WaitingByPriority: c.WaitingByPriority, Queued: max(0, c.Dispatched-c.Running-c.Waiting), EventSeq: c.EventSeq,
+			CopiesKV: c.CopiesKV}
 	}
-	return p.r.Choose(req, ws).Index
+	d := p.r.Choose(req, ws)
+	if d.Index < 0 || d.Score.Peer == 0 {
+		return d.Index, -1
+	}
+	return d.Index, d.Score.PeerFrom
 }
 
 // RoundRobin is a cluster.Picker taking the candidates in turn: the

@@ -31,6 +31,11 @@ type Weights struct {
 	// prompt tokens (default 32): every step decodes it, which slows the
 	// new request's prefill chunks.
 	Running float64
+	// Peer is the cost of a token copied from another worker's memory (its
+	// pool or host tier) into the chosen one's, as a fraction of a token to
+	// prefill (default 0.2: a copy over the network), between workers that
+	// copy (Worker.CopiesKV).
+	Peer float64
 	// Flex scales the load term for a request that takes a longer wait
 	// for a cheaper placement (engine.Hints.Flex; default 0.25): its
 	// cached prefix outweighs a queue four times as long.
@@ -48,6 +53,7 @@ func (w Weights) withDefaults() Weights {
 	def(&w.Waiting, 512)
 	def(&w.Running, 32)
 	def(&w.Flex, 0.25)
+	def(&w.Peer, 0.2)
 	w.Flex = min(w.Flex, 1)
 	return w
 }
@@ -122,6 +128,12 @@ type Worker struct {
 	// its heartbeat announced it (0: unknown). Events announced and not
 	// applied mean the index is behind.
 	EventSeq uint64
+	// CopiesKV: the worker copies KV blocks from its peers and to them
+	// (kvserve workers do; external engines do not). Such a candidate is
+	// also credited with the longest prefix another such candidate holds
+	// in memory beyond its own, at Weights.Peer a token, and its score
+	// names that candidate (Score.PeerFrom) to copy from.
+	CopiesKV bool
 }
 
 // Score is the cost of one placement, in prompt tokens.
@@ -136,6 +148,10 @@ type Score struct {
 	Load float64
 	// Stale: the worker's index was not trusted (Config.StaleAfter).
 	Stale bool
+	// Peer is the prompt tokens past Cached that candidate PeerFrom holds
+	// in memory, to copy from it (Worker.CopiesKV; PeerFrom -1: none).
+	Peer     int
+	PeerFrom int
 }
 
 // Cost is Prefill + Load.
@@ -246,7 +262,7 @@ func (r *Router) Score(dst []Score, req *engine.Request, ws []Worker) []Score {
 		if req.Hints.Flex {
 			load *= r.w.Flex
 		}
-		dst = append(dst, Score{Load: load, Prefill: float64(len(req.Prompt))})
+		dst = append(dst, Score{Load: load, Prefill: float64(len(req.Prompt)), PeerFrom: -1})
 	}
 	scores := dst[start:]
 	now := r.cfg.Now()
@@ -288,6 +304,8 @@ func (r *Router) Score(dst []Score, req *engine.Request, ws []Worker) []Score {
 			sizes[i] = 16
 		}
 	}
+	blockSizes := append(sc.blockSizes[:0], sizes...)
+	sc.blockSizes = blockSizes
 	// Walk the chain once per block size among the candidates (one, in
 	// a homogeneous cluster), probing it (walkGallop) rather than reading
 	// every block, hashing only as far as some candidate's prefix may go.
@@ -310,7 +328,33 @@ func (r *Router) Score(dst []Score, req *engine.Request, ws []Worker) []Score {
 		}
 		sc.group = group[:0]
 	}
+	r.creditPeers(scores, ws, blockSizes)
 	return dst
+}
+
+// creditPeers credits each candidate with the prefix the candidate holding
+// the longest one in memory (pool and host tiers: a prefix of the chain,
+// tiers not rising along it) has beyond the candidate's own, at the cost
+// of copying it (Weights.Peer), where their block sizes agree.
+func (r *Router) creditPeers(scores []Score, ws []Worker, blockSizes []int) {
+	best, from := 0, -1
+	for i := range scores {
+		if mem := scores[i].ByTier[0] + scores[i].ByTier[1]; mem > best && blockSizes[i] > 0 && ws[i].CopiesKV {
+			best, from = mem, i
+		}
+	}
+	if from < 0 {
+		return
+	}
+	for i := range scores {
+		if i == from || blockSizes[i] != blockSizes[from] || !ws[i].CopiesKV {
+			continue
+		}
+		if n := best - scores[i].Cached; n > 0 {
+			scores[i].Peer, scores[i].PeerFrom = n, from
+			scores[i].Prefill -= float64(n) * (1 - r.w.Peer)
+		}
+	}
 }
 
 // walkLinear scores group (candidates holding blocks of bs tokens) block
@@ -538,6 +582,7 @@ type scratch struct {
 	cur, probe []int8
 	slots      []int32
 	sizes      []int
+	blockSizes []int // each candidate's block size (0: not scored), for Peers
 	group      []int
 	tiersOf    []uint8 // by index slot; all zero between uses
 }

@@ -100,6 +100,7 @@ func TestScore(t *testing.T) {
 			w := tt.worker
 			w.ID = "w"
 			got := r.Score(nil, &engine.Request{Prompt: p, Scope: scope}, []Worker{w})[0]
+			tt.want.PeerFrom = -1 // one worker: no peer
 			if math.Abs(got.Prefill-tt.want.Prefill) < 1e-9 {
 				got.Prefill = tt.want.Prefill
 			}
@@ -375,5 +376,75 @@ func TestConcurrent(t *testing.T) {
 	}
 	if err := r.Index().checkInvariants(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestScorePeers: between workers that copy KV, each is also credited with
+// the longest prefix another holds in memory past its own, at the copy's
+// price, and told whom to copy from; blocks on disk, workers that do not
+// copy and workers of another block size are not.
+func TestScorePeers(t *testing.T) {
+	p := prompt(100, 1) // 6 full blocks and 4 tokens
+	hs := chain("t1", p)
+	tests := []struct {
+		name   string
+		events [3][]kv.Event // on workers a, b, c
+		copies [3]bool
+		sizes  [3]int
+		want   [3]Score
+	}{
+		{name: "b and c copy a's prefix past their own",
+			events: [3][]kv.Event{{stored(kv.TierPool, hs[:4]...), stored(kv.TierHost, hs[4])}, {stored(kv.TierPool, hs[:2]...)}, nil},
+			copies: [3]bool{true, true, true},
+			want: [3]Score{
+				{Cached: 80, ByTier: [3]int{64, 16, 0}, Prefill: 20 + 16*0.1, PeerFrom: -1},
+				{Cached: 32, ByTier: [3]int{32, 0, 0}, Prefill: 68 - 48*0.8, Peer: 48, PeerFrom: 0},
+				{Prefill: 100 - 80*0.8, Peer: 80, PeerFrom: 0},
+			}},
+		{name: "blocks on disk are not copied",
+			events: [3][]kv.Event{{stored(kv.TierDisk, hs[:4]...)}, {stored(kv.TierPool, hs[:2]...)}, nil},
+			copies: [3]bool{true, true, true},
+			want: [3]Score{
+				{Cached: 64, ByTier: [3]int{0, 0, 64}, Prefill: 36 + 64*0.3, PeerFrom: -1},
+				{Cached: 32, ByTier: [3]int{32, 0, 0}, Prefill: 68, PeerFrom: -1},
+				{Prefill: 100 - 32*0.8, Peer: 32, PeerFrom: 1},
+			}},
+		{name: "a worker that does not copy neither gives nor takes",
+			events: [3][]kv.Event{{stored(kv.TierPool, hs[:4]...)}, {stored(kv.TierPool, hs[:2]...)}, nil},
+			copies: [3]bool{false, true, true},
+			want: [3]Score{
+				{Cached: 64, ByTier: [3]int{64, 0, 0}, Prefill: 36, PeerFrom: -1},
+				{Cached: 32, ByTier: [3]int{32, 0, 0}, Prefill: 68, PeerFrom: -1},
+				{Prefill: 100 - 32*0.8, Peer: 32, PeerFrom: 1},
+			}},
+		{name: "another block size is not copied",
+			events: [3][]kv.Event{{stored(kv.TierPool, hs[:4]...)}, nil, nil},
+			copies: [3]bool{true, true, true}, sizes: [3]int{16, 16, 32},
+			want: [3]Score{
+				{Cached: 64, ByTier: [3]int{64, 0, 0}, Prefill: 36, PeerFrom: -1},
+				{Prefill: 100 - 64*0.8, Peer: 64, PeerFrom: 0},
+				{Prefill: 100, PeerFrom: -1},
+			}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, _ := newTestRouter(t, Config{})
+			ws := make([]Worker, 3)
+			for i := range ws {
+				ws[i] = Worker{ID: fmt.Sprintf("w%d", i), CopiesKV: tt.copies[i], BlockSize: tt.sizes[i]}
+				// Every worker known to the index, holding something (its
+				// block size is known from its events).
+				r.Index().Apply(ws[i].ID, false, append([]kv.Event{stored(kv.TierPool, chain("other", prompt(16, 9))...)}, tt.events[i]...))
+			}
+			got := r.Score(nil, &engine.Request{Prompt: p, Scope: "t1"}, ws)
+			for i := range got {
+				if math.Abs(got[i].Prefill-tt.want[i].Prefill) < 1e-9 {
+					got[i].Prefill = tt.want[i].Prefill
+				}
+				if got[i] != tt.want[i] {
+					t.Errorf("worker %d: score %+v, want %+v", i, got[i], tt.want[i])
+				}
+			}
+		})
 	}
 }

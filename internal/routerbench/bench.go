@@ -42,6 +42,10 @@ type Config struct {
 	// Router configures the kv policy (its Secret, ModelID and Now are
 	// the bench's own).
 	Router router.Config
+	// PeerBytesPerSecond > 0 lets the kv policy's workers copy KV blocks
+	// from each other (router.Worker.CopiesKV), each copy taking its bytes
+	// at this rate before the request reaches its worker (0: no copies).
+	PeerBytesPerSecond float64
 }
 
 // secret and modelID are the simulated cluster's: the router hashes with
@@ -76,6 +80,11 @@ type Result struct {
 	Placements []int `json:"placements"`
 	// Affinity counts placements made by session affinity (kv policy).
 	Affinity int `json:"affinity_placements"`
+	// PeerTokens counts prompt tokens copied from another worker's memory
+	// instead of computed (kv policy with peer copies; part of
+	// CachedTokens), PeerCopies the requests that copied any.
+	PeerTokens int64 `json:"peer_tokens"`
+	PeerCopies int   `json:"peer_copies"`
 	// VirtualS is the virtual time the run took; WallS the real time.
 	VirtualS float64 `json:"virtual_s"`
 	WallS    float64 `json:"wall_s"`
@@ -112,10 +121,13 @@ type outcome struct {
 	failed  bool
 }
 
-// pendingArrival is an arrival due at a time.
+// pendingArrival is an arrival due at a time: to be placed, or, placed
+// already on node (≥ 0) and waiting for its blocks copied from a peer, to
+// be submitted there.
 type pendingArrival struct {
-	at time.Time
-	i  int
+	at   time.Time
+	i    int
+	node int
 }
 
 type arrivalHeap []pendingArrival
@@ -204,7 +216,7 @@ func Run(ctx context.Context, cfg Config, arrivals []Arrival) (Result, error) {
 			children[a.Parent] = append(children[a.Parent], i)
 			continue
 		}
-		heap.Push(due, pendingArrival{at: sim.Epoch.Add(a.At), i: i})
+		heap.Push(due, pendingArrival{at: sim.Epoch.Add(a.At), i: i, node: -1})
 	}
 
 	res := Result{Policy: string(cfg.Policy), Workers: cfg.Workers, Requests: len(arrivals), Placements: make([]int, len(nodes))}
@@ -215,6 +227,19 @@ func Run(ctx context.Context, cfg Config, arrivals []Arrival) (Result, error) {
 	var buf []engine.Output
 	var events []kv.Event
 	shared := newSharedCache()
+	pendingPrefill := make([]float64, len(arrivals)) // of requests waiting for a copy
+	// submit queues arrival i on n, whose pending prefill already counts
+	// it.
+	submit := func(n *node, i int, prefill float64) {
+		n.clock.AdvanceTo(now) // an idle worker waits for the arrival
+		s, err := n.e.Submit(ctx, arrivals[i].Request)
+		if err != nil {
+			outs[i].failed = true
+			n.pending -= prefill
+			return
+		}
+		n.active = append(n.active, live{i: i, stream: s, prefill: prefill})
+	}
 	wallStart := time.Now()
 	for {
 		if err := ctx.Err(); err != nil {
@@ -230,6 +255,10 @@ func Run(ctx context.Context, cfg Config, arrivals []Arrival) (Result, error) {
 			pa := heap.Pop(due).(pendingArrival)
 			now = pa.at
 			req := &arrivals[pa.i].Request
+			if pa.node >= 0 { // its copied blocks have arrived
+				submit(nodes[pa.node], pa.i, pendingPrefill[pa.i])
+				continue
+			}
 			if cfg.Policy == router.PolicyKV {
 				for _, n := range nodes {
 					events, n.next, err = n.log.Poll(n.next, events[:0])
@@ -247,10 +276,12 @@ func Run(ctx context.Context, cfg Config, arrivals []Arrival) (Result, error) {
 			}
 			for j, n := range nodes {
 				st := n.e.Now()
-				ws[j] = router.Worker{ID: n.id, Running: st.Running, PendingPrefill: int(n.pending), EventSeq: n.log.Next()}
+				ws[j] = router.Worker{ID: n.id, Running: st.Running, PendingPrefill: int(n.pending), EventSeq: n.log.Next(),
+					CopiesKV: cfg.PeerBytesPerSecond > 0}
 			}
 			var chosen int
 			var prefill float64
+			var copyFrom, copyTokens int
 			t0 := time.Now()
 			switch cfg.Policy {
 			case router.PolicyKV:
@@ -259,6 +290,7 @@ func Run(ctx context.Context, cfg Config, arrivals []Arrival) (Result, error) {
 				if d.Affinity {
 					res.Affinity++
 				}
+				copyFrom, copyTokens = d.Score.PeerFrom, d.Score.Peer
 			case router.PolicyLeastLoaded:
 				chosen = leastLoaded(nodes)
 			case router.PolicyRoundRobin:
@@ -270,16 +302,24 @@ func Run(ctx context.Context, cfg Config, arrivals []Arrival) (Result, error) {
 			}
 			n := nodes[chosen]
 			res.Placements[chosen]++
-			n.clock.AdvanceTo(now) // an idle worker waits for the arrival
 			outs[pa.i].arrival = now
 			shared.add(req)
-			s, err := n.e.Submit(ctx, *req)
-			if err != nil {
-				outs[pa.i].failed = true
-				continue
+			if copyFrom >= 0 && copyTokens > 0 {
+				if copied, err := copyBlocks(nodes[copyFrom], n, req); err != nil {
+					return res, err
+				} else if copied > 0 {
+					res.PeerCopies++
+					res.PeerTokens += int64(copied * n.e.Config().BlockSize)
+					// The request reaches its worker once the copy has.
+					pendingPrefill[pa.i] = prefill
+					n.pending += prefill
+					took := time.Duration(float64(copied) * float64(n.e.BlockBytes()) / cfg.PeerBytesPerSecond * float64(time.Second))
+					heap.Push(due, pendingArrival{at: now.Add(took), i: pa.i, node: chosen})
+					continue
+				}
 			}
-			n.active = append(n.active, live{i: pa.i, stream: s, prefill: prefill})
 			n.pending += prefill
+			submit(n, pa.i, prefill)
 			continue
 		}
 		if step == nil {
@@ -311,7 +351,7 @@ func Run(ctx context.Context, cfg Config, arrivals []Arrival) (Result, error) {
 				}
 				o.usage = l.stream.Usage()
 				for _, c := range children[l.i] {
-					heap.Push(due, pendingArrival{at: l.stream.Ended().Add(arrivals[c].At), i: c})
+					heap.Push(due, pendingArrival{at: l.stream.Ended().Add(arrivals[c].At), i: c, node: -1})
 				}
 				continue
 			}
@@ -416,4 +456,24 @@ func (c *sharedCache) hitRate() float64 {
 		return 0
 	}
 	return float64(c.cached) / float64(c.total)
+}
+
+// copyBlocks copies from holder to n the blocks of req's prompt past those
+// n's memory holds, as a worker does on a placement naming a peer, and
+// returns how many n stored.
+func copyBlocks(holder, n *node, req *engine.Request) (int, error) {
+	hashes := n.e.PromptBlocks(req)
+	from := n.e.HeldBlocks(hashes)
+	if from >= len(hashes) {
+		return 0, nil
+	}
+	data := holder.e.ExportKV(hashes[from:])
+	if len(data) == 0 {
+		return 0, nil
+	}
+	stored, err := n.e.ImportKV(req, from, data)
+	if err != nil {
+		return 0, fmt.Errorf("routerbench: copying blocks from %s to %s: %w", holder.id, n.id, err)
+	}
+	return stored, nil
 }

@@ -95,3 +95,46 @@ func TestAgent(t *testing.T) {
 		t.Error("a negative time scale was taken")
 	}
 }
+
+// TestRunPeerCopies: requests sharing one prefix, too many at once for the
+// worker that holds it: with copies the other workers take some, copying
+// the prefix from that worker instead of computing it, so the load
+// spreads with no fewer prompt tokens served from cache and the first
+// tokens come sooner; with no copies the router keeps them on the holder
+// (or they compute it).
+func TestRunPeerCopies(t *testing.T) {
+	// One request computes the prefix; a burst follows once it is cached.
+	var trace []sim.TraceRequest
+	for i := range 24 {
+		at := int64(0)
+		if i > 0 {
+			at = 60_000 + int64(i)*10
+		}
+		trace = append(trace, sim.TraceRequest{Timestamp: at, InputLength: 9 * 512, OutputLength: 4,
+			HashIDs: []int64{0, 1, 2, 3, 4, 5, 6, 7, int64(1000 + i)}})
+	}
+	arrivals := FromTrace(trace, 1)
+	run := func(bytesPerSecond float64) Result {
+		t.Helper()
+		r, err := Run(context.Background(), Config{Workers: 4, PeerBytesPerSecond: bytesPerSecond}, arrivals)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Failed > 0 {
+			t.Fatalf("%d requests failed", r.Failed)
+		}
+		return r
+	}
+	without, with := run(0), run(1.25e9)
+	t.Logf("without copies: hit %.3f, TTFT p50 %.0f ms; with: hit %.3f, TTFT p50 %.0f ms, %d copies, %d tokens",
+		without.HitRate, without.TTFTp50, with.HitRate, with.TTFTp50, with.PeerCopies, with.PeerTokens)
+	if without.PeerCopies != 0 || without.PeerTokens != 0 {
+		t.Errorf("copies without peers: %d (%d tokens)", without.PeerCopies, without.PeerTokens)
+	}
+	if with.PeerCopies == 0 || with.PeerTokens == 0 {
+		t.Fatal("no copies with peers")
+	}
+	if !(with.HitRate >= without.HitRate && with.TTFTp50 < without.TTFTp50) {
+		t.Errorf("copies did not help: hit %.3f vs %.3f, TTFT p50 %.0f vs %.0f ms", with.HitRate, without.HitRate, with.TTFTp50, without.TTFTp50)
+	}
+}
