@@ -21,7 +21,7 @@ func newBenchRouterCmd() *cobra.Command {
 	var (
 		workersList, policies, tracePath, workload, profilePath string
 		limit                                                   int
-		stretch, kvTokens, temperature, peerGbps                float64
+		stretch, kvTokens, temperature, peerGbps, g2Tokens      float64
 		agent                                                   routerbench.AgentOptions
 		asJSON                                                  bool
 	)
@@ -66,6 +66,12 @@ one ended.`,
 			}
 			if !(kvTokens >= 1) || kvTokens > 1e10 {
 				return fmt.Errorf("bench router: --kv-tokens %v: want a token count such as 1e6", kvTokens)
+			}
+			if !cmd.Flags().Changed("g2-tokens") {
+				g2Tokens = 2 * kvTokens
+			}
+			if !(g2Tokens >= 0) || g2Tokens > 1e11 {
+				return fmt.Errorf("bench router: --g2-tokens %v: want a token count such as 2e6, or 0 for none", g2Tokens)
 			}
 			var (
 				arrivals []routerbench.Arrival
@@ -127,7 +133,7 @@ one ended.`,
 			for _, n := range counts {
 				for _, p := range pols {
 					res, err := routerbench.Run(cmd.Context(), routerbench.Config{Workers: n, Policy: p, Profile: prof,
-						KVTokens: int64(kvTokens), Router: router.Config{Temperature: temperature},
+						KVTokens: int64(kvTokens), HostTokens: int64(g2Tokens), Router: router.Config{Temperature: temperature},
 						PeerBytesPerSecond: peerGbps * 1e9 / 8}, arrivals)
 					if err != nil {
 						return err
@@ -158,6 +164,7 @@ one ended.`,
 	f.IntVar(&limit, "limit", 0, "only the first N requests (agent: rounded up to whole sessions; 0: all)")
 	f.Float64Var(&stretch, "stretch", 1, "multiply a trace's gaps between arrivals by this")
 	f.Float64Var(&kvTokens, "kv-tokens", 1e6, "each worker's KV pool in tokens")
+	f.Float64Var(&g2Tokens, "g2-tokens", 0, "each worker's host-memory tier (G2) in tokens (default: twice --kv-tokens, as a worker's --kv-host-memory auto; 0: none)")
 	f.Float64Var(&peerGbps, "peer-gbps", 10, "kv policy: workers copy KV blocks another worker holds over a network of this many Gbit/s instead of computing them (0: no copies)")
 	f.Float64Var(&temperature, "temperature", 0, "kv policy: softmax temperature over the placement costs (0: always the cheapest)")
 	f.StringVar(&profilePath, "sim-profile", "", "cost profile from kvserve sim calibrate (default: the built-in one)")

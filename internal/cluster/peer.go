@@ -52,7 +52,12 @@ func (m *KVCopyRequest) version() int { return m.V }
 func (m *KVCopyChunk) version() int   { return m.V }
 
 // maxCopyBytes bounds one request's copy: past it the rest is computed.
-const maxCopyBytes = 512 << 20
+const maxCopyBytes = 256 << 20
+
+// maxCopies bounds the copies a worker serves at once, and those it takes:
+// past it a peer's ask is refused and a request's copy skipped (its prefix
+// computed), so a burst of copies cannot take the worker's memory.
+const maxCopies = 2
 
 // peerEngine is an Engine that copies KV blocks to and from its peers
 // (Local does; an adapter in front of another server does not).
@@ -162,6 +167,13 @@ func (w *Worker) answerKV(m *nats.Msg) {
 		fail(KindInvalid, "cluster: worker "+w.cfg.ID+" does not copy KV blocks")
 		return
 	}
+	select {
+	case w.copiesOut <- struct{}{}:
+		defer func() { <-w.copiesOut }()
+	default:
+		fail(KindQueueFull, fmt.Sprintf("cluster: worker %s is serving %d KV copies already", w.cfg.ID, maxCopies))
+		return
+	}
 	req, hashes, err := decodeKVCopyRequest(m.Data)
 	if err != nil {
 		fail(KindInvalid, err.Error())
@@ -216,6 +228,12 @@ func (w *Worker) copyFrom(ctx context.Context, peer string, r *engine.Request) (
 	pe := w.peer()
 	if pe == nil || peer == w.cfg.ID {
 		return 0, nil
+	}
+	select {
+	case w.copiesIn <- struct{}{}:
+		defer func() { <-w.copiesIn }()
+	default:
+		return 0, fmt.Errorf("cluster: %d KV copies under way already", maxCopies)
 	}
 	hashes := pe.PromptBlocks(r)
 	// The last full block that leaves a token to compute is the last one a

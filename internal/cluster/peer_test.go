@@ -139,9 +139,34 @@ func TestCopyKVFromPeer(t *testing.T) {
 			}
 		})
 	}
+	// A holder serving as many copies as it may refuses another: the
+	// prefix is computed; once it is free again, copied.
+	fresh := engine.Request{Prompt: prompt(120)[20:], MaxTokens: 2, Scope: "tenant-d"}
+	readAll(t, mustSubmit(t, toHolder, fresh))
+	for range maxCopies {
+		holder.copiesOut <- struct{}{}
+	}
+	reg, b := gateway(t, s, copyPicker{to: "w2", from: "w1"})
+	waitWorkers(t, reg, 3)
+	busy := mustSubmit(t, b, fresh)
+	readAll(t, busy)
+	if u := busy.Usage(); u.CachedTokens != 0 {
+		t.Errorf("from a holder busy with copies: cached tokens %d, want 0", u.CachedTokens)
+	}
+	for range maxCopies {
+		<-holder.copiesOut
+	}
+	fresh.Scope = "tenant-e"
+	readAll(t, mustSubmit(t, toHolder, fresh))
+	free := mustSubmit(t, b, fresh)
+	readAll(t, free)
+	if u := free.Usage(); u.CachedTokens != 96 {
+		t.Errorf("from the holder free again: cached tokens %d, want 96", u.CachedTokens)
+	}
+
 	// A peer gone before the registry noticed: nobody answers on its
 	// subject, and the request is computed at once.
-	reg, b := gateway(t, s, copyPicker{to: "w2", from: "w3"})
+	reg, b = gateway(t, s, copyPicker{to: "w2", from: "w3"})
 	waitWorkers(t, reg, 3)
 	other.kill()
 	st := mustSubmit(t, b, engine.Request{Prompt: next.Prompt, MaxTokens: 8, Scope: "tenant-c"})
@@ -152,8 +177,8 @@ func TestCopyKVFromPeer(t *testing.T) {
 	if n := holder.e.KV().Stats().ExportedBlocks; n == 0 {
 		t.Error("the holder exported no blocks")
 	}
-	if n := taker.e.KV().Stats().ImportedBlocks; n != 6 {
-		t.Errorf("the taker imported %d blocks, want the prompt's 6 full ones", n)
+	if n := taker.e.KV().Stats().ImportedBlocks; n != 12 {
+		t.Errorf("the taker imported %d blocks, want two prompts' 6 full ones", n)
 	}
 	if n := other.e.KV().Stats().ImportedBlocks; n != 0 {
 		t.Errorf("the worker with other blocks imported %d", n)

@@ -132,6 +132,9 @@ type Worker struct {
 
 	subs     []*nats.Subscription
 	pumps    sync.WaitGroup // request goroutines
+	// copiesOut and copiesIn bound the KV copies served and taken at
+	// once: each holds up to maxCopyBytes in memory.
+	copiesOut, copiesIn chan struct{}
 	bg       sync.WaitGroup // heartbeat and event goroutines
 	stop     context.CancelFunc
 	stopCtx  context.Context
@@ -181,7 +184,8 @@ func StartWorker(nc *nats.Conn, e Engine, cfg WorkerConfig) (*Worker, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	w := &Worker{nc: nc, e: e, cfg: cfg, log: cfg.Logger, inflight: map[string]*job{}, gateways: map[string]gatewaySeen{}, stop: stop, stopCtx: ctx}
+	w := &Worker{nc: nc, e: e, cfg: cfg, log: cfg.Logger, inflight: map[string]*job{}, gateways: map[string]gatewaySeen{}, stop: stop, stopCtx: ctx,
+		copiesOut: make(chan struct{}, maxCopies), copiesIn: make(chan struct{}, maxCopies)}
 	for subj, h := range map[string]nats.MsgHandler{
 		SubjectGenerate(cfg.ID): w.onGenerate,
 		SubjectCancel(cfg.ID):   w.onCancel,

@@ -39,6 +39,10 @@ type Config struct {
 	Profile *sim.Profile
 	// KVTokens is each worker's KV pool in tokens (default 1,000,000).
 	KVTokens int64
+	// HostTokens is each worker's host-memory tier (G2) in tokens (0:
+	// none). Onboarding from it costs no modelled time (a copy in memory,
+	// small beside the prefill it saves).
+	HostTokens int64
 	// Router configures the kv policy (its Secret, ModelID and Now are
 	// the bench's own).
 	Router router.Config
@@ -177,7 +181,7 @@ func Run(ctx context.Context, cfg Config, arrivals []Arrival) (Result, error) {
 	for i := range nodes {
 		n := &node{id: fmt.Sprintf("w%02d", i), clock: sim.NewVirtualClock(), log: kv.NewEventLog(1 << 16)}
 		n.e, _, err = sim.NewEngine(&p, sim.Options{Clock: n.clock, Vocab: Vocab, EndOfGeneration: -1}, engine.Config{
-			KVMemoryBytes: cfg.KVTokens * perToken, MaxWaiting: len(arrivals) + 1,
+			KVMemoryBytes: cfg.KVTokens * perToken, KVHostMemoryBytes: max(0, cfg.HostTokens) * perToken, MaxWaiting: len(arrivals) + 1,
 			Events: n.log, Secret: secret, ModelID: modelID,
 		})
 		if err != nil {
