@@ -130,16 +130,16 @@ type Worker struct {
 	draining bool
 	gateways map[string]gatewaySeen
 
-	subs     []*nats.Subscription
-	pumps    sync.WaitGroup // request goroutines
+	subs  []*nats.Subscription
+	pumps sync.WaitGroup // request goroutines
 	// copiesOut and copiesIn bound the KV copies served and taken at
 	// once: each holds up to maxCopyBytes in memory.
 	copiesOut, copiesIn chan struct{}
-	bg       sync.WaitGroup // heartbeat and event goroutines
-	stop     context.CancelFunc
-	stopCtx  context.Context
-	closeErr error
-	once     sync.Once
+	bg                  sync.WaitGroup // heartbeat and event goroutines
+	stop                context.CancelFunc
+	stopCtx             context.Context
+	closeErr            error
+	once                sync.Once
 }
 
 // gatewaySeen is a gateway's last heartbeat.
