@@ -476,6 +476,16 @@ func startGateway(nc *nats.Conn, a *apiServer, loaded []*servedModel, aliases []
 	if err != nil {
 		return nil, err
 	}
+	// A tenant deleted through this gateway's admin API leaves every
+	// worker's tiers (now, or when a worker down now starts again).
+	fctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	forget, err := cluster.NewForgetter(fctx, nc, 0)
+	cancel()
+	if err != nil {
+		log.Warn("gateway: a deleted tenant's KV will stay on the workers until evicted", "err", err)
+	} else {
+		a.admin.SetForgetter(forget)
+	}
 	g := &gateway{reg: reg}
 	var served []*api.Model
 	for i, lm := range loaded {

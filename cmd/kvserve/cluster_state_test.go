@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/kvserve/kvserve/internal/api/apitest"
 	"github.com/kvserve/kvserve/internal/cluster"
@@ -377,9 +378,30 @@ func TestTenantCommandsOnNATS(t *testing.T) {
 	if _, _, err := runCommand(newRootCmd(), "cache", "list", "--tenant", "acme", "--data-dir", dir); err == nil {
 		t.Fatal("the data directory's store knows the cluster's tenant")
 	}
+	acmeID := ""
+	if ts, err := st.dir.Tenants(context.Background()); err == nil {
+		for _, tn := range ts {
+			if tn.Name == "acme" {
+				acmeID = tn.ID
+			}
+		}
+	}
 	cli("tenant", "delete", "acme")
 	if out, _ := cli("tenant", "list"); strings.Contains(out, "acme") {
 		t.Fatalf("tenant list after delete:\n%s", out)
+	}
+	// The workers are told to drop its KV: its id on the forget stream.
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs, err := js.Stream(context.Background(), cluster.ForgetStreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := fs.GetLastMsgForSubject(context.Background(), cluster.SubjectForget)
+	if err != nil || acmeID == "" || !strings.Contains(string(m.Data), `"scope":"`+acmeID+`"`) {
+		t.Fatalf("the forget stream's last message: %v %v (tenant id %q)", m, err, acmeID)
 	}
 	// The cluster's audit stream has the changes, in an intact chain; the
 	// data directory was never used.

@@ -17,6 +17,7 @@ import (
 	"github.com/kvserve/kvserve/internal/admin"
 	"github.com/kvserve/kvserve/internal/audit"
 	"github.com/kvserve/kvserve/internal/audit/auditstream"
+	"github.com/kvserve/kvserve/internal/cluster"
 	"github.com/kvserve/kvserve/internal/kv"
 	"github.com/kvserve/kvserve/internal/kv/diskstore"
 	"github.com/kvserve/kvserve/internal/tenant"
@@ -171,10 +172,17 @@ tenant's id is never reused and its keys are revoked).`,
 					return err
 				}
 				// No engine runs here: the disk key is destroyed in the data
-				// directory, and the server drops the files at its next start.
+				// directory, and the server drops the files at its next start;
+				// a cluster's workers are told through the forget stream.
 				var forget admin.Forgetter
 				if src.natsURL == "" {
 					forget = diskShredder{src.dataDir}
+				} else if st.nc != nil {
+					f, err := cluster.NewForgetter(cmd.Context(), st.nc, 0)
+					if err != nil {
+						return err
+					}
+					forget = f
 				}
 				d, err := admin.DeleteTenant(cmd.Context(), st.dir, caches, forget, localActor(), args[0])
 				if d.ID == "" {

@@ -126,7 +126,10 @@ type Deleted struct {
 	RevokedKeys   []string `json:"revoked_keys"`
 	DeletedCaches int      `json:"deleted_caches"`
 	// KVForgotten says the tenant's KV was dropped from a running engine's
-	// tiers (and its disk key destroyed) now, rather than at the next start.
+	// tiers (and its disk key destroyed) now, rather than at the next start;
+	// through a cluster's gateway, that every worker was told to (the
+	// forget stream: each drops it as it reads it, a worker down now when
+	// it starts).
 	KVForgotten bool `json:"kv_forgotten"`
 }
 

@@ -132,6 +132,8 @@ type Worker struct {
 
 	subs  []*nats.Subscription
 	pumps sync.WaitGroup // request goroutines
+	// forgotten counts the scopes dropped from the forget stream.
+	forgotten atomic.Int64
 	// copiesOut and copiesIn bound the KV copies served and taken at
 	// once: each holds up to maxCopyBytes in memory.
 	copiesOut, copiesIn chan struct{}
@@ -215,6 +217,13 @@ func StartWorker(nc *nats.Conn, e Engine, cfg WorkerConfig) (*Worker, error) {
 	if cfg.Events != nil {
 		w.bg.Add(1)
 		go w.publishEvents(ctx, cfg.Events.Next())
+	}
+	if f, ok := e.(scopeForgetter); ok {
+		w.bg.Add(1)
+		go func() {
+			defer w.bg.Done()
+			w.followForgets(ctx, f)
+		}()
 	}
 	return w, nil
 }
