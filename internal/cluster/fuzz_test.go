@@ -137,3 +137,53 @@ func TestWireErrors(t *testing.T) {
 		}
 	}
 }
+
+// FuzzDecodeKVCopyRequest: a copy request never panics its decoder, and
+// what it accepts encodes back to the same bytes.
+func FuzzDecodeKVCopyRequest(f *testing.F) {
+	seed, err := encodeKVCopyRequest(4096, []kv.Hash{{1}, {2}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(seed)
+	f.Add([]byte("{\"v\":2,\"block_bytes\":1,\"hashes\":0}\n"))
+	f.Add([]byte("null\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		m, hashes, err := decodeKVCopyRequest(data)
+		if err != nil {
+			return
+		}
+		if len(hashes) != m.Hashes || m.BlockBytes <= 0 {
+			t.Fatalf("accepted %q: %+v with %d hashes", data, m, len(hashes))
+		}
+		again, err := encodeKVCopyRequest(m.BlockBytes, hashes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m2, h2, err := decodeKVCopyRequest(again)
+		if err != nil || m2 != m || len(h2) != len(hashes) || len(hashes) > 0 && h2[len(h2)-1] != hashes[len(hashes)-1] {
+			t.Fatalf("round trip of %q: %+v %d %v", data, m2, len(h2), err)
+		}
+	})
+}
+
+// FuzzDecodeKVCopyChunk: a chunk never panics its decoder; what it
+// accepts has a sequence number and a block count that are not negative
+// and carries the bytes after its first newline.
+func FuzzDecodeKVCopyChunk(f *testing.F) {
+	f.Add([]byte("{\"v\":2,\"seq\":0,\"blocks\":3}\nabc"))
+	f.Add([]byte("{\"v\":2,\"seq\":1,\"blocks\":3,\"done\":true}\n"))
+	f.Add([]byte("{\"v\":2,\"done\":true,\"error\":{\"kind\":\"invalid\",\"message\":\"x\"}}\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, payload, err := decodeKVCopyChunk(data)
+		if err != nil {
+			return
+		}
+		if c.Seq < 0 || c.Blocks < 0 || c.V != Version {
+			t.Fatalf("accepted %q as %+v", data, c)
+		}
+		if i := bytes.IndexByte(data, '\n'); !bytes.Equal(payload, data[i+1:]) {
+			t.Fatalf("payload of %q: %q", data, payload)
+		}
+	})
+}
