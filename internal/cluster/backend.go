@@ -84,7 +84,7 @@ type BackendConfig struct {
 	Heartbeat time.Duration
 	// Registerer receives the backend's metrics (optional):
 	// kvserve_cluster_workers, kvserve_cluster_retries_total,
-	// kvserve_cluster_cutoffs_total.
+	// kvserve_cluster_cutoffs_total, kvserve_cluster_kv_copies_total.
 	Registerer prometheus.Registerer
 }
 
@@ -103,6 +103,7 @@ type Backend struct {
 	log *slog.Logger
 
 	retries, cutoffs prometheus.Counter
+	copies           prometheus.Counter // dispatches naming a worker to copy KV from
 	added            prometheus.Histogram
 	stop             context.CancelFunc
 	done             chan struct{}
@@ -141,6 +142,8 @@ func NewBackend(nc *nats.Conn, reg *Registry, cfg BackendConfig) (*Backend, erro
 			Help: "Requests sent to a second worker because the first was lost, draining or gone before their first output."}),
 		cutoffs: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvserve_cluster_cutoffs_total",
 			Help: "Requests ended with an error because their worker was lost after their first output."}),
+		copies: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvserve_cluster_kv_copies_total",
+			Help: "Requests sent to a worker together with another worker to copy their prefix's KV blocks from (it holds more of it in memory)."}),
 		added: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kvserve_cluster_added_seconds",
 			Help:    "The cluster's part of a request's time to first token: from the start of its placement until its worker received it, plus its first token's way back from the worker's engine to the gateway (meaningful where the gateway's and workers' clocks agree).",
 			Buckets: []float64{0.0001, 0.00025, 0.0005, 0.00075, 0.001, 0.0015, 0.002, 0.003, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25}}),
@@ -149,7 +152,7 @@ func NewBackend(nc *nats.Conn, reg *Registry, cfg BackendConfig) (*Backend, erro
 		workers := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kvserve_cluster_workers",
 			Help: "Live workers of the model that take requests (not draining)."},
 			func() float64 { return float64(len(b.candidates(""))) })
-		for _, c := range []prometheus.Collector{workers, b.retries, b.cutoffs, b.added} {
+		for _, c := range []prometheus.Collector{workers, b.retries, b.cutoffs, b.copies, b.added} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("cluster: metrics: %w", err)
 			}
@@ -362,6 +365,7 @@ func (s *stream) dispatchOnce(ctx context.Context, skip string) error {
 	copyFrom := ""
 	if peer >= 0 && peer < len(cands) && peer != i && w.CopiesKV && cands[peer].CopiesKV {
 		copyFrom = cands[peer].Worker
+		b.copies.Inc()
 	}
 	a := &attempt{worker: w.Worker, id: b.nc.NewInbox(), silence: silentBeats * w.Interval, notify: make(chan struct{}, 1)}
 	sub, err := b.nc.Subscribe(a.id, a.receive)

@@ -137,6 +137,9 @@ func TestCopyKVFromPeer(t *testing.T) {
 			if u := st.Usage(); u.CachedTokens != tt.wantCached {
 				t.Errorf("cached tokens %d, want %d", u.CachedTokens, tt.wantCached)
 			}
+			if n := counterValue(t, b.copies); n != 1 {
+				t.Errorf("kvserve_cluster_kv_copies_total = %v, want 1", n)
+			}
 		})
 	}
 	// A holder serving as many copies as it may refuses another: the
