@@ -89,7 +89,12 @@ func startWorker(t *testing.T, s *Server, id string, pass time.Duration) *testWo
 func startWorkerVocab(t *testing.T, s *Server, id string, pass time.Duration, vocab int) *testWorker {
 	t.Helper()
 	events := kv.NewEventLog(4096)
-	e := simEngineVocab(t, pass, events, vocab)
+	return startWorkerOn(t, s, id, simEngineVocab(t, pass, events, vocab), events)
+}
+
+// startWorkerOn serves e, whose KV events go to events, as worker id.
+func startWorkerOn(t *testing.T, s *Server, id string, e *engine.Engine, events *kv.EventLog) *testWorker {
+	t.Helper()
 	nc := connect(t, s)
 	w, err := StartWorker(nc, Local(e), WorkerConfig{ID: id, Model: testModel, Heartbeat: testBeat, Events: events})
 	if err != nil {

@@ -2,36 +2,20 @@ package cluster
 
 import (
 	"bytes"
-	"context"
-	"os"
 	"testing"
-	"time"
 
 	"github.com/kvserve/kvserve/internal/api"
 	"github.com/kvserve/kvserve/internal/engine"
-	"github.com/kvserve/kvserve/internal/gguf"
 	"github.com/kvserve/kvserve/internal/kv"
 	"github.com/kvserve/kvserve/internal/model"
-	"github.com/kvserve/kvserve/internal/testshared"
+	"github.com/kvserve/kvserve/internal/testshared/sharedmodel"
 )
 
 // modelEngine is an engine on a real model (tests' tiny Llama), so that
 // copied KV is real KV whose every byte decides the tokens.
 func modelEngine(t *testing.T, kvType string, events *kv.EventLog) *engine.Engine {
 	t.Helper()
-	path := testshared.Path(t, "models", "tiny-f32.gguf")
-	if _, err := os.Stat(path); err != nil {
-		t.Fatalf("test model not found: %v", err)
-	}
-	f, err := gguf.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { f.Close() })
-	m, err := model.Load(f)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := sharedmodel.Load(t, "tiny-f32.gguf")
 	et, err := kv.ParseElemType(kvType)
 	if err != nil {
 		t.Fatal(err)
@@ -52,18 +36,7 @@ func modelEngine(t *testing.T, kvType string, events *kv.EventLog) *engine.Engin
 func startModelWorker(t *testing.T, s *Server, id, kvType string) *testWorker {
 	t.Helper()
 	events := kv.NewEventLog(4096)
-	e := modelEngine(t, kvType, events)
-	nc := connect(t, s)
-	w, err := StartWorker(nc, Local(e), WorkerConfig{ID: id, Model: testModel, Heartbeat: testBeat, Events: events})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = w.Close(ctx)
-	})
-	return &testWorker{Worker: w, e: e, nc: nc, events: events}
+	return startWorkerOn(t, s, id, modelEngine(t, kvType, events), events)
 }
 
 // copyPicker places every request on worker to, naming worker from to copy

@@ -5,35 +5,20 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/kvserve/kvserve/internal/gguf"
 	"github.com/kvserve/kvserve/internal/model"
 	"github.com/kvserve/kvserve/internal/sample"
 	"github.com/kvserve/kvserve/internal/tensor"
-	"github.com/kvserve/kvserve/internal/testshared"
+	"github.com/kvserve/kvserve/internal/testshared/sharedmodel"
 )
 
 func sharedModel(t testing.TB, name string) *model.Model {
 	t.Helper()
-	path := testshared.Path(t, "models", name)
-	if _, err := os.Stat(path); err != nil {
-		t.Fatalf("test model not found: %v", err)
-	}
-	f, err := gguf.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { f.Close() })
-	m, err := model.Load(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
+	return sharedmodel.Load(t, name)
 }
 
 // newTestEngine starts an engine on m with a forward pass made from fo;

@@ -3,30 +3,15 @@ package enginebench
 import (
 	"context"
 	"math"
-	"os"
 	"strings"
 	"testing"
 
-	"github.com/kvserve/kvserve/internal/gguf"
 	"github.com/kvserve/kvserve/internal/model"
-	"github.com/kvserve/kvserve/internal/testshared"
+	"github.com/kvserve/kvserve/internal/testshared/sharedmodel"
 )
 
 func tinyModel(t *testing.T) *model.Model {
-	path := testshared.Path(t, "models", "tiny-q8_0.gguf")
-	if _, err := os.Stat(path); err != nil {
-		t.Fatal(err)
-	}
-	f, err := gguf.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { f.Close() })
-	m, err := model.Load(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
+	return sharedmodel.Load(t, "tiny-q8_0.gguf")
 }
 
 // TestBatchDecodeRuns runs the one scenario that fits the tiny model's
