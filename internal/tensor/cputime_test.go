@@ -114,3 +114,80 @@ func TestPackedKernelCPUTime(t *testing.T) {
 		}
 	}
 }
+
+// llamaLayer lists the weight products of one Llama-3.2-1B layer (rows ×
+// cols): Q, K, V, O, gate, up, down.
+var llamaLayer = []struct {
+	name       string
+	rows, cols int
+}{
+	{"q", 2048, 2048}, {"k", 512, 2048}, {"v", 512, 2048}, {"o", 2048, 2048},
+	{"gate", 8192, 2048}, {"up", 8192, 2048}, {"down", 2048, 8192},
+}
+
+// TestLayerPrefillCPUTime times one Llama-3.2-1B layer's products at 512
+// tokens (a prefill's shape) on one thread, per CPU second, for each type
+// with a packed layout on this CPU, its weights unpacked and packed
+// alternated in one process (a shared machine's drift moves both alike):
+//
+//	go test -tags kernelbench -run LayerPrefillCPUTime -v ./internal/tensor
+//
+// Each matrix is timed alone, so the smaller ones are read from the
+// last-level cache, as they are not in a model's forward pass.
+func TestLayerPrefillCPUTime(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	const n = 512
+	x := randVec(rand.New(rand.NewPCG(3, 4)), 8192*n, 1)
+	dst := make([]float32, 8192*n)
+	p := NewPool(1)
+	defer p.Close()
+	for _, typ := range []DType{F16, BF16} {
+		if !packable(typ) {
+			t.Logf("%v: no packed layout on this CPU", typ)
+			continue
+		}
+		var layouts [2][]Matrix // unpacked, packed
+		for _, s := range llamaLayer {
+			m := benchMatrix(t, typ, s.rows, s.cols)
+			pm := m
+			pm.Data = append([]byte(nil), m.Data...)
+			layouts[0] = append(layouts[0], m)
+			layouts[1] = append(layouts[1], Pack(pm))
+		}
+		// best[l][i]: GFLOP per CPU second of product i (len(llamaLayer):
+		// the layer) on layout l, the best of the repetitions.
+		var best [2][]float64
+		for rep := 0; rep < 4; rep++ {
+			for l, ms := range layouts {
+				if best[l] == nil {
+					best[l] = make([]float64, len(ms)+1)
+				}
+				var sec, flops float64
+				for i, m := range ms {
+					xs := x[:n*m.Cols]
+					p.MatMul(dst, m, xs, n)
+					c0 := threadCPUTime()
+					calls := 0
+					for threadCPUTime()-c0 < 150*time.Millisecond {
+						p.MatMul(dst, m, xs, n)
+						calls++
+					}
+					s := (threadCPUTime() - c0).Seconds() / float64(calls)
+					f := 2 * float64(m.Rows*m.Cols*n)
+					best[l][i] = max(best[l][i], f/s/1e9)
+					sec += s
+					flops += f
+				}
+				best[l][len(ms)] = max(best[l][len(ms)], flops/sec/1e9)
+			}
+		}
+		for l, name := range []string{"unpacked", "packed"} {
+			fmt.Printf("%-5v %-8s", typ, name)
+			for i, s := range llamaLayer {
+				fmt.Printf(" %s %.1f", s.name, best[l][i])
+			}
+			fmt.Printf("  layer %.1f GFLOP/s per CPU second\n", best[l][len(llamaLayer)])
+		}
+	}
+}
