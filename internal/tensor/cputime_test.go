@@ -89,17 +89,10 @@ func TestPackedKernelCPUTime(t *testing.T) {
 				var best [2]float64
 				for rep := 0; rep < 4; rep++ {
 					for i, w := range []Matrix{m, pm} {
-						p.MatMul(dst, w, x, n)
-						c0 := threadCPUTime()
-						calls := 0
-						for threadCPUTime()-c0 < 200*time.Millisecond {
-							p.MatMul(dst, w, x, n)
-							calls++
-						}
-						sec := (threadCPUTime() - c0).Seconds()
-						v := 2 * float64(sh.rows*sh.cols*n) * float64(calls) / sec / 1e9
+						s := cpuSecondsPerMatMul(p, dst, w, x, n, 200*time.Millisecond)
+						v := 2 * float64(sh.rows*sh.cols*n) / s / 1e9
 						if n == 1 {
-							v = float64(len(w.Data)) * float64(calls) / sec / 1e9
+							v = float64(len(w.Data)) / s / 1e9
 						}
 						best[i] = max(best[i], v)
 					}
@@ -165,15 +158,7 @@ func TestLayerPrefillCPUTime(t *testing.T) {
 				}
 				var sec, flops float64
 				for i, m := range ms {
-					xs := x[:n*m.Cols]
-					p.MatMul(dst, m, xs, n)
-					c0 := threadCPUTime()
-					calls := 0
-					for threadCPUTime()-c0 < 150*time.Millisecond {
-						p.MatMul(dst, m, xs, n)
-						calls++
-					}
-					s := (threadCPUTime() - c0).Seconds() / float64(calls)
+					s := cpuSecondsPerMatMul(p, dst, m, x[:n*m.Cols], n, 150*time.Millisecond)
 					f := 2 * float64(m.Rows*m.Cols*n)
 					best[l][i] = max(best[l][i], f/s/1e9)
 					sec += s
@@ -190,4 +175,18 @@ func TestLayerPrefillCPUTime(t *testing.T) {
 			fmt.Printf("  layer %.1f GFLOP/s per CPU second\n", best[l][len(llamaLayer)])
 		}
 	}
+}
+
+// cpuSecondsPerMatMul is the thread CPU time one product of w by n tokens
+// of x takes, averaged over as many as fit in budget (after one to warm
+// the caches).
+func cpuSecondsPerMatMul(p *Pool, dst []float32, w Matrix, x []float32, n int, budget time.Duration) float64 {
+	p.MatMul(dst, w, x, n)
+	c0 := threadCPUTime()
+	calls := 0
+	for threadCPUTime()-c0 < budget {
+		p.MatMul(dst, w, x, n)
+		calls++
+	}
+	return (threadCPUTime() - c0).Seconds() / float64(calls)
 }
