@@ -23,6 +23,10 @@
 // placement saves is worth a token of queued prefill it adds. The lowest
 // cost wins; with a temperature, placements are drawn with probabilities
 // softmax(−cost / (temperature × spread)) instead, to spread load.
+// Between workers that copy KV from each other (Worker.CopiesKV), the
+// blocks past w's own prefix that another candidate holds in memory (pool
+// or host: the longest such prefix) count Weights.Peer each instead of 1,
+// and the score names that candidate for w to copy them from.
 // Session affinity sends a session's turns to the worker of its last turn
 // while that worker's load is within Config.AffinitySlack of the least
 // loaded; a worker whose index is behind (events it announced in its
