@@ -62,19 +62,17 @@ const maxCopies = 2
 // peerEngine is an Engine that copies KV blocks to and from its peers
 // (Local does; an adapter in front of another server does not).
 type peerEngine interface {
-	PromptBlocks(r *engine.Request) []kv.Hash
-	HeldBlocks(hashes []kv.Hash) int
+	MissingBlocks(r *engine.Request) (hashes []kv.Hash, held int)
 	ExportKV(hashes []kv.Hash) [][]byte
-	ImportKV(r *engine.Request, from int, data [][]byte) (int, error)
+	ImportKV(r *engine.Request, hashes []kv.Hash, from int, data [][]byte) (int, error)
 	BlockBytes() int64
 }
 
-func (l localEngine) PromptBlocks(r *engine.Request) []kv.Hash { return l.e.PromptBlocks(r) }
-func (l localEngine) HeldBlocks(hashes []kv.Hash) int          { return l.e.HeldBlocks(hashes) }
-func (l localEngine) ExportKV(hashes []kv.Hash) [][]byte       { return l.e.ExportKV(hashes) }
-func (l localEngine) BlockBytes() int64                        { return l.e.BlockBytes() }
-func (l localEngine) ImportKV(r *engine.Request, from int, data [][]byte) (int, error) {
-	return l.e.ImportKV(r, from, data)
+func (l localEngine) MissingBlocks(r *engine.Request) ([]kv.Hash, int) { return l.e.MissingBlocks(r) }
+func (l localEngine) ExportKV(hashes []kv.Hash) [][]byte               { return l.e.ExportKV(hashes) }
+func (l localEngine) BlockBytes() int64                                { return l.e.BlockBytes() }
+func (l localEngine) ImportKV(r *engine.Request, hashes []kv.Hash, from int, data [][]byte) (int, error) {
+	return l.e.ImportKV(r, hashes, from, data)
 }
 
 // peer is the engine as a peerEngine, nil when the worker copies no KV.
@@ -235,13 +233,7 @@ func (w *Worker) copyFrom(ctx context.Context, peer string, r *engine.Request) (
 	default:
 		return 0, fmt.Errorf("cluster: %d KV copies under way already", maxCopies)
 	}
-	hashes := pe.PromptBlocks(r)
-	// The last full block that leaves a token to compute is the last one a
-	// prefix match takes.
-	if bs := w.e.BlockSize(); bs > 0 {
-		hashes = hashes[:min(len(hashes), (len(r.Prompt)-1)/bs)]
-	}
-	from := pe.HeldBlocks(hashes)
+	hashes, from := pe.MissingBlocks(r)
 	if from >= len(hashes) {
 		return 0, nil
 	}
@@ -285,6 +277,9 @@ func (w *Worker) copyFrom(ctx context.Context, peer string, r *engine.Request) (
 		if c.Seq != seq || blocks >= 0 && c.Blocks != blocks || c.Blocks > len(want) {
 			return 0, fmt.Errorf("cluster: KV copy from worker %s: chunk %d of %d blocks, expected chunk %d of at most %d", peer, c.Seq, c.Blocks, seq, len(want))
 		}
+		if blocks < 0 {
+			data = make([]byte, 0, int64(c.Blocks)*bb) // at most maxCopyBytes: c.Blocks ≤ len(want)
+		}
 		blocks = c.Blocks
 		if int64(len(data)+len(payload)) > int64(blocks)*bb {
 			return 0, fmt.Errorf("cluster: KV copy from worker %s: more bytes than its %d blocks", peer, blocks)
@@ -306,5 +301,5 @@ func (w *Worker) copyFrom(ctx context.Context, peer string, r *engine.Request) (
 	default:
 		return 0, fmt.Errorf("cluster: KV copy from worker %s: %d bytes for %d blocks of %d", peer, len(data), blocks, bb)
 	}
-	return pe.ImportKV(r, from, parts)
+	return pe.ImportKV(r, hashes, from, parts)
 }

@@ -522,8 +522,9 @@ func (e *Engine) validate(r *Request) error {
 		return fmt.Errorf("%w: max tokens must be at least 1", ErrInvalid)
 	case r.N < 1 || r.N > 128:
 		return fmt.Errorf("%w: n must be in [1, 128], got %d", ErrInvalid, r.N)
-	case r.SharedTokens < 0 || r.SharedTokens > len(r.Prompt) || (r.SharedTokens > 0) != (r.SharedScope != ""):
-		return fmt.Errorf("%w: a shared prefix needs its scope and at most the prompt's %d tokens, got %d", ErrInvalid, len(r.Prompt), r.SharedTokens)
+	}
+	if err := checkShared(r); err != nil {
+		return err
 	}
 	vocab := e.shape.Vocab
 	for _, t := range r.Prompt {
@@ -568,6 +569,14 @@ func (e *Engine) validate(r *Request) error {
 	}
 	if _, err := sample.New(r.Sampling, vocab); err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	return nil
+}
+
+// checkShared checks r's shared prefix: its scope, and at most the prompt.
+func checkShared(r *Request) error {
+	if r.SharedTokens < 0 || r.SharedTokens > len(r.Prompt) || (r.SharedTokens > 0) != (r.SharedScope != "") {
+		return fmt.Errorf("%w: a shared prefix needs its scope and at most the prompt's %d tokens, got %d", ErrInvalid, len(r.Prompt), r.SharedTokens)
 	}
 	return nil
 }

@@ -6,10 +6,17 @@ import (
 	"github.com/kvserve/kvserve/internal/kv"
 )
 
-// PromptBlocks returns the hashes of the full blocks of r's prompt as this
-// engine's pool names them (its scope, its shared prefix): what a peer
-// exports them by (ExportKV).
-func (e *Engine) PromptBlocks(r *Request) []kv.Hash { return e.chain(r, r.Prompt) }
+// MissingBlocks returns the hashes of r's full prompt blocks as this
+// engine's pool names them (its scope, its shared prefix), up to the last a
+// prefix match can take (one that leaves a token to compute), and how many
+// of them from the start this engine's memory (pool or host tier) holds: a
+// peer is asked for hashes[held:] (ExportKV), and ImportKV stores its
+// answer.
+func (e *Engine) MissingBlocks(r *Request) (hashes []kv.Hash, held int) {
+	hashes = e.chain(r, r.Prompt)
+	hashes = hashes[:min(len(hashes), max(0, len(r.Prompt)-1)/e.cfg.BlockSize)]
+	return hashes, e.kv.Held(hashes)
+}
 
 // ExportKV returns the contents of the leading blocks of hashes that this
 // engine's memory holds (pool or host tier), for a peer to import
@@ -24,20 +31,20 @@ func (e *Engine) BlockBytes() int64 {
 }
 
 // ImportKV stores blocks of r's prompt copied from a peer (its ExportKV of
-// PromptBlocks(r)[from:]) in this engine's pool as cached blocks with the
-// classes r gives them, so that r, submitted next, finds them. Pins are
-// not taken here (the request's validation decides them when it is
-// submitted): pinned blocks are imported as persistent. It returns how many
-// blocks it stored.
-func (e *Engine) ImportKV(r *Request, from int, data [][]byte) (int, error) {
+// hashes[from:], hashes from MissingBlocks(r)) in this engine's pool as
+// cached blocks with the classes r gives them, so that r, submitted next,
+// finds them. Pins are not taken here (the request's validation decides
+// them when it is submitted): pinned blocks are imported as persistent. It
+// returns how many blocks it stored.
+func (e *Engine) ImportKV(r *Request, hashes []kv.Hash, from int, data [][]byte) (int, error) {
 	if e.cfg.DisablePrefixCache || e.cfg.Contiguous {
 		return 0, nil
 	}
 	if len(r.Prompt) == 0 {
 		return 0, fmt.Errorf("%w: empty prompt", ErrInvalid)
 	}
-	if r.SharedTokens < 0 || r.SharedTokens > len(r.Prompt) || (r.SharedTokens > 0) != (r.SharedScope != "") {
-		return 0, fmt.Errorf("%w: a shared prefix needs its scope and at most the prompt's tokens", ErrInvalid)
+	if err := checkShared(r); err != nil {
+		return 0, err
 	}
 	seq := e.kv.NewSequence(e.salt(r.Scope), []byte(e.cfg.ModelID))
 	if r.SharedScope != "" {
@@ -48,13 +55,9 @@ func (e *Engine) ImportKV(r *Request, from int, data [][]byte) (int, error) {
 		perBlock[i] = min(c, kv.ClassPersistent)
 	}
 	seq.SetClasses(perBlock, min(rest, kv.ClassPersistent))
-	n, err := seq.Import(r.Prompt, seq.PromptHashes(r.Prompt), from, data)
+	n, err := seq.Import(r.Prompt, hashes, from, data)
 	if err != nil {
 		return 0, fmt.Errorf("engine: importing a peer's KV: %w", err)
 	}
 	return n, nil
 }
-
-// HeldBlocks is how many leading blocks of hashes this engine's memory
-// (pool or host tier) holds: those a peer need not send.
-func (e *Engine) HeldBlocks(hashes []kv.Hash) int { return e.kv.Held(hashes) }

@@ -466,8 +466,7 @@ func (c *sharedCache) hitRate() float64 {
 // n's memory holds, as a worker does on a placement naming a peer, and
 // returns how many n stored.
 func copyBlocks(holder, n *node, req *engine.Request) (int, error) {
-	hashes := n.e.PromptBlocks(req)
-	from := n.e.HeldBlocks(hashes)
+	hashes, from := n.e.MissingBlocks(req)
 	if from >= len(hashes) {
 		return 0, nil
 	}
@@ -475,7 +474,7 @@ func copyBlocks(holder, n *node, req *engine.Request) (int, error) {
 	if len(data) == 0 {
 		return 0, nil
 	}
-	stored, err := n.e.ImportKV(req, from, data)
+	stored, err := n.e.ImportKV(req, hashes, from, data)
 	if err != nil {
 		return 0, fmt.Errorf("routerbench: copying blocks from %s to %s: %w", holder.id, n.id, err)
 	}
