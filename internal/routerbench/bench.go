@@ -127,11 +127,12 @@ type outcome struct {
 
 // pendingArrival is an arrival due at a time: to be placed, or, placed
 // already on node (≥ 0) and waiting for its blocks copied from a peer, to
-// be submitted there.
+// be submitted there with the prefill its placement charged the node.
 type pendingArrival struct {
-	at   time.Time
-	i    int
-	node int
+	at      time.Time
+	i       int
+	node    int
+	prefill float64
 }
 
 type arrivalHeap []pendingArrival
@@ -231,7 +232,6 @@ func Run(ctx context.Context, cfg Config, arrivals []Arrival) (Result, error) {
 	var buf []engine.Output
 	var events []kv.Event
 	shared := newSharedCache()
-	pendingPrefill := make([]float64, len(arrivals)) // of requests waiting for a copy
 	// submit queues arrival i on n, whose pending prefill already counts
 	// it.
 	submit := func(n *node, i int, prefill float64) {
@@ -260,7 +260,7 @@ func Run(ctx context.Context, cfg Config, arrivals []Arrival) (Result, error) {
 			now = pa.at
 			req := &arrivals[pa.i].Request
 			if pa.node >= 0 { // its copied blocks have arrived
-				submit(nodes[pa.node], pa.i, pendingPrefill[pa.i])
+				submit(nodes[pa.node], pa.i, pa.prefill)
 				continue
 			}
 			if cfg.Policy == router.PolicyKV {
@@ -315,10 +315,9 @@ func Run(ctx context.Context, cfg Config, arrivals []Arrival) (Result, error) {
 					res.PeerCopies++
 					res.PeerTokens += int64(copied * n.e.Config().BlockSize)
 					// The request reaches its worker once the copy has.
-					pendingPrefill[pa.i] = prefill
 					n.pending += prefill
 					took := time.Duration(float64(copied) * float64(n.e.BlockBytes()) / cfg.PeerBytesPerSecond * float64(time.Second))
-					heap.Push(due, pendingArrival{at: now.Add(took), i: pa.i, node: chosen})
+					heap.Push(due, pendingArrival{at: now.Add(took), i: pa.i, node: chosen, prefill: prefill})
 					continue
 				}
 			}
