@@ -421,12 +421,7 @@ func (c *routeCounter) Pick(r *engine.Request, cands []cluster.Candidate) int {
 // PickCopy implements cluster.CopyPicker, passing on the peer the wrapped
 // picker names, if it names any.
 func (c *routeCounter) PickCopy(r *engine.Request, cands []cluster.Candidate) (int, int) {
-	i, peer := -1, -1
-	if cp, ok := c.next.(cluster.CopyPicker); ok {
-		i, peer = cp.PickCopy(r, cands)
-	} else {
-		i = c.next.Pick(r, cands)
-	}
+	i, peer := cluster.PickWithCopy(c.next, r, cands)
 	if i >= 0 && i < len(cands) {
 		c.mu.Lock()
 		c.routed[cands[i].Worker]++

@@ -41,6 +41,15 @@ type CopyPicker interface {
 	PickCopy(r *engine.Request, cands []Candidate) (i, peer int)
 }
 
+// PickWithCopy asks p for a candidate and, if p is a CopyPicker, for a
+// peer to copy from (-1: none).
+func PickWithCopy(p Picker, r *engine.Request, cands []Candidate) (i, peer int) {
+	if cp, ok := p.(CopyPicker); ok {
+		return cp.PickCopy(r, cands)
+	}
+	return p.Pick(r, cands), -1
+}
+
 // LeastLoaded picks the worker with the fewest requests running, waiting
 // and on their way; then the one with the fewest KV blocks in use; then
 // the first by id (cands come sorted by id), so ties spread predictably.
@@ -352,12 +361,7 @@ func (s *stream) dispatchOnce(ctx context.Context, skip string) error {
 		return &api.Error{Code: api.CodeUnavailable, RetryAfter: time.Second, Err: ErrNoWorkers,
 			Message: fmt.Sprintf("no worker is serving model %q right now; retry when one has joined", b.cfg.Model)}
 	}
-	var i, peer int
-	if cp, ok := b.cfg.Picker.(CopyPicker); ok {
-		i, peer = cp.PickCopy(&s.req, cands)
-	} else {
-		i, peer = b.cfg.Picker.Pick(&s.req, cands), -1
-	}
+	i, peer := PickWithCopy(b.cfg.Picker, &s.req, cands)
 	if i < 0 || i >= len(cands) {
 		return fmt.Errorf("cluster: the picker chose worker %d of %d", i, len(cands))
 	}

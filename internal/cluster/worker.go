@@ -370,7 +370,7 @@ func (w *Worker) serve(req GenerateRequest, j *job, reply string) {
 	if req.CopyFrom != "" {
 		// Blocks another worker holds, copied rather than computed; the
 		// request runs either way.
-		if n, err := w.copyFrom(context.Background(), req.CopyFrom, &req.Request); err != nil {
+		if n, err := w.copyFrom(w.stopCtx, req.CopyFrom, &req.Request); err != nil {
 			w.log.Warn("cluster: KV blocks not copied; computing them", "worker", w.cfg.ID, "from", req.CopyFrom, "err", err)
 		} else if n > 0 {
 			w.log.Debug("cluster: KV blocks copied", "worker", w.cfg.ID, "from", req.CopyFrom, "blocks", n)
