@@ -110,19 +110,8 @@ func (s *Sequence) Import(prompt []int32, hashes []Hash, from int, data [][]byte
 	stored := 0
 	p.mu.Lock()
 	for i := 0; i < limit; i++ {
-		if id, ok := p.index[hashes[i]]; ok {
-			p.acquireLocked(id)
-			p.raiseLocked(id, s.classOf(i), s.expiryOf(i))
+		if id, _, ok := s.findLocked(i, hashes[i]); ok { // held here already, or up from host memory
 			s.blocks = append(s.blocks, id)
-			s.hashes = append(s.hashes, hashes[i])
-			continue
-		}
-		parentID := BlockID(-1)
-		if i > 0 {
-			parentID = s.blocks[i-1]
-		}
-		if id, _, ok := p.onboardLocked(hashes[i], parentID, s.classOf(i), s.expiryOf(i), s.ownerOf(i)); ok {
-			s.blocks = append(s.blocks, id) // up from host memory: as good as a copy
 			s.hashes = append(s.hashes, hashes[i])
 			continue
 		}

@@ -187,24 +187,15 @@ func (s *Sequence) MatchPrefixHashes(prompt []int32, hashes []Hash) int {
 	defer p.mu.Unlock()
 	p.stats.QueryTokens += int64(len(prompt))
 	for i := 0; i < limit; i++ {
-		id, ok := p.index[hashes[i]]
-		if ok {
-			p.acquireLocked(id)
-			p.raiseLocked(id, s.classOf(i), s.expiryOf(i))
-		} else {
-			parent := BlockID(-1)
-			if i > 0 {
-				parent = s.blocks[i-1]
-			}
-			var tier Tier
-			if id, tier, ok = p.onboardLocked(hashes[i], parent, s.classOf(i), s.expiryOf(i), s.ownerOf(i)); !ok {
-				break
-			}
-			if tier == TierHost {
-				s.onboarded.host++
-			} else {
-				s.onboarded.disk++
-			}
+		id, tier, ok := s.findLocked(i, hashes[i])
+		if !ok {
+			break
+		}
+		switch tier {
+		case TierHost:
+			s.onboarded.host++
+		case TierDisk:
+			s.onboarded.disk++
 		}
 		p.usedLocked(id, len(prompt)-(i+1)*bs)
 		s.blocks = append(s.blocks, id)
@@ -217,6 +208,24 @@ func (s *Sequence) MatchPrefixHashes(prompt []int32, hashes []Hash) int {
 	s.known = hashes
 	p.stats.HitTokens += int64(n)
 	return n
+}
+
+// findLocked takes a reference for the sequence on its full block i, hash
+// h (the previous blocks its own already), from the pool or brought up
+// from host memory or the disk tier's staging (tier says which), with the
+// sequence's class; false when none holds it or the pool has no room.
+func (s *Sequence) findLocked(i int, h Hash) (BlockID, Tier, bool) {
+	p := s.pool
+	if id, ok := p.index[h]; ok {
+		p.acquireLocked(id)
+		p.raiseLocked(id, s.classOf(i), s.expiryOf(i))
+		return id, TierPool, true
+	}
+	parent := BlockID(-1)
+	if i > 0 {
+		parent = s.blocks[i-1]
+	}
+	return p.onboardLocked(h, parent, s.classOf(i), s.expiryOf(i), s.ownerOf(i))
 }
 
 // MatchedFrom splits the tokens MatchPrefixHashes matched by the tier they
