@@ -36,6 +36,18 @@ type ForgetScope struct {
 
 func (m *ForgetScope) version() int { return m.V }
 
+// decodeForgetScope reads a ForgetScope; a scope is required.
+func decodeForgetScope(data []byte) (ForgetScope, error) {
+	var m ForgetScope
+	if err := decode(data, &m, "forget"); err != nil {
+		return ForgetScope{}, err
+	}
+	if m.Scope == "" {
+		return ForgetScope{}, errors.New("cluster: forget message without a scope")
+	}
+	return m, nil
+}
+
 // forgetStream returns the stream, creating it if no process has yet.
 func forgetStream(ctx context.Context, js jetstream.JetStream, replicas int) (jetstream.Stream, error) {
 	st, err := js.Stream(ctx, ForgetStreamName)
@@ -108,35 +120,43 @@ func (l localEngine) ForgetScope(scope string) error { return l.e.ForgetScope(sc
 // followForgets reads the stream from its start and drops each scope's KV
 // from the engine, until ctx ends. Called on its own goroutine.
 func (w *Worker) followForgets(ctx context.Context, f scopeForgetter) {
-	js, err := jetstream.New(w.nc)
-	if err == nil {
-		var st jetstream.Stream
-		if st, err = forgetStream(ctx, js, 0); err == nil {
-			var cons jetstream.Consumer
-			if cons, err = st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy}); err == nil {
-				var cc jetstream.ConsumeContext
-				cc, err = cons.Consume(func(m jetstream.Msg) {
-					var fs ForgetScope
-					if err := decode(m.Data(), &fs, "forget"); err != nil || fs.Scope == "" {
-						w.log.Warn("cluster: bad message on the forget stream", "worker", w.cfg.ID, "err", err)
-						return
-					}
-					if err := f.ForgetScope(fs.Scope); err != nil {
-						w.log.Error("cluster: a deleted tenant's KV was not dropped", "worker", w.cfg.ID, "scope", fs.Scope, "err", err)
-						return
-					}
-					w.forgotten.Add(1)
-				})
-				if err == nil {
-					<-ctx.Done()
-					cc.Stop()
-					<-cc.Closed()
-					return
-				}
-			}
+	cc, err := w.consumeForgets(ctx, f)
+	if err != nil {
+		if ctx.Err() == nil {
+			w.log.Warn("cluster: not following deleted tenants (their KV stays here until evicted)", "worker", w.cfg.ID, "err", err)
 		}
+		return
 	}
-	if ctx.Err() == nil {
-		w.log.Warn("cluster: not following deleted tenants (their KV stays here until evicted)", "worker", w.cfg.ID, "err", err)
+	<-ctx.Done()
+	cc.Stop()
+	<-cc.Closed()
+}
+
+// consumeForgets starts an ordered consumer of the whole forget stream that
+// hands each scope to f.
+func (w *Worker) consumeForgets(ctx context.Context, f scopeForgetter) (jetstream.ConsumeContext, error) {
+	js, err := jetstream.New(w.nc)
+	if err != nil {
+		return nil, err
 	}
+	st, err := forgetStream(ctx, js, 0)
+	if err != nil {
+		return nil, err
+	}
+	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy})
+	if err != nil {
+		return nil, err
+	}
+	return cons.Consume(func(m jetstream.Msg) {
+		fs, err := decodeForgetScope(m.Data())
+		if err != nil {
+			w.log.Warn("cluster: bad message on the forget stream", "worker", w.cfg.ID, "err", err)
+			return
+		}
+		if err := f.ForgetScope(fs.Scope); err != nil {
+			w.log.Error("cluster: a deleted tenant's KV was not dropped", "worker", w.cfg.ID, "scope", fs.Scope, "err", err)
+			return
+		}
+		w.forgotten.Add(1)
+	})
 }

@@ -187,3 +187,7 @@ func FuzzDecodeKVCopyChunk(f *testing.F) {
 		}
 	})
 }
+
+func FuzzDecodeForgetScope(f *testing.F) {
+	fuzzDecoder(f, decodeForgetScope, ForgetScope{V: Version, Scope: "t-1"})
+}
