@@ -33,40 +33,6 @@ var cpuISA = func() isa {
 	return isaAVX2
 }()
 
-type q8Fn func(w *byte, rowBytes, groups int, y *int8, yStride int, d *float32, s *int32, dStride, nb int, dst *float32, ldBytes int)
-
-// q8Tiles drives the VNNI Q4_0 tile kernels: r4[T] computes
-// groups of 4 rows × T tokens (nil when the level has none), r1[T] single
-// rows.
-type q8Tiles struct {
-	r4, r1 [5]q8Fn
-}
-
-func (k *q8Tiles) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int) {
-	cols := w.Cols
-	nb := cols / qk80
-	rb := w.RowBytes()
-	// Four-row tiles share each activation load and offset among four rows
-	// (about 10% faster from cache), but streaming four rows at once from
-	// memory is about half as fast as one row: use them only for tiles of
-	// many tokens (prefill), where the weights are read from cache.
-	wide := t1-t0 >= 16
-	for t := t0; t < t1; {
-		T := min(4, t1-t)
-		y, d, s := &a.q[t*cols], &a.d[t*nb], &a.s[t*nb]
-		r := r0
-		if wide && k.r4[T] != nil && r1-r >= 4 {
-			g := (r1 - r) / 4
-			k.r4[T](&w.Data[r*rb], rb, g, y, cols, d, s, nb*4, nb, &dst[t*ld+r], ld*4)
-			r += 4 * g
-		}
-		if r < r1 {
-			k.r1[T](&w.Data[r*rb], rb, r1-r, y, cols, d, s, nb*4, nb, &dst[t*ld+r], ld*4)
-		}
-		t += T
-	}
-}
-
 // q8RowsFn is a Q8_0 row kernel (see asmgen/q80rows.go).
 type q8RowsFn func(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
 
@@ -119,15 +85,20 @@ func (k *q80Rows) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t
 const q80PackedPrefetchRows = 16
 
 // packable says whether Pack has a layout for weights of type t: Q8_0's
-// for the VNNI kernels, Q4_0's, Q8_0's, F16's and BF16's for the AVX2 ones
-// (the VNNI level has its own Q4_0 and BF16 kernels, on the file's layout,
-// and its F16 kernels were not measured packed).
+// for each level's kernels, Q4_0's for both (the same layout), F16's for
+// the AVX2 kernels, which the VNNI level runs too, and BF16's for the AVX2
+// kernels where the CPU has no vdpbf16ps (the VNNI level's BF16 kernel,
+// on the file's layout).
 func packable(t DType) bool {
 	switch t {
 	case Q8_0:
 		return cpuISA >= isaAVX2
-	case Q4_0, F16, BF16:
-		return cpuISA == isaAVX2
+	case Q4_0, F16:
+		return cpuISA >= isaAVX2
+	case BF16:
+		// The VNNI level's BF16 kernel is vdpbf16ps on the file's layout
+		// where the CPU has it, else the FMA kernels, which read both.
+		return cpuISA >= isaAVX2 && !hasBF16
 	}
 	return false
 }
@@ -141,50 +112,66 @@ func q80PackedXor() byte {
 	return 0
 }
 
-// avx2Rows drives the AVX2 Q4_0 and Q8_0 kernels (asmgen/q40avx2.go),
-// which compute eight rows at a time, a lane each, with the float steps of
-// the VNNI Q8_0 kernels: n[T] all rows of a range for T ≤ 2 tokens on the weights as the
-// file has them (more tokens go in pairs: prefill tiles, whose rows are
-// then read from cache), p[T] the packed blocks of eight rows of a packed
-// matrix (Pack) for T ≤ 4 tokens. Results depend neither on T (batch
-// invariance) nor on the packing.
-type avx2Rows struct {
-	n [3]q8RowsFn
-	p [5]q8PackedFn
+// eightRows drives the Q4_0 kernels and the AVX2 Q8_0 ones
+// (asmgen/q40avx2.go, asmgen/q80rows.go), which compute eight rows at a
+// time, a lane each, with the float steps of the VNNI Q8_0 kernels: n[T]
+// all rows of a range for T < len(n) tokens on the weights as the file has
+// them (more tokens go in turns: prefill tiles, whose rows are then read
+// from cache), p[T] the packed blocks of eight rows of a packed matrix
+// (Pack) for T < len(p) tokens. Results depend neither on T (batch
+// invariance) nor on the packing, nor, for Q4_0, on the level.
+type eightRows struct {
+	n []q8RowsFn
+	p []q8PackedFn
+	// avx2Layout: p reads the packed layout Pack makes at the AVX2 level
+	// only (Q8_0's differs at the VNNI level; Q4_0's is the same).
+	avx2Layout bool
 }
 
-func (k *avx2Rows) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int) {
+func (k *eightRows) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int) {
 	nb := w.Cols / 32
 	rb := w.RowBytes()
 	pr1 := r0
 	if w.packed {
-		if r0%8 != 0 || cpuISA != isaAVX2 {
+		if r0%8 != 0 || (k.avx2Layout && cpuISA != isaAVX2) {
 			panic(fmt.Sprintf("tensor: packed matrix cut at row %d, or packed for other kernels", r0))
 		}
 		pr1 = max(r0, min(r1, w.packedRows()))
 	}
 	if pr1 > r0 {
 		for t := t0; t < t1; {
-			T := min(4, t1-t)
+			T := min(len(k.p)-1, t1-t)
 			k.p[T](&w.Data[r0*rb], q80PackedPrefetchRows*rb, (pr1-r0)/8, &a.g[t*q80BlockBytes], a.gs, nb, &dst[t*ld+r0], ld*4)
 			t += T
 		}
 	}
 	for t := t0; t < t1 && r1 > pr1; {
-		T := min(2, t1-t)
+		T := min(len(k.n)-1, t1-t)
 		k.n[T](&w.Data[pr1*rb], rb, q80PrefetchRows*rb, r1-pr1, &a.g[t*q80BlockBytes], a.gs, nb, &dst[t*ld+pr1], ld*4)
 		t += T
 	}
 }
 
 var (
-	q40AVX2 = &avx2Rows{
-		n: [3]q8RowsFn{nil, q40AVX2N_1, q40AVX2N_2},
-		p: [5]q8PackedFn{nil, q40AVX2P_1, q40AVX2P_2, q40AVX2P_3, q40AVX2P_4},
+	q40AVX2 = &eightRows{
+		n: []q8RowsFn{nil, q40AVX2N_1, q40AVX2N_2},
+		p: []q8PackedFn{nil, q40AVX2P_1, q40AVX2P_2, q40AVX2P_3, q40AVX2P_4},
 	}
-	q80AVX2 = &avx2Rows{
-		n: [3]q8RowsFn{nil, q80AVX2N_1, q80AVX2N_2},
-		p: [5]q8PackedFn{nil, q80AVX2P_1, q80AVX2P_2, q80AVX2P_3, q80AVX2P_4},
+	q80AVX2 = &eightRows{
+		n:          []q8RowsFn{nil, q80AVX2N_1, q80AVX2N_2},
+		p:          []q8PackedFn{nil, q80AVX2P_1, q80AVX2P_2, q80AVX2P_3, q80AVX2P_4},
+		avx2Layout: true,
+	}
+	// q40VNNI: the Q4_0 kernels of the VNNI level, vpdpbusd on the
+	// nibbles and up to 16 tokens a pass over a block of rows; decode on
+	// unpacked rows is the AVX2 level's (one or two tokens need no
+	// transpose).
+	q40VNNI = &eightRows{
+		n: []q8RowsFn{nil, q40AVX2N_1, q40AVX2N_2,
+			q40VNNIR_3, q40VNNIR_4, q40VNNIR_5, q40VNNIR_6, q40VNNIR_7, q40VNNIR_8, q40VNNIR_9,
+			q40VNNIR_10, q40VNNIR_11, q40VNNIR_12, q40VNNIR_13, q40VNNIR_14, q40VNNIR_15, q40VNNIR_16},
+		p: []q8PackedFn{nil, q40VNNIP_1, q40VNNIP_2, q40VNNIP_3, q40VNNIP_4, q40VNNIP_5, q40VNNIP_6, q40VNNIP_7, q40VNNIP_8,
+			q40VNNIP_9, q40VNNIP_10, q40VNNIP_11, q40VNNIP_12, q40VNNIP_13, q40VNNIP_14, q40VNNIP_15, q40VNNIP_16},
 	}
 )
 
@@ -422,10 +409,6 @@ var (
 )
 
 var (
-	q40VNNI = &q8Tiles{
-		r4: [5]q8Fn{nil, q40VNNI_4x1, q40VNNI_4x2, q40VNNI_4x3, q40VNNI_4x4},
-		r1: [5]q8Fn{nil, q40VNNI_1x1, q40VNNI_1x2, q40VNNI_1x3, q40VNNI_1x4},
-	}
 	f32FMA = &floatTiles{typ: F32,
 		r4: [5]floatFn{nil, f32FMA_4x1, f32FMA_4x2, f32FMA_4x3},
 		r1: [5]floatFn{nil, f32FMA_1x1, f32FMA_1x2, f32FMA_1x3, f32FMA_1x4},

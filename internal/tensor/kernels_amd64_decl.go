@@ -6,46 +6,6 @@ package tensor
 
 import "unsafe"
 
-// q40VNNI_1x1 computes a 1-row × 1-token tile of Q4_0 weights × Q8_0 activations (VNNI).
-//
-//go:noescape
-func q40VNNI_1x1(w *byte, rowBytes, groups int, y *int8, yStride int, d *float32, s *int32, dStride, nb int, dst *float32, ldBytes int)
-
-// q40VNNI_1x2 computes a 1-row × 2-token tile of Q4_0 weights × Q8_0 activations (VNNI).
-//
-//go:noescape
-func q40VNNI_1x2(w *byte, rowBytes, groups int, y *int8, yStride int, d *float32, s *int32, dStride, nb int, dst *float32, ldBytes int)
-
-// q40VNNI_1x3 computes a 1-row × 3-token tile of Q4_0 weights × Q8_0 activations (VNNI).
-//
-//go:noescape
-func q40VNNI_1x3(w *byte, rowBytes, groups int, y *int8, yStride int, d *float32, s *int32, dStride, nb int, dst *float32, ldBytes int)
-
-// q40VNNI_1x4 computes a 1-row × 4-token tile of Q4_0 weights × Q8_0 activations (VNNI).
-//
-//go:noescape
-func q40VNNI_1x4(w *byte, rowBytes, groups int, y *int8, yStride int, d *float32, s *int32, dStride, nb int, dst *float32, ldBytes int)
-
-// q40VNNI_4x1 computes a 4-row × 1-token tile of Q4_0 weights × Q8_0 activations (VNNI).
-//
-//go:noescape
-func q40VNNI_4x1(w *byte, rowBytes, groups int, y *int8, yStride int, d *float32, s *int32, dStride, nb int, dst *float32, ldBytes int)
-
-// q40VNNI_4x2 computes a 4-row × 2-token tile of Q4_0 weights × Q8_0 activations (VNNI).
-//
-//go:noescape
-func q40VNNI_4x2(w *byte, rowBytes, groups int, y *int8, yStride int, d *float32, s *int32, dStride, nb int, dst *float32, ldBytes int)
-
-// q40VNNI_4x3 computes a 4-row × 3-token tile of Q4_0 weights × Q8_0 activations (VNNI).
-//
-//go:noescape
-func q40VNNI_4x3(w *byte, rowBytes, groups int, y *int8, yStride int, d *float32, s *int32, dStride, nb int, dst *float32, ldBytes int)
-
-// q40VNNI_4x4 computes a 4-row × 4-token tile of Q4_0 weights × Q8_0 activations (VNNI).
-//
-//go:noescape
-func q40VNNI_4x4(w *byte, rowBytes, groups int, y *int8, yStride int, d *float32, s *int32, dStride, nb int, dst *float32, ldBytes int)
-
 // q80VNNIN_1 computes rows × 1 tokens of Q8_0 weights × Q8_0 activations, eight rows at a time, without a transpose (VNNI).
 //
 //go:noescape
@@ -126,6 +86,76 @@ func q80VNNIR_15(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, 
 //go:noescape
 func q80VNNIR_16(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
 
+// q40VNNIR_3 computes rows × 3 tokens of Q4_0 weights × Q8_0 activations, eight rows at a time (VNNI).
+//
+//go:noescape
+func q40VNNIR_3(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
+
+// q40VNNIR_4 computes rows × 4 tokens of Q4_0 weights × Q8_0 activations, eight rows at a time (VNNI).
+//
+//go:noescape
+func q40VNNIR_4(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
+
+// q40VNNIR_5 computes rows × 5 tokens of Q4_0 weights × Q8_0 activations, eight rows at a time (VNNI).
+//
+//go:noescape
+func q40VNNIR_5(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
+
+// q40VNNIR_6 computes rows × 6 tokens of Q4_0 weights × Q8_0 activations, eight rows at a time (VNNI).
+//
+//go:noescape
+func q40VNNIR_6(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
+
+// q40VNNIR_7 computes rows × 7 tokens of Q4_0 weights × Q8_0 activations, eight rows at a time (VNNI).
+//
+//go:noescape
+func q40VNNIR_7(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
+
+// q40VNNIR_8 computes rows × 8 tokens of Q4_0 weights × Q8_0 activations, eight rows at a time (VNNI).
+//
+//go:noescape
+func q40VNNIR_8(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
+
+// q40VNNIR_9 computes rows × 9 tokens of Q4_0 weights × Q8_0 activations, eight rows at a time (VNNI).
+//
+//go:noescape
+func q40VNNIR_9(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
+
+// q40VNNIR_10 computes rows × 10 tokens of Q4_0 weights × Q8_0 activations, eight rows at a time (VNNI).
+//
+//go:noescape
+func q40VNNIR_10(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
+
+// q40VNNIR_11 computes rows × 11 tokens of Q4_0 weights × Q8_0 activations, eight rows at a time (VNNI).
+//
+//go:noescape
+func q40VNNIR_11(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
+
+// q40VNNIR_12 computes rows × 12 tokens of Q4_0 weights × Q8_0 activations, eight rows at a time (VNNI).
+//
+//go:noescape
+func q40VNNIR_12(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
+
+// q40VNNIR_13 computes rows × 13 tokens of Q4_0 weights × Q8_0 activations, eight rows at a time (VNNI).
+//
+//go:noescape
+func q40VNNIR_13(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
+
+// q40VNNIR_14 computes rows × 14 tokens of Q4_0 weights × Q8_0 activations, eight rows at a time (VNNI).
+//
+//go:noescape
+func q40VNNIR_14(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
+
+// q40VNNIR_15 computes rows × 15 tokens of Q4_0 weights × Q8_0 activations, eight rows at a time (VNNI).
+//
+//go:noescape
+func q40VNNIR_15(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
+
+// q40VNNIR_16 computes rows × 16 tokens of Q4_0 weights × Q8_0 activations, eight rows at a time (VNNI).
+//
+//go:noescape
+func q40VNNIR_16(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
+
 // q80VNNIP_1 computes rowBlocks × 8 rows × 1 tokens of packed Q8_0 weights × Q8_0 activations (VNNI).
 //
 //go:noescape
@@ -205,6 +235,86 @@ func q80VNNIP_15(w *byte, prefetch, rowBlocks int, act *byte, blockStride, block
 //
 //go:noescape
 func q80VNNIP_16(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
+
+// q40VNNIP_1 computes rowBlocks × 8 rows × 1 tokens of packed Q4_0 weights × Q8_0 activations (VNNI).
+//
+//go:noescape
+func q40VNNIP_1(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
+
+// q40VNNIP_2 computes rowBlocks × 8 rows × 2 tokens of packed Q4_0 weights × Q8_0 activations (VNNI).
+//
+//go:noescape
+func q40VNNIP_2(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
+
+// q40VNNIP_3 computes rowBlocks × 8 rows × 3 tokens of packed Q4_0 weights × Q8_0 activations (VNNI).
+//
+//go:noescape
+func q40VNNIP_3(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
+
+// q40VNNIP_4 computes rowBlocks × 8 rows × 4 tokens of packed Q4_0 weights × Q8_0 activations (VNNI).
+//
+//go:noescape
+func q40VNNIP_4(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
+
+// q40VNNIP_5 computes rowBlocks × 8 rows × 5 tokens of packed Q4_0 weights × Q8_0 activations (VNNI).
+//
+//go:noescape
+func q40VNNIP_5(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
+
+// q40VNNIP_6 computes rowBlocks × 8 rows × 6 tokens of packed Q4_0 weights × Q8_0 activations (VNNI).
+//
+//go:noescape
+func q40VNNIP_6(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
+
+// q40VNNIP_7 computes rowBlocks × 8 rows × 7 tokens of packed Q4_0 weights × Q8_0 activations (VNNI).
+//
+//go:noescape
+func q40VNNIP_7(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
+
+// q40VNNIP_8 computes rowBlocks × 8 rows × 8 tokens of packed Q4_0 weights × Q8_0 activations (VNNI).
+//
+//go:noescape
+func q40VNNIP_8(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
+
+// q40VNNIP_9 computes rowBlocks × 8 rows × 9 tokens of packed Q4_0 weights × Q8_0 activations (VNNI).
+//
+//go:noescape
+func q40VNNIP_9(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
+
+// q40VNNIP_10 computes rowBlocks × 8 rows × 10 tokens of packed Q4_0 weights × Q8_0 activations (VNNI).
+//
+//go:noescape
+func q40VNNIP_10(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
+
+// q40VNNIP_11 computes rowBlocks × 8 rows × 11 tokens of packed Q4_0 weights × Q8_0 activations (VNNI).
+//
+//go:noescape
+func q40VNNIP_11(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
+
+// q40VNNIP_12 computes rowBlocks × 8 rows × 12 tokens of packed Q4_0 weights × Q8_0 activations (VNNI).
+//
+//go:noescape
+func q40VNNIP_12(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
+
+// q40VNNIP_13 computes rowBlocks × 8 rows × 13 tokens of packed Q4_0 weights × Q8_0 activations (VNNI).
+//
+//go:noescape
+func q40VNNIP_13(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
+
+// q40VNNIP_14 computes rowBlocks × 8 rows × 14 tokens of packed Q4_0 weights × Q8_0 activations (VNNI).
+//
+//go:noescape
+func q40VNNIP_14(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
+
+// q40VNNIP_15 computes rowBlocks × 8 rows × 15 tokens of packed Q4_0 weights × Q8_0 activations (VNNI).
+//
+//go:noescape
+func q40VNNIP_15(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
+
+// q40VNNIP_16 computes rowBlocks × 8 rows × 16 tokens of packed Q4_0 weights × Q8_0 activations (VNNI).
+//
+//go:noescape
+func q40VNNIP_16(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
 
 // q40AVX2N_1 computes rows × 1 tokens of Q4_0 weights × Q8_0 activations, eight rows at a time (AVX2).
 //

@@ -33,7 +33,7 @@ type actBuf struct {
 	cols int
 	q    []int8    // Q8_0 / Q8_K values, cols per token
 	d    []float32 // per-block scale: Q8_0 rounded through f16, Q8_K f32
-	s    []int32   // Q8_0: per-block offset correction −Σq (Q4_0 kernels)
+	s    []int32   // Q8_0: per-block −Σq (the row layout's offset)
 	g    []byte    // Q8_0: the row layout of the VNNI kernels (see fillQ80Rows)
 	gs   int       // Q8_0: bytes of g per block (tokens × q80BlockBytes)
 	bs   []int16   // Q8_K: sums of each 16 values (16 per block)

@@ -94,129 +94,6 @@ func reduceStoreTmp(a *asm, R, t, tmp int) {
 	}
 }
 
-// q40Kernel generates a Q4_0 weight × Q8_0 activation tile of the
-// AVX512-VNNI level (vpdpbusd on ymm with EVEX registers and embedded
-// broadcasts).
-//
-// Arguments: w *byte, rowBytes, groups int, y *int8, yStride int,
-// d *float32, s *int32, dStride, nb int, dst *float32, ldBytes int.
-//
-// y holds T tokens' int8 values (yStride bytes apart), d their per-block
-// scales and s per-block offset corrections. vpdpbusd needs one unsigned
-// operand: Q4_0 nibbles are q+8, and each of the 8 int32 lanes of a
-// block's dot product starts from s = −Σy (the lanes sum to −8·Σy), so the
-// integer result is exact. (The AVX2 level's Q4_0 and Q8_0 kernels are
-// q40avx2.go's; Q8_0's VNNI ones q80rows.go's.)
-//
-// Single-row kernels unroll two blocks per iteration: they serve decode,
-// where the loop must stream weights at memory speed with few µops per byte.
-func q40Kernel(a *asm, d *decl, R, T int) {
-	const bsz = 18
-	name := fmt.Sprintf("q40VNNI_%dx%d", R, T)
-	text(a, d, fmt.Sprintf("%s computes a %d-row × %d-token tile of Q4_0 weights × Q8_0 activations (VNNI).", name, R, T),
-		name, "(w *byte, rowBytes, groups int, y *int8, yStride int, d *float32, s *int32, dStride, nb int, dst *float32, ldBytes int)", "$0-88")
-	a.p("MOVQ w+0(FP), SI")
-	a.p("MOVQ rowBytes+8(FP), R8")
-	a.p("LEAQ (R8)(R8*2), R9")
-	a.p("MOVQ yStride+32(FP), R10")
-	a.p("LEAQ (R10)(R10*2), R11")
-	a.p("MOVQ dStride+56(FP), R12")
-	a.p("LEAQ (R12)(R12*2), R13")
-	a.p("MOVQ dst+72(FP), AX")
-	a.p("MOVQ groups+16(FP), R15")
-	a.p("MOVL $0x0f0f0f0f, CX")
-	a.p("VPBROADCASTD CX, Y30")
-	// One accumulator per output, whatever the tile: every kernel adds a
-	// given output's block products in the same order, so results are
-	// bit-identical across tile shapes, batch sizes and thread counts
-	// (batch invariance, which prefix caching relies on).
-	acc := func(r, t int) int { return t*R + r }
-	nacc := R * T
-	a.label(name + "_group")
-	a.p("MOVQ y+24(FP), DI")
-	a.p("MOVQ d+40(FP), BX")
-	a.p("MOVQ s+48(FP), DX")
-	a.p("MOVQ nb+64(FP), CX")
-	for i := 0; i < nacc; i++ {
-		a.p("VPXOR Y%d, Y%d, Y%d", i, i, i)
-	}
-	rowAddr := func(off, r int) string { return stride(off, "SI", "R8", "R9", r) }
-	tokAddr := func(off, t int) string { return stride(off, "DI", "R10", "R11", t) }
-	dAddr := func(off, t int) string { return stride(off, "BX", "R12", "R13", t) }
-	sAddr := func(off, t int) string { return stride(off, "DX", "R12", "R13", t) }
-	// body emits block k (0 or 1) of an iteration, addressed by offsets.
-	body := func(k int) {
-		wo, yo, so := k*bsz, k*32, k*4
-		// Weights to unsigned nibbles in Y16+r, scales in Y20+r.
-		for r := 0; r < R; r++ {
-			a.p("VMOVDQU32 %s, X%d", rowAddr(wo+2, r), 16+r)
-			a.p("VPSRLW $4, X%d, X24", 16+r)
-			a.p("VINSERTI32X4 $1, X24, Y%d, Y%d", 16+r, 16+r)
-			a.p("VPANDD Y30, Y%d, Y%d", 16+r, 16+r)
-			a.p("VPBROADCASTW %s, X%d", rowAddr(wo, r), 20+r)
-			a.p("VCVTPH2PS X%d, Y%d", 20+r, 20+r)
-		}
-		for t := 0; t < T; t++ {
-			for r := 0; r < R; r++ {
-				tmp := 24 + (r+t*R)%6 // Y30 holds the nibble mask
-				a.p("VPBROADCASTD %s, Y%d", sAddr(so, t), tmp)
-				a.p("VPDPBUSD %s, Y%d, Y%d", tokAddr(yo, t), 16+r, tmp)
-				a.p("VCVTDQ2PS Y%d, Y%d", tmp, tmp)
-				a.p("VMULPS.BCST %s, Y%d, Y%d", dAddr(so, t), tmp, tmp)
-				a.p("VFMADD231PS Y%d, Y%d, Y%d", 20+r, tmp, acc(r, t))
-			}
-		}
-	}
-	advance := func(k int) {
-		a.p("ADDQ $%d, SI", k*bsz)
-		a.p("ADDQ $%d, DI", k*32)
-		a.p("ADDQ $%d, BX", k*4)
-		a.p("ADDQ $%d, DX", k*4)
-	}
-	if R == 1 {
-		// Two blocks per iteration, then the odd one.
-		a.p("SHRQ $1, CX")
-		a.p("JZ %s_tail", name)
-		a.label(name + "_pair")
-		body(0)
-		body(1)
-		advance(2)
-		a.p("DECQ CX")
-		a.p("JNZ %s_pair", name)
-		a.label(name + "_tail")
-		a.p("TESTQ $1, nb+64(FP)")
-		a.p("JZ %s_done", name)
-		body(0)
-		advance(1)
-		a.label(name + "_done")
-	} else {
-		a.label(name + "_block")
-		body(0)
-		advance(1)
-		a.p("DECQ CX")
-		a.p("JNZ %s_block", name)
-	}
-	// Store: token t's R results at dst + t*ld.
-	a.p("MOVQ ldBytes+80(FP), R14")
-	a.p("MOVQ AX, CX")
-	for t := 0; t < T; t++ {
-		reduceStore(a, R, t)
-		if t+1 < T {
-			a.p("ADDQ R14, CX")
-		}
-	}
-	a.p("ADDQ $%d, AX", 4*R)
-	// SI is now one row past the group's first row.
-	for r := 1; r < R; r++ {
-		a.p("ADDQ R8, SI")
-	}
-	a.p("DECQ R15")
-	a.p("JNZ %s_group", name)
-	a.p("VZEROUPPER")
-	a.p("RET")
-	a.b.WriteString("\n")
-}
-
 // floatKernel generates an F32, F16 or BF16 weight × f32 activation tile
 // (AVX2 + FMA + F16C; VEX only).
 //
@@ -797,20 +674,19 @@ func main() {
 	var d decl
 	a.b.WriteString(header + "//go:build amd64 && !purego\n\n#include \"textflag.h\"\n\n")
 	d.b.WriteString(header + "//go:build amd64 && !purego\n\npackage tensor\n\nimport \"unsafe\"\n\n")
-	for _, R := range []int{1, 4} {
-		for T := 1; T <= 4; T++ {
-			q40Kernel(&a, &d, R, T)
-		}
-	}
 	q80BiasData(&a)
 	for T := 1; T <= 2; T++ {
 		q80NaturalRowsKernel(&a, &d, T)
 	}
-	for T := 3; T <= 16; T++ {
-		q80RowsKernel(&a, &d, T)
+	for _, q4 := range []bool{false, true} {
+		for T := 3; T <= 16; T++ {
+			q80RowsKernel(&a, &d, T, q4)
+		}
 	}
-	for T := 1; T <= 16; T++ {
-		q80PackedKernel(&a, &d, T)
+	for _, q4 := range []bool{false, true} {
+		for T := 1; T <= 16; T++ {
+			q80PackedKernel(&a, &d, T, q4)
+		}
 	}
 	q40AVX2Data(&a)
 	for _, q8 := range []bool{false, true} {

@@ -97,17 +97,22 @@ func q80RowPrefetch(a *asm) {
 }
 
 // q80RowTokens runs T tokens over the block's transposed weights Y0..Y7 and
-// scales Y8, the tokens' fields at t·40 from R14. Y9-Y14 are scratch.
+// scales Y8, the tokens' fields at t·40 from R14. Y9-Y14 are scratch. With
+// q4 the weights are Q4_0's unsigned nibbles (q+8), which the offset
+// −8·Σy (the row layout's −128·Σy shifted right by 4, exact) corrects.
 //
 // A token's eight vpdpbusd alternate between two registers, added at the
 // end (an exact integer sum): one chain of eight dependent vpdpbusd per
 // token needs more tokens in flight than the scheduler holds.
-func q80RowTokens(a *asm, T int) {
+func q80RowTokens(a *asm, T int, q4 bool) {
 	for t := 0; t < T; t++ {
 		ti := 9 + 3*(t%2)
 		tj, td := ti+1, ti+2
 		base := q80BlockBytes * t
 		a.p("VPBROADCASTD %d(R14), Y%d", base+q80BlockOffset, ti)
+		if q4 {
+			a.p("VPSRAD $4, Y%d, Y%d", ti, ti)
+		}
 		a.p("VPXOR Y%d, Y%d, Y%d", tj, tj, tj)
 		for k := 0; k < 8; k++ {
 			acc := ti
@@ -123,7 +128,11 @@ func q80RowTokens(a *asm, T int) {
 	}
 }
 
-// q80RowsKernel generates q80VNNIR_T, the 8-row × T-token kernel.
+// q80RowsKernel generates q80VNNIR_T, the 8-row × T-token kernel. With q4
+// it generates q40VNNIR_T, the same on unpacked Q4_0 rows: each row's 16
+// nibble bytes unpacked into its 32 values (q+8, already unsigned) before
+// the transpose, the offset corrected as in q80RowTokens; the float steps
+// of q40AVX2N_T.
 //
 // Registers: Y0-Y7 the block's weights transposed and unsigned; Y8 their
 // scales; Y9-Y14 per-token scratch; Y15 the 0x80 bytes; Y16+t token t's
@@ -134,18 +143,32 @@ func q80RowTokens(a *asm, T int) {
 // left, R14 the block's activations, R11 blockStride, DX the row block's
 // outputs, AX/BX/R9 the scales, R10 the prefetch distance and then the
 // store cursor.
-func q80RowsKernel(a *asm, d *decl, T int) {
-	name := fmt.Sprintf("q80VNNIR_%d", T)
-	text(a, d, fmt.Sprintf("%s computes rows × %d tokens of Q8_0 weights × Q8_0 activations, eight rows at a time (VNNI).", name, T), name, q80RowsSig, "$0-72")
+func q80RowsKernel(a *asm, d *decl, T int, q4 bool) {
+	name, typ, bsz := fmt.Sprintf("q80VNNIR_%d", T), "Q8_0", 34
+	if q4 {
+		name, typ, bsz = fmt.Sprintf("q40VNNIR_%d", T), "Q4_0", 18
+	}
+	text(a, d, fmt.Sprintf("%s computes rows × %d tokens of %s weights × Q8_0 activations, eight rows at a time (VNNI).", name, T, typ), name, q80RowsSig, "$0-72")
 	q80RowsArgs(a)
 	q80RowBlockStart(a, name, 16, T)
+	// load puts row r's 32 values in Y(8+r) (Y0 scratch).
+	load := func(r int) {
+		if !q4 {
+			a.p("VMOVDQU %s, Y%d", q80RowAddr(2, r), 8+r)
+			return
+		}
+		a.p("VMOVDQU %s, X%d", q80RowAddr(2, r), 8+r)
+		a.p("VPSRLW $4, X%d, X0", 8+r)
+		a.p("VINSERTI128 $1, X0, Y%d, Y%d", 8+r, 8+r)
+		a.p("VPANDD.BCST q40Mask<>(SB), Y%d, Y%d", 8+r, 8+r)
+	}
 
 	a.label(name + "_block")
 	a.p("CMPQ R15, $8")
 	a.p("JL %s_part", name)
 	a.p("XORL BX, BX")
 	for r := 0; r < 8; r++ {
-		a.p("VMOVDQU %s, Y%d", q80RowAddr(2, r), 8+r)
+		load(r)
 		q80RowScale(a, r)
 	}
 	a.p("JMP %s_loaded", name)
@@ -161,19 +184,21 @@ func q80RowsKernel(a *asm, d *decl, T int) {
 			a.p("CMPQ R15, $%d", r)
 			a.p("JLE %s_loaded", name)
 		}
-		a.p("VMOVDQU %s, Y%d", q80RowAddr(2, r), 8+r)
+		load(r)
 		q80RowScale(a, r)
 	}
 	a.label(name + "_loaded")
 	q80RowPrefetch(a)
 	q80Transpose(a)
-	a.p("VPBROADCASTD q80Bias<>(SB), Y15")
-	for k := 0; k < 8; k++ {
-		a.p("VPXOR Y15, Y%d, Y%d", k, k)
+	if !q4 {
+		a.p("VPBROADCASTD q80Bias<>(SB), Y15")
+		for k := 0; k < 8; k++ {
+			a.p("VPXOR Y15, Y%d, Y%d", k, k)
+		}
 	}
 	q80Scales(a, 8)
-	q80RowTokens(a, T)
-	q80RowsClose(a, name, T, 16)
+	q80RowTokens(a, T, q4)
+	q80RowsClose(a, name, T, 16, bsz)
 }
 
 // The packed layout of Q8_0 weights (tensor.Pack, for weights in private
@@ -190,13 +215,26 @@ const q80PackedBlock = 8 * 34
 // packed weights: rowBlocks blocks of eight rows from w. Registers and
 // float steps as q80VNNIR_T.
 //
+// With q4 it generates q40VNNIP_T, the same on packed Q4_0 weights (the
+// layout of q40PackedBlock, which the AVX2 kernels read too): a mask and a
+// shift per vector (the mask in Y15) give the eight rows' dword k of
+// nibbles in Yk, and the offset is corrected for them (q80RowTokens). The
+// integer sums and float steps are those of q40AVX2N_T and q40AVX2P_T, so
+// the two levels' products are bit-identical.
+//
 // Arguments: w *byte, prefetch, rowBlocks int, act *byte, blockStride,
 // blocks int, dst *float32, ldBytes int; prefetch is the distance in bytes
 // ahead of the weights being read that each block requests (0: none).
-func q80PackedKernel(a *asm, d *decl, T int) {
-	name := fmt.Sprintf("q80VNNIP_%d", T)
-	text(a, d, fmt.Sprintf("%s computes rowBlocks × 8 rows × %d tokens of packed Q8_0 weights × Q8_0 activations (VNNI).", name, T), name,
+func q80PackedKernel(a *asm, d *decl, T int, q4 bool) {
+	name, typ, blk := fmt.Sprintf("q80VNNIP_%d", T), "Q8_0", q80PackedBlock
+	if q4 {
+		name, typ, blk = fmt.Sprintf("q40VNNIP_%d", T), "Q4_0", q40PackedBlock
+	}
+	text(a, d, fmt.Sprintf("%s computes rowBlocks × 8 rows × %d tokens of packed %s weights × Q8_0 activations (VNNI).", name, T, typ), name,
 		"(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)", "$0-64")
+	if q4 {
+		a.p("VPBROADCASTD q40Mask<>(SB), Y15")
+	}
 	a.p("MOVQ w+0(FP), DI")
 	a.p("MOVQ prefetch+8(FP), R10")
 	a.p("MOVQ rowBlocks+16(FP), R15")
@@ -214,17 +252,27 @@ func q80PackedKernel(a *asm, d *decl, T int) {
 		a.p("TESTQ R10, R10")
 		a.p("JZ %s_nopf", name)
 		a.p("LEAQ (DI)(R10*1), R12")
-		for off := 0; off < q80PackedBlock; off += 64 {
+		for off := 0; off < blk; off += 64 {
 			a.p("PREFETCHT1 %d(R12)", off)
 		}
 		a.label(name + "_nopf")
 	}
-	for k := 0; k < 8; k++ {
-		a.p("VMOVDQU %d(DI), Y%d", 32*k, k)
+	if q4 {
+		for m := 0; m < 4; m++ {
+			a.p("VMOVDQU %d(DI), Y%d", 32*m, m+4)
+			a.p("VPAND Y15, Y%d, Y%d", m+4, m)
+			a.p("VPSRLW $4, Y%d, Y%d", m+4, m+4)
+			a.p("VPAND Y15, Y%d, Y%d", m+4, m+4)
+		}
+		a.p("VCVTPH2PS 128(DI), Y8")
+	} else {
+		for k := 0; k < 8; k++ {
+			a.p("VMOVDQU %d(DI), Y%d", 32*k, k)
+		}
+		a.p("VCVTPH2PS 256(DI), Y8")
 	}
-	a.p("VCVTPH2PS 256(DI), Y8")
-	q80RowTokens(a, T)
-	a.p("ADDQ $%d, DI", q80PackedBlock)
+	q80RowTokens(a, T, q4)
+	a.p("ADDQ $%d, DI", blk)
 	a.p("ADDQ R11, R14")
 	a.p("DECQ CX")
 	a.p("JNZ %s_block", name)
@@ -322,7 +370,7 @@ func q80NaturalRowsKernel(a *asm, d *decl, T int) {
 		a.p("VMULPS.BCST %d(R14), Y28, Y29", q80BlockBytes*t+q80BlockScale)
 		a.p("VFMADD231PS Y29, Y%d, Y%d", s(1), 24+t)
 	}
-	q80RowsClose(a, name, T, 24)
+	q80RowsClose(a, name, T, 24, 34)
 }
 
 // q80RowsArgs loads the row kernels' arguments kept in registers.
@@ -354,9 +402,9 @@ func q80RowBlockStart(a *asm, name string, acc, T int) {
 // on after the last), stores the float accumulators Y(acc+t), token t's
 // eight rows, at dst + t·ld (through lane mask K1 for a last block of fewer
 // rows), then moves to the next row block or returns.
-func q80RowsClose(a *asm, name string, T, acc int) {
-	a.p("ADDQ $34, DI")
-	a.p("ADDQ $34, R12")
+func q80RowsClose(a *asm, name string, T, acc, blockBytes int) {
+	a.p("ADDQ $%d, DI", blockBytes)
+	a.p("ADDQ $%d, R12", blockBytes)
 	a.p("ADDQ R11, R14")
 	a.p("DECQ CX")
 	a.p("JNZ %s_block", name)
