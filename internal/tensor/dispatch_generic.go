@@ -18,7 +18,7 @@ func q80PackedXor() byte { return 0x80 }
 
 // tileTokens is the number of tokens a kernel tile takes at once (the
 // portable kernels have no tiles; four as on amd64's quantized kernels).
-func tileTokens(DType) int { return 4 }
+func tileTokens(DType, bool) int { return 4 }
 
 // cpuISA is the only level of the portable build.
 const cpuISA = isaPortable
@@ -85,3 +85,6 @@ func expVec(x []float32) {
 		x[i] = expf(v)
 	}
 }
+
+// packedF16ReadsHalf is unused here (nothing is packed).
+const packedF16ReadsHalf = false

@@ -191,11 +191,15 @@ type floatFn func(w *byte, rowBytes, groups int, y *float32, yStride int, steps 
 // multiple of 8 are added in Go. On packed F16 and BF16 weights (Pack) the
 // packed kernels compute the blocks of eight rows (asmgen/floatpacked.go):
 // p8 one token eight rows at a time, p4[T] (T = 2, 3) four rows at a time.
+//
+// At the AVX-512 level the packed F16 blocks go to the zmm kernels instead
+// (the same results): z[T], eight rows × T ≤ 4 tokens.
 type floatTiles struct {
 	typ    DType
 	r4, r1 [5]floatFn
 	p8     halfFn
 	p4     [4]halfFn
+	z      [5]halfFn
 }
 
 // halfFn is a kernel on packed F16 or BF16 weights (asmgen/floatpacked.go).
@@ -210,10 +214,13 @@ func (k *floatTiles) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf
 	steps := cols / 8
 	rb := w.RowBytes()
 	if w.packed {
-		if r0%8 != 0 || k.p8 == nil {
+		if r0%8 != 0 || (k.p8 == nil && k.z[1] == nil) {
 			panic(fmt.Sprintf("tensor: packed matrix cut at row %d, or packed for other kernels", r0))
 		}
-		if pr1 := max(r0, min(r1, w.packedRows())); pr1 > r0 {
+		if pr1 := max(r0, min(r1, w.packedRows())); pr1 > r0 && k.z[1] != nil {
+			k.runWide(dst, ld, w, r0, pr1, a, t0, t1)
+			r0 = pr1
+		} else if pr1 > r0 {
 			// Few tokens (decode) stream the weights from memory: all
 			// the tokens' tiles of a block while it is in cache. More
 			// (prefill, its rows in cache): all the blocks of a tile's
@@ -292,13 +299,34 @@ func (k *floatTiles) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf
 	}
 }
 
+// runWide computes the packed blocks of rows [r0, r1) with the zmm kernels
+// on the activations' f32 values, four tokens at a time over every block:
+// all of decode's tokens in one pass over the weights, prefill's while they
+// are in L1.
+func (k *floatTiles) runWide(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int) {
+	cols, rb := w.Cols, w.RowBytes()
+	b0, blocks := r0/8, (r1-r0)/8
+	for t := t0; t < t1; {
+		T := min(len(k.z)-1, t1-t)
+		k.z[T](&w.Data[8*b0*rb], 8*rb, blocks, unsafe.Pointer(&a.f[t*cols]), cols*4, cols/8, &dst[t*ld+r0], ld*4)
+		t += T
+	}
+}
+
+// packedF16ReadsHalf says whether the packed F16 tiles read the
+// activations' F16 conversion (the AVX2 kernels) rather than their f32
+// values (the zmm kernels).
+var packedF16ReadsHalf = cpuISA == isaAVX2
+
 // tileTokens is the number of tokens the prefill tiles of weights of type
-// t take at once: three for the float kernels of 16 registers (four rows ×
-// three tokens), four for the others.
-func tileTokens(t DType) int {
+// t (packed or not) take at once: three for the float kernels of 16
+// registers (four rows × three tokens), four for the others.
+func tileTokens(t DType, packed bool) int {
 	switch {
 	case t == BF16 && hasBF16:
 		return 4
+	case t == F16 && packed && cpuISA == isaVNNI:
+		return 4 // f16PackedZ_4
 	case t == F32 || t == F16 || t == BF16:
 		return 3
 	}
@@ -419,6 +447,9 @@ var (
 		p8: f16Packed_8x1,
 		p4: [4]halfFn{nil, nil, f16Packed_4x2, f16Packed_4x3},
 	}
+	f16VNNI = &floatTiles{typ: F16, r4: f16FMA.r4, r1: f16FMA.r1,
+		z: [5]halfFn{nil, f16PackedZ_1, f16PackedZ_2, f16PackedZ_3, f16PackedZ_4},
+	}
 	bf16FMA = &floatTiles{typ: BF16,
 		r4: [5]floatFn{nil, bf16FMA_4x1, bf16FMA_4x2, bf16FMA_4x3},
 		r1: [5]floatFn{nil, bf16FMA_1x1, bf16FMA_1x2, bf16FMA_1x3, bf16FMA_1x4},
@@ -435,7 +466,7 @@ var isaKernels = [isaVNNI + 1]kernelTable{
 		Q4_K: q4KAVX2.run, Q6_K: q6KAVX2.run,
 	},
 	isaVNNI: {
-		F32: f32FMA.run, F16: f16FMA.run, BF16: bf16VNNI,
+		F32: f32FMA.run, F16: f16VNNI.run, BF16: bf16VNNI,
 		Q8_0: q80VNNI.run, Q4_0: q40VNNI.run,
 		Q4_K: q4KVNNI.run, Q6_K: q6KVNNI.run,
 	},

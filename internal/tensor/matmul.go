@@ -697,12 +697,12 @@ func (j *matmulPart) plan(threads, n int) {
 		if w.Type == F32 || w.Type == F16 || w.Type == BF16 {
 			actBytes = 4 * w.Cols
 		}
-		if w.packed && w.Type == F16 { // the tiles read F16 activations
+		if w.packed && w.Type == F16 && packedF16ReadsHalf {
 			actBytes = 2 * w.Cols
 		}
 		// A multiple of the kernels' token group, so that no tile is left
 		// with fewer tokens (fewer shared loads per FMA).
-		g := tileTokens(w.Type)
+		g := tileTokens(w.Type, w.packed)
 		tc := min(maxTokChunk/g*g, max(g, tileActBytes/actBytes/g*g))
 		j.nTokChunks = (n + tc - 1) / tc
 		// Balanced chunks, each a multiple of g but the last.

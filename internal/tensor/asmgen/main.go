@@ -726,6 +726,9 @@ func main() {
 			floatPackedKernel(&a, &d, typ, 4, T)
 		}
 	}
+	for T := 1; T <= 4; T++ {
+		f16PackedZKernel(&a, &d, T)
+	}
 	dir := "."
 	if len(os.Args) > 1 {
 		dir = os.Args[1]
