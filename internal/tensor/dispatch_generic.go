@@ -86,5 +86,8 @@ func expVec(x []float32) {
 	}
 }
 
-// packedF16ReadsHalf is unused here (nothing is packed).
-const packedF16ReadsHalf = false
+// packedF16ReadsHalf and bf16DPLayout are unused here (nothing is packed).
+const (
+	packedF16ReadsHalf = false
+	bf16DPLayout       = false
+)

@@ -85,10 +85,9 @@ func (k *q80Rows) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t
 const q80PackedPrefetchRows = 16
 
 // packable says whether Pack has a layout for weights of type t: Q8_0's
-// for each level's kernels, Q4_0's for both (the same layout), F16's for
-// the AVX2 kernels, which the VNNI level runs too, and BF16's for the AVX2
-// kernels where the CPU has no vdpbf16ps (the VNNI level's BF16 kernel,
-// on the file's layout).
+// for each level's kernels, Q4_0's and F16's for both (the same layout),
+// BF16's for the vdpbf16ps kernels where the CPU has them (bf16DPLayout),
+// else for the FMA kernels.
 func packable(t DType) bool {
 	switch t {
 	case Q8_0:
@@ -96,9 +95,7 @@ func packable(t DType) bool {
 	case Q4_0, F16:
 		return cpuISA >= isaAVX2
 	case BF16:
-		// The VNNI level's BF16 kernel is vdpbf16ps on the file's layout
-		// where the CPU has it, else the FMA kernels, which read both.
-		return cpuISA >= isaAVX2 && !hasBF16
+		return cpuISA >= isaAVX2
 	}
 	return false
 }
@@ -214,7 +211,7 @@ func (k *floatTiles) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf
 	steps := cols / 8
 	rb := w.RowBytes()
 	if w.packed {
-		if r0%8 != 0 || (k.p8 == nil && k.z[1] == nil) {
+		if r0%8 != 0 || (k.p8 == nil && k.z[1] == nil) || (k.typ == BF16 && bf16DPLayout) {
 			panic(fmt.Sprintf("tensor: packed matrix cut at row %d, or packed for other kernels", r0))
 		}
 		if pr1 := max(r0, min(r1, w.packedRows())); pr1 > r0 && k.z[1] != nil {
@@ -375,12 +372,33 @@ type bf16Fn func(w *byte, rowBytes, groups int, y *uint16, yStride int, steps in
 // bf16Tiles drives the AVX512-BF16 kernels: r4[T] for groups of 4 rows,
 // r1[T] for single rows, T <= 4. Columns beyond the last multiple of 16 are
 // added in Go.
-type bf16Tiles struct{ r4, r1 [5]bf16Fn }
+// On packed weights (Pack, bf16DPLayout) z[T] computes the blocks of eight
+// rows, T ≤ 4 tokens at a time, in zmm registers (the same results).
+type bf16Tiles struct {
+	r4, r1 [5]bf16Fn
+	z      [5]halfFn
+}
 
 func (k *bf16Tiles) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int) {
 	cols := w.Cols
 	steps := cols / 16
 	rb := w.RowBytes()
+	if w.packed {
+		if r0%8 != 0 || !bf16DPLayout {
+			panic(fmt.Sprintf("tensor: packed matrix cut at row %d, or packed for other kernels", r0))
+		}
+		if pr1 := max(r0, min(r1, w.packedRows())); pr1 > r0 {
+			for t := t0; t < t1; {
+				T := min(len(k.z)-1, t1-t)
+				k.z[T](&w.Data[r0*rb], 8*rb, (pr1-r0)/8, unsafe.Pointer(&a.h[t*cols]), cols*2, steps, &dst[t*ld+r0], ld*4)
+				t += T
+			}
+			r0 = pr1
+		}
+		if r0 == r1 {
+			return
+		}
+	}
 	if steps > 0 {
 		r := r0
 		// As for the float kernels: four-row tiles only from cache.
@@ -421,10 +439,15 @@ func (k *bf16Tiles) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf,
 // hasBF16 reports whether the CPU has AVX512-BF16 (vdpbf16ps).
 var hasBF16 = cpuISA == isaVNNI && cpu.X86.HasAVX512BF16
 
+// bf16DPLayout says whether Pack lays BF16 weights out for the vdpbf16ps
+// kernels (matrix.go) rather than for the FMA ones.
+var bf16DPLayout = hasBF16
+
 var (
 	bf16DP = &bf16Tiles{
 		r4: [5]bf16Fn{nil, bf16DP_4x1, bf16DP_4x2, bf16DP_4x3, bf16DP_4x4},
 		r1: [5]bf16Fn{nil, bf16DP_1x1, bf16DP_1x2, bf16DP_1x3, bf16DP_1x4},
+		z:  [5]halfFn{nil, bf16PackedZ_1, bf16PackedZ_2, bf16PackedZ_3, bf16PackedZ_4},
 	}
 	// bf16VNNI is the BF16 kernel of the AVX-512 level: vdpbf16ps where
 	// the CPU has it, else the FMA kernel.

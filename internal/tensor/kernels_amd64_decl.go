@@ -631,22 +631,42 @@ func bf16Packed_4x2(w *byte, blockBytes, blocks int, y unsafe.Pointer, yStride i
 //go:noescape
 func bf16Packed_4x3(w *byte, blockBytes, blocks int, y unsafe.Pointer, yStride int, steps int, dst *float32, ldBytes int)
 
-// f16PackedZ_1 computes eight rows × 1 tokens of packed F16 weights × f32 activations over steps×8 columns, blocks of eight rows (AVX-512).
+// f16PackedZ_1 computes eight rows × 1 tokens of packed F16 weights over steps, blocks of eight rows (AVX-512).
 //
 //go:noescape
 func f16PackedZ_1(w *byte, blockBytes, blocks int, y unsafe.Pointer, yStride int, steps int, dst *float32, ldBytes int)
 
-// f16PackedZ_2 computes eight rows × 2 tokens of packed F16 weights × f32 activations over steps×8 columns, blocks of eight rows (AVX-512).
+// f16PackedZ_2 computes eight rows × 2 tokens of packed F16 weights over steps, blocks of eight rows (AVX-512).
 //
 //go:noescape
 func f16PackedZ_2(w *byte, blockBytes, blocks int, y unsafe.Pointer, yStride int, steps int, dst *float32, ldBytes int)
 
-// f16PackedZ_3 computes eight rows × 3 tokens of packed F16 weights × f32 activations over steps×8 columns, blocks of eight rows (AVX-512).
+// f16PackedZ_3 computes eight rows × 3 tokens of packed F16 weights over steps, blocks of eight rows (AVX-512).
 //
 //go:noescape
 func f16PackedZ_3(w *byte, blockBytes, blocks int, y unsafe.Pointer, yStride int, steps int, dst *float32, ldBytes int)
 
-// f16PackedZ_4 computes eight rows × 4 tokens of packed F16 weights × f32 activations over steps×8 columns, blocks of eight rows (AVX-512).
+// f16PackedZ_4 computes eight rows × 4 tokens of packed F16 weights over steps, blocks of eight rows (AVX-512).
 //
 //go:noescape
 func f16PackedZ_4(w *byte, blockBytes, blocks int, y unsafe.Pointer, yStride int, steps int, dst *float32, ldBytes int)
+
+// bf16PackedZ_1 computes eight rows × 1 tokens of packed BF16 weights over steps, blocks of eight rows (AVX-512).
+//
+//go:noescape
+func bf16PackedZ_1(w *byte, blockBytes, blocks int, y unsafe.Pointer, yStride int, steps int, dst *float32, ldBytes int)
+
+// bf16PackedZ_2 computes eight rows × 2 tokens of packed BF16 weights over steps, blocks of eight rows (AVX-512).
+//
+//go:noescape
+func bf16PackedZ_2(w *byte, blockBytes, blocks int, y unsafe.Pointer, yStride int, steps int, dst *float32, ldBytes int)
+
+// bf16PackedZ_3 computes eight rows × 3 tokens of packed BF16 weights over steps, blocks of eight rows (AVX-512).
+//
+//go:noescape
+func bf16PackedZ_3(w *byte, blockBytes, blocks int, y unsafe.Pointer, yStride int, steps int, dst *float32, ldBytes int)
+
+// bf16PackedZ_4 computes eight rows × 4 tokens of packed BF16 weights over steps, blocks of eight rows (AVX-512).
+//
+//go:noescape
+func bf16PackedZ_4(w *byte, blockBytes, blocks int, y unsafe.Pointer, yStride int, steps int, dst *float32, ldBytes int)

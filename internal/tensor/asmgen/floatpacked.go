@@ -240,9 +240,20 @@ func bf16HiMaskData(a *asm) {
 // Registers: Z0-Z3 the tokens, Z8-Z11 the row pairs, Z16+ the accumulators
 // (pair p of token t in Z(16 + 4t + p)). Arguments as floatPackedKernel's,
 // y the activations' f32 values.
-func f16PackedZKernel(a *asm, d *decl, T int) {
-	name := fmt.Sprintf("f16PackedZ_%d", T)
-	text(a, d, fmt.Sprintf("%s computes eight rows × %d tokens of packed F16 weights × f32 activations over steps×8 columns, blocks of eight rows (AVX-512).", name, T),
+//
+// With bf16 it generates bf16PackedZ_T, the same for the vdpbf16ps kernels
+// (bf16DPKernel) on their packed layout: per block of eight rows, steps of
+// 16 columns, 256 bytes each, row r's 32 bytes at 32r (one stream; rows
+// 2p and 2p+1 one zmm load), y the activations' BF16 values (32 bytes a
+// step, broadcast to both halves), steps = columns / 16. Each lane adds
+// its dword's two products as bf16DPKernel's does, so results are
+// bit-identical to it.
+func f16PackedZKernel(a *asm, d *decl, T int, bf16 bool) {
+	name, typ, stepBytes := fmt.Sprintf("f16PackedZ_%d", T), "F16", 64
+	if bf16 {
+		name, typ, stepBytes = fmt.Sprintf("bf16PackedZ_%d", T), "BF16", 256
+	}
+	text(a, d, fmt.Sprintf("%s computes eight rows × %d tokens of packed %s weights over steps, blocks of eight rows (AVX-512).", name, T, typ),
 		name, "(w *byte, blockBytes, blocks int, y unsafe.Pointer, yStride int, steps int, dst *float32, ldBytes int)", "$0-64")
 	a.p("MOVQ w+0(FP), SI")
 	a.p("MOVQ blockBytes+8(FP), R8")
@@ -255,12 +266,25 @@ func f16PackedZKernel(a *asm, d *decl, T int) {
 	a.p("SHRQ $1, R9") // the block's second half
 	acc := func(p, t int) int { return 16 + 4*t + p }
 	body := func(k int) {
-		if T <= 2 {
+		if T <= 2 && bf16 {
+			for off := 0; off < stepBytes; off += 64 {
+				a.p("PREFETCHT0 %d(SI)", f16ZPrefetch+stepBytes*k+off)
+			}
+		} else if T <= 2 {
 			a.p("PREFETCHT0 %d(SI)", f16ZPrefetch+64*k)
 			a.p("PREFETCHT0 %d(SI)(R9*1)", f16ZPrefetch+64*k)
 		}
 		for t := 0; t < T; t++ {
 			a.p("VBROADCASTF64X4 %s, Z%d", stride(32*k, "DI", "R10", "R11", t), t)
+		}
+		if bf16 {
+			for p := 0; p < 4; p++ {
+				a.p("VMOVDQU64 %d(SI), Z%d", stepBytes*k+64*p, 8+p)
+				for t := 0; t < T; t++ {
+					vdpbf16psZ(a, acc(p, t), 8+p, t)
+				}
+			}
+			return
 		}
 		// Pairs 0, 1 (rows 0-3) from the first half, 2, 3 from the second.
 		for p := 0; p < 4; p++ {
@@ -289,7 +313,7 @@ func f16PackedZKernel(a *asm, d *decl, T int) {
 	a.label(name + "_pair")
 	body(0)
 	body(1)
-	a.p("ADDQ $128, SI")
+	a.p("ADDQ $%d, SI", 2*stepBytes)
 	a.p("ADDQ $64, DI")
 	a.p("DECQ CX")
 	a.p("JNZ %s_pair", name)
@@ -321,7 +345,7 @@ func f16PackedZKernel(a *asm, d *decl, T int) {
 	a.b.WriteString("\n")
 }
 
-// f16ZPrefetch is how far ahead, in bytes of each half block, the zmm F16
-// decode kernels prefetch (4 KiB against 1 and 2 KiB and none: Llama-3.2-1B
+// f16ZPrefetch is how far ahead, in bytes of each half block (F16) or of
+// the block (BF16), the zmm decode kernels prefetch (4 KiB against 1 and 2 KiB and none: Llama-3.2-1B
 // F16 decode, one thread, alternated runs).
 const f16ZPrefetch = 4096

@@ -588,14 +588,21 @@ func q6kShufData(a *asm) {
 // vdpbf16ps emits VDPBF16PS Y(dst), Y(src1), Y(src2) (AVX512-BF16; dst +=
 // pairwise products of the bf16 halves of src1 and src2) as raw bytes: the Go
 // assembler has no mnemonic for it. EVEX.256.F3.0F38.W0 52 /r, register form.
-func vdpbf16ps(a *asm, dst, src1, src2 int) {
+func vdpbf16ps(a *asm, dst, src1, src2 int) { vdpbf16psLen(a, 0b01, "Y", dst, src1, src2) }
+
+// vdpbf16psZ is vdpbf16ps on zmm registers (EVEX.512).
+func vdpbf16psZ(a *asm, dst, src1, src2 int) { vdpbf16psLen(a, 0b10, "Z", dst, src1, src2) }
+
+// vdpbf16psLen emits the instruction with vector length ll (EVEX L'L) on
+// registers named reg.
+func vdpbf16psLen(a *asm, ll int, reg string, dst, src1, src2 int) {
 	inv := func(b int) int { return ^b & 1 }
 	p0 := inv(dst>>3)<<7 | inv(src2>>4)<<6 | inv(src2>>3)<<5 | inv(dst>>4)<<4 | 0b10
 	p1 := (^src1&0xf)<<3 | 1<<2 | 0b10
-	p2 := 0b01<<5 | inv(src1>>4)<<3
+	p2 := ll<<5 | inv(src1>>4)<<3
 	modrm := 0xc0 | (dst&7)<<3 | src2&7
-	a.p("BYTE $0x62; BYTE $0x%02x; BYTE $0x%02x; BYTE $0x%02x; BYTE $0x52; BYTE $0x%02x // VDPBF16PS Y%d, Y%d, Y%d",
-		p0, p1, p2, modrm, src2, src1, dst)
+	a.p("BYTE $0x62; BYTE $0x%02x; BYTE $0x%02x; BYTE $0x%02x; BYTE $0x52; BYTE $0x%02x // VDPBF16PS %s%d, %s%d, %s%d",
+		p0, p1, p2, modrm, reg, src2, reg, src1, reg, dst)
 }
 
 // bf16DPKernel generates a BF16 weight × BF16 activation tile for CPUs with
@@ -726,8 +733,10 @@ func main() {
 			floatPackedKernel(&a, &d, typ, 4, T)
 		}
 	}
-	for T := 1; T <= 4; T++ {
-		f16PackedZKernel(&a, &d, T)
+	for _, bf16 := range []bool{false, true} {
+		for T := 1; T <= 4; T++ {
+			f16PackedZKernel(&a, &d, T, bf16)
+		}
 	}
 	dir := "."
 	if len(os.Args) > 1 {
