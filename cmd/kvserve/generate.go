@@ -461,10 +461,14 @@ func openModelWithProgress(path, memory string, w io.Writer) (*model.File, error
 	if bar != nil {
 		_ = bar.Finish()
 	}
-	if err == nil {
-		fmt.Fprintf(w, "kvserve: weights %s\n", placementLine(placement, why, mf.GGUF.Private(), matrixTypes(mf.GGUF)))
+	if err != nil {
+		return nil, err
 	}
-	return mf, err
+	if (memory == "auto" || memory == "") && mf.GGUF.Private() {
+		mf, placement, why = probePlacement(path, mf, why)
+	}
+	fmt.Fprintf(w, "kvserve: weights %s\n", placementLine(placement, why, mf.GGUF.Private(), matrixTypes(mf.GGUF)))
+	return mf, nil
 }
 
 // matrixTypes lists the types of f's 2-D tensors (its weight matrices),

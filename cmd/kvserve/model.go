@@ -178,6 +178,9 @@ func inspectFile(path string) (*modelInfo, error) {
 	// Where `--model-memory auto` would put the weights on this machine,
 	// and the kernels that would compute with them.
 	if p, why, err := modelPlacementWhy(path, "auto"); err == nil {
+		if p == gguf.HugePages {
+			why += "; a decode pass timed on both at load keeps the faster"
+		}
 		info.Weights = placementLine(p, why, p == gguf.HugePages, matrixTypes(f))
 	}
 	return info, nil

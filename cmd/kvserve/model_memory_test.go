@@ -2,9 +2,12 @@ package main
 
 import (
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/kvserve/kvserve/internal/gguf"
+	"github.com/kvserve/kvserve/internal/testshared"
 )
 
 func TestAutoPlacement(t *testing.T) {
@@ -23,6 +26,53 @@ func TestAutoPlacement(t *testing.T) {
 		if got := autoPlacement(tc.size, tc.avail, tc.huge); got != tc.want {
 			t.Errorf("autoPlacement(%d, %d, %v) = %v, want %v", tc.size, tc.avail, tc.huge, got, tc.want)
 		}
+	}
+}
+
+func TestProbeChoice(t *testing.T) {
+	const gb = 1e9
+	for _, tc := range []struct {
+		private, mapped time.Duration
+		want            gguf.Placement
+		says            string
+	}{
+		{100 * time.Millisecond, 50 * time.Millisecond, gguf.Mapped, "20.0 GB/s through the file's mapping, 10.0 GB/s from a packed private copy"},
+		{50 * time.Millisecond, 100 * time.Millisecond, gguf.HugePages, "20.0 GB/s from the packed private copy, 10.0 GB/s through the file's mapping"},
+		{100 * time.Millisecond, 96 * time.Millisecond, gguf.HugePages, "from the packed private copy"}, // within the margin
+		{100 * time.Millisecond, 94 * time.Millisecond, gguf.Mapped, "through the file's mapping, 10.0 GB/s"},
+	} {
+		got, says := probeChoice(tc.private, tc.mapped, gb)
+		if got != tc.want || !strings.Contains(says, tc.says) {
+			t.Errorf("probeChoice(%v, %v) = %v, %q; want %v, %q", tc.private, tc.mapped, got, says, tc.want, tc.says)
+		}
+	}
+}
+
+// TestAutoPlacementProbe: --model-memory auto times both placements when it
+// made a private copy and says what it read; an explicit setting is taken
+// as it is.
+func TestAutoPlacementProbe(t *testing.T) {
+	if !gguf.HugePagesAvailable() {
+		t.Skip("no transparent huge pages here: auto makes no private copy to probe")
+	}
+	path := testshared.Path(t, "models", "tiny-q8_0.gguf")
+	var out strings.Builder
+	mf, err := openModelWithProgress(path, "auto", &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mf.Close()
+	if !strings.Contains(out.String(), "a probe streamed the weights at") {
+		t.Errorf("auto's line names no probe: %q", out.String())
+	}
+	out.Reset()
+	mf, err = openModelWithProgress(path, "hugepages", &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mf.Close()
+	if strings.Contains(out.String(), "probe") || !strings.Contains(out.String(), "--model-memory hugepages") {
+		t.Errorf("an explicit setting was probed: %q", out.String())
 	}
 }
 

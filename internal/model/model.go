@@ -114,10 +114,7 @@ func (m *Model) pack() {
 	if !m.Config.TiedEmbed {
 		ws = append(ws, &m.Output)
 	}
-	for i := range m.Layers {
-		ly := &m.Layers[i]
-		ws = append(ws, &ly.Q, &ly.K, &ly.V, &ly.O, &ly.Gate, &ly.Up, &ly.Down)
-	}
+	ws = append(ws, m.layerMatrices()...)
 	var wg sync.WaitGroup
 	slots := make(chan struct{}, runtime.GOMAXPROCS(0))
 	for _, w := range ws {
@@ -133,6 +130,16 @@ func (m *Model) pack() {
 	if m.Config.TiedEmbed {
 		m.Output = m.TokenEmbed
 	}
+}
+
+// layerMatrices lists the layers' weight matrices.
+func (m *Model) layerMatrices() []*tensor.Matrix {
+	var ws []*tensor.Matrix
+	for i := range m.Layers {
+		ly := &m.Layers[i]
+		ws = append(ws, &ly.Q, &ly.K, &ly.V, &ly.O, &ly.Gate, &ly.Up, &ly.Down)
+	}
+	return ws
 }
 
 // loader fetches and checks tensors, keeping the first error.
