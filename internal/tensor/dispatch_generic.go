@@ -86,8 +86,8 @@ func expVec(x []float32) {
 	}
 }
 
-// packedF16ReadsHalf and bf16DPLayout are unused here (nothing is packed).
-const (
-	packedF16ReadsHalf = false
-	bf16DPLayout       = false
-)
+// packedF16ReadsHalf is unused here (nothing is packed).
+const packedF16ReadsHalf = false
+
+// zmmRowStep is unused here (nothing is packed).
+func zmmRowStep(DType) int { return 0 }

@@ -211,7 +211,7 @@ func (k *floatTiles) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf
 	steps := cols / 8
 	rb := w.RowBytes()
 	if w.packed {
-		if r0%8 != 0 || (k.p8 == nil && k.z[1] == nil) || (k.typ == BF16 && bf16DPLayout) {
+		if r0%8 != 0 || (k.z[1] == nil) != (zmmRowStep(k.typ) == 0) {
 			panic(fmt.Sprintf("tensor: packed matrix cut at row %d, or packed for other kernels", r0))
 		}
 		if pr1 := max(r0, min(r1, w.packedRows())); pr1 > r0 && k.z[1] != nil {
@@ -372,7 +372,7 @@ type bf16Fn func(w *byte, rowBytes, groups int, y *uint16, yStride int, steps in
 // bf16Tiles drives the AVX512-BF16 kernels: r4[T] for groups of 4 rows,
 // r1[T] for single rows, T <= 4. Columns beyond the last multiple of 16 are
 // added in Go.
-// On packed weights (Pack, bf16DPLayout) z[T] computes the blocks of eight
+// On packed weights (Pack, zmmRowStep) z[T] computes the blocks of eight
 // rows, T ≤ 4 tokens at a time, in zmm registers (the same results).
 type bf16Tiles struct {
 	r4, r1 [5]bf16Fn
@@ -384,7 +384,7 @@ func (k *bf16Tiles) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf,
 	steps := cols / 16
 	rb := w.RowBytes()
 	if w.packed {
-		if r0%8 != 0 || !bf16DPLayout {
+		if r0%8 != 0 || zmmRowStep(BF16) == 0 {
 			panic(fmt.Sprintf("tensor: packed matrix cut at row %d, or packed for other kernels", r0))
 		}
 		if pr1 := max(r0, min(r1, w.packedRows())); pr1 > r0 {
@@ -439,9 +439,19 @@ func (k *bf16Tiles) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf,
 // hasBF16 reports whether the CPU has AVX512-BF16 (vdpbf16ps).
 var hasBF16 = cpuISA == isaVNNI && cpu.X86.HasAVX512BF16
 
-// bf16DPLayout says whether Pack lays BF16 weights out for the vdpbf16ps
-// kernels (matrix.go) rather than for the FMA ones.
-var bf16DPLayout = hasBF16
+// zmmRowStep is the bytes of a row in a step of Pack's layout of F16 or
+// BF16 weights for the zmm kernels (matrix.go), or 0 where Pack lays them
+// out for the AVX2 ones: F16 at the AVX-512 level, BF16 where the CPU has
+// vdpbf16ps.
+func zmmRowStep(t DType) int {
+	switch {
+	case t == F16 && cpuISA == isaVNNI:
+		return 16
+	case t == BF16 && hasBF16:
+		return 32
+	}
+	return 0
+}
 
 var (
 	bf16DP = &bf16Tiles{

@@ -109,11 +109,11 @@ func Pack(m Matrix) Matrix {
 		if m.Cols%8 != 0 { // the layout has whole 8-column steps only
 			return m
 		}
-		if m.Type == BF16 && bf16DPLayout {
-			if m.Cols%16 != 0 {
+		if rs := zmmRowStep(m.Type); rs > 0 {
+			if m.RowBytes()%rs != 0 {
 				return m
 			}
-			packBF16Steps(data, m.RowBytes())
+			packSteps(data, m.RowBytes(), rs)
 			break
 		}
 		packHalf(m.Type, data, m.RowBytes())
@@ -260,23 +260,23 @@ func packHalf(t DType, data []byte, rb int) {
 	}
 }
 
-// The packed BF16 layout of the vdpbf16ps kernels (bf16DPLayout;
-// asmgen/floatpacked.go): per block of eight rows, steps of 16 columns,
-// bf16StepBytes each, row r's 32 bytes of the step at 32r — rows 2p and
+// The packed F16 and BF16 layouts of the zmm kernels (zmmRowStep;
+// asmgen/floatpacked.go): per block of eight rows, steps of rs bytes of
+// each row (F16: 16, eight columns; BF16: 32, the 16 columns of a
+// vdpbf16ps step), row r's at rs·r of the step — one stream, rows 2p and
 // 2p+1 one zmm register, each half as the unpacked kernels' ymm holds a
 // row.
-const bf16StepBytes = 8 * 32
 
-// packBF16Steps rewrites data, whole blocks of eight BF16 rows of rb bytes
-// each (a multiple of 32), into the vdpbf16ps kernels' packed layout.
-func packBF16Steps(data []byte, rb int) {
+// packSteps rewrites data, whole blocks of eight rows of rb bytes each (a
+// multiple of rs), into the zmm kernels' layout.
+func packSteps(data []byte, rb, rs int) {
 	tmp := make([]byte, 8*rb)
 	for base := 0; base < len(data); base += 8 * rb {
 		blk := data[base : base+8*rb]
 		copy(tmp, blk)
-		for s := 0; s < rb/32; s++ {
+		for s := 0; s < rb/rs; s++ {
 			for r := 0; r < 8; r++ {
-				copy(blk[s*bf16StepBytes+32*r:][:32], tmp[r*rb+32*s:])
+				copy(blk[(8*s+r)*rs:][:rs], tmp[r*rb+rs*s:])
 			}
 		}
 	}
@@ -285,8 +285,9 @@ func packBF16Steps(data []byte, rb int) {
 // halfPackedOffset is where, within a packed block of eight F16 or BF16
 // rows of rb bytes, row r's (0-7) value in column c is.
 func halfPackedOffset(t DType, rb, r, c int) int {
-	if t == BF16 && bf16DPLayout {
-		return c/16*bf16StepBytes + 32*r + 2*(c%16)
+	if rs := zmmRowStep(t); rs > 0 {
+		cs := rs / 2 // columns a step
+		return (8*(c/cs)+r)*rs + 2*(c%cs)
 	}
 	off := r/4*4*rb + c/8*halfPackedStep
 	if t == F16 {

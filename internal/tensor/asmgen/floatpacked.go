@@ -223,83 +223,64 @@ func bf16HiMaskData(a *asm) {
 }
 
 // f16PackedZKernel generates f16PackedZ_T, eight rows × T ≤ 4 tokens of
-// packed F16 weights for the AVX-512 level: each zmm register holds two
-// rows' eight columns of a step (rows 2p and 2p+1 sit side by side in the
-// layout, 32 bytes that vcvtph2ps widens in one instruction), and each
-// token's eight f32 values are broadcast to both halves. Every output keeps
-// its eight lanes, its steps added in order and the lanes reduced in
-// reduce4's tree: results are bit-identical to the AVX2 kernels' (packed
-// or not), with half the instructions per FMA. Decode's tokens take one
-// pass over the weights; prefill runs tiles of four tokens (eight rows ×
-// four tokens was faster than four rows × eight, whose tokens' f32 values
-// outgrow L1).
-//
-// Decode (T ≤ 2) prefetches the two halves f16ZPrefetch bytes ahead: with
-// the hardware prefetcher alone a token's pass was markedly slower.
+// packed F16 weights for the AVX-512 level, on that level's own layout:
+// per block of eight rows, steps of eight columns, 128 bytes each, row r's
+// 16 bytes at 16r — one stream, rows 2p and 2p+1 side by side, 32 bytes
+// that vcvtph2ps widens into one zmm register. Each token's eight f32
+// values are broadcast to both halves. Every output keeps its eight lanes,
+// its steps added in order and the lanes reduced in reduce4's tree: results
+// are bit-identical to the AVX2 kernels' (packed or not), with half the
+// instructions per FMA. Decode's tokens take one pass over the weights;
+// prefill runs tiles of four tokens (eight rows × four tokens was faster
+// than four rows × eight, whose tokens' f32 values outgrow L1). The
+// hardware prefetcher follows the one stream: software prefetching made
+// decode slower here, where the AVX2 level's two half-block streams needed
+// it.
 //
 // Registers: Z0-Z3 the tokens, Z8-Z11 the row pairs, Z16+ the accumulators
 // (pair p of token t in Z(16 + 4t + p)). Arguments as floatPackedKernel's,
 // y the activations' f32 values.
 //
 // With bf16 it generates bf16PackedZ_T, the same for the vdpbf16ps kernels
-// (bf16DPKernel) on their packed layout: per block of eight rows, steps of
-// 16 columns, 256 bytes each, row r's 32 bytes at 32r (one stream; rows
-// 2p and 2p+1 one zmm load), y the activations' BF16 values (32 bytes a
-// step, broadcast to both halves), steps = columns / 16. Each lane adds
-// its dword's two products as bf16DPKernel's does, so results are
-// bit-identical to it.
+// (bf16DPKernel) on their packed layout: steps of 16 columns, 256 bytes,
+// row r's 32 bytes at 32r (rows 2p and 2p+1 one zmm load), y the
+// activations' BF16 values (32 bytes a step, broadcast to both halves),
+// steps = columns / 16. Each lane adds its dword's two products as
+// bf16DPKernel's does, so results are bit-identical to it.
 func f16PackedZKernel(a *asm, d *decl, T int, bf16 bool) {
-	name, typ, stepBytes := fmt.Sprintf("f16PackedZ_%d", T), "F16", 64
+	name, typ, stepBytes := fmt.Sprintf("f16PackedZ_%d", T), "F16", 128
 	if bf16 {
 		name, typ, stepBytes = fmt.Sprintf("bf16PackedZ_%d", T), "BF16", 256
 	}
 	text(a, d, fmt.Sprintf("%s computes eight rows × %d tokens of packed %s weights over steps, blocks of eight rows (AVX-512).", name, T, typ),
 		name, "(w *byte, blockBytes, blocks int, y unsafe.Pointer, yStride int, steps int, dst *float32, ldBytes int)", "$0-64")
 	a.p("MOVQ w+0(FP), SI")
-	a.p("MOVQ blockBytes+8(FP), R8")
 	a.p("MOVQ yStride+32(FP), R10")
 	a.p("LEAQ (R10)(R10*2), R11")
 	a.p("MOVQ dst+48(FP), AX")
 	a.p("MOVQ ldBytes+56(FP), R14")
 	a.p("MOVQ blocks+16(FP), R15")
-	a.p("MOVQ R8, R9")
-	a.p("SHRQ $1, R9") // the block's second half
 	acc := func(p, t int) int { return 16 + 4*t + p }
 	body := func(k int) {
-		if T <= 2 && bf16 {
-			for off := 0; off < stepBytes; off += 64 {
-				a.p("PREFETCHT0 %d(SI)", f16ZPrefetch+stepBytes*k+off)
-			}
-		} else if T <= 2 {
-			a.p("PREFETCHT0 %d(SI)", f16ZPrefetch+64*k)
-			a.p("PREFETCHT0 %d(SI)(R9*1)", f16ZPrefetch+64*k)
-		}
 		for t := 0; t < T; t++ {
 			a.p("VBROADCASTF64X4 %s, Z%d", stride(32*k, "DI", "R10", "R11", t), t)
 		}
-		if bf16 {
-			for p := 0; p < 4; p++ {
-				a.p("VMOVDQU64 %d(SI), Z%d", stepBytes*k+64*p, 8+p)
-				for t := 0; t < T; t++ {
-					vdpbf16psZ(a, acc(p, t), 8+p, t)
-				}
-			}
-			return
-		}
-		// Pairs 0, 1 (rows 0-3) from the first half, 2, 3 from the second.
 		for p := 0; p < 4; p++ {
-			addr := fmt.Sprintf("%d(SI)", 64*k+32*(p%2))
-			if p >= 2 {
-				addr = fmt.Sprintf("%d(SI)(R9*1)", 64*k+32*(p%2))
+			if bf16 {
+				a.p("VMOVDQU64 %d(SI), Z%d", stepBytes*k+64*p, 8+p)
+			} else {
+				a.p("VCVTPH2PS %d(SI), Z%d", stepBytes*k+32*p, 8+p)
 			}
-			a.p("VCVTPH2PS %s, Z%d", addr, 8+p)
 			for t := 0; t < T; t++ {
-				a.p("VFMADD231PS Z%d, Z%d, Z%d", t, 8+p, acc(p, t))
+				if bf16 {
+					vdpbf16psZ(a, acc(p, t), 8+p, t)
+				} else {
+					a.p("VFMADD231PS Z%d, Z%d, Z%d", t, 8+p, acc(p, t))
+				}
 			}
 		}
 	}
 	a.label(name + "_block")
-	a.p("MOVQ SI, BX") // the block's start
 	a.p("MOVQ AX, DX")
 	a.p("MOVQ y+24(FP), DI")
 	a.p("MOVQ steps+40(FP), CX")
@@ -321,6 +302,7 @@ func f16PackedZKernel(a *asm, d *decl, T int, bf16 bool) {
 	a.p("TESTQ $1, steps+40(FP)")
 	a.p("JZ %s_done", name)
 	body(0)
+	a.p("ADDQ $%d, SI", stepBytes)
 	a.label(name + "_done")
 	// Per token and four rows: the pairs' halves to Y0-Y3 (where vhaddps
 	// reaches), then reduce4.
@@ -336,16 +318,11 @@ func f16PackedZKernel(a *asm, d *decl, T int, bf16 bool) {
 			a.p("ADDQ R14, DX")
 		}
 	}
+	// SI is at the next block (the steps cover it).
 	a.p("ADDQ $32, AX")
-	a.p("LEAQ (BX)(R8*1), SI")
 	a.p("DECQ R15")
 	a.p("JNZ %s_block", name)
 	a.p("VZEROUPPER")
 	a.p("RET")
 	a.b.WriteString("\n")
 }
-
-// f16ZPrefetch is how far ahead, in bytes of each half block (F16) or of
-// the block (BF16), the zmm decode kernels prefetch (4 KiB against 1 and 2 KiB and none: Llama-3.2-1B
-// F16 decode, one thread, alternated runs).
-const f16ZPrefetch = 4096
