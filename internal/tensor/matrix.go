@@ -88,13 +88,14 @@ func (m Matrix) DequantizeRow(dst []float32, row int) {
 // embeddings, once and share the result). Products are bit-identical
 // either way.
 //
-// The packed layouts are Q8_0's on AVX512-VNNI (asmgen/q80rows.go),
-// Q4_0's on AVX2 (asmgen/q40avx2.go) and F16's and BF16's on AVX2
-// (asmgen/floatpacked.go): each block of eight rows as the kernel's
-// registers hold it (Q4_0's nibbles still packed), so that it skips a
-// transpose per block and reads the weights front to back: one stream
-// (two for F16 and BF16, a half block each) where the rows would be
-// eight.
+// The packed layouts are Q8_0's for each level (asmgen/q80rows.go,
+// asmgen/q40avx2.go), Q4_0's (the same for both levels), and F16's and
+// BF16's (asmgen/floatpacked.go: two half blocks for the AVX2 kernels,
+// steps of eight rows for the zmm ones, zmmRowStep): each block of eight
+// rows as the kernel's registers hold it (Q4_0's nibbles still packed), so
+// that it skips a transpose per block and reads the weights front to back:
+// one stream (two for the AVX2 F16 and BF16 kernels, a half block each)
+// where the rows would be eight.
 func Pack(m Matrix) Matrix {
 	if m.packed || !packable(m.Type) || m.packedRows() == 0 {
 		return m
