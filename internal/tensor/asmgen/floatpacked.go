@@ -159,20 +159,10 @@ func floatPackedKernel(a *asm, d *decl, typ string, R, T int) {
 				})
 			}
 		}
-		a.p("SHRQ $1, CX")
-		a.p("JZ %s_tail", label)
-		a.label(label + "_pair")
-		body(0)
-		body(1)
-		a.p("ADDQ $128, SI")
-		a.p("ADDQ $%d, DI", 2*tokBytes)
-		a.p("DECQ CX")
-		a.p("JNZ %s_pair", label)
-		a.label(label + "_tail")
-		a.p("TESTQ $1, steps+40(FP)")
-		a.p("JZ %s_done", label)
-		body(0)
-		a.label(label + "_done")
+		stepPairs(a, label, body, func() {
+			a.p("ADDQ $128, SI")
+			a.p("ADDQ $%d, DI", 2*tokBytes)
+		}, nil)
 		for t := 0; t < T; t++ {
 			for q := 0; q < R/4; q++ {
 				reduce4(a, [4]int{acc(4*q, t), acc(4*q+1, t), acc(4*q+2, t), acc(4*q+3, t)}, fmt.Sprintf("%d(DX)", off/16*4+16*q))
@@ -294,21 +284,10 @@ func f16PackedZKernel(a *asm, d *decl, T int, bf16 bool) {
 			a.p("VPXORD Z%d, Z%d, Z%d", acc(p, t), acc(p, t), acc(p, t))
 		}
 	}
-	a.p("SHRQ $1, CX")
-	a.p("JZ %s_tail", name)
-	a.label(name + "_pair")
-	body(0)
-	body(1)
-	a.p("ADDQ $%d, SI", 2*stepBytes)
-	a.p("ADDQ $64, DI")
-	a.p("DECQ CX")
-	a.p("JNZ %s_pair", name)
-	a.label(name + "_tail")
-	a.p("TESTQ $1, steps+40(FP)")
-	a.p("JZ %s_done", name)
-	body(0)
-	a.p("ADDQ $%d, SI", stepBytes)
-	a.label(name + "_done")
+	stepPairs(a, name, body, func() {
+		a.p("ADDQ $%d, SI", 2*stepBytes)
+		a.p("ADDQ $64, DI")
+	}, func() { a.p("ADDQ $%d, SI", stepBytes) })
 	// Per token and four rows: the pairs' halves to Y0-Y3 (where vhaddps
 	// reaches), then reduce4.
 	for t := 0; t < T; t++ {

@@ -64,6 +64,29 @@ func stride(off int, base, s1, s3 string, i int) string {
 	panic("stride index")
 }
 
+// stepPairs emits a loop over the CX steps (CX = steps+40(FP)) two at a
+// time, then the odd one: body(k) emits step k (0 or 1) of an iteration,
+// advance moves the pointers on by two steps, and tail, if not nil, after
+// the odd step.
+func stepPairs(a *asm, label string, body func(k int), advance, tail func()) {
+	a.p("SHRQ $1, CX")
+	a.p("JZ %s_tail", label)
+	a.label(label + "_pair")
+	body(0)
+	body(1)
+	advance()
+	a.p("DECQ CX")
+	a.p("JNZ %s_pair", label)
+	a.label(label + "_tail")
+	a.p("TESTQ $1, steps+40(FP)")
+	a.p("JZ %s_done", label)
+	body(0)
+	if tail != nil {
+		tail()
+	}
+	a.label(label + "_done")
+}
+
 // reduceStore sums the 8 lanes of each of the R accumulators of token t
 // (registers Y(t*R+r), all in Y0-Y15) and stores the R results at (CX).
 // It clobbers the accumulators.
@@ -167,20 +190,10 @@ func floatKernel(a *asm, d *decl, typ string, R, T int) {
 		a.p("VXORPS Y%d, Y%d, Y%d", i, i, i)
 	}
 	if unroll {
-		a.p("SHRQ $1, CX")
-		a.p("JZ %s_tail", name)
-		a.label(name + "_pair")
-		body(0)
-		body(1)
-		a.p("ADDQ $%d, SI", 16*esz)
-		a.p("ADDQ $64, DI")
-		a.p("DECQ CX")
-		a.p("JNZ %s_pair", name)
-		a.label(name + "_tail")
-		a.p("TESTQ $1, steps+40(FP)")
-		a.p("JZ %s_done", name)
-		body(0)
-		a.label(name + "_done")
+		stepPairs(a, name, body, func() {
+			a.p("ADDQ $%d, SI", 16*esz)
+			a.p("ADDQ $64, DI")
+		}, nil)
 	} else {
 		a.label(name + "_step")
 		body(0)

@@ -278,13 +278,7 @@ func q40AVX2PackedKernel(a *asm, d *decl, T int, q8 bool) {
 		a.p("VCVTPH2PS 256(DI), Y8")
 	} else {
 		a.p("VPBROADCASTD q40Mask<>(SB), Y9")
-		for m := 0; m < 4; m++ {
-			a.p("VMOVDQU %d(DI), Y%d", 32*m, m+4)
-			a.p("VPAND Y9, Y%d, Y%d", m+4, m)
-			a.p("VPSRLW $4, Y%d, Y%d", m+4, m+4)
-			a.p("VPAND Y9, Y%d, Y%d", m+4, m+4)
-		}
-		a.p("VCVTPH2PS 128(DI), Y8")
+		q40PackedLoad(a, 9)
 	}
 	for t := 0; t < T; t++ {
 		base := q80BlockBytes * t
@@ -331,6 +325,19 @@ func q40AVX2PackedKernel(a *asm, d *decl, T int, q8 bool) {
 	a.p("VZEROUPPER")
 	a.p("RET")
 	a.b.WriteString("\n")
+}
+
+// q40PackedLoad loads a packed Q4_0 block of eight rows at DI
+// (q40PackedBlock) with the nibble mask in Y(mask): dword k of the eight
+// rows' unsigned nibbles in Yk, their scales in Y8.
+func q40PackedLoad(a *asm, mask int) {
+	for m := 0; m < 4; m++ {
+		a.p("VMOVDQU %d(DI), Y%d", 32*m, m+4)
+		a.p("VPAND Y%d, Y%d, Y%d", mask, m+4, m)
+		a.p("VPSRLW $4, Y%d, Y%d", m+4, m+4)
+		a.p("VPAND Y%d, Y%d, Y%d", mask, m+4, m+4)
+	}
+	a.p("VCVTPH2PS 128(DI), Y8")
 }
 
 // q40AVX2Data emits the constants of the packed kernels: the nibble mask

@@ -258,13 +258,7 @@ func q80PackedKernel(a *asm, d *decl, T int, q4 bool) {
 		a.label(name + "_nopf")
 	}
 	if q4 {
-		for m := 0; m < 4; m++ {
-			a.p("VMOVDQU %d(DI), Y%d", 32*m, m+4)
-			a.p("VPAND Y15, Y%d, Y%d", m+4, m)
-			a.p("VPSRLW $4, Y%d, Y%d", m+4, m+4)
-			a.p("VPAND Y15, Y%d, Y%d", m+4, m+4)
-		}
-		a.p("VCVTPH2PS 128(DI), Y8")
+		q40PackedLoad(a, 15)
 	} else {
 		for k := 0; k < 8; k++ {
 			a.p("VMOVDQU %d(DI), Y%d", 32*k, k)
