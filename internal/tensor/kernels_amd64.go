@@ -85,16 +85,12 @@ func (k *q80Rows) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t
 const q80PackedPrefetchRows = 16
 
 // packable says whether Pack has a layout for weights of type t: Q8_0's
-// for each level's kernels, Q4_0's and F16's for both (the same layout),
-// BF16's for the vdpbf16ps kernels where the CPU has them (bf16DPLayout),
-// else for the FMA kernels.
+// for each level's kernels, Q4_0's for both (the same layout), F16's for
+// the AVX2 kernels or the zmm ones, BF16's for the vdpbf16ps kernels where
+// the CPU has them, else for the AVX2 ones (zmmRowStep).
 func packable(t DType) bool {
 	switch t {
-	case Q8_0:
-		return cpuISA >= isaAVX2
-	case Q4_0, F16:
-		return cpuISA >= isaAVX2
-	case BF16:
+	case Q8_0, Q4_0, F16, BF16:
 		return cpuISA >= isaAVX2
 	}
 	return false
@@ -372,6 +368,7 @@ type bf16Fn func(w *byte, rowBytes, groups int, y *uint16, yStride int, steps in
 // bf16Tiles drives the AVX512-BF16 kernels: r4[T] for groups of 4 rows,
 // r1[T] for single rows, T <= 4. Columns beyond the last multiple of 16 are
 // added in Go.
+//
 // On packed weights (Pack, zmmRowStep) z[T] computes the blocks of eight
 // rows, T ≤ 4 tokens at a time, in zmm registers (the same results).
 type bf16Tiles struct {

@@ -697,7 +697,7 @@ func (j *matmulPart) plan(threads, n int) {
 		if w.Type == F32 || w.Type == F16 || w.Type == BF16 {
 			actBytes = 4 * w.Cols
 		}
-		if w.packed && w.Type == F16 && packedF16ReadsHalf {
+		if w.packed && w.Type == F16 && packedF16ReadsHalf { // the AVX2 tiles read F16 activations
 			actBytes = 2 * w.Cols
 		}
 		// A multiple of the kernels' token group, so that no tile is left
