@@ -425,7 +425,11 @@ func TestConformanceReplicated(t *testing.T) {
 			}
 			t.Cleanup(nc.Close)
 			next++
-			return open(t, nc, jskv.Options{Replicas: 3, ChunkSize: 64 << 10, Logger: slog.Default()})
+			// A replicated consumer (the head's watch) waits for its
+			// servers to agree; with three servers and the rest of the
+			// suite on two CPUs that took more than the default 5 s once
+			// in CI, so each request here may take longer.
+			return open(t, nc, jskv.Options{Replicas: 3, ChunkSize: 64 << 10, Logger: slog.Default(), Timeout: 20 * time.Second})
 		}
 	})
 }
