@@ -53,8 +53,8 @@ func modelPlacementWhy(path, setting string) (gguf.Placement, string, error) {
 // alternated, and keeps the faster. On one Intel Xeon the packed copy in
 // huge pages decoded slower than the file's mapping (issue 19), on the AMD
 // machines faster: a table by CPU model would be a guess where this is a
-// reading. The mapping must be faster by probeMargin to be chosen; the
-// pass costs about four reads of the weights.
+// reading. The probe costs the mapping's page-in and four passes over the
+// weights.
 func probePlacement(path string, private *model.File, why string) (*model.File, gguf.Placement, string) {
 	mapped, err := model.Open(path, gguf.Mapped, func(int64, int64) {}) // paged in before it is timed
 	if err != nil {
@@ -77,9 +77,9 @@ func probePlacement(path string, private *model.File, why string) (*model.File, 
 	return private, gguf.HugePages, why
 }
 
-// probeMargin is how much faster a decode pass must be on the file's
-// mapping for the probe to give up the private copy: less is within a
-// pass's noise.
+// probeMargin: the probe gives up the private copy only when a decode pass
+// on the file's mapping takes less than this fraction of the pass on the
+// copy; a closer reading is within a pass's noise.
 const probeMargin = 0.95
 
 // probeChoice decides between a private packed copy and the file's mapping
