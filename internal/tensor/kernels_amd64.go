@@ -186,13 +186,13 @@ type floatFn func(w *byte, rowBytes, groups int, y *float32, yStride int, steps 
 // p8 one token eight rows at a time, p4[T] (T = 2, 3) four rows at a time.
 //
 // At the AVX-512 level the packed F16 blocks go to the zmm kernels instead
-// (the same results): z[T], eight rows × T ≤ 4 tokens.
+// (the same results): z[T], eight rows × T ≤ 6 tokens.
 type floatTiles struct {
 	typ    DType
 	r4, r1 [5]floatFn
 	p8     halfFn
 	p4     [4]halfFn
-	z      [5]halfFn
+	z      [7]halfFn
 }
 
 // halfFn is a kernel on packed F16 or BF16 weights (asmgen/floatpacked.go).
@@ -293,9 +293,9 @@ func (k *floatTiles) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf
 }
 
 // runWide computes the packed blocks of rows [r0, r1) with the zmm kernels
-// on the activations' f32 values, four tokens at a time over every block:
-// all of decode's tokens in one pass over the weights, prefill's while they
-// are in L1.
+// on the activations' f32 values, up to six tokens at a time over every
+// block: all of decode's tokens in one pass over the weights, prefill's
+// while they are in L1.
 func (k *floatTiles) runWide(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int) {
 	cols, rb := w.Cols, w.RowBytes()
 	b0, blocks := r0/8, (r1-r0)/8
@@ -319,7 +319,7 @@ func tileTokens(t DType, packed bool) int {
 	case t == BF16 && hasBF16:
 		return 4
 	case t == F16 && packed && cpuISA == isaVNNI:
-		return 4 // f16PackedZ_4
+		return 6 // f16PackedZ_6
 	case t == F32 || t == F16 || t == BF16:
 		return 3
 	}
@@ -478,7 +478,7 @@ var (
 		p4: [4]halfFn{nil, nil, f16Packed_4x2, f16Packed_4x3},
 	}
 	f16VNNI = &floatTiles{typ: F16, r4: f16FMA.r4, r1: f16FMA.r1,
-		z: [5]halfFn{nil, f16PackedZ_1, f16PackedZ_2, f16PackedZ_3, f16PackedZ_4},
+		z: [7]halfFn{nil, f16PackedZ_1, f16PackedZ_2, f16PackedZ_3, f16PackedZ_4, f16PackedZ_5, f16PackedZ_6},
 	}
 	bf16FMA = &floatTiles{typ: BF16,
 		r4: [5]floatFn{nil, bf16FMA_4x1, bf16FMA_4x2, bf16FMA_4x3},

@@ -651,6 +651,16 @@ func f16PackedZ_3(w *byte, blockBytes, blocks int, y unsafe.Pointer, yStride int
 //go:noescape
 func f16PackedZ_4(w *byte, blockBytes, blocks int, y unsafe.Pointer, yStride int, steps int, dst *float32, ldBytes int)
 
+// f16PackedZ_5 computes eight rows × 5 tokens of packed F16 weights over steps, blocks of eight rows (AVX-512).
+//
+//go:noescape
+func f16PackedZ_5(w *byte, blockBytes, blocks int, y unsafe.Pointer, yStride int, steps int, dst *float32, ldBytes int)
+
+// f16PackedZ_6 computes eight rows × 6 tokens of packed F16 weights over steps, blocks of eight rows (AVX-512).
+//
+//go:noescape
+func f16PackedZ_6(w *byte, blockBytes, blocks int, y unsafe.Pointer, yStride int, steps int, dst *float32, ldBytes int)
+
 // bf16PackedZ_1 computes eight rows × 1 tokens of packed BF16 weights over steps, blocks of eight rows (AVX-512).
 //
 //go:noescape

@@ -212,7 +212,7 @@ func bf16HiMaskData(a *asm) {
 	a.b.WriteString("GLOBL bf16HiMask<>(SB), RODATA|NOPTR, $32\n\n")
 }
 
-// f16PackedZKernel generates f16PackedZ_T, eight rows × T ≤ 4 tokens of
+// f16PackedZKernel generates f16PackedZ_T, eight rows × T ≤ 6 tokens of
 // packed F16 weights for the AVX-512 level, on that level's own layout:
 // per block of eight rows, steps of eight columns, 128 bytes each, row r's
 // 16 bytes at 16r — one stream, rows 2p and 2p+1 side by side, 32 bytes
@@ -221,14 +221,17 @@ func bf16HiMaskData(a *asm) {
 // its steps added in order and the lanes reduced in reduce4's tree: results
 // are bit-identical to the AVX2 kernels' (packed or not), with half the
 // instructions per FMA. Decode's tokens take one pass over the weights;
-// prefill runs tiles of four tokens (eight rows × four tokens was faster
-// than four rows × eight, whose tokens' f32 values outgrow L1). The
+// prefill runs tiles of six tokens (eight rows × six was faster than × four
+// for F16, not for BF16, and four rows × eight slower: eight tokens' f32
+// values outgrow L1). The
 // hardware prefetcher follows the one stream; F16 decode (T ≤ 2) gained a
 // little from non-temporal prefetches f16ZPrefetch bytes ahead (BF16's
 // did not, nor did prefetcht0 at 2-8 KiB for either).
 //
-// Registers: Z0-Z3 the tokens, Z8-Z11 the row pairs, Z16+ the accumulators
-// (pair p of token t in Z(16 + 4t + p)). Arguments as floatPackedKernel's,
+// Registers: Z0-Z5 the tokens (0-3 read from DI, 4-5 from R12), the row
+// pairs in Z8-Z11 (more than five tokens: Z6, Z7 in turn), the
+// accumulators in the last 4T registers (pair p of token t in
+// Z(32 − 4T + 4t + p)). Arguments as floatPackedKernel's,
 // y the activations' f32 values.
 //
 // With bf16 it generates bf16PackedZ_T, the same for the vdpbf16ps kernels
@@ -250,7 +253,15 @@ func f16PackedZKernel(a *asm, d *decl, T int, bf16 bool) {
 	a.p("MOVQ dst+48(FP), AX")
 	a.p("MOVQ ldBytes+56(FP), R14")
 	a.p("MOVQ blocks+16(FP), R15")
-	acc := func(p, t int) int { return 16 + 4*t + p }
+	// The accumulators take the last 4T registers; the row pairs Z8-Z11,
+	// or with more than five tokens Z6 and Z7 in turn.
+	acc := func(p, t int) int { return 32 - 4*T + 4*t + p }
+	wreg := func(p int) int {
+		if T > 5 {
+			return 6 + p%2
+		}
+		return 8 + p
+	}
 	body := func(k int) {
 		if !bf16 && T <= 2 {
 			for off := 0; off < stepBytes; off += 64 {
@@ -258,19 +269,23 @@ func f16PackedZKernel(a *asm, d *decl, T int, bf16 bool) {
 			}
 		}
 		for t := 0; t < T; t++ {
+			if t >= 4 { // tokens 4 and 5 from R12
+				a.p("VBROADCASTF64X4 %s, Z%d", stride(32*k, "R12", "R10", "R11", t-4), t)
+				continue
+			}
 			a.p("VBROADCASTF64X4 %s, Z%d", stride(32*k, "DI", "R10", "R11", t), t)
 		}
 		for p := 0; p < 4; p++ {
 			if bf16 {
-				a.p("VMOVDQU64 %d(SI), Z%d", stepBytes*k+64*p, 8+p)
+				a.p("VMOVDQU64 %d(SI), Z%d", stepBytes*k+64*p, wreg(p))
 			} else {
-				a.p("VCVTPH2PS %d(SI), Z%d", stepBytes*k+32*p, 8+p)
+				a.p("VCVTPH2PS %d(SI), Z%d", stepBytes*k+32*p, wreg(p))
 			}
 			for t := 0; t < T; t++ {
 				if bf16 {
-					vdpbf16psZ(a, acc(p, t), 8+p, t)
+					vdpbf16psZ(a, acc(p, t), wreg(p), t)
 				} else {
-					a.p("VFMADD231PS Z%d, Z%d, Z%d", t, 8+p, acc(p, t))
+					a.p("VFMADD231PS Z%d, Z%d, Z%d", t, wreg(p), acc(p, t))
 				}
 			}
 		}
@@ -278,6 +293,9 @@ func f16PackedZKernel(a *asm, d *decl, T int, bf16 bool) {
 	a.label(name + "_block")
 	a.p("MOVQ AX, DX")
 	a.p("MOVQ y+24(FP), DI")
+	if T > 4 {
+		a.p("LEAQ (DI)(R10*4), R12")
+	}
 	a.p("MOVQ steps+40(FP), CX")
 	for t := 0; t < T; t++ {
 		for p := 0; p < 4; p++ {
@@ -287,6 +305,9 @@ func f16PackedZKernel(a *asm, d *decl, T int, bf16 bool) {
 	stepPairs(a, name, body, func() {
 		a.p("ADDQ $%d, SI", 2*stepBytes)
 		a.p("ADDQ $64, DI")
+		if T > 4 {
+			a.p("ADDQ $64, R12")
+		}
 	}, func() { a.p("ADDQ $%d, SI", stepBytes) })
 	// Per token and four rows: the pairs' halves to Y0-Y3 (where vhaddps
 	// reaches), then reduce4.
