@@ -53,21 +53,23 @@ func modelPlacementWhy(path, setting string) (gguf.Placement, string, error) {
 // alternated, and keeps the faster. On one Intel Xeon the packed copy in
 // huge pages decoded slower than the file's mapping (issue 19), on the AMD
 // machines faster: a table by CPU model would be a guess where this is a
-// reading. The probe costs the mapping's page-in and four passes over the
-// weights.
+// reading. The probe reads the first probeBytes of the layers' weights:
+// once on the mapping to page them in, then twice on each placement.
 func probePlacement(path string, private *model.File, why string) (*model.File, gguf.Placement, string) {
-	mapped, err := model.Open(path, gguf.Mapped, func(int64, int64) {}) // paged in before it is timed
+	mapped, err := model.Open(path, gguf.Mapped, nil)
 	if err != nil {
 		return private, gguf.HugePages, why + "; probe skipped: " + err.Error()
 	}
 	p := tensor.NewPool(runtime.GOMAXPROCS(0))
 	defer p.Close()
+	mapped.Model.DecodePass(p, 1, probeBytes) // pages in what the timed passes read
 	tp, tm := time.Duration(math.MaxInt64), time.Duration(math.MaxInt64)
 	for range 2 {
-		tp = min(tp, private.Model.DecodePass(p, 1))
-		tm = min(tm, mapped.Model.DecodePass(p, 1))
+		tp = min(tp, private.Model.DecodePass(p, 1, probeBytes))
+		tm = min(tm, mapped.Model.DecodePass(p, 1, probeBytes))
 	}
-	place, reading := probeChoice(tp, tm, private.Model.WeightBytes)
+	// The rate is of the bytes the passes read (the same on both).
+	place, reading := probeChoice(tp, tm, min(probeBytes, private.Model.WeightBytes))
 	why += "; " + reading
 	if place == gguf.Mapped {
 		private.Close()
@@ -76,6 +78,11 @@ func probePlacement(path string, private *model.File, why string) (*model.File, 
 	mapped.Close()
 	return private, gguf.HugePages, why
 }
+
+// probeBytes is how much of the weights the probe's passes read: past the
+// largest last-level caches of the machines it runs on (an Intel Xeon's
+// 300 MB among them), so that it times memory as decode does.
+const probeBytes = 512 << 20
 
 // probeMargin: the probe gives up the private copy only when a decode pass
 // on the file's mapping takes less than this fraction of the pass on the
