@@ -9,22 +9,18 @@ import (
 
 // DecodePass times the weight products of one decoded token on p — the
 // layers' matrices in order, one token each, as a decode step computes
-// them (attention aside), as many as make up budget bytes (0: all of them
-// and the output) — and returns the fastest of reps passes. A pass reads
+// them (attention aside), as many as make up budget bytes (all of them if
+// they make up less) — and returns the fastest of reps passes. A pass reads
 // each of those weights once, so it measures how fast this CPU's kernels
 // stream the weights where and how they are placed; a budget well past
 // the last-level cache measures the same as the whole model for less.
 func (m *Model) DecodePass(p *tensor.Pool, reps int, budget int64) time.Duration {
 	ws := m.layerMatrices()
-	if budget <= 0 {
-		ws = append(ws, &m.Output)
-	} else {
-		var n int64
-		for i, w := range ws {
-			if n += int64(len(w.Data)); n >= budget {
-				ws = ws[:i+1]
-				break
-			}
+	var n int64
+	for i, w := range ws {
+		if n += int64(len(w.Data)); n >= budget {
+			ws = ws[:i+1]
+			break
 		}
 	}
 	cols, rows := 0, 0
