@@ -64,12 +64,14 @@ func probePlacement(path string, private *model.File, why string) (*model.File, 
 	defer p.Close()
 	mapped.Model.DecodePass(p, 1, probeBytes) // pages in what the timed passes read
 	tp, tm := time.Duration(math.MaxInt64), time.Duration(math.MaxInt64)
+	var read int64 // the same on both
 	for range 2 {
-		tp = min(tp, private.Model.DecodePass(p, 1, probeBytes))
-		tm = min(tm, mapped.Model.DecodePass(p, 1, probeBytes))
+		d, _ := private.Model.DecodePass(p, 1, probeBytes)
+		tp = min(tp, d)
+		d, read = mapped.Model.DecodePass(p, 1, probeBytes)
+		tm = min(tm, d)
 	}
-	// The rate is of the bytes the passes read (the same on both).
-	place, reading := probeChoice(tp, tm, min(probeBytes, private.Model.WeightBytes))
+	place, reading := probeChoice(tp, tm, read)
 	why += "; " + reading
 	if place == gguf.Mapped {
 		private.Close()

@@ -10,11 +10,12 @@ import (
 // DecodePass times the weight products of one decoded token on p — the
 // layers' matrices in order, one token each, as a decode step computes
 // them (attention aside), as many as make up budget bytes (all of them if
-// they make up less) — and returns the fastest of reps passes. A pass reads
+// they make up less) — and returns the fastest of reps passes and the
+// bytes a pass reads. A pass reads
 // each of those weights once, so it measures how fast this CPU's kernels
 // stream the weights where and how they are placed; a budget well past
 // the last-level cache measures the same as the whole model for less.
-func (m *Model) DecodePass(p *tensor.Pool, reps int, budget int64) time.Duration {
+func (m *Model) DecodePass(p *tensor.Pool, reps int, budget int64) (time.Duration, int64) {
 	ws := m.layerMatrices()
 	var n int64
 	for i, w := range ws {
@@ -40,5 +41,5 @@ func (m *Model) DecodePass(p *tensor.Pool, reps int, budget int64) time.Duration
 		}
 		best = min(best, time.Since(start))
 	}
-	return best
+	return best, n
 }
