@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -263,5 +264,179 @@ func TestDiskTierFaults(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// stepClock is a clock a test moves by hand.
+type stepClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *stepClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *stepClock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+// TestSessionPrefetch: a session's blocks pushed to disk while it pauses
+// are read back into memory before its next turn is expected (its shortest
+// pause so far, less the lead), and not before; that turn then finds them
+// without waiting for the disk. A session with no pause to go by is not
+// prefetched, and its turn waits.
+func TestSessionPrefetch(t *testing.T) {
+	m := sharedModel(t, "tiny-f32.gguf")
+	kvPerToken := int64(m.Config.KVBytesPerToken(2))
+	f, err := model.NewForwarder(m, model.ForwarderOptions{Threads: 2, KVType: tensor.F16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	clock := &stepClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	reg := prometheus.NewRegistry()
+	// Room for one prompt at a time: the next pushes the last to disk.
+	e, err := NewStepped(f, Config{KVMemoryBytes: kvPerToken * 16 * 8, BlockSize: 16, KVDiskDir: t.TempDir(),
+		KVDiskBytes: 1 << 30, Clock: clock, Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	ctx := context.Background()
+	prompts := randomPrompts(15, 4, 100, 100, m.Config.Vocab, nil)
+	a, b := randomPrompts(17, 1, 52, 52, m.Config.Vocab, nil)[0], prompts[1]
+	extra := randomPrompts(16, 1, 12, 12, m.Config.Vocab, nil)[0]
+	run := func(p []int32, session string) Usage {
+		t.Helper()
+		st, err := e.Submit(ctx, Request{Prompt: p, MaxTokens: 1, Scope: "tenant", Hints: Hints{SessionID: session}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for e.Pending() {
+			e.Step(ctx)
+		}
+		if toks, _ := collect(t, st, 1); !slices.Equal(toks[0], greedyReference(t, m, p, 1)) {
+			t.Fatalf("tokens %v, want %v", toks[0], greedyReference(t, m, p, 1))
+		}
+		return st.Usage()
+	}
+	counts := func() (waits, sessions, blocks float64) {
+		t.Helper()
+		families, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, fam := range families {
+			for _, mt := range fam.GetMetric() {
+				switch fam.GetName() {
+				case "kvserve_kv_disk_wait_seconds":
+					waits += float64(mt.GetHistogram().GetSampleCount())
+				case "kvserve_sessions_prefetched_total":
+					sessions += mt.GetCounter().GetValue()
+				case "kvserve_session_prefetched_blocks_total":
+					blocks += mt.GetCounter().GetValue()
+				}
+			}
+		}
+		return waits, sessions, blocks
+	}
+	toDisk := func(other []int32) {
+		t.Helper()
+		run(other, "") // pushes the last prompt's blocks out of the pool
+		for deadline := time.Now().Add(10 * time.Second); e.KV().Stats().Disk.QueueDepth > 0; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("the disk tier did not write its queue")
+			}
+		}
+	}
+	loaded := func() int64 { return e.KV().Stats().Disk.Loaded }
+
+	// Session s: two turns 10 s apart, then its blocks go to disk.
+	run(a, "s")
+	clock.advance(10 * time.Second)
+	turn2 := append(slices.Clone(a), extra...) // 64 tokens: 4 full blocks
+	run(turn2, "s")
+	toDisk(prompts[2])
+	before := loaded()
+	clock.advance(10*time.Second - sessionFetchLead - time.Second)
+	e.Step(ctx) // nothing runs; the step looks at sessions
+	time.Sleep(50 * time.Millisecond)
+	if got := loaded(); got != before {
+		t.Fatalf("%d blocks loaded a second before the session's prefetch was due", got-before)
+	}
+	clock.advance(1500 * time.Millisecond)
+	e.Step(ctx)
+	// Three blocks: the other prompt took seven of the pool's eight, and
+	// the chain's head, evicted last, stayed. (A guess may fill half of the
+	// disk tier's staging area, here as large as the pool.)
+	for deadline := time.Now().Add(10 * time.Second); loaded()-before < 3; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the session's blocks were not read back ahead of its turn: %d loaded", loaded()-before)
+		}
+	}
+	if _, sessions, blocks := counts(); sessions != 1 || blocks != 3 {
+		t.Fatalf("metrics: %v sessions, %v blocks prefetched (want 1, 3)", sessions, blocks)
+	}
+	clock.advance(3 * time.Second)
+	turn3 := append(slices.Clone(turn2), extra...)
+	if u := run(turn3, "s"); u.CachedTokens != 64 {
+		t.Fatalf("the session's next turn found %d cached tokens, want 64", u.CachedTokens)
+	}
+	if waits, _, _ := counts(); waits != 0 {
+		t.Fatalf("the prefetched turn waited for the disk (%v waits)", waits)
+	}
+
+	// Session u: one turn, nothing to predict its next by (fewer pauses
+	// than the engine needs): its next turn waits for its blocks.
+	run(b, "u")
+	toDisk(prompts[3])
+	clock.advance(5 * time.Second)
+	e.Step(ctx)
+	if u := run(append(slices.Clone(b), extra...), "u"); u.CachedTokens != 96 {
+		t.Fatalf("session u's next turn found %d cached tokens, want 96", u.CachedTokens)
+	}
+	if waits, sessions, _ := counts(); waits != 1 || sessions != 1 {
+		t.Fatalf("session u: %v waits for disk, %v sessions prefetched (want 1, 1)", waits, sessions)
+	}
+	if err := e.KV().CheckInvariants(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestExpectedPause(t *testing.T) {
+	s := time.Second
+	many := []time.Duration{9 * s, 3 * s, 7 * s, 1 * s, 5 * s, 8 * s, 2 * s, 6 * s} // lower quartile: 3 s
+	for _, c := range []struct {
+		name     string
+		own, all []time.Duration
+		want     time.Duration
+		wantOK   bool
+	}{
+		{"own pauses: the shortest", []time.Duration{20 * s, 4 * s, 9 * s}, many, 4 * s, true},
+		{"first pause: all sessions' lower quartile", nil, many, 3 * s, true},
+		{"first pause, too few known", nil, many[:enginePausesMin-1], 0, false},
+		{"nothing known", nil, nil, 0, false},
+	} {
+		e := &Engine{}
+		for _, p := range c.all {
+			e.notePause(p)
+		}
+		got, ok := e.expectedPause(c.own)
+		if got != c.want || ok != c.wantOK {
+			t.Errorf("%s: %v, %v; want %v, %v", c.name, got, ok, c.want, c.wantOK)
+		}
+	}
+	// The engine keeps its latest pauses only.
+	e := &Engine{}
+	for i := range enginePauses + 10 {
+		e.notePause(time.Duration(i) * s)
+	}
+	if len(e.pauses) != enginePauses || slices.Min(e.pauses) != 10*s {
+		t.Fatalf("kept %d pauses from %v; want %d from 10s", len(e.pauses), slices.Min(e.pauses), enginePauses)
 	}
 }

@@ -226,9 +226,11 @@ type Engine struct {
 	sessions        map[sessionKey]*session
 	sessionsMu      sync.Mutex
 	sessionsChecked time.Time
-	wake            chan struct{} // a submission arrived (capacity 1)
-	waiting         atomic.Int64  // requests submitted and not yet finished admission
-	waitingBy       waitTally     // the same by priority, from the inbox on
+	pauses          []time.Duration // recent pauses before sessions' turns (a ring of enginePauses)
+	pauseNext       int             // the oldest in pauses, once full
+	wake            chan struct{}   // a submission arrived (capacity 1)
+	waiting         atomic.Int64    // requests submitted and not yet finished admission
+	waitingBy       waitTally       // the same by priority, from the inbox on
 	stop            context.CancelFunc
 	done            chan struct{}
 	// stepped: no step loop; the caller runs Step (NewStepped).
@@ -433,16 +435,17 @@ func (e *Engine) chain(r *Request, tokens []int32) []kv.Hash {
 
 // fetch starts moving chain's blocks (r's prompt's) up from disk, each
 // part under its own scope's key, and returns how many it is bringing.
-func (e *Engine) fetch(r *Request, chain []kv.Hash) int {
+// ahead marks a guess: blocks no request asks for yet (kv.Pool.Fetch).
+func (e *Engine) fetch(r *Request, chain []kv.Hash, ahead bool) int {
 	k := 0
 	if r.SharedScope != "" {
 		k = min(r.SharedTokens/e.cfg.BlockSize, len(chain))
 	}
 	n := 0
 	if k > 0 {
-		n = e.kv.Fetch(e.salt(r.SharedScope), chain[:k], e.wakeUp)
+		n = e.kv.Fetch(e.salt(r.SharedScope), chain[:k], ahead, e.wakeUp)
 	}
-	return n + e.kv.Fetch(e.salt(r.Scope), chain[k:], e.wakeUp)
+	return n + e.kv.Fetch(e.salt(r.Scope), chain[k:], ahead, e.wakeUp)
 }
 
 // Unpin ends now the pins on prompt's full blocks in scope (a deleted
@@ -746,6 +749,7 @@ func (e *Engine) enqueue(r *request) {
 		s.proc = r.procs[0]
 	}
 	r.fairStart = e.fair.start(r.Scope, len(r.Prompt), len(e.queue))
+	e.sessionArrived(r)
 	e.prefetch(s)
 	e.insertWaiting(s)
 }

@@ -18,6 +18,8 @@ type metrics struct {
 	batchSeqs, batchTokens         prometheus.Histogram
 	prefixQueries, prefixHits      prometheus.Counter
 	sessionsIdled                  prometheus.Counter
+	sessionsPrefetched             prometheus.Counter
+	sessionBlocksPrefetched        prometheus.Counter
 	diskWait                       prometheus.Histogram
 	preemptions                    prometheus.Counter
 	promptTokens, generatedTokens  prometheus.Counter
@@ -36,6 +38,10 @@ func newMetrics(reg prometheus.Registerer, pool *kv.Pool) (*metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 12)}),
 		sessionsIdled: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvserve_sessions_idled_total",
 			Help: "Agent sessions whose blocks were demoted after the idle timeout."}),
+		sessionsPrefetched: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvserve_sessions_prefetched_total",
+			Help: "Agent sessions whose blocks on disk were read back into memory ahead of their expected next turn."}),
+		sessionBlocksPrefetched: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvserve_session_prefetched_blocks_total",
+			Help: "Blocks read back from disk ahead of agent sessions' expected next turns."}),
 		ttft: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kvserve_time_to_first_token_seconds",
 			Help: "Time from arrival to the first generated token.", Buckets: latency}),
 		itl: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kvserve_inter_token_latency_seconds",
@@ -125,7 +131,7 @@ func newMetrics(reg prometheus.Registerer, pool *kv.Pool) (*metrics, error) {
 	}
 	for _, c := range []prometheus.Collector{m.ttft, m.itl, m.queueTime, m.e2e, m.stepTime, m.batchSeqs, m.batchTokens,
 		m.prefixQueries, m.prefixHits, m.preemptions, m.promptTokens, m.generatedTokens, m.finished,
-		m.running, m.waitingGauge, m.kvUsage, m.blocks, m.blocksByRetention, m.sessionsIdled, m.diskWait, tierCollector{pool}} {
+		m.running, m.waitingGauge, m.kvUsage, m.blocks, m.blocksByRetention, m.sessionsIdled, m.sessionsPrefetched, m.sessionBlocksPrefetched, m.diskWait, tierCollector{pool}} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("engine: register metrics: %w", err)
 		}

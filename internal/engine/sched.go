@@ -214,7 +214,7 @@ func (e *Engine) awaitDisk(s *seqState, chain []kv.Hash) bool {
 		s.diskGaveUp = true
 		return false
 	}
-	if e.fetch(&s.req.Request, chain) == 0 {
+	if e.fetch(&s.req.Request, chain, false) == 0 {
 		if !s.fetching.IsZero() {
 			e.m.diskWait.Observe(now.Sub(s.fetching).Seconds())
 			s.fetching = time.Time{}
@@ -238,7 +238,7 @@ func (e *Engine) prefetch(s *seqState) {
 	hashes := e.chain(&s.req.Request, s.tokens[:(len(s.tokens)-1)/bs*bs])
 	// The wait is counted (and bounded) from when the request reaches the
 	// front, in awaitDisk: time queued behind others is not waiting for disk.
-	e.fetch(&s.req.Request, hashes)
+	e.fetch(&s.req.Request, hashes, false)
 }
 
 // maxDiskWait bounds how long a request waits for its blocks from disk.

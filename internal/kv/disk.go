@@ -143,8 +143,9 @@ func offloadClass(c Class) Class {
 // up into memory, so that a prefix match can onboard them, and calls done
 // when they have arrived. It returns how many blocks are on their way; 0
 // means nothing to wait for (done is not called). scope is the chain's
-// scope salt.
-func (p *Pool) Fetch(scope Hash, chain []Hash, done func()) int {
+// scope salt. With ahead set the blocks are a guess (no request asks for
+// them yet), loaded only into half of G3's staging area.
+func (p *Pool) Fetch(scope Hash, chain []Hash, ahead bool, done func()) int {
 	if p.disk == nil || p.cfg.DisableIndex {
 		return 0
 	}
@@ -166,6 +167,9 @@ func (p *Pool) Fetch(scope Hash, chain []Hash, done func()) int {
 	rest := make([]diskstore.Hash, len(chain)-i)
 	for j, h := range chain[i:] {
 		rest[j] = h
+	}
+	if ahead {
+		return p.disk.FetchAhead(scope, rest, done)
 	}
 	return p.disk.Fetch(scope, rest, done)
 }

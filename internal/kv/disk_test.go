@@ -41,7 +41,7 @@ func fetchWait(t *testing.T, p *Pool, scope Hash, prompt []int32) int {
 	t.Helper()
 	hashes := p.NewSequence(scope, nil).PromptHashes(prompt)
 	done := make(chan struct{}, 1)
-	n := p.Fetch(scope, hashes, func() { done <- struct{}{} })
+	n := p.Fetch(scope, hashes, false, func() { done <- struct{}{} })
 	if n > 0 {
 		select {
 		case <-done:

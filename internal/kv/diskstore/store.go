@@ -579,13 +579,24 @@ func (s *Store) removeFiles(es []*entry) {
 // an earlier Fetch); 0 means every block the store holds can be taken now
 // and done will not be called. At most the staging budget is loaded.
 func (s *Store) Fetch(scope Hash, chain []Hash, done func()) int {
+	return s.fetch(scope, chain, done, s.stagingLimit())
+}
+
+// FetchAhead is Fetch for blocks no request asks for yet (a session's next
+// turn, expected soon): it loads only while staging is less than half
+// full, so that guesses never take the room of requests already waiting.
+func (s *Store) FetchAhead(scope Hash, chain []Hash, done func()) int {
+	return s.fetch(scope, chain, done, s.stagingLimit()/2)
+}
+
+func (s *Store) fetch(scope Hash, chain []Hash, done func(), limit int64) int {
 	if s.cfg.IndexOnly {
 		return 0
 	}
 	s.mu.Lock()
 	s.pruneStageLocked(time.Now())
 	var load []Hash
-	inflight, room := 0, s.stagingLimit()-s.stageBytes
+	inflight, room := 0, limit-s.stageBytes
 	for _, h := range chain {
 		if _, ok := s.stage[h]; ok {
 			continue

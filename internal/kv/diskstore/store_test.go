@@ -527,3 +527,46 @@ func TestStagedBlocksExpire(t *testing.T) {
 		t.Fatalf("staging after expiry: %+v", st)
 	}
 }
+
+// TestFetchAheadUsesHalfTheStaging: blocks fetched on a guess fill at most
+// half of the staging area; a request's fetch may use the rest.
+func TestFetchAheadUsesHalfTheStaging(t *testing.T) {
+	s := open_(t, Config{Staging: 4 * blockLen})
+	scope := hashOf("t")
+	chain := make([]Hash, 6)
+	for i := range chain {
+		chain[i] = hashOf(string(rune('a' + i)))
+		s.Put(Block{Hash: chain[i], Scope: scope, Class: 2, Data: data(byte(i))})
+	}
+	flush(t, s)
+	done := make(chan struct{}, 1)
+	wait := func(n int) {
+		t.Helper()
+		if n == 0 {
+			return
+		}
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatal("fetch did not end")
+		}
+	}
+	n := s.FetchAhead(scope, chain, func() { done <- struct{}{} })
+	wait(n)
+	if st := s.Stats(); n != 2 || st.Staged != 2 {
+		t.Fatalf("ahead: %d started, %d staged; want 2 of a staging area of 4", n, st.Staged)
+	}
+	if n := s.FetchAhead(scope, chain, func() { t.Error("done called") }); n != 0 {
+		t.Fatalf("ahead with half the staging full: %d started", n)
+	}
+	n = s.Fetch(scope, chain, func() { done <- struct{}{} })
+	wait(n)
+	if st := s.Stats(); n != 2 || st.Staged != 4 {
+		t.Fatalf("a request's fetch: %d started, %d staged; want 2 more, 4", n, st.Staged)
+	}
+	for i, h := range chain[:4] {
+		if !hasTake(s, scope, h) {
+			t.Fatalf("block %d not staged", i)
+		}
+	}
+}
