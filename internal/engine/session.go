@@ -124,9 +124,12 @@ func (e *Engine) expectedPause(own []time.Duration) (time.Duration, bool) {
 }
 
 // prefetchSessions reads back from disk the blocks of the sessions whose
-// next turn is near (sessionFetchLead).
+// next turn is near (sessionFetchLead). Not while requests are queued: a
+// turn arriving now would queue too, and its own prefetch would read its
+// blocks meanwhile, while guesses would take disk reads and CPU from the
+// requests at hand.
 func (e *Engine) prefetchSessions(now time.Time) {
-	if !e.kv.HasDisk() || e.cfg.DisablePrefixCache || e.cfg.Contiguous {
+	if !e.kv.HasDisk() || e.cfg.DisablePrefixCache || e.cfg.Contiguous || len(e.queue) > 0 {
 		return
 	}
 	for _, s := range e.sessions {

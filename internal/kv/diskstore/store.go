@@ -116,7 +116,8 @@ type staged struct {
 	class uint8
 	data  []byte
 	at    time.Time     // when it was loaded
-	el    *list.Element // in Store.stageOrder
+	guess bool          // loaded by FetchAhead and not asked for since
+	el    *list.Element // in Store.stageOrder, or guessOrder for a guess
 }
 
 // stageTTL bounds how long a loaded block waits to be taken: one that its
@@ -142,8 +143,11 @@ type Store struct {
 	queued     map[Hash]*Block // waiting or being written
 	stage      map[Hash]*staged
 	stageOrder *list.List // front = oldest
+	guessOrder *list.List // the staged guesses, front = oldest
 	stageBytes int64
+	guessBytes int64 // of stageBytes, the staged guesses'
 	loading    map[Hash]bool
+	guessed    map[Hash]bool // loading for FetchAhead only
 	aeads      map[Hash]cipher.AEAD
 	stats      Stats
 	closing    bool
@@ -194,7 +198,7 @@ func Open(cfg Config) (*Store, error) {
 	s := &Store{
 		cfg: cfg, master: master, unlock: unlock,
 		entries: map[Hash]*list.Element{}, queued: map[Hash]*Block{},
-		stage: map[Hash]*staged{}, stageOrder: list.New(), loading: map[Hash]bool{},
+		stage: map[Hash]*staged{}, stageOrder: list.New(), guessOrder: list.New(), loading: map[Hash]bool{}, guessed: map[Hash]bool{},
 		aeads: map[Hash]cipher.AEAD{}, wake: make(chan struct{}, 1), written: make(chan struct{}),
 	}
 	for c := range s.lists {
@@ -579,32 +583,48 @@ func (s *Store) removeFiles(es []*entry) {
 // an earlier Fetch); 0 means every block the store holds can be taken now
 // and done will not be called. At most the staging budget is loaded.
 func (s *Store) Fetch(scope Hash, chain []Hash, done func()) int {
-	return s.fetch(scope, chain, done, s.stagingLimit())
+	return s.fetch(scope, chain, done, false)
 }
 
 // FetchAhead is Fetch for blocks no request asks for yet (a session's next
-// turn, expected soon): it loads only while staging is less than half
-// full, so that guesses never take the room of requests already waiting.
+// turn, expected soon): guesses. It loads only while staging is less than
+// half full, and staged guesses are the first to go when staging is over
+// its budget, so guesses never take the room of requests already waiting.
+// A later Fetch of a guessed block makes it a request's.
 func (s *Store) FetchAhead(scope Hash, chain []Hash, done func()) int {
-	return s.fetch(scope, chain, done, s.stagingLimit()/2)
+	return s.fetch(scope, chain, done, true)
 }
 
-func (s *Store) fetch(scope Hash, chain []Hash, done func(), limit int64) int {
+func (s *Store) fetch(scope Hash, chain []Hash, done func(), guess bool) int {
 	if s.cfg.IndexOnly {
 		return 0
 	}
 	s.mu.Lock()
 	s.pruneStageLocked(time.Now())
 	var load []Hash
-	inflight, room := 0, limit-s.stageBytes
+	// A request may take the room of staged guesses (dropped as it loads),
+	// a guess only what leaves half of the budget free.
+	room := s.stagingLimit() - (s.stageBytes - s.guessBytes)
+	if guess {
+		room = s.stagingLimit()/2 - s.stageBytes
+	}
+	inflight := 0
 	for _, h := range chain {
-		if _, ok := s.stage[h]; ok {
+		if st, ok := s.stage[h]; ok {
+			if st.guess && !guess { // asked for now: no longer the first to go
+				s.guessOrder.Remove(st.el)
+				s.guessBytes -= int64(len(st.data))
+				st.guess, st.el, st.at = false, s.stageOrder.PushBack(h), time.Now()
+			}
 			continue
 		}
 		if _, ok := s.queued[h]; ok {
 			continue
 		}
 		if s.loading[h] {
+			if !guess {
+				delete(s.guessed, h)
+			}
 			inflight++
 			continue
 		}
@@ -614,12 +634,16 @@ func (s *Store) fetch(scope Hash, chain []Hash, done func(), limit int64) int {
 		}
 		room -= el.Value.(*entry).size - fileSize(0)
 		s.loading[h] = true
+		if guess {
+			s.guessed[h] = true
+		}
 		load = append(load, h)
 		inflight++
 	}
 	if len(load) > 0 && s.closing {
 		for _, h := range load {
 			delete(s.loading, h)
+			delete(s.guessed, h)
 		}
 		s.mu.Unlock()
 		return 0
@@ -663,11 +687,14 @@ func (s *Store) load(scope Hash, chain []Hash) {
 			}
 		}
 		s.mu.Lock()
+		guess := s.guessed[h]
 		delete(s.loading, h)
+		delete(s.guessed, h)
 		el, indexed := s.entries[h]
 		if err != nil {
 			for _, rest := range chain[i+1:] {
 				delete(s.loading, rest)
+				delete(s.guessed, rest)
 			}
 			if indexed {
 				s.unindexLocked(h)
@@ -683,13 +710,14 @@ func (s *Store) load(scope Hash, chain []Hash) {
 		if !indexed { // forgotten or evicted while loading
 			for _, rest := range chain[i+1:] {
 				delete(s.loading, rest)
+				delete(s.guessed, rest)
 			}
 			s.mu.Unlock()
 			return
 		}
 		e := el.Value.(*entry)
 		s.lists[e.class].MoveToBack(el)
-		s.stageLocked(h, &staged{scope: scope, class: e.class, data: data, at: time.Now()})
+		s.stageLocked(h, &staged{scope: scope, class: e.class, data: data, at: time.Now(), guess: guess})
 		s.stats.Loaded++
 		s.stats.LoadNanos += int64(time.Since(start))
 		s.mu.Unlock()
@@ -698,29 +726,44 @@ func (s *Store) load(scope Hash, chain []Hash) {
 	}
 }
 
-// stageLocked holds a loaded block for Take, dropping the oldest staged
-// blocks over the staging budget.
+// stageLocked holds a loaded block for Take, dropping staged blocks over
+// the staging budget: the oldest guesses first, then the oldest others.
 func (s *Store) stageLocked(h Hash, st *staged) {
 	if _, ok := s.stage[h]; ok {
 		return
 	}
-	st.el = s.stageOrder.PushBack(h)
+	if st.guess {
+		st.el = s.guessOrder.PushBack(h)
+		s.guessBytes += int64(len(st.data))
+	} else {
+		st.el = s.stageOrder.PushBack(h)
+	}
 	s.stage[h] = st
 	s.stageBytes += int64(len(st.data))
-	for s.stageBytes > s.stagingLimit() && s.stageOrder.Len() > 1 {
-		s.unstageLocked(s.stageOrder.Front().Value.(Hash))
+	for s.stageBytes > s.stagingLimit() {
+		if f := s.guessOrder.Front(); f != nil {
+			s.unstageLocked(f.Value.(Hash)) // a guess, perhaps the one just loaded
+			continue
+		}
+		f := s.stageOrder.Front()
+		if f.Value.(Hash) == h { // a request's block just loaded stays
+			break
+		}
+		s.unstageLocked(f.Value.(Hash))
 	}
 	s.pruneStageLocked(st.at)
 }
 
 // pruneStageLocked drops staged blocks loaded more than stageTTL before now.
 func (s *Store) pruneStageLocked(now time.Time) {
-	for f := s.stageOrder.Front(); f != nil; f = s.stageOrder.Front() {
-		h := f.Value.(Hash)
-		if now.Sub(s.stage[h].at) <= stageTTL {
-			return
+	for _, l := range []*list.List{s.guessOrder, s.stageOrder} {
+		for f := l.Front(); f != nil; f = l.Front() {
+			h := f.Value.(Hash)
+			if now.Sub(s.stage[h].at) <= stageTTL {
+				break
+			}
+			s.unstageLocked(h)
 		}
-		s.unstageLocked(h)
 	}
 }
 
@@ -729,7 +772,12 @@ func (s *Store) unstageLocked(h Hash) {
 	if !ok {
 		return
 	}
-	s.stageOrder.Remove(st.el)
+	if st.guess {
+		s.guessOrder.Remove(st.el)
+		s.guessBytes -= int64(len(st.data))
+	} else {
+		s.stageOrder.Remove(st.el)
+	}
 	delete(s.stage, h)
 	s.stageBytes -= int64(len(st.data))
 }
@@ -860,7 +908,8 @@ func openIndexOnly(cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("diskstore: budget %d bytes for blocks of %d", cfg.Budget, cfg.BlockBytes)
 	}
 	s := &Store{cfg: cfg, entries: map[Hash]*list.Element{}, queued: map[Hash]*Block{}, stage: map[Hash]*staged{},
-		stageOrder: list.New(), loading: map[Hash]bool{}, aeads: map[Hash]cipher.AEAD{}, unlock: func() {}}
+		stageOrder: list.New(), guessOrder: list.New(), loading: map[Hash]bool{}, guessed: map[Hash]bool{},
+		aeads: map[Hash]cipher.AEAD{}, unlock: func() {}}
 	for c := range s.lists {
 		s.lists[c] = list.New()
 	}

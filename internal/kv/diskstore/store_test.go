@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
@@ -528,45 +529,78 @@ func TestStagedBlocksExpire(t *testing.T) {
 	}
 }
 
-// TestFetchAheadUsesHalfTheStaging: blocks fetched on a guess fill at most
-// half of the staging area; a request's fetch may use the rest.
-func TestFetchAheadUsesHalfTheStaging(t *testing.T) {
+// TestFetchAhead: blocks fetched on a guess fill at most half of the
+// staging area and are the first to go when a request's blocks need the
+// room; a guessed block a request then asks for is the request's.
+func TestFetchAhead(t *testing.T) {
 	s := open_(t, Config{Staging: 4 * blockLen})
 	scope := hashOf("t")
-	chain := make([]Hash, 6)
-	for i := range chain {
-		chain[i] = hashOf(string(rune('a' + i)))
-		s.Put(Block{Hash: chain[i], Scope: scope, Class: 2, Data: data(byte(i))})
+	chain := func(name string) []Hash {
+		c := make([]Hash, 4)
+		for i := range c {
+			c[i] = hashOf(fmt.Sprintf("%s%d", name, i))
+			s.Put(Block{Hash: c[i], Scope: scope, Class: 2, Data: data(byte(i))})
+		}
+		return c
 	}
+	x, y := chain("x"), chain("y")
 	flush(t, s)
-	done := make(chan struct{}, 1)
-	wait := func(n int) {
+	done := make(chan struct{}, 8)
+	fetchWait := func(ahead bool, c []Hash) int {
 		t.Helper()
-		if n == 0 {
-			return
+		f := s.Fetch
+		if ahead {
+			f = s.FetchAhead
 		}
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			t.Fatal("fetch did not end")
+		n := f(scope, c, func() { done <- struct{}{} })
+		if n > 0 {
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("fetch did not end")
+			}
+		}
+		return n
+	}
+	staged := func(want ...Hash) {
+		t.Helper()
+		if st := s.Stats(); st.Staged != len(want) {
+			t.Fatalf("%d blocks staged, want %d", st.Staged, len(want))
+		}
+		for _, h := range want {
+			s.mu.Lock()
+			_, ok := s.stage[h]
+			s.mu.Unlock()
+			if !ok {
+				t.Fatalf("block %x not staged", h[:2])
+			}
 		}
 	}
-	n := s.FetchAhead(scope, chain, func() { done <- struct{}{} })
-	wait(n)
-	if st := s.Stats(); n != 2 || st.Staged != 2 {
-		t.Fatalf("ahead: %d started, %d staged; want 2 of a staging area of 4", n, st.Staged)
+	if n := fetchWait(true, x); n != 2 {
+		t.Fatalf("a guess started %d loads, want 2 (half of a staging area of 4)", n)
 	}
-	if n := s.FetchAhead(scope, chain, func() { t.Error("done called") }); n != 0 {
-		t.Fatalf("ahead with half the staging full: %d started", n)
+	staged(x[0], x[1])
+	if n := fetchWait(true, x); n != 0 {
+		t.Fatalf("a guess with half the staging full started %d loads", n)
 	}
-	n = s.Fetch(scope, chain, func() { done <- struct{}{} })
-	wait(n)
-	if st := s.Stats(); n != 2 || st.Staged != 4 {
-		t.Fatalf("a request's fetch: %d started, %d staged; want 2 more, 4", n, st.Staged)
+	if n := fetchWait(false, y); n != 4 {
+		t.Fatalf("a request's fetch started %d loads, want 4 (the guesses' room too)", n)
 	}
-	for i, h := range chain[:4] {
+	staged(y...)
+	for _, h := range y {
 		if !hasTake(s, scope, h) {
-			t.Fatalf("block %d not staged", i)
+			t.Fatal("a request's block was not there to take")
 		}
 	}
+	staged()
+
+	fetchWait(true, x)
+	staged(x[0], x[1])
+	if n := fetchWait(false, x[:1]); n != 0 { // asked for: no longer a guess
+		t.Fatalf("a staged guess asked for started %d loads", n)
+	}
+	if n := fetchWait(false, y[:3]); n != 3 {
+		t.Fatalf("a request's fetch started %d loads, want 3", n)
+	}
+	staged(x[0], y[0], y[1], y[2])
 }
