@@ -63,8 +63,15 @@ func flush(t *testing.T, s *Store) {
 // fetch loads a chain and waits for it.
 func fetch(t *testing.T, s *Store, scope Hash, chain ...Hash) int {
 	t.Helper()
+	return fetchWith(t, s.Fetch, scope, chain)
+}
+
+// fetchWith loads a chain with f (Store.Fetch or FetchAhead) and waits for
+// it.
+func fetchWith(t *testing.T, f func(Hash, []Hash, func()) int, scope Hash, chain []Hash) int {
+	t.Helper()
 	done := make(chan struct{}, 1)
-	n := s.Fetch(scope, chain, func() { done <- struct{}{} })
+	n := f(scope, chain, func() { done <- struct{}{} })
 	if n > 0 {
 		select {
 		case <-done:
@@ -545,22 +552,12 @@ func TestFetchAhead(t *testing.T) {
 	}
 	x, y := chain("x"), chain("y")
 	flush(t, s)
-	done := make(chan struct{}, 8)
 	fetchWait := func(ahead bool, c []Hash) int {
 		t.Helper()
-		f := s.Fetch
 		if ahead {
-			f = s.FetchAhead
+			return fetchWith(t, s.FetchAhead, scope, c)
 		}
-		n := f(scope, c, func() { done <- struct{}{} })
-		if n > 0 {
-			select {
-			case <-done:
-			case <-time.After(10 * time.Second):
-				t.Fatal("fetch did not end")
-			}
-		}
-		return n
+		return fetchWith(t, s.Fetch, scope, c)
 	}
 	staged := func(want ...Hash) {
 		t.Helper()
