@@ -1,7 +1,6 @@
 package kv
 
 import (
-	"bytes"
 	"context"
 
 	"github.com/kvserve/kvserve/internal/kv/diskstore"
@@ -70,10 +69,12 @@ func (p *Pool) toDiskLocked(h, parent Hash, c Class, owner uint32, data []byte, 
 		return false
 	}
 	b.Data = data
+	took := false
 	if clone {
-		b.Data = bytes.Clone(data)
+		p.disk.PutCopy(b)
+	} else {
+		took = p.disk.Put(b)
 	}
-	took := p.disk.Put(b) && !clone
 	p.ancestorsToDiskLocked(parent)
 	return took
 }
@@ -103,9 +104,9 @@ func (p *Pool) ancestorsToDiskLocked(parent Hash) {
 			if !onDisk {
 				b := diskstore.Block{Hash: m.hash, Scope: p.scopes[m.owner], Class: uint8(offloadClass(m.class))}
 				if p.slab != nil { // else the disk tier is index-only
-					b.Data = bytes.Clone(p.blockData(id))
+					b.Data = p.blockData(id)
 				}
-				p.disk.Put(b)
+				p.disk.PutCopy(b)
 				writes++
 			}
 			parent = Hash{}
@@ -123,7 +124,7 @@ func (p *Pool) ancestorsToDiskLocked(parent Hash) {
 		}
 		e := el.Value.(*hostEntry)
 		if !onDisk {
-			p.disk.Put(diskstore.Block{Hash: e.hash, Scope: p.scopes[e.owner], Class: uint8(e.class), Data: bytes.Clone(e.data)})
+			p.disk.PutCopy(diskstore.Block{Hash: e.hash, Scope: p.scopes[e.owner], Class: uint8(e.class), Data: e.data})
 			writes++
 		}
 		parent = e.parent

@@ -24,6 +24,7 @@
 package diskstore
 
 import (
+	"bytes"
 	"container/list"
 	"context"
 	"crypto/cipher"
@@ -374,7 +375,14 @@ func (s *Store) Has(h Hash) bool {
 // not change) and reports whether it was taken. A block already on disk is
 // only marked used. With the queue full, the lowest-class block waiting —
 // the oldest of that class — is dropped, or b itself when none is lower.
-func (s *Store) Put(b Block) bool {
+func (s *Store) Put(b Block) bool { return s.put(b, false) }
+
+// PutCopy is Put for data the caller will change: the block is queued with
+// a copy of it, made only if it is queued (a full queue drops most of the
+// blocks a burst of evictions sends, and they need no copy).
+func (s *Store) PutCopy(b Block) bool { return s.put(b, true) }
+
+func (s *Store) put(b Block, clone bool) bool {
 	if s.cfg.IndexOnly {
 		return s.putIndexOnly(b)
 	}
@@ -406,6 +414,9 @@ func (s *Store) Put(b Block) bool {
 		s.queue = slices.Delete(s.queue, low, low+1)
 	}
 	q := b
+	if clone {
+		q.Data = bytes.Clone(b.Data)
+	}
 	s.queue = append(s.queue, &q)
 	s.queued[b.Hash] = &q
 	select {

@@ -601,3 +601,31 @@ func TestFetchAhead(t *testing.T) {
 	}
 	staged(x[0], y[0], y[1], y[2])
 }
+
+// TestPutCopy: a block put with PutCopy is written as it was when put,
+// whatever its caller does with the buffer afterwards, and a block the full
+// queue drops costs no copy.
+func TestPutCopy(t *testing.T) {
+	s := open_(t, Config{Queue: 2})
+	scope := hashOf("t")
+	buf := data(1)
+	s.writeMu.Lock() // the writer waits, so the queue fills
+	for _, name := range []string{"a", "b"} {
+		if !s.PutCopy(Block{Hash: hashOf(name), Scope: scope, Class: 2, Data: buf}) {
+			s.writeMu.Unlock()
+			t.Fatalf("block %s not taken", name)
+		}
+	}
+	dropped := Block{Hash: hashOf("c"), Scope: scope, Class: 2, Data: buf}
+	allocs := testing.AllocsPerRun(10, func() { s.PutCopy(dropped) })
+	clear(buf)
+	s.writeMu.Unlock()
+	if allocs != 0 || s.Stats().Dropped == 0 {
+		t.Fatalf("a block the full queue drops: %v allocations, %d dropped", allocs, s.Stats().Dropped)
+	}
+	flush(t, s)
+	fetch(t, s, scope, hashOf("a"))
+	if got, _, ok := s.Take(scope, hashOf("a")); !ok || !bytes.Equal(got, data(1)) {
+		t.Fatal("the block written is not the data as it was when put")
+	}
+}
