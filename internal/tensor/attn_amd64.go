@@ -12,9 +12,32 @@ func dotsF16AVX2(dst *float32, n int, q *float32, hd int, k *uint16, strideBytes
 //go:noescape
 func axpysF16AVX2(out *float32, hd int, p *float32, n int, v *uint16, strideBytes int)
 
+// The AVX-512 kernels (attn512_amd64.s), at the VNNI level, which has
+// AVX512F: dot products for rows a multiple of 16 long, and the weighted
+// sums of three heads (bit-identical to the AVX2 ones, so the single-head
+// weighted sums keep the AVX2 kernel).
+
+//go:noescape
+func dotsF16AVX512(dst *float32, n int, q *float32, hd int, k *uint16, strideBytes int)
+
+//go:noescape
+func dotsF16x3AVX512(dst *float32, dstStride, n int, q *float32, qStride, hd int, k *uint16, strideBytes int)
+
+//go:noescape
+func axpysF16x3AVX512(out *float32, outStride, hd int, p *float32, pStride, n int, v *uint16, strideBytes int)
+
+// dots512 reports whether the dot products of rows hd long take the
+// AVX-512 kernels (one query gets the same bits from the one-head and the
+// three-head kernel of a level, not across levels).
+func dots512(hd int) bool { return cpuISA >= isaVNNI && hd%16 == 0 }
+
 func dotsF16(dst, q []float32, k []uint16, stride int) {
 	if cpuISA == isaPortable || len(q)%8 != 0 || len(q) == 0 {
 		dotsF16Generic(dst, q, k, stride)
+		return
+	}
+	if dots512(len(q)) {
+		dotsF16AVX512(&dst[0], len(dst), &q[0], len(q), &k[0], 2*stride)
 		return
 	}
 	dotsF16AVX2(&dst[0], len(dst), &q[0], len(q), &k[0], 2*stride)
@@ -46,6 +69,15 @@ func dotsF16Heads(dst []float32, ds, n int, q []float32, hd int, k []uint16, str
 		return
 	}
 	g := 0
+	if dots512(hd) {
+		for ; (g+3)*hd <= len(q); g += 3 {
+			dotsF16x3AVX512(&dst[g*ds], 4*ds, n, &q[g*hd], 4*hd, hd, &k[0], 2*stride)
+		}
+		for ; g*hd < len(q); g++ {
+			dotsF16AVX512(&dst[g*ds], n, &q[g*hd], hd, &k[0], 2*stride)
+		}
+		return
+	}
 	for ; (g+3)*hd <= len(q); g += 3 {
 		dotsF16x3AVX2(&dst[g*ds], 4*ds, n, &q[g*hd], 4*hd, hd, &k[0], 2*stride)
 	}
@@ -62,7 +94,11 @@ func axpysF16Heads(out []float32, hd int, p []float32, ps, n int, v []uint16, st
 	}
 	g := 0
 	for ; (g+3)*hd <= len(out); g += 3 {
-		axpysF16x3AVX2(&out[g*hd], 4*hd, hd, &p[g*ps], 4*ps, n, &v[0], 2*stride)
+		if cpuISA >= isaVNNI {
+			axpysF16x3AVX512(&out[g*hd], 4*hd, hd, &p[g*ps], 4*ps, n, &v[0], 2*stride)
+		} else {
+			axpysF16x3AVX2(&out[g*hd], 4*hd, hd, &p[g*ps], 4*ps, n, &v[0], 2*stride)
+		}
 	}
 	for ; g*hd < len(out); g++ {
 		axpysF16(out[g*hd:(g+1)*hd], p[g*ps:g*ps+n], v, stride)
