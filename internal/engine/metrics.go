@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -16,7 +17,7 @@ type metrics struct {
 	ttft, itl, queueTime, e2e      prometheus.Histogram
 	stepTime                       prometheus.Histogram
 	batchSeqs, batchTokens         prometheus.Histogram
-	prefixQueries, prefixHits      prometheus.Counter
+	prefix                         *prefixCounters
 	sessionsIdled                  prometheus.Counter
 	sessionsPrefetched             prometheus.Counter
 	sessionBlocksPrefetched        prometheus.Counter
@@ -56,10 +57,10 @@ func newMetrics(reg prometheus.Registerer, pool *kv.Pool) (*metrics, error) {
 			Help: "Sequences per forward pass.", Buckets: prometheus.ExponentialBuckets(1, 2, 10)}),
 		batchTokens: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "kvserve_batch_tokens",
 			Help: "Tokens per forward pass.", Buckets: prometheus.ExponentialBuckets(1, 2, 13)}),
-		prefixQueries: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvserve_prefix_cache_queries_total",
-			Help: "Prompt tokens looked up in the prefix cache."}),
-		prefixHits: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvserve_prefix_cache_hits_total",
-			Help: "Prompt tokens found in the prefix cache."}),
+		prefix: &prefixCounters{
+			queriesDesc: prometheus.NewDesc("kvserve_prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.", nil, nil),
+			hitsDesc:    prometheus.NewDesc("kvserve_prefix_cache_hits_total", "Prompt tokens found in the prefix cache.", nil, nil),
+		},
 		preemptions: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvserve_num_preemptions_total",
 			Help: "Sequences preempted (blocks released, recomputed later)."}),
 		promptTokens: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvserve_prompt_tokens_total",
@@ -130,7 +131,7 @@ func newMetrics(reg prometheus.Registerer, pool *kv.Pool) (*metrics, error) {
 		}
 	}
 	for _, c := range []prometheus.Collector{m.ttft, m.itl, m.queueTime, m.e2e, m.stepTime, m.batchSeqs, m.batchTokens,
-		m.prefixQueries, m.prefixHits, m.preemptions, m.promptTokens, m.generatedTokens, m.finished,
+		m.prefix, m.preemptions, m.promptTokens, m.generatedTokens, m.finished,
 		m.running, m.waitingGauge, m.kvUsage, m.blocks, m.blocksByRetention, m.sessionsIdled, m.sessionsPrefetched, m.sessionBlocksPrefetched, m.diskWait, tierCollector{pool}} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("engine: register metrics: %w", err)
@@ -207,4 +208,34 @@ func (e *Engine) updateGauges() {
 	if n := int64(len(e.running)); n > e.occupancy.peakRunning.Load() {
 		e.occupancy.peakRunning.Store(n)
 	}
+}
+
+// prefixCounters are the prefix cache's lookups and hits in prompt tokens,
+// added and collected together: as two counters a scrape could read a hit
+// before its lookup, and a dashboard's ratio of their increases over a
+// short window would pass 1.
+type prefixCounters struct {
+	mu                    sync.Mutex
+	queries, hits         float64
+	queriesDesc, hitsDesc *prometheus.Desc
+}
+
+func (c *prefixCounters) add(queries, hits int) {
+	c.mu.Lock()
+	c.queries += float64(queries)
+	c.hits += float64(hits)
+	c.mu.Unlock()
+}
+
+func (c *prefixCounters) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.queriesDesc
+	ch <- c.hitsDesc
+}
+
+func (c *prefixCounters) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	queries, hits := c.queries, c.hits
+	c.mu.Unlock()
+	ch <- prometheus.MustNewConstMetric(c.queriesDesc, prometheus.CounterValue, queries)
+	ch <- prometheus.MustNewConstMetric(c.hitsDesc, prometheus.CounterValue, hits)
 }

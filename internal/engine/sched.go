@@ -191,8 +191,7 @@ func (e *Engine) admit(s *seqState) (ok, deferred bool) {
 		r.stream.mu.Unlock()
 		e.m.queueTime.Observe(now.Sub(r.stream.arrival).Seconds())
 	}
-	e.m.prefixQueries.Add(float64(len(s.tokens)))
-	e.m.prefixHits.Add(float64(hit))
+	e.m.prefix.add(len(s.tokens), hit)
 	return true, false
 }
 
