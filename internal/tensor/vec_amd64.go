@@ -7,6 +7,12 @@ package tensor
 //go:noescape
 func expSubSumAVX2(x *float32, n int, m float32) float64
 
+// expSubSumAVX512 is expSubSumAVX2 in zmm (AVX512F, the VNNI level): the
+// same bits.
+//
+//go:noescape
+func expSubSumAVX512(x *float32, n int, m float32) float64
+
 //go:noescape
 func expAVX2(x *float32, n int)
 
@@ -53,7 +59,12 @@ func softmaxFast(x []float32) {
 	for _, v := range x[n8:] {
 		mx = max(mx, v)
 	}
-	sum := expSubSumAVX2(&x[0], n8, mx)
+	var sum float64
+	if cpuISA >= isaVNNI {
+		sum = expSubSumAVX512(&x[0], n8, mx)
+	} else {
+		sum = expSubSumAVX2(&x[0], n8, mx)
+	}
 	for i, v := range x[n8:] {
 		e := expf(v - mx)
 		x[n8+i] = e

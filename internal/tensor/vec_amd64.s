@@ -162,6 +162,118 @@ GLOBL expC<>(SB), RODATA|NOPTR, $448
 	VMOVUPS expC<>+416(SB), Y1; \
 	VBLENDVPS Y2, Y1, Y0, Y0
 
+// EXPF16CONST broadcasts EXPF's constants into Z16–Z29, once per call, for
+// EXPF16.
+#define EXPF16CONST \
+	VBROADCASTSS expC<>+0(SB), Z16; \
+	VBROADCASTSS expC<>+32(SB), Z17; \
+	VBROADCASTSS expC<>+64(SB), Z18; \
+	VBROADCASTSS expC<>+96(SB), Z19; \
+	VBROADCASTSS expC<>+128(SB), Z20; \
+	VBROADCASTSS expC<>+160(SB), Z21; \
+	VBROADCASTSS expC<>+192(SB), Z22; \
+	VBROADCASTSS expC<>+224(SB), Z23; \
+	VBROADCASTSS expC<>+256(SB), Z24; \
+	VBROADCASTSS expC<>+288(SB), Z25; \
+	VBROADCASTSS expC<>+320(SB), Z26; \
+	VBROADCASTSS expC<>+352(SB), Z27; \
+	VBROADCASTSS expC<>+384(SB), Z28; \
+	VBROADCASTSS expC<>+416(SB), Z29
+
+// EXPF16 is EXPF on the sixteen lanes of Z0 (Z1–Z5, K1, K2 clobbered; the
+// constants in Z16–Z29 from EXPF16CONST), step for step with the same
+// operand order (so a NaN stays NaN through the clamps), so each lane gets
+// EXPF's bits: VRNDSCALEPS $0 for VROUNDPS $0, masks for the
+// compare-and-select.
+#define EXPF16 \
+	VMOVAPS Z0, Z5; \
+	VMINPS Z0, Z26, Z0; \
+	VMAXPS Z0, Z27, Z0; \
+	VMULPS Z16, Z0, Z1; \
+	VRNDSCALEPS $0, Z1, Z1; \
+	VFNMADD231PS Z17, Z1, Z0; \
+	VFNMADD231PS Z18, Z1, Z0; \
+	VMULPS Z0, Z0, Z2; \
+	VMOVAPS Z19, Z3; \
+	VFMADD213PS Z20, Z0, Z3; \
+	VFMADD213PS Z21, Z0, Z3; \
+	VFMADD213PS Z22, Z0, Z3; \
+	VFMADD213PS Z23, Z0, Z3; \
+	VFMADD213PS Z24, Z0, Z3; \
+	VFMADD213PS Z0, Z2, Z3; \
+	VADDPS Z25, Z3, Z3; \
+	VCVTPS2DQ Z1, Z1; \
+	VPSRAD $1, Z1, Z4; \
+	VPSUBD Z4, Z1, Z1; \
+	VPSLLD $23, Z1, Z1; \
+	VPADDD Z25, Z1, Z1; \
+	VPSLLD $23, Z4, Z4; \
+	VPADDD Z25, Z4, Z4; \
+	VMULPS Z1, Z3, Z0; \
+	VMULPS Z4, Z0, Z0; \
+	VCMPPS $5, Z27, Z5, K1; \
+	VMOVAPS.Z Z0, K1, Z0; \
+	VCMPPS $14, Z28, Z5, K2; \
+	VMOVAPS Z29, K2, Z0
+
+// func expSubSumAVX512(x *float32, n int, m float32) float64
+//
+// expSubSumAVX2 sixteen lanes at a time (n a multiple of 8; a last eight
+// take EXPF): the same values, and the same float64 sum, each eight lanes'
+// halves added to the two accumulators in the AVX2 kernel's order.
+TEXT ·expSubSumAVX512(SB), NOSPLIT, $0-32
+	MOVQ x+0(FP), SI
+	MOVQ n+8(FP), CX
+	VBROADCASTSS m+16(FP), Z8
+	EXPF16CONST
+	VXORPD Y9, Y9, Y9
+	VXORPD Y10, Y10, Y10
+	MOVQ CX, DX
+	SHRQ $4, CX
+	JZ expsum16tail
+
+expsum16loop:
+	VMOVUPS (SI), Z0
+	VSUBPS Z8, Z0, Z0
+	EXPF16
+	VMOVUPS Z0, (SI)
+	VCVTPS2PD X0, Y1
+	VADDPD Y1, Y9, Y9
+	VEXTRACTF128 $1, Y0, X1
+	VCVTPS2PD X1, Y1
+	VADDPD Y1, Y10, Y10
+	VEXTRACTF64X4 $1, Z0, Y6
+	VCVTPS2PD X6, Y1
+	VADDPD Y1, Y9, Y9
+	VEXTRACTF128 $1, Y6, X1
+	VCVTPS2PD X1, Y1
+	VADDPD Y1, Y10, Y10
+	ADDQ $64, SI
+	DECQ CX
+	JNZ expsum16loop
+
+expsum16tail:
+	TESTQ $8, DX
+	JZ expsum16done
+	VMOVUPS (SI), Y0
+	VSUBPS Y8, Y0, Y0
+	EXPF
+	VMOVUPS Y0, (SI)
+	VCVTPS2PD X0, Y1
+	VADDPD Y1, Y9, Y9
+	VEXTRACTF128 $1, Y0, X0
+	VCVTPS2PD X0, Y1
+	VADDPD Y1, Y10, Y10
+
+expsum16done:
+	VADDPD Y10, Y9, Y9
+	VEXTRACTF128 $1, Y9, X10
+	VADDPD X10, X9, X9
+	VHADDPD X9, X9, X9
+	VMOVSD X9, ret+24(FP)
+	VZEROUPPER
+	RET
+
 // func expSubSumAVX2(x *float32, n int, m float32) float64
 //
 // x[i] = exp(x[i] − m); returns Σ x[i] accumulated in float64.
