@@ -328,6 +328,9 @@ func NewPool(cfg Config) (*Pool, error) {
 	}
 	if !c.NoStorage {
 		p.slab = make([]byte, total)
+		// Huge pages are an optimisation; a kernel that refuses them
+		// serves the pool from small pages just as correctly.
+		_, _ = adviseHuge(p.slab)
 	}
 	if c.DiskBytes > 0 {
 		if err := p.openDisk(); err != nil {
