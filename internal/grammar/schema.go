@@ -714,14 +714,17 @@ func (c *schemaCompiler) objectNode(s *jnode, d int, path string) (*node, error)
 		required bool
 	}
 	var props []prop
+	var index map[string]int // props by name: lookups in a long list stay linear
 	if p := s.get("properties"); p != nil {
 		if p.kind != 'o' {
 			return nil, c.errf(path, "properties must be an object")
 		}
+		index = make(map[string]int, len(p.keys))
 		for i, name := range p.keys {
-			if slices.Contains(p.keys[:i], name) {
+			if _, dup := index[name]; dup {
 				return nil, c.errf(path, "property %q appears twice", name)
 			}
+			index[name] = i
 			props = append(props, prop{name: name})
 		}
 		for i := range props {
@@ -751,8 +754,8 @@ func (c *schemaCompiler) objectNode(s *jnode, d int, path string) (*node, error)
 			if r.kind != 's' {
 				return nil, c.errf(path, "required must list strings")
 			}
-			i := slices.IndexFunc(props, func(p prop) bool { return p.name == r.str })
-			if i < 0 {
+			i, ok := index[r.str]
+			if !ok {
 				if !extraAllowed {
 					return neverNode, nil // a required property that may not appear
 				}
@@ -768,6 +771,10 @@ func (c *schemaCompiler) objectNode(s *jnode, d int, path string) (*node, error)
 				}
 				props = append(props, prop{name: r.str, value: v})
 				i = len(props) - 1
+				if index == nil {
+					index = map[string]int{}
+				}
+				index[r.str] = i
 			}
 			props[i].required = true
 		}
@@ -812,11 +819,11 @@ func (c *schemaCompiler) objectNode(s *jnode, d int, path string) (*node, error)
 		m := member(p)
 		if p.required {
 			anyRequired = true
-			rest[i] = seq(sep, m, rest[i+1])
-			first[i] = seq(m, rest[i+1])
+			rest[i] = then(seq(sep, m), rest[i+1])
+			first[i] = then(m, rest[i+1])
 		} else {
-			rest[i] = seq(opt(seq(sep, m)), rest[i+1])
-			first[i] = alt(seq(m, rest[i+1]), first[i+1])
+			rest[i] = then(opt(seq(sep, m)), rest[i+1])
+			first[i] = either(then(m, rest[i+1]), first[i+1])
 		}
 	}
 	body := seq(first[0], ws)
@@ -831,6 +838,32 @@ func (c *schemaCompiler) objectNode(s *jnode, d int, path string) (*node, error)
 	}
 	c.objects[k] = result
 	return result, nil
+}
+
+// then is seq(head, tail) and either is alt(a, b), but they nest tail (b)
+// instead of copying its parts as seq and alt do: the member lists of an
+// object are built from the last property back, and copying each tail
+// would take time and memory quadratic in the number of properties.
+func then(head, tail *node) *node {
+	switch {
+	case head.kind == kNever || tail.kind == kNever:
+		return neverNode
+	case head.kind == kEmpty:
+		return tail
+	case tail.kind == kEmpty:
+		return head
+	}
+	return &node{kind: kSeq, kids: []*node{head, tail}}
+}
+
+func either(a, b *node) *node {
+	switch {
+	case a.kind == kNever:
+		return b
+	case b.kind == kNever:
+		return a
+	}
+	return &node{kind: kAlt, kids: []*node{a, b}}
 }
 
 func ruleName(path, kind string, d int) string {

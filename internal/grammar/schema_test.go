@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/big"
 	"math/rand/v2"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -298,5 +299,42 @@ func TestUTF8Sequences(t *testing.T) {
 		if a <= 0xd800 && b >= 0xd800 && matches([]byte{0xed, 0xa0, 0x80}) != 0 {
 			t.Fatalf("[%#x, %#x]: a surrogate's encoding matched", a, b)
 		}
+	}
+}
+
+// wideObject is an object schema with n string properties, all required
+// or all optional.
+func wideObject(n int, required bool) string {
+	var props, names strings.Builder
+	for i := range n {
+		if i > 0 {
+			props.WriteByte(',')
+			names.WriteByte(',')
+		}
+		fmt.Fprintf(&props, `"p%d":{"type":"string"}`, i)
+		fmt.Fprintf(&names, `"p%d"`, i)
+	}
+	s := `{"type":"object","properties":{` + props.String() + `}`
+	if required {
+		s += `,"required":[` + names.String() + `]`
+	}
+	return s + `,"additionalProperties":false}`
+}
+
+// TestWideObjectMemory: an object's member list is built in memory linear
+// in its properties (each property once copied the list after it, so a
+// request with a few thousand properties allocated gigabytes).
+func TestWideObjectMemory(t *testing.T) {
+	schema := wideObject(6000, true)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	_, err := FromJSONSchema([]byte(schema))
+	runtime.ReadMemStats(&after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := after.TotalAlloc - before.TotalAlloc; got > 256<<20 {
+		t.Fatalf("compiling %d bytes of schema allocated %d MiB", len(schema), got>>20)
 	}
 }
