@@ -100,6 +100,12 @@ var singleSets = func() (t [256]byteSet) {
 const (
 	maxNFAStates = 1 << 21
 	maxDFAStates = 1 << 17
+	// maxDFAWork bounds the NFA states visited by the subset construction
+	// of one grammar. The state limit alone does not bound the time: an
+	// object with many optional properties has states whose subsets hold
+	// every property after them, so the work grows with the square of
+	// their number long before the states run out.
+	maxDFAWork = 1 << 25
 )
 
 // program is a grammar compiled to one DFA per rule over the alphabet
@@ -200,7 +206,8 @@ type nfaBuilder struct {
 	st        []nstate
 	memo      map[nfaKey]int32
 	ruleIndex map[*rule]int32
-	total     int
+	total     int // build calls, against maxNFAStates
+	work      int // subset-construction steps of all rules, against maxDFAWork
 }
 
 type nfaKey struct {
@@ -234,7 +241,10 @@ func (b *nfaBuilder) eps(targets ...int32) int32 {
 	return b.add(nstate{kind: nEps, eps: t})
 }
 
-var errTooLarge = fmt.Errorf("too large to compile (more than %d automaton states)", maxNFAStates)
+var (
+	errTooLarge    = fmt.Errorf("too large to compile (more than %d automaton states)", maxNFAStates)
+	errTooMuchWork = fmt.Errorf("too large to compile (more than %d steps to build the DFA)", maxDFAWork)
+)
 
 // build returns the start of an automaton for n continuing at k, or -1 when
 // n matches nothing.
@@ -353,6 +363,9 @@ func (p *program) determinize(b *nfaBuilder, start int32) (int32, error) {
 		if len(p.states) > maxDFAStates {
 			return -1, fmt.Errorf("too large to compile (more than %d DFA states)", maxDFAStates)
 		}
+		if b.work > maxDFAWork {
+			return -1, errTooMuchWork
+		}
 		id := d.base + int32(i)
 		set := d.queue[i]
 		var byteStates, callStates []int32
@@ -379,7 +392,11 @@ func (p *program) determinize(b *nfaBuilder, start int32) (int32, error) {
 			for hi < 256 && !cut[hi] {
 				hi++
 			}
+			if b.work > maxDFAWork {
+				return -1, errTooMuchWork
+			}
 			targets = targets[:0]
+			b.work += len(byteStates)
 			for _, s := range byteStates {
 				if b.st[s].set.has(byte(lo)) {
 					targets = append(targets, b.st[s].to)
@@ -449,6 +466,7 @@ func (d *dfaBuilder) state(p *program, seeds []int32) int32 {
 			continue
 		}
 		d.mark[s] = d.gen
+		d.b.work++
 		switch st := &d.b.st[s]; st.kind {
 		case nEps:
 			d.stack = append(d.stack, st.eps...)

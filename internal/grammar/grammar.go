@@ -43,8 +43,9 @@
 //
 // Limits, all errors rather than hangs: schema documents nest at most 256
 // deep, counts (minItems, maxLength, ...) at most 4096, automata at most
-// 131072 DFA states; objects with thousands of optional properties compile
-// in time quadratic in their number (1000: about 0.3 s).
+// 131072 DFA states built in a bounded number of steps. An object's
+// optional properties cost steps quadratic in their number, so objects
+// with more than about a thousand of them are refused.
 //
 // A Grammar is safe for concurrent use; a Matcher serves one sample.
 package grammar

@@ -338,3 +338,16 @@ func TestWideObjectMemory(t *testing.T) {
 		t.Fatalf("compiling %d bytes of schema allocated %d MiB", len(schema), got>>20)
 	}
 }
+
+// TestWideOptionalObject: an object with thousands of optional properties
+// is refused (its automaton takes steps quadratic in their number, which
+// the state limit alone did not bound), and one with hundreds compiles.
+func TestWideOptionalObject(t *testing.T) {
+	if _, err := FromJSONSchema([]byte(wideObject(500, false))); err != nil {
+		t.Fatalf("500 optional properties: %v", err)
+	}
+	_, err := FromJSONSchema([]byte(wideObject(3000, false)))
+	if err == nil || !strings.Contains(err.Error(), "too large to compile") {
+		t.Fatalf("3000 optional properties: got %v, want too large to compile", err)
+	}
+}
