@@ -521,7 +521,7 @@ func (c *schemaCompiler) ref(ref string, d int, path string) (*node, error) {
 	}
 	e := &refEntry{busy: true}
 	c.refs[k] = e
-	n, err := c.compile(target, d, ref)
+	n, err := c.compile(target, d, pathName(ref))
 	if err != nil {
 		return nil, err
 	}
@@ -728,7 +728,7 @@ func (c *schemaCompiler) objectNode(s *jnode, d int, path string) (*node, error)
 			props = append(props, prop{name: name})
 		}
 		for i := range props {
-			v, err := c.compile(p.vals[i], d+1, path+"/properties/"+props[i].name)
+			v, err := c.compile(p.vals[i], d+1, path+"/properties/"+pathName(props[i].name))
 			if err != nil {
 				return nil, err
 			}
@@ -864,6 +864,24 @@ func either(a, b *node) *node {
 		return a
 	}
 	return &node{kind: kAlt, kids: []*node{a, b}}
+}
+
+// maxPathName bounds a property name or $ref as written into a schema
+// path. A path only names a place, in errors and rule names, but every
+// subschema below copies it: a long name would cost its length once per
+// subschema under it.
+const maxPathName = 64
+
+// pathName is s shortened to maxPathName bytes for a schema path.
+func pathName(s string) string {
+	if len(s) <= maxPathName {
+		return s
+	}
+	i := maxPathName
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + "…"
 }
 
 func ruleName(path, kind string, d int) string {

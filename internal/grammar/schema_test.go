@@ -351,3 +351,18 @@ func TestWideOptionalObject(t *testing.T) {
 		t.Fatalf("3000 optional properties: got %v, want too large to compile", err)
 	}
 }
+
+// TestLongPropertyName: a long property name costs its length once, not
+// once per subschema under it (each subschema's path, which names it in
+// errors, copied the name).
+func TestLongPropertyName(t *testing.T) {
+	schema := `{"type":"object","properties":{"` + strings.Repeat("k", 128<<10) + `":` + wideObject(6000, true) + `}}`
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	_, _ = FromJSONSchema([]byte(schema)) // an error or a grammar: either is fine
+	runtime.ReadMemStats(&after)
+	if got := after.TotalAlloc - before.TotalAlloc; got > 384<<20 {
+		t.Fatalf("compiling %d bytes of schema allocated %d MiB", len(schema), got>>20)
+	}
+}
