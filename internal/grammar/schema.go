@@ -477,6 +477,14 @@ func (c *schemaCompiler) disjoint(schemas []*jnode, path string) bool {
 		if props == nil || req == nil || req.kind != 'a' {
 			return false
 		}
+		// A set: looking each property up in the list would take time
+		// quadratic in their numbers.
+		required := make(map[string]bool, len(req.items))
+		for _, r := range req.items {
+			if r.kind == 's' {
+				required[r.str] = true
+			}
+		}
 		found := false
 		for j, k := range props.keys {
 			if i > 0 && k != name {
@@ -487,7 +495,7 @@ func (c *schemaCompiler) disjoint(schemas []*jnode, path string) bool {
 			if e := v.get("enum"); lit == nil && e != nil && e.kind == 'a' && len(e.items) == 1 {
 				lit = e.items[0]
 			}
-			if lit == nil || !slices.ContainsFunc(req.items, func(r *jnode) bool { return r.kind == 's' && r.str == k }) {
+			if lit == nil || !required[k] {
 				continue
 			}
 			enc := string(lit.encode(nil))

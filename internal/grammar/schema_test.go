@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 )
 
@@ -364,5 +365,28 @@ func TestLongPropertyName(t *testing.T) {
 	runtime.ReadMemStats(&after)
 	if got := after.TotalAlloc - before.TotalAlloc; got > 384<<20 {
 		t.Fatalf("compiling %d bytes of schema allocated %d MiB", len(schema), got>>20)
+	}
+}
+
+// TestWideOneOf: checking that oneOf's subschemas are disjoint looks each
+// const property up in a set, not in the whole required list.
+func TestWideOneOf(t *testing.T) {
+	var props, names strings.Builder
+	for i := range 60000 {
+		if i > 0 {
+			props.WriteByte(',')
+			names.WriteByte(',')
+		}
+		fmt.Fprintf(&props, `"p%d":{"const":1}`, i)
+		fmt.Fprintf(&names, `"q%d"`, i)
+	}
+	schema := `{"oneOf":[{"type":"object","properties":{` + props.String() + `},"required":[` + names.String() + `]},{"type":"object"}]}`
+	start := time.Now()
+	_, err := FromJSONSchema([]byte(schema))
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("%d bytes of schema took %v (err %v)", len(schema), d, err)
+	}
+	if err == nil || !strings.Contains(err.Error(), "disjoint") {
+		t.Fatalf("got %v, want oneOf refused as not disjoint", err)
 	}
 }
