@@ -3,6 +3,8 @@ package gemini
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -126,4 +128,29 @@ func paramOf(err error) string {
 		return ae.Param
 	}
 	return ""
+}
+
+// TestConvertSchemaLongName: a long property name costs its length once,
+// not once per property under it (each subschema's parameter name, for
+// errors, was built up front).
+func TestConvertSchemaLongName(t *testing.T) {
+	var props strings.Builder
+	for i := range 10000 {
+		if i > 0 {
+			props.WriteByte(',')
+		}
+		fmt.Fprintf(&props, `"p%d":{}`, i)
+	}
+	schema := `{"type":"OBJECT","properties":{"` + strings.Repeat("k", 256<<10) + `":{"type":"OBJECT","properties":{` + props.String() + `}}}}`
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	_, err := convertSchema([]byte(schema), "responseSchema")
+	runtime.ReadMemStats(&after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := after.TotalAlloc - before.TotalAlloc; got > 64<<20 {
+		t.Fatalf("converting %d bytes of schema allocated %d MiB", len(schema), got>>20)
+	}
 }

@@ -134,17 +134,20 @@ var schemaTypes = map[string]string{
 // they say otherwise: Gemini's objects have the declared properties only.
 // param names the field for errors.
 func convertSchema(raw json.RawMessage, param string) (json.RawMessage, error) {
-	out, err := appendSchema(nil, raw, param)
+	out, err := appendSchema(nil, raw, func() string { return param })
 	if err != nil {
 		return nil, err
 	}
 	return out, nil
 }
 
-func appendSchema(b []byte, raw json.RawMessage, param string) ([]byte, error) {
+// appendSchema appends the conversion of raw to b. param is called only
+// for an error: spelling out every subschema's name up front would copy
+// its ancestors' property names once per property.
+func appendSchema(b []byte, raw json.RawMessage, param func() string) ([]byte, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || raw[0] != '{' {
-		return nil, api.InvalidParam(param, "a schema must be a JSON object")
+		return nil, api.InvalidParam(param(), "a schema must be a JSON object")
 	}
 	var s schemaJSON
 	dec := json.NewDecoder(bytes.NewReader(raw))
@@ -152,19 +155,19 @@ func appendSchema(b []byte, raw json.RawMessage, param string) ([]byte, error) {
 	if err := dec.Decode(&s); err != nil {
 		msg := strings.TrimPrefix(err.Error(), "json: ")
 		if name, ok := strings.CutPrefix(msg, "unknown field "); ok {
-			return nil, api.InvalidParam(param, "unknown name %s in a Gemini schema (which takes type, format, title, description, nullable, enum, properties, propertyOrdering, required, items, anyOf, min/maxItems, min/maxLength, min/maxProperties, minimum, maximum, pattern, default, example); give full JSON Schema as parametersJsonSchema or responseJsonSchema", name)
+			return nil, api.InvalidParam(param(), "unknown name %s in a Gemini schema (which takes type, format, title, description, nullable, enum, properties, propertyOrdering, required, items, anyOf, min/maxItems, min/maxLength, min/maxProperties, minimum, maximum, pattern, default, example); give full JSON Schema as parametersJsonSchema or responseJsonSchema", name)
 		}
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) && te.Field != "" {
-			return nil, api.InvalidParam(param+"."+te.Field, "invalid type for %q: expected %s, got %s", te.Field, te.Type, te.Value)
+			return nil, api.InvalidParam(param()+"."+te.Field, "invalid type for %q: expected %s, got %s", te.Field, te.Type, te.Value)
 		}
-		return nil, api.InvalidParam(param, "invalid schema: %s", msg)
+		return nil, api.InvalidParam(param(), "invalid schema: %s", msg)
 	}
 	typ := ""
 	if s.Type != "" {
 		t, ok := schemaTypes[strings.ToLower(s.Type)]
 		if !ok {
-			return nil, api.InvalidParam(param+".type", "unknown schema type %q (STRING, NUMBER, INTEGER, BOOLEAN, ARRAY, OBJECT, NULL)", s.Type)
+			return nil, api.InvalidParam(param()+".type", "unknown schema type %q (STRING, NUMBER, INTEGER, BOOLEAN, ARRAY, OBJECT, NULL)", s.Type)
 		}
 		typ = t
 	}
@@ -231,7 +234,7 @@ func appendSchema(b []byte, raw json.RawMessage, param string) ([]byte, error) {
 			b = api.AppendJSONString(b, m.Key)
 			b = append(b, ':')
 			var err error
-			b, err = appendSchema(b, m.Value, param+".properties."+m.Key)
+			b, err = appendSchema(b, m.Value, func() string { return param() + ".properties." + m.Key })
 			done[m.Key] = true
 			return err
 		}
@@ -260,7 +263,7 @@ func appendSchema(b []byte, raw json.RawMessage, param string) ([]byte, error) {
 		b = append(b, '}')
 		for _, r := range s.Required {
 			if !done[r] {
-				return nil, api.InvalidParam(param+".required", "required names %q, which is not among the properties", r)
+				return nil, api.InvalidParam(param()+".required", "required names %q, which is not among the properties", r)
 			}
 		}
 	}
@@ -279,14 +282,14 @@ func appendSchema(b []byte, raw json.RawMessage, param string) ([]byte, error) {
 	case len(ap) > 0 && ap[0] == '{':
 		key("additionalProperties")
 		var err error
-		if b, err = appendSchema(b, ap, param+".additionalProperties"); err != nil {
+		if b, err = appendSchema(b, ap, func() string { return param() + ".additionalProperties" }); err != nil {
 			return nil, err
 		}
 	case string(ap) == "true" || string(ap) == "false":
 		key("additionalProperties")
 		b = append(b, ap...)
 	case len(ap) > 0 && string(ap) != "null":
-		return nil, api.InvalidParam(param+".additionalProperties", "additionalProperties must be a boolean or a schema")
+		return nil, api.InvalidParam(param()+".additionalProperties", "additionalProperties must be a boolean or a schema")
 	case len(s.Properties) > 0:
 		key("additionalProperties")
 		b = append(b, "false"...)
@@ -294,7 +297,7 @@ func appendSchema(b []byte, raw json.RawMessage, param string) ([]byte, error) {
 	if len(bytes.TrimSpace(s.Items)) > 0 && string(bytes.TrimSpace(s.Items)) != "null" {
 		key("items")
 		var err error
-		if b, err = appendSchema(b, s.Items, param+".items"); err != nil {
+		if b, err = appendSchema(b, s.Items, func() string { return param() + ".items" }); err != nil {
 			return nil, err
 		}
 	}
@@ -306,7 +309,7 @@ func appendSchema(b []byte, raw json.RawMessage, param string) ([]byte, error) {
 				b = append(b, ',')
 			}
 			var err error
-			if b, err = appendSchema(b, sub, fmt.Sprintf("%s.anyOf[%d]", param, i)); err != nil {
+			if b, err = appendSchema(b, sub, func() string { return fmt.Sprintf("%s.anyOf[%d]", param(), i) }); err != nil {
 				return nil, err
 			}
 		}
