@@ -210,7 +210,10 @@ func FuzzRequestJSON(f *testing.F) {
 		if json.Unmarshal(data, &r) != nil {
 			return
 		}
-		e, err := NewStepped(nullForwarder{}, Config{Constraints: testCompiler{"json_object": func() LogitsProcessor { return fixedLogits{1: 1} }}})
+		// A small pool: the default gigabyte, allocated per input, let the
+		// fuzzer run only a few inputs a second.
+		e, err := NewStepped(nullForwarder{}, Config{KVMemoryBytes: 1 << 20,
+			Constraints: testCompiler{"json_object": func() LogitsProcessor { return fixedLogits{1: 1} }}})
 		if err != nil {
 			t.Fatal(err)
 		}
