@@ -51,12 +51,13 @@ func (o Options) FromJSONSchema(schema []byte) (*Grammar, error) {
 		return nil, fmt.Errorf("grammar: schema: %w", err)
 	}
 	c := &schemaCompiler{
-		o:       o,
-		b:       newJSONBuilder(o),
-		root:    root,
-		refs:    map[schemaKey]*refEntry{},
-		objects: map[schemaKey]*node{},
-		strs:    map[string]*node{},
+		o:        o,
+		b:        newJSONBuilder(o),
+		root:     root,
+		refs:     map[schemaKey]*refEntry{},
+		objects:  map[schemaKey]*node{},
+		strs:     map[string]*node{},
+		patterns: map[string]*regexp.Regexp{},
 	}
 	n, err := c.compile(root, 1, "#")
 	if err != nil {
@@ -120,6 +121,9 @@ type schemaCompiler struct {
 	strs    map[string]*node
 	work    int
 	strRest *rule
+	// patterns holds each pattern compiled for literalOK (nil: invalid),
+	// once: an enum is checked value by value against the same pattern.
+	patterns map[string]*regexp.Regexp
 }
 
 func (c *schemaCompiler) errf(path, format string, args ...any) error {
@@ -379,8 +383,12 @@ func (c *schemaCompiler) literalOK(v, s *jnode, types []string) bool {
 			return false
 		}
 		if p := s.get("pattern"); p != nil && p.kind == 's' {
-			re, err := regexp.Compile(p.str)
-			if err != nil || !re.MatchString(v.str) {
+			re, ok := c.patterns[p.str]
+			if !ok {
+				re, _ = regexp.Compile(p.str)
+				c.patterns[p.str] = re
+			}
+			if re == nil || !re.MatchString(v.str) {
 				return false
 			}
 		}

@@ -390,3 +390,24 @@ func TestWideOneOf(t *testing.T) {
 		t.Fatalf("got %v, want oneOf refused as not disjoint", err)
 	}
 }
+
+// TestEnumPattern: an enum under a pattern compiles the pattern once, not
+// once per value.
+func TestEnumPattern(t *testing.T) {
+	var enum strings.Builder
+	for i := range 8000 {
+		if i > 0 {
+			enum.WriteByte(',')
+		}
+		fmt.Fprintf(&enum, `"v%d"`, i)
+	}
+	schema := `{"type":"string","pattern":"^v(` + strings.Repeat("(1|2)?", 1000) + `)$","enum":[` + enum.String() + `]}`
+	start := time.Now()
+	_, err := FromJSONSchema([]byte(schema))
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("%d bytes of schema took %v (err %v)", len(schema), d, err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
