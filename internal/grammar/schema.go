@@ -58,6 +58,7 @@ func (o Options) FromJSONSchema(schema []byte) (*Grammar, error) {
 		objects:  map[schemaKey]*node{},
 		strs:     map[string]*node{},
 		patterns: map[string]*regexp.Regexp{},
+		nameSets: map[*jnode]map[string]bool{},
 	}
 	n, err := c.compile(root, 1, "#")
 	if err != nil {
@@ -124,6 +125,34 @@ type schemaCompiler struct {
 	// patterns holds each pattern compiled for literalOK (nil: invalid),
 	// once: an enum is checked value by value against the same pattern.
 	patterns map[string]*regexp.Regexp
+	// nameSets holds the sets made by names.
+	nameSets map[*jnode]map[string]bool
+}
+
+// names returns the keys of object n, or the strings in array n, as a set
+// made once per node: literalOK checks every value of an enum against a
+// schema's properties and required names, and looking each key up in the
+// lists took time quadratic in their lengths.
+func (c *schemaCompiler) names(n *jnode) map[string]bool {
+	if set, ok := c.nameSets[n]; ok {
+		return set
+	}
+	set := map[string]bool{}
+	switch {
+	case n == nil:
+	case n.kind == 'o':
+		for _, k := range n.keys {
+			set[k] = true
+		}
+	case n.kind == 'a':
+		for _, it := range n.items {
+			if it.kind == 's' {
+				set[it.str] = true
+			}
+		}
+	}
+	c.nameSets[n] = set
+	return set
 }
 
 func (c *schemaCompiler) errf(path, format string, args ...any) error {
@@ -417,17 +446,21 @@ func (c *schemaCompiler) literalOK(v, s *jnode, types []string) bool {
 			return false
 		}
 	case 'o':
-		if req := s.get("required"); req != nil && req.kind == 'a' {
-			for _, r := range req.items {
-				if r.kind == 's' && v.get(r.str) == nil {
-					return false
+		if req := c.names(s.get("required")); len(req) > 0 {
+			found := map[string]bool{}
+			for _, k := range v.keys {
+				if req[k] {
+					found[k] = true
 				}
+			}
+			if len(found) < len(req) {
+				return false
 			}
 		}
 		if ap := s.get("additionalProperties"); ap != nil && ap.kind == 'b' && !ap.b {
-			props := s.get("properties")
+			props := c.names(s.get("properties"))
 			for _, k := range v.keys {
-				if props.get(k) == nil {
+				if !props[k] {
 					return false
 				}
 			}

@@ -411,3 +411,50 @@ func TestEnumPattern(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestWideConstObject: an object const is checked against the schema's
+// properties and required names through sets, not by scanning the lists
+// once per key (here it has one key too many, found last).
+func TestWideConstObject(t *testing.T) {
+	var props, names, obj strings.Builder
+	for i := range 100000 {
+		if i > 0 {
+			props.WriteByte(',')
+			names.WriteByte(',')
+			obj.WriteByte(',')
+		}
+		fmt.Fprintf(&props, `"p%d":{}`, i)
+		fmt.Fprintf(&names, `"p%d"`, i)
+		fmt.Fprintf(&obj, `"p%d":1`, i)
+	}
+	schema := `{"type":"object","properties":{` + props.String() + `},"required":[` + names.String() + `],"additionalProperties":false,"const":{` + obj.String() + `,"extra":1}}`
+	start := time.Now()
+	_, err := FromJSONSchema([]byte(schema))
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("%d bytes of schema took %v (err %v)", len(schema), d, err)
+	}
+	if err == nil || !strings.Contains(err.Error(), "no JSON value satisfies it") {
+		t.Fatalf("got %v, want the const refused", err)
+	}
+}
+
+// TestConstObjectKeys: the const check still refuses a value that lacks a
+// required property or has one the schema does not allow.
+func TestConstObjectKeys(t *testing.T) {
+	for _, tc := range []struct {
+		schema string
+		ok     bool
+	}{
+		{`{"type":"object","properties":{"a":{},"b":{}},"required":["a","b"],"additionalProperties":false,"const":{"a":1,"b":2}}`, true},
+		{`{"type":"object","properties":{"a":{},"b":{}},"required":["a","b","a"],"const":{"b":2,"a":1,"a":3}}`, true},
+		{`{"type":"object","properties":{"a":{},"b":{}},"required":["a","b"],"const":{"a":1,"a":2}}`, false},
+		{`{"type":"object","properties":{"a":{}},"additionalProperties":false,"const":{"a":1,"c":2}}`, false},
+		{`{"type":"object","additionalProperties":false,"const":{"c":2}}`, false},
+		{`{"type":"object","additionalProperties":false,"const":{}}`, true},
+	} {
+		_, err := FromJSONSchema([]byte(tc.schema))
+		if (err == nil) != tc.ok {
+			t.Errorf("%s: err %v, want ok %v", tc.schema, err, tc.ok)
+		}
+	}
+}
