@@ -78,6 +78,9 @@ func (o Options) FromJSONSchema(schema []byte) (*Grammar, error) {
 const (
 	maxSchemaWork = 1 << 16 // subschemas compiled (counting each depth a $ref is expanded at)
 	maxUnroll     = 4096    // minItems/maxItems/minLength/maxLength
+	// maxPatternWork bounds the pattern bytes times value bytes of the
+	// enum and const strings checked against patterns.
+	maxPatternWork = 1 << 26
 )
 
 // Keyword classes.
@@ -122,6 +125,8 @@ type schemaCompiler struct {
 	strs    map[string]*node
 	work    int
 	strRest *rule
+	// patternWork counts chargePattern's steps.
+	patternWork int
 	// patterns holds each pattern compiled for literalOK (nil: invalid),
 	// once: an enum is checked value by value against the same pattern.
 	patterns map[string]*regexp.Regexp
@@ -268,6 +273,9 @@ func (c *schemaCompiler) compileObject(s *jnode, d int, path string) (*node, err
 		return nil, err
 	}
 	if cv := s.get("const"); cv != nil {
+		if err := c.chargePattern(cv, s, path); err != nil {
+			return nil, err
+		}
 		if !c.literalOK(cv, s, types) {
 			return neverNode, nil
 		}
@@ -279,6 +287,9 @@ func (c *schemaCompiler) compileObject(s *jnode, d int, path string) (*node, err
 		}
 		alts := make([]*node, 0, len(ev.items))
 		for _, v := range ev.items {
+			if err := c.chargePattern(v, s, path); err != nil {
+				return nil, err
+			}
 			if c.literalOK(v, s, types) {
 				alts = append(alts, lit(string(v.encode(nil))))
 			}
@@ -381,6 +392,21 @@ func inferTypes(s *jnode) []string {
 		return []string{"number"}
 	}
 	return nil // any value
+}
+
+// chargePattern counts the matching of v against the pattern of s, about
+// the pattern's length per byte of v, against maxPatternWork: an enum
+// repeats the match per value, so without a bound its cost is the
+// product of two lengths in the schema.
+func (c *schemaCompiler) chargePattern(v, s *jnode, path string) error {
+	p := s.get("pattern")
+	if v.kind != 's' || p == nil || p.kind != 's' {
+		return nil
+	}
+	if c.patternWork += len(p.str) * (len(v.str) + 1); c.patternWork > maxPatternWork {
+		return c.errf(path, "too complex (checking enum and const strings against their patterns takes more than %d steps)", maxPatternWork)
+	}
+	return nil
 }
 
 // literalOK reports whether a const or enum value satisfies the sibling
