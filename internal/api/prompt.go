@@ -69,16 +69,35 @@ func buildPrompt(m *Model, req *Request, scope *string) (*Prompt, error) {
 			return nil, &Error{Code: CodeInvalidRequest, Param: "messages", Message: "the chat template refused the conversation: " + strings.TrimPrefix(err.Error(), "chat: render: "), Err: err}
 		}
 		p.Text = text
-		p.Tokens = encode(tok, text, scope)
 	default:
 		p.Text = req.Prompt
-		p.Tokens = encode(tok, req.Prompt, scope)
+	}
+	if req.PromptTokens == nil {
+		// Tokenizing costs far more per byte than reading the body (a
+		// single word of megabytes takes seconds): a text that needs more
+		// tokens than the context holds even at the tokenizer's longest
+		// token per token is refused unread.
+		if least := len(p.Text) / tok.MaxBytesPerToken(); req.toRun && least >= m.ContextLength {
+			return nil, promptTooLarge(req, m, "at least "+itoa(least))
+		}
+		p.Tokens = encode(tok, p.Text, scope)
 	}
 	if len(p.Tokens) == 0 {
 		return nil, Errorf(CodeInvalidRequest, "the prompt is empty")
 	}
 	p.Segments = segments(m, req, p)
 	return p, nil
+}
+
+// promptTooLarge is the error for req's prompt of n tokens on m, more
+// than its context holds.
+func promptTooLarge(req *Request, m *Model, n string) *Error {
+	param := "messages"
+	if req.Messages == nil {
+		param = "prompt"
+	}
+	return &Error{Code: CodeTooLarge, Param: param,
+		Message: "the prompt is " + n + " tokens; this model's context holds " + itoa(m.ContextLength) + " tokens in all (prompt plus output)"}
 }
 
 // encode tokenizes text with special tokens parsed, adding BOS only where

@@ -80,6 +80,11 @@ type Request struct {
 	// a context cache's prefix, which later requests extend.
 	prefixOnly bool
 
+	// toRun marks a prompt built to run (not only to count): one whose
+	// text alone shows it cannot fit the model's context is refused
+	// before it is tokenized (promptTooLarge).
+	toRun bool
+
 	// sharedPrefix, for a request that continues a shared context cache,
 	// is the cache's prefix tokens: the part of the prompt that agrees
 	// with them is kept in the shared scope (engine.Request.SharedTokens).

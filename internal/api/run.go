@@ -183,17 +183,13 @@ func (c *Call) Start(req *Request) (*Run, error) {
 		}
 		return nil, c.forbidModel(m, "this API key's role \""+c.Identity.Role+"\" may not generate (it lacks "+PermissionModelsUse+")")
 	}
+	req.toRun = true
 	m, p, err := c.modelFor(req)
 	if err != nil {
 		return nil, err
 	}
 	if len(p.Tokens) >= m.ContextLength {
-		param := "messages"
-		if req.Messages == nil {
-			param = "prompt"
-		}
-		return nil, &Error{Code: CodeTooLarge, Param: param,
-			Message: "the prompt is " + itoa(len(p.Tokens)) + " tokens; this model's context holds " + itoa(m.ContextLength) + " tokens in all (prompt plus output)"}
+		return nil, promptTooLarge(req, m, itoa(len(p.Tokens)))
 	}
 	maxTokens := m.ContextLength - len(p.Tokens)
 	if req.MaxTokens > 0 {

@@ -51,6 +51,10 @@ func checkEncode(t *testing.T, tok *Tokenizer, text string, addSpecial, parseSpe
 		}
 	}
 	checkStream(t, tok, ids, parseSpecial)
+	// What callers refuse too long a text by, unencoded.
+	if least := len(text) / tok.MaxBytesPerToken(); len(ids) < least {
+		t.Fatalf("%s: %d bytes encoded to %d tokens, fewer than the bound %d (at most %d bytes a token)", tok.Pre(), len(text), len(ids), least, tok.MaxBytesPerToken())
+	}
 	if addSpecial || parseSpecial || slices.ContainsFunc(ids, func(id int32) bool {
 		return tok.attrs[id]&(attrControl|attrUnknown|attrUserDefined) != 0
 	}) {

@@ -154,6 +154,8 @@ type Tokenizer struct {
 	special     []int32
 	specialTrie trie
 
+	maxTokenBytes int // MaxBytesPerToken
+
 	// BPE only.
 	splitters []splitter
 	merges    map[uint64]merge // (left sid, right sid) → rank and result
@@ -263,6 +265,14 @@ func (t *Tokenizer) TokenText(id int32) string {
 	}
 	return string(t.texts[t.textOff[id]:t.textOff[id+1]])
 }
+
+// MaxBytesPerToken bounds the bytes of input text one token stands for:
+// the longest vocabulary text (a ▁ or a GPT-2 code point is at least as
+// long as the byte it stands for), or 4, an unknown character's most. So
+// a text of n bytes encodes to at least n / MaxBytesPerToken() tokens,
+// which lets a caller refuse a text far too long for a context without
+// encoding it.
+func (t *Tokenizer) MaxBytesPerToken() int { return t.maxTokenBytes }
 
 // Score returns a token's SPM score (0 for BPE vocabularies and ids out of
 // range).

@@ -253,6 +253,21 @@ func TestCountTokens(t *testing.T) {
 	if n := inputSum(m.Usage); n != *count.InputTokens || n != len(env.Recorder.Last(t).Prompt) {
 		t.Fatalf("count_tokens %d, the message's prompt %d tokens (usage %+v)", *count.InputTokens, len(env.Recorder.Last(t).Prompt), m.Usage)
 	}
+
+	// One word of a megabyte: more than the context at the tokenizer's
+	// longest token per token. A message is refused without tokenizing
+	// it; counting still counts it exactly.
+	body["messages"] = userMsg(strings.Repeat("a", 1<<20))
+	status, data, _ = post(t, env.URL("/v1/messages"), body)
+	if status != 413 || !strings.Contains(string(data), "the prompt is at least") {
+		t.Fatalf("a prompt far beyond the context: status %d: %s", status, data)
+	}
+	delete(body, "max_tokens")
+	status, data, _ = post(t, env.URL("/v1/messages/count_tokens"), body)
+	count.InputTokens = nil
+	if err := json.Unmarshal(data, &count); status != 200 || err != nil || count.InputTokens == nil || *count.InputTokens <= apitest.ContextLength {
+		t.Fatalf("count_tokens of a prompt beyond the context: status %d: %s", status, data)
+	}
 	env.WaitIdle(t)
 }
 
