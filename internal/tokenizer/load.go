@@ -421,7 +421,6 @@ func (t *Tokenizer) finish(name string) {
 		return len(t.text(b)) - len(t.text(a))
 	})
 	t.specialTrie = newTrie(t, t.special)
-	t.maxTokenBytes = 4
 	for id := range t.n {
 		t.maxTokenBytes = max(t.maxTokenBytes, len(t.text(int32(id))))
 	}

@@ -154,7 +154,7 @@ type Tokenizer struct {
 	special     []int32
 	specialTrie trie
 
-	maxTokenBytes int // MaxBytesPerToken
+	maxTokenBytes int // the longest token text in bytes
 
 	// BPE only.
 	splitters []splitter
@@ -272,7 +272,7 @@ func (t *Tokenizer) TokenText(id int32) string {
 // a text of n bytes encodes to at least n / MaxBytesPerToken() tokens,
 // which lets a caller refuse a text far too long for a context without
 // encoding it.
-func (t *Tokenizer) MaxBytesPerToken() int { return t.maxTokenBytes }
+func (t *Tokenizer) MaxBytesPerToken() int { return max(t.maxTokenBytes, 4) }
 
 // Score returns a token's SPM score (0 for BPE vocabularies and ids out of
 // range).
