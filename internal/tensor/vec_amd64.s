@@ -162,6 +162,20 @@ GLOBL expC<>(SB), RODATA|NOPTR, $448
 	VMOVUPS expC<>+416(SB), Y1; \
 	VBLENDVPS Y2, Y1, Y0, Y0
 
+// EXPSUBSUM8 sets the eight floats at (SI) to exp(x − m), m in Y8, and adds
+// their float64 halves to Y9 and Y10 (Y0–Y5 clobbered, as by EXPF): one
+// step of expSubSumAVX2, and the last eight of expSubSumAVX512.
+#define EXPSUBSUM8 \
+	VMOVUPS (SI), Y0; \
+	VSUBPS Y8, Y0, Y0; \
+	EXPF; \
+	VMOVUPS Y0, (SI); \
+	VCVTPS2PD X0, Y1; \
+	VADDPD Y1, Y9, Y9; \
+	VEXTRACTF128 $1, Y0, X0; \
+	VCVTPS2PD X0, Y1; \
+	VADDPD Y1, Y10, Y10
+
 // EXPF16CONST broadcasts EXPF's constants into Z16–Z29, once per call, for
 // EXPF16.
 #define EXPF16CONST \
@@ -255,15 +269,7 @@ expsum16loop:
 expsum16tail:
 	TESTQ $8, DX
 	JZ expsum16done
-	VMOVUPS (SI), Y0
-	VSUBPS Y8, Y0, Y0
-	EXPF
-	VMOVUPS Y0, (SI)
-	VCVTPS2PD X0, Y1
-	VADDPD Y1, Y9, Y9
-	VEXTRACTF128 $1, Y0, X0
-	VCVTPS2PD X0, Y1
-	VADDPD Y1, Y10, Y10
+	EXPSUBSUM8
 
 expsum16done:
 	VADDPD Y10, Y9, Y9
@@ -287,15 +293,7 @@ TEXT ·expSubSumAVX2(SB), NOSPLIT, $0-32
 	JZ expsumdone
 
 expsumloop:
-	VMOVUPS (SI), Y0
-	VSUBPS Y8, Y0, Y0
-	EXPF
-	VMOVUPS Y0, (SI)
-	VCVTPS2PD X0, Y1
-	VADDPD Y1, Y9, Y9
-	VEXTRACTF128 $1, Y0, X0
-	VCVTPS2PD X0, Y1
-	VADDPD Y1, Y10, Y10
+	EXPSUBSUM8
 	ADDQ $32, SI
 	DECQ CX
 	JNZ expsumloop
