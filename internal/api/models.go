@@ -202,7 +202,9 @@ func (c *Call) modelFor(req *Request) (*Model, *Prompt, error) {
 		return choose(rule.Strong)
 	}
 	m, p, err := choose(rule.Fast)
-	if err == nil && rule.LongPrompt > 0 && len(p.Tokens) >= rule.LongPrompt {
+	var e *Error
+	if rule.LongPrompt > 0 && (err == nil && len(p.Tokens) >= rule.LongPrompt ||
+		errors.As(err, &e) && e.Code == CodeTooLarge) { // refused untokenized: too long for the fast model's context
 		return choose(rule.Strong)
 	}
 	return m, p, err

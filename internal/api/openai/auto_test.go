@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -82,6 +83,28 @@ func TestAutoModel(t *testing.T) {
 	status, data, _ := post(t, env.URL("/v1/chat/completions"), map[string]any{"model": "nope", "messages": short})
 	if status != http.StatusNotFound || !strings.Contains(string(data), `tiny-strong`) || !strings.Contains(string(data), `auto`) {
 		t.Errorf("unknown model: %d %s", status, data)
+	}
+}
+
+// TestAutoLongPromptBeyondTheFastContext: a prompt whose text alone is too
+// long for the fast model's context (refused there before it is
+// tokenized) still goes to the strong model under a long-prompt rule.
+func TestAutoLongPromptBeyondTheFastContext(t *testing.T) {
+	env := twoModels(t, api.AutoRule{})
+	strong := *env.Model
+	strong.ID, strong.ContextLength = "tiny-strong", 2*apitest.ContextLength
+	if err := env.Server.SetModels([]*api.Model{env.Model, &strong}, &api.AutoRule{Fast: apitest.ModelName, Strong: strong.ID, LongPrompt: 300}); err != nil {
+		t.Fatal(err)
+	}
+	// At least the fast context's tokens by the bound, fewer than the
+	// strong one's: the strong model tokenizes it and finds it too long
+	// for itself as well (a token a byte here), naming its own context.
+	text := strings.Repeat("a", apitest.ContextLength*env.Model.Tokenizer.MaxBytesPerToken()+1)
+	status, data, _ := post(t, env.URL("/v1/chat/completions"), map[string]any{"model": api.AutoModel, "max_tokens": 2,
+		"messages": []map[string]string{{"role": "user", "content": text}}})
+	want := "context holds " + strconv.Itoa(strong.ContextLength) + " tokens"
+	if status != http.StatusRequestEntityTooLarge || !strings.Contains(string(data), want) || strings.Contains(string(data), "at least") {
+		t.Fatalf("status %d, want 413 from the strong model (%q): %s", status, want, data)
 	}
 }
 
