@@ -70,6 +70,7 @@ func newBenchModelCmd() *cobra.Command {
 	f.IntVarP(&o.Depth, "depth", "d", 0, "tokens already in the context before pp and tg (llama-bench's -d)")
 	f.IntVarP(&o.Threads, "threads", "t", 0, "compute threads (default: all cores)")
 	f.IntVarP(&o.Repetitions, "repetitions", "r", 3, "measured repetitions")
+	f.IntVar(&o.BlockSize, "block-size", 256, "KV block size in tokens (the server's default is 16)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object")
 	f.BoolVar(&o.Bandwidth, "bandwidth", false, "also measure memory bandwidth and the decode limit it sets")
 	_ = cmd.MarkFlagRequired("model")

@@ -20,6 +20,10 @@ type SpeedOptions struct {
 	Depth            int
 	Threads          int
 	Repetitions      int // default 3
+	// BlockSize is the KV cache's block in tokens (default 256, which
+	// llama.cpp's comparisons use; the server's pool defaults to 16, and
+	// attention over a long context costs per block).
+	BlockSize int
 	// Bandwidth also measures memory bandwidth and the decode limit it sets.
 	Bandwidth bool
 }
@@ -54,6 +58,9 @@ func Speed(ctx context.Context, m *model.Model, o SpeedOptions) (SpeedResult, er
 	if o.Repetitions <= 0 {
 		o.Repetitions = 3
 	}
+	if o.BlockSize <= 0 {
+		o.BlockSize = 256
+	}
 	if o.Depth < 0 {
 		return SpeedResult{}, fmt.Errorf("enginebench: depth %d is negative", o.Depth)
 	}
@@ -76,7 +83,7 @@ func Speed(ctx context.Context, m *model.Model, o SpeedOptions) (SpeedResult, er
 	// pp and tg rewrite the positions from the depth on (a pass attends only
 	// to positions up to its own, so what a previous run left there is never
 	// read).
-	cache := model.NewSeqCache(&m.Config, tensor.F16, 256)
+	cache := model.NewSeqCache(&m.Config, tensor.F16, o.BlockSize)
 	cache.Reserve(o.Depth + max(o.Prompt, o.Generate+1))
 	history := tokens(rng, m, o.Depth)
 	for pos := 0; pos < o.Depth; pos += depthChunk {

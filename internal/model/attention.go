@@ -71,9 +71,13 @@ func (r *Runner) attention(l int, batch []Seq, T int, o tensor.Matrix, dst []flo
 	attnOut := r.attnOut[:T*c.Heads*c.HeadDimV]
 	switch r.attnPathFor(T) {
 	case attnByToken:
-		r.matMulsPrep([][]float32{dst}, []tensor.Matrix{o}, attnOut, T, func(t0, t1, thread int) {
+		// A token's attention costs about as much as the positions it
+		// attends to (plus its own conversions): the token ranges are cut
+		// by that, since a prompt's last tokens attend to many times the
+		// positions of its first.
+		r.pool.MatMulsPrepCost([][]float32{dst}, []tensor.Matrix{o}, attnOut, T, func(t0, t1, thread int) {
 			r.attendTokens(l, batch, t0, t1, &r.workers[thread])
-		})
+		}, func(t int) int { return r.taskPos[t] + 1 + attnTokenOverhead })
 		return
 	case attnByGroup:
 		r.attendGroups(l, batch, T)
@@ -82,6 +86,11 @@ func (r *Runner) attention(l int, batch []Seq, T int, o tensor.Matrix, dst []flo
 	}
 	r.pool.MatMul(dst, o, attnOut, T)
 }
+
+// attnTokenOverhead is a token's attention work besides its positions, in
+// positions: its queries' and output's conversions and its softmax rows'
+// fixed costs, about a block's worth.
+const attnTokenOverhead = 16
 
 // attnScratch is one worker's attention scratch.
 type attnScratch struct {

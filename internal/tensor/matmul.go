@@ -476,6 +476,10 @@ type matmulJob struct {
 	// prep, when set, writes each range's tokens of x before they are
 	// converted (MatMulsPrep).
 	prep func(t0, t1, thread int)
+	// bounds, when set, are the ranges' first tokens and n
+	// (convertItems+1 values), cut by the cost of prep (MatMulsPrepCost);
+	// else the ranges are equal.
+	bounds []int
 }
 
 // matmulPart is one product of a job.
@@ -514,6 +518,9 @@ func (j *matmulJob) runItem(p *Pool, it int) {
 // has prep write them.
 func (j *matmulJob) convert(p *Pool, it, id int) {
 	t0, t1 := j.n*it/j.convertItems, j.n*(it+1)/j.convertItems
+	if j.bounds != nil {
+		t0, t1 = j.bounds[it], j.bounds[it+1]
+	}
 	if t0 == t1 {
 		return
 	}
@@ -543,7 +550,7 @@ func (p *Pool) MatMul(dst []float32, w Matrix, x []float32, n int) {
 // maxMatMuls (3) of them.
 func (p *Pool) MatMuls(dsts [][]float32, ws []Matrix, x []float32, n int) {
 	checkMatMuls(dsts, ws)
-	p.matMuls(dsts, ws, x, n, nil, nil)
+	p.matMuls(dsts, ws, x, n, nil, nil, nil)
 }
 
 // checkMatMuls panics unless ws and dsts suit MatMuls.
@@ -570,18 +577,55 @@ func checkMatMuls(dsts [][]float32, ws []Matrix) {
 // Pool.
 func (p *Pool) MatMulsPrep(dsts [][]float32, ws []Matrix, x []float32, n int, prep func(t0, t1, thread int)) {
 	checkMatMuls(dsts, ws)
-	p.matMuls(dsts, ws, x, n, nil, prep)
+	p.matMuls(dsts, ws, x, n, nil, prep, nil)
+}
+
+// MatMulsPrepCost is MatMulsPrep for a prep whose work differs from token
+// to token, cost(t) ≥ 0 being token t's share in any unit (for attention:
+// the positions it attends to). The token ranges are then cut to cost
+// about the same instead of holding as many tokens, so that no thread is
+// left waiting for one that drew the dearest tokens (a prompt's last
+// tokens attend to many times the positions of its first).
+func (p *Pool) MatMulsPrepCost(dsts [][]float32, ws []Matrix, x []float32, n int, prep func(t0, t1, thread int), cost func(t int) int) {
+	checkMatMuls(dsts, ws)
+	p.matMuls(dsts, ws, x, n, nil, prep, cost)
+}
+
+// costBounds cuts tokens [0, n) into items contiguous ranges of about equal
+// total cost, into b (items+1 first tokens, the last n), growing it if
+// needed. Ranges may be empty.
+func costBounds(b []int, n, items int, cost func(t int) int) []int {
+	b = append(b[:0], make([]int, items+1)...)
+	var total int64
+	for t := range n {
+		total += int64(max(cost(t), 0))
+	}
+	var sum int64
+	k := 1
+	for t := range n {
+		// Token t ends range k-1 once the ranges so far hold k/items of
+		// the total.
+		sum += int64(max(cost(t), 0))
+		for k < items && sum*int64(items) >= total*int64(k) {
+			b[k] = t + 1
+			k++
+		}
+	}
+	for ; k <= items; k++ {
+		b[k] = n
+	}
+	return b
 }
 
 // matMul is MatMul with an optional kernel override (for tests).
 func (p *Pool) matMul(dst []float32, w Matrix, x []float32, n int, kern kernel) {
-	p.matMuls([][]float32{dst}, []Matrix{w}, x, n, kern, nil)
+	p.matMuls([][]float32{dst}, []Matrix{w}, x, n, kern, nil, nil)
 }
 
 // matMuls runs the products of MatMuls (checked by the caller to share type
-// and columns), with an optional kernel override (for tests) and prep
-// function (MatMulsPrep).
-func (p *Pool) matMuls(dsts [][]float32, ws []Matrix, x []float32, n int, kern kernel, prep func(t0, t1, thread int)) {
+// and columns), with an optional kernel override (for tests), prep
+// function (MatMulsPrep) and its cost (MatMulsPrepCost).
+func (p *Pool) matMuls(dsts [][]float32, ws []Matrix, x []float32, n int, kern kernel, prep func(t0, t1, thread int), cost func(t int) int) {
 	if n <= 0 {
 		return
 	}
@@ -620,6 +664,10 @@ func (p *Pool) matMuls(dsts [][]float32, ws []Matrix, x []float32, n int, kern k
 		if parallel {
 			p.kind = jobConvert
 			j.convertItems = 2 * p.threads
+			if cost != nil {
+				p.bounds = costBounds(p.bounds, n, j.convertItems, cost)
+				j.bounds = p.bounds
+			}
 			p.dispatch(j.convertItems)
 		} else {
 			j.convertItems = 1

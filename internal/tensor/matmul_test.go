@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -506,10 +507,17 @@ func TestMatMuls(t *testing.T) {
 	}
 }
 
-// TestMatMulsPrep checks that MatMulsPrep equals writing the input and
-// then MatMuls, bit for bit, and that it calls prep once per token over
-// disjoint ranges, on valid threads, never twice at once on one thread.
+// TestMatMulsPrep checks that MatMulsPrep and MatMulsPrepCost (with costs
+// that grow along the tokens, as attention's do, or are all zero) equal
+// writing the input and then MatMuls, bit for bit, and that they call prep
+// once per token over disjoint ranges, on valid threads, never twice at
+// once on one thread.
 func TestMatMulsPrep(t *testing.T) {
+	costs := map[string]func(int) int{
+		"":           nil,
+		" cost=t*t":  func(t int) int { return t * t },
+		" cost=zero": func(int) int { return 0 },
+	}
 	rng := rand.New(rand.NewPCG(29, 30))
 	for _, threads := range []int{1, 2, 3} {
 		p := NewPool(threads)
@@ -524,41 +532,47 @@ func TestMatMulsPrep(t *testing.T) {
 				ws = append(ws, m)
 			}
 			for _, n := range []int{1, 3, 8, 16, 40} {
-				src := randVec(rng, n*cols, 1)
-				want := [][]float32{make([]float32, n*ws[0].Rows), make([]float32, n*ws[1].Rows)}
-				got := [][]float32{make([]float32, n*ws[0].Rows), make([]float32, n*ws[1].Rows)}
-				// The input buffer holds stale values until prep writes it.
-				x := randVec(rng, n*cols, 1)
-				p.MatMuls(want, ws, src, n)
-				p.MatMuls(got, ws, x, n) // leaves a conversion of the stale x behind
-				calls := make([]atomic.Int32, n)
-				busy := make([]atomic.Bool, threads)
-				var bad atomic.Value
-				prep := func(t0, t1, thread int) {
-					if thread < 0 || thread >= threads || !busy[thread].CompareAndSwap(false, true) {
-						bad.Store(fmt.Sprintf("prep on thread %d (of %d) while it is busy or out of range", thread, threads))
-						return
+				for costName, cost := range costs {
+					src := randVec(rng, n*cols, 1)
+					want := [][]float32{make([]float32, n*ws[0].Rows), make([]float32, n*ws[1].Rows)}
+					got := [][]float32{make([]float32, n*ws[0].Rows), make([]float32, n*ws[1].Rows)}
+					// The input buffer holds stale values until prep writes it.
+					x := randVec(rng, n*cols, 1)
+					p.MatMuls(want, ws, src, n)
+					p.MatMuls(got, ws, x, n) // leaves a conversion of the stale x behind
+					calls := make([]atomic.Int32, n)
+					busy := make([]atomic.Bool, threads)
+					var bad atomic.Value
+					prep := func(t0, t1, thread int) {
+						if thread < 0 || thread >= threads || !busy[thread].CompareAndSwap(false, true) {
+							bad.Store(fmt.Sprintf("prep on thread %d (of %d) while it is busy or out of range", thread, threads))
+							return
+						}
+						defer busy[thread].Store(false)
+						for tok := t0; tok < t1; tok++ {
+							calls[tok].Add(1)
+							copy(x[tok*cols:(tok+1)*cols], src[tok*cols:(tok+1)*cols])
+						}
 					}
-					defer busy[thread].Store(false)
-					for tok := t0; tok < t1; tok++ {
-						calls[tok].Add(1)
-						copy(x[tok*cols:(tok+1)*cols], src[tok*cols:(tok+1)*cols])
+					if cost == nil {
+						p.MatMulsPrep(got, ws, x, n, prep)
+					} else {
+						p.MatMulsPrepCost(got, ws, x, n, prep, cost)
 					}
-				}
-				p.MatMulsPrep(got, ws, x, n, prep)
-				label := fmt.Sprintf("%v threads=%d n=%d", typ, threads, n)
-				if msg := bad.Load(); msg != nil {
-					t.Fatalf("%s: %s", label, msg)
-				}
-				for tok := range calls {
-					if c := calls[tok].Load(); c != 1 {
-						t.Fatalf("%s: token %d prepared %d times", label, tok, c)
+					label := fmt.Sprintf("%v threads=%d n=%d%s", typ, threads, n, costName)
+					if msg := bad.Load(); msg != nil {
+						t.Fatalf("%s: %s", label, msg)
 					}
-				}
-				for i := range got {
-					for e := range got[i] {
-						if math.Float32bits(got[i][e]) != math.Float32bits(want[i][e]) {
-							t.Fatalf("%s: product %d output %d = %v, want %v", label, i, e, got[i][e], want[i][e])
+					for tok := range calls {
+						if c := calls[tok].Load(); c != 1 {
+							t.Fatalf("%s: token %d prepared %d times", label, tok, c)
+						}
+					}
+					for i := range got {
+						for e := range got[i] {
+							if math.Float32bits(got[i][e]) != math.Float32bits(want[i][e]) {
+								t.Fatalf("%s: product %d output %d = %v, want %v", label, i, e, got[i][e], want[i][e])
+							}
 						}
 					}
 				}
@@ -575,6 +589,65 @@ func TestMatMulsPrep(t *testing.T) {
 	prep := func(t0, t1, _ int) { x[t0*512] = float32(t0) }
 	if a := testing.AllocsPerRun(20, func() { p.MatMulsPrep(dst, ws, x, 16, prep) }); a != 0 {
 		t.Errorf("%v allocations per MatMulsPrep", a)
+	}
+	cost := func(t int) int { return t }
+	if a := testing.AllocsPerRun(20, func() { p.MatMulsPrepCost(dst, ws, x, 16, prep, cost) }); a != 0 {
+		t.Errorf("%v allocations per MatMulsPrepCost", a)
+	}
+}
+
+// TestCostBounds checks the cut of tokens into ranges of about equal cost:
+// the bounds run from 0 to n without going back, and no range costs more
+// than an equal share plus one token (the token that crosses a share's
+// end stays in the range before it).
+func TestCostBounds(t *testing.T) {
+	tests := []struct {
+		name  string
+		costs []int
+		items int
+		want  []int
+	}{
+		{"equal", []int{1, 1, 1, 1, 1, 1, 1, 1}, 4, []int{0, 2, 4, 6, 8}},
+		{"growing", []int{1, 2, 3, 4, 5, 6, 7, 8}, 2, []int{0, 6, 8}},
+		{"one dear token", []int{0, 0, 9, 0, 0}, 3, []int{0, 3, 3, 5}},
+		{"all zero", []int{0, 0, 0, 0}, 2, []int{0, 1, 4}},
+		{"fewer tokens than items", []int{5, 5}, 4, []int{0, 1, 1, 2, 2}},
+		{"negative as zero", []int{-3, 1, 1}, 2, []int{0, 2, 3}},
+		{"no tokens", nil, 2, []int{0, 0, 0}},
+	}
+	for _, tc := range tests {
+		got := costBounds(nil, len(tc.costs), tc.items, func(t int) int { return tc.costs[t] })
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("%s: bounds %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	var b []int
+	for range 200 {
+		n, items := rng.IntN(300), 1+rng.IntN(9)
+		costs := make([]int, n)
+		total, most := 0, 0
+		for i := range costs {
+			costs[i] = rng.IntN(1 + i) // attention's shape: later tokens dearer
+			total += costs[i]
+			most = max(most, costs[i])
+		}
+		b = costBounds(b, n, items, func(t int) int { return costs[t] })
+		if len(b) != items+1 || b[0] != 0 || b[items] != n {
+			t.Fatalf("n=%d items=%d: bounds %v", n, items, b)
+		}
+		for k := range items {
+			if b[k+1] < b[k] {
+				t.Fatalf("n=%d items=%d: bounds %v go back", n, items, b)
+			}
+			sum := 0
+			for _, c := range costs[b[k]:b[k+1]] {
+				sum += c
+			}
+			if float64(sum) > float64(total)/float64(items)+float64(most) {
+				t.Fatalf("n=%d items=%d: range %d costs %d of %d (bounds %v)", n, items, k, sum, total, b)
+			}
+		}
 	}
 }
 

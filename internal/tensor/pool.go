@@ -62,6 +62,7 @@ type Pool struct {
 	n      int
 	chunks int
 	mm     matmulJob
+	bounds []int // the current job's token ranges (MatMulsPrepCost)
 
 	act actBuf
 }
