@@ -105,6 +105,8 @@ type attnScratch struct {
 	groupQ      []float32    // their queries rounded to f16
 	groupQ8     []byte       // ... or quantized to Q8_0
 	groupScores []float32    // their score rows
+	window      [][]uint16   // attendShared: a window of shared blocks
+	next        []span       // ... and the blocks to request after it
 }
 
 // growScores makes each worker's score buffer long enough for the longest
@@ -177,9 +179,15 @@ func f16Weights(scores []float32, n int, scale float32) {
 // for attendShared, one KV head's for attendGroup) take at most this many
 // values (4 MiB; a group is at least one token). It is the default of
 // Runner.groupScoreLimit, which tests lower.
+//
+// sharedWindowRows is how many shared positions attendShared passes over
+// at once (a window of blocks, one kernel call per token and KV head): a KV
+// head's keys of a window stay in L1/L2 while each token of the group reads
+// them, and the calls' setup is paid once per window instead of per block.
 const (
-	maxSharedTokens = 8
-	maxGroupScores  = 1 << 20
+	sharedWindowRows = 256
+	maxSharedTokens  = 8
+	maxGroupScores   = 1 << 20
 )
 
 // tokenAttn is one token's attention in a pass (all its query heads, or

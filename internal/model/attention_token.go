@@ -139,6 +139,14 @@ func (r *Runner) attendToken(l int, batch []Seq, t, next int, ws *attnScratch) {
 	r.valueBlocks(l, &a, 0, nb, nsize)
 }
 
+// span is bytes of a cache block to request (keySpan, valueSpan).
+type span struct {
+	b    []byte
+	size int
+}
+
+func spanOf(b []byte, size int) span { return span{b, size} }
+
 // nextKeys returns token next's first key block and the bytes it attends
 // to there (nil, 0 for next < 0).
 func (r *Runner) nextKeys(l int, batch []Seq, next int) ([]byte, int) {
@@ -185,26 +193,41 @@ func (r *Runner) attendShared(l int, batch []Seq, group []int, shared, next int,
 	first := &tasks[0]
 	bs := first.cache.BlockSize()
 
-	// The shared blocks' keys, then each token's own keys and weights.
+	// The shared blocks' keys, a window of them at a time, then each
+	// token's own keys and weights.
+	win := max(1, sharedWindowRows/bs)
 	kb, size := r.keySpan(l, first, 0)
 	tensor.PrefetchRows(kb, 1, size, 0)
-	for b := range shared {
-		kb, _ := first.cache.Block(l, b)
-		nb, size := r.keySpan(l, first, b+1)
-		if b+1 == shared {
-			nb, size = r.keySpan(l, first, shared)
+	for w0 := 0; w0 < shared; w0 += win {
+		w1 := min(w0+win, shared)
+		table := ws.window[:0]
+		for b := w0; b < w1; b++ {
+			kb, _ := first.cache.Block(l, b)
+			table = append(table, f16View(kb))
+		}
+		// What follows the window: the next one, or after the last the
+		// first token's own keys (its values when it has none).
+		next := ws.next[:0]
+		for b := w1; b < min(w1+win, shared); b++ {
+			next = append(next, spanOf(r.keySpan(l, first, b)))
+		}
+		if w1 == shared {
+			nb, size := r.keySpan(l, first, shared)
 			if nb == nil {
 				nb, size = r.valueSpan(l, first, 0)
 			}
+			next = append(next, span{nb, size})
 		}
-		kf := f16View(kb)
 		for kvh := range c.KVHeads {
-			r.request(nb, size, kvh)
+			for _, n := range next {
+				r.request(n.b, n.size, kvh)
+			}
 			for i := range tasks {
 				a := &tasks[i]
-				tensor.DotsF16Heads(a.scores[kvh*G*a.n+b*bs:], a.n, bs, a.q[kvh*G*hd:(kvh+1)*G*hd], hd, kf[kvh*hd:], kvDim)
+				tensor.DotsF16HeadsPaged(a.scores[kvh*G*a.n+w0*bs:], a.n, (w1-w0)*bs, a.q[kvh*G*hd:(kvh+1)*G*hd], hd, table, kvh*hd, bs, kvDim)
 			}
 		}
+		ws.window, ws.next = table, next
 	}
 	for i := range tasks {
 		a := &tasks[i]
@@ -220,18 +243,29 @@ func (r *Runner) attendShared(l int, batch []Seq, group []int, shared, next int,
 		clear(a.out)
 	}
 
-	// The shared blocks' values, then each token's own values.
-	for b := range shared {
-		_, vb := first.cache.Block(l, b)
-		nb, size := r.valueSpan(l, first, b+1)
-		vf := f16View(vb)
+	// The shared blocks' values, a window at a time, then each token's own
+	// values.
+	for w0 := 0; w0 < shared; w0 += win {
+		w1 := min(w0+win, shared)
+		table := ws.window[:0]
+		for b := w0; b < w1; b++ {
+			_, vb := first.cache.Block(l, b)
+			table = append(table, f16View(vb))
+		}
+		next := ws.next[:0]
+		for b := w1; b < min(w1+win, shared+1); b++ { // after the last, the first token's own
+			next = append(next, spanOf(r.valueSpan(l, first, b)))
+		}
 		for kvh := range c.KVHeads {
-			r.request(nb, size, kvh)
+			for _, n := range next {
+				r.request(n.b, n.size, kvh)
+			}
 			for i := range tasks {
 				a := &tasks[i]
-				tensor.AxpysF16Heads(a.out[kvh*G*hdv:(kvh+1)*G*hdv], hdv, a.scores[kvh*G*a.n+b*bs:], a.n, bs, vf[kvh*hdv:], vDim)
+				tensor.AxpysF16HeadsPaged(a.out[kvh*G*hdv:(kvh+1)*G*hdv], hdv, a.scores[kvh*G*a.n+w0*bs:], a.n, (w1-w0)*bs, table, kvh*hdv, bs, vDim)
 			}
 		}
+		ws.window, ws.next = table, next
 	}
 	for i := range tasks {
 		var nb []byte

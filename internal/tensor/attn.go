@@ -1,5 +1,7 @@
 package tensor
 
+import "fmt"
+
 // Attention kernels. Attention reads a sequence's keys and values as rows of
 // f16 spaced by a stride (one row per position, all KV heads interleaved),
 // so the kernels take a first row and a stride instead of a slice per
@@ -107,5 +109,56 @@ func AxpysF16Heads(out []float32, hd int, p []float32, ps, n int, v []uint16, st
 func axpysF16HeadsGeneric(out []float32, hd int, p []float32, ps, n int, v []uint16, stride int) {
 	for g := 0; g*hd < len(out); g++ {
 		axpysF16(out[g*hd:(g+1)*hd], p[g*ps:g*ps+n], v, stride)
+	}
+}
+
+// DotsF16HeadsPaged is DotsF16Heads over rows kept in blocks of bs rows (a
+// paged KV cache): row j is at blocks[j/bs][off+(j%bs)*stride:]. Every
+// result equals DotsF16Heads' on the same rows laid out in one run, bit for
+// bit; one call covers many blocks, so the caller's per-block work and the
+// kernels' setup are paid once for them all.
+func DotsF16HeadsPaged(dst []float32, ds, n int, q []float32, hd int, blocks [][]uint16, off, bs, stride int) {
+	if n <= 0 || hd <= 0 || len(q) < hd {
+		return
+	}
+	g := len(q) / hd
+	_ = dst[(g-1)*ds+n-1]
+	checkPaged(blocks, n, off, bs, stride, hd)
+	dotsF16HeadsPaged(dst, ds, n, q[:g*hd], hd, blocks, off, bs, stride)
+}
+
+// AxpysF16HeadsPaged is AxpysF16Heads over rows kept in blocks, as
+// DotsF16HeadsPaged reads them; every result equals AxpysF16Heads' bit for
+// bit (each output's FMAs come in the rows' order, block after block).
+func AxpysF16HeadsPaged(out []float32, hd int, p []float32, ps, n int, blocks [][]uint16, off, bs, stride int) {
+	if n <= 0 || hd <= 0 || len(out) < hd {
+		return
+	}
+	g := len(out) / hd
+	_ = p[(g-1)*ps+n-1]
+	checkPaged(blocks, n, off, bs, stride, hd)
+	axpysF16HeadsPaged(out[:g*hd], hd, p, ps, n, blocks, off, bs, stride)
+}
+
+// checkPaged panics unless blocks hold n rows of hd elements, bs a block,
+// at off and stride apart, as the paged kernels read them.
+func checkPaged(blocks [][]uint16, n, off, bs, stride, hd int) {
+	if bs <= 0 || off < 0 || stride < 0 {
+		panic(fmt.Sprintf("tensor: paged rows: block of %d rows at offset %d, stride %d", bs, off, stride))
+	}
+	for i, j := 0, 0; j < n; i, j = i+1, j+bs {
+		_ = blocks[i][off+(min(bs, n-j)-1)*stride+hd-1]
+	}
+}
+
+func dotsF16HeadsPagedGeneric(dst []float32, ds, n int, q []float32, hd int, blocks [][]uint16, off, bs, stride int) {
+	for i, j := 0, 0; j < n; i, j = i+1, j+bs {
+		dotsF16Heads(dst[j:], ds, min(bs, n-j), q, hd, blocks[i][off:], stride)
+	}
+}
+
+func axpysF16HeadsPagedGeneric(out []float32, hd int, p []float32, ps, n int, blocks [][]uint16, off, bs, stride int) {
+	for i, j := 0, 0; j < n; i, j = i+1, j+bs {
+		axpysF16Heads(out, hd, p[j:], ps, min(bs, n-j), blocks[i][off:], stride)
 	}
 }

@@ -5,21 +5,35 @@
 // The AVX-512 attention kernels: sixteen halves per conversion, twice the
 // AVX2 kernels' work per instruction. The dot products fold each 16-lane
 // accumulator into eight lanes (lane i plus lane i+8) and then reduce as
-// the AVX2 kernels do, the four-row and single-row paths alike in both
-// kernels below, so one query gets the same bits from either. The weighted
+// the AVX2 kernels do, a single row's lanes in the four rows' order, in both
+// kernels below: one query gets the same bits from either, whichever rows
+// share its call or block. The weighted
 // sums give every output element the FMAs of the AVX2 kernels in the same
 // order, so they are bit-identical to them.
 
-// func dotsF16AVX512(dst *float32, n int, q *float32, hd int, k *uint16, strideBytes int)
-// dst[j] = sum_d q[d] * f16(k[j*stride + d]); hd % 16 == 0.
-TEXT ·dotsF16AVX512(SB), NOSPLIT, $0-48
+// func dotsF16PagedAVX512(dst *float32, n int, q *float32, hd int, blocks *[]uint16, off, bs, strideBytes int)
+// dst[j] = sum_d q[d] * f16(row j), row j at blocks[j/bs] + off + (j%bs)·stride
+// (bytes): a paged KV cache's rows, one call for many blocks (a contiguous
+// run of rows is one block of n rows); hd % 16 == 0.
+TEXT ·dotsF16PagedAVX512(SB), NOSPLIT, $0-64
 	MOVQ dst+0(FP), DI
-	MOVQ n+8(FP), CX
+	MOVQ n+8(FP), R15             // rows left in all
 	MOVQ q+16(FP), SI
 	MOVQ hd+24(FP), R8
-	MOVQ k+32(FP), DX
-	MOVQ strideBytes+40(FP), R9
+	MOVQ blocks+32(FP), R12       // block table cursor
+	MOVQ strideBytes+56(FP), R9
 	LEAQ (R9)(R9*2), R13          // 3*stride
+
+block:
+	TESTQ R15, R15
+	JZ    done
+	MOVQ  (R12), DX               // the block's first row
+	ADDQ  off+40(FP), DX
+	ADDQ  $24, R12                // next slice header
+	MOVQ  bs+48(FP), CX
+	CMPQ  CX, R15
+	CMOVQGT R15, CX               // this block's rows: min(bs, left)
+	SUBQ  CX, R15
 
 quad:
 	CMPQ CX, $4
@@ -69,7 +83,7 @@ quadloop:
 
 single:
 	TESTQ CX, CX
-	JZ    done
+	JZ    block
 	VXORPS Z0, Z0, Z0
 	MOVQ DX, R10
 	MOVQ SI, R11
@@ -86,10 +100,10 @@ singleloop:
 
 	VEXTRACTF64X4 $1, Z0, Y1
 	VADDPS Y1, Y0, Y0
+	VHADDPS Y0, Y0, Y0
+	VHADDPS Y0, Y0, Y0
 	VEXTRACTF128 $1, Y0, X1
 	VADDPS X1, X0, X0
-	VHADDPS X0, X0, X0
-	VHADDPS X0, X0, X0
 	VMOVSS X0, (DI)
 	ADDQ $4, DI
 	ADDQ R9, DX
@@ -100,19 +114,30 @@ done:
 	VZEROUPPER
 	RET
 
-// func dotsF16x3AVX512(dst *float32, dstStride, n int, q *float32, qStride, hd int, k *uint16, strideBytes int)
-// dotsF16AVX512 for the three queries at q, q+qStride, q+2·qStride (bytes),
-// each key row converted once for the three; hd % 16 == 0.
-TEXT ·dotsF16x3AVX512(SB), NOSPLIT, $0-64
+// func dotsF16x3PagedAVX512(dst *float32, dstStride, n int, q *float32, qStride, hd int, blocks *[]uint16, off, bs, strideBytes int)
+// dotsF16PagedAVX512 for the three queries at q, q+qStride, q+2·qStride
+// (bytes), each key row converted once for the three; hd % 16 == 0.
+TEXT ·dotsF16x3PagedAVX512(SB), NOSPLIT, $0-80
 	MOVQ dst+0(FP), DI
 	MOVQ dstStride+8(FP), BX
-	MOVQ n+16(FP), CX
+	MOVQ n+16(FP), R15            // rows left in all
 	MOVQ q+24(FP), SI
 	MOVQ qStride+32(FP), R14
 	MOVQ hd+40(FP), R8
-	MOVQ k+48(FP), DX
-	MOVQ strideBytes+56(FP), R9
+	MOVQ blocks+48(FP), R12       // block table cursor
+	MOVQ strideBytes+72(FP), R9
 	LEAQ (R9)(R9*2), R13          // 3*stride
+
+block3:
+	TESTQ R15, R15
+	JZ    done3
+	MOVQ  (R12), DX               // the block's first row
+	ADDQ  off+56(FP), DX
+	ADDQ  $24, R12                // next slice header
+	MOVQ  bs+64(FP), CX
+	CMPQ  CX, R15
+	CMOVQGT R15, CX               // this block's rows: min(bs, left)
+	SUBQ  CX, R15
 
 quad3:
 	CMPQ CX, $4
@@ -208,7 +233,7 @@ quad3loop:
 
 single3:
 	TESTQ CX, CX
-	JZ    done3
+	JZ    block3
 	VXORPS Z0, Z0, Z0
 	VXORPS Z1, Z1, Z1
 	VXORPS Z2, Z2, Z2
@@ -229,24 +254,24 @@ single3loop:
 
 	VEXTRACTF64X4 $1, Z0, Y3
 	VADDPS Y3, Y0, Y0
+	VHADDPS Y0, Y0, Y0
+	VHADDPS Y0, Y0, Y0
 	VEXTRACTF128 $1, Y0, X3
 	VADDPS X3, X0, X0
-	VHADDPS X0, X0, X0
-	VHADDPS X0, X0, X0
 	VMOVSS X0, (DI)
 	VEXTRACTF64X4 $1, Z1, Y3
 	VADDPS Y3, Y1, Y1
+	VHADDPS Y1, Y1, Y1
+	VHADDPS Y1, Y1, Y1
 	VEXTRACTF128 $1, Y1, X3
 	VADDPS X3, X1, X1
-	VHADDPS X1, X1, X1
-	VHADDPS X1, X1, X1
 	VMOVSS X1, (DI)(BX*1)
 	VEXTRACTF64X4 $1, Z2, Y3
 	VADDPS Y3, Y2, Y2
+	VHADDPS Y2, Y2, Y2
+	VHADDPS Y2, Y2, Y2
 	VEXTRACTF128 $1, Y2, X3
 	VADDPS X3, X2, X2
-	VHADDPS X2, X2, X2
-	VHADDPS X2, X2, X2
 	VMOVSS X2, (DI)(BX*2)
 	ADDQ $4, DI
 	ADDQ R9, DX
@@ -257,20 +282,19 @@ done3:
 	VZEROUPPER
 	RET
 
-// func axpysF16x3AVX512(out *float32, outStride, hd int, p *float32, pStride, n int, v *uint16, strideBytes int)
-// The three weighted sums out_g[d] += sum_j p_g[j] * f16(v[j*stride + d])
-// (out_g at out+g·outStride, p_g at p+g·pStride, bytes); hd % 64 == 0. For
-// each 64-wide slice the twelve accumulators stay in registers while every
-// row is converted once.
-TEXT ·axpysF16x3AVX512(SB), NOSPLIT, $0-64
+// func axpysF16x3PagedAVX512(out *float32, outStride, hd int, p *float32, pStride, n int, blocks *[]uint16, off, bs, strideBytes int)
+// The three weighted sums out_g[d] += sum_j p_g[j] * f16(row j) (out_g at
+// out+g·outStride, p_g at p+g·pStride, bytes), row j at blocks[j/bs] + off +
+// (j%bs)·stride as in dotsF16PagedAVX512; hd % 64 == 0. For each 64-wide
+// slice the twelve accumulators stay in registers, over all the blocks,
+// while every row is converted once.
+TEXT ·axpysF16x3PagedAVX512(SB), NOSPLIT, $0-80
 	MOVQ out+0(FP), DI
 	MOVQ outStride+8(FP), BX
 	MOVQ hd+16(FP), R8
-	MOVQ p+24(FP), SI
 	MOVQ pStride+32(FP), R14
-	MOVQ n+40(FP), CX
-	MOVQ v+48(FP), DX
-	MOVQ strideBytes+56(FP), R9
+	MOVQ off+56(FP), DX           // this slice's offset in a row
+	MOVQ strideBytes+72(FP), R9
 	LEAQ (DI)(BX*1), R15          // out_1
 	LEAQ (DI)(BX*2), BX           // out_2
 
@@ -289,9 +313,18 @@ chunk3:
 	VMOVUPS 64(BX), Z9
 	VMOVUPS 128(BX), Z10
 	VMOVUPS 192(BX), Z11
-	MOVQ DX, R10                  // row cursor
-	MOVQ SI, R11                  // weight cursor
-	MOVQ CX, R12                  // rows left
+	MOVQ p+24(FP), R11            // weight cursor
+	MOVQ blocks+48(FP), R13       // block table cursor
+	MOVQ n+40(FP), AX             // rows left in all
+
+ablock3:
+	MOVQ  (R13), R10              // row cursor: the block's first row
+	ADDQ  DX, R10
+	ADDQ  $24, R13                // next slice header
+	MOVQ  bs+64(FP), R12
+	CMPQ  R12, AX
+	CMOVQGT AX, R12               // this block's rows: min(bs, left)
+	SUBQ  R12, AX
 
 rows3:
 	VBROADCASTSS (R11), Z12
@@ -317,6 +350,8 @@ rows3:
 	ADDQ $4, R11
 	DECQ R12
 	JNZ  rows3
+	TESTQ AX, AX
+	JNZ   ablock3
 
 	VMOVUPS Z0, 0(DI)
 	VMOVUPS Z1, 64(DI)

@@ -4,7 +4,10 @@
 
 // func dotsF16AVX2(dst *float32, n int, q *float32, hd int, k *uint16, strideBytes int)
 // dst[j] = sum_d q[d] * f16(k[j*stride + d]); hd % 8 == 0.
-// Four rows at a time with independent accumulators, then single rows.
+// Four rows at a time with independent accumulators, then single rows,
+// each single row's lanes added in the four rows' order: a row's sum does
+// not depend on which rows share its call (a paged cache's blocks may hold
+// any number of rows).
 TEXT ·dotsF16AVX2(SB), NOSPLIT, $0-48
 	MOVQ dst+0(FP), DI
 	MOVQ n+8(FP), CX
@@ -70,10 +73,10 @@ singleloop:
 	CMPQ AX, R8
 	JB   singleloop
 
+	VHADDPS Y0, Y0, Y0
+	VHADDPS Y0, Y0, Y0
 	VEXTRACTF128 $1, Y0, X1
 	VADDPS X1, X0, X0
-	VHADDPS X0, X0, X0
-	VHADDPS X0, X0, X0
 	VMOVSS X0, (DI)
 	ADDQ $4, DI
 	ADDQ R9, DX
@@ -287,20 +290,20 @@ single3loop:
 	CMPQ AX, R8
 	JB   single3loop
 
+	VHADDPS Y0, Y0, Y0
+	VHADDPS Y0, Y0, Y0
 	VEXTRACTF128 $1, Y0, X3
 	VADDPS X3, X0, X0
-	VHADDPS X0, X0, X0
-	VHADDPS X0, X0, X0
 	VMOVSS X0, (DI)
+	VHADDPS Y1, Y1, Y1
+	VHADDPS Y1, Y1, Y1
 	VEXTRACTF128 $1, Y1, X3
 	VADDPS X3, X1, X1
-	VHADDPS X1, X1, X1
-	VHADDPS X1, X1, X1
 	VMOVSS X1, (DI)(BX*1)
+	VHADDPS Y2, Y2, Y2
+	VHADDPS Y2, Y2, Y2
 	VEXTRACTF128 $1, Y2, X3
 	VADDPS X3, X2, X2
-	VHADDPS X2, X2, X2
-	VHADDPS X2, X2, X2
 	VMOVSS X2, (DI)(BX*2)
 	ADDQ $4, DI
 	ADDQ R9, DX

@@ -1,6 +1,7 @@
 package tensor
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -99,6 +100,105 @@ func TestAttentionHeads(t *testing.T) {
 					}
 				}
 			}
+		}
+	}
+}
+
+// TestAttentionPaged checks that the paged kernels give every query head
+// and output exactly (bit for bit) what the kernels give on the same rows
+// in one contiguous run, for blocks of one row up to more than a call's
+// quad of rows, partial last blocks, offsets into the blocks and padding
+// between them.
+func TestAttentionPaged(t *testing.T) {
+	checkAttentionPaged(t, rand.New(rand.NewPCG(7, 8)))
+}
+
+func checkAttentionPaged(t *testing.T, rng *rand.Rand) {
+	t.Helper()
+	for _, hd := range []int{8, 16, 24, 64, 128, 72} {
+		for _, bs := range []int{1, 3, 4, 5, 16} {
+			for _, n := range []int{1, 4, 7, 16, 33} {
+				g := 1 + rng.IntN(7)
+				stride := hd*3 + 8*rng.IntN(3)
+				off := hd * rng.IntN(3)
+				// The rows in one run, and the same rows in blocks
+				// allocated apart, each with its own padding.
+				k := make([]uint16, n*stride+off+hd)
+				for i := range k {
+					k[i] = F32ToF16(float32(rng.NormFloat64()))
+				}
+				var blocks [][]uint16
+				for j := 0; j < n; j += bs {
+					rows := min(bs, n-j)
+					b := make([]uint16, off+(rows-1)*stride+hd+rng.IntN(2)*stride)
+					copy(b[off:], k[off+j*stride:off+(j+rows-1)*stride+hd])
+					blocks = append(blocks, b)
+				}
+				label := fmt.Sprintf("%v hd %d bs %d n %d heads %d", cpuISA, hd, bs, n, g)
+				q := make([]float32, g*hd)
+				for i := range q {
+					q[i] = F16ToF32(F32ToF16(float32(rng.NormFloat64())))
+				}
+				ds := n + rng.IntN(3)
+				got, want := make([]float32, g*ds), make([]float32, g*ds)
+				DotsF16HeadsPaged(got, ds, n, q, hd, blocks, off, bs, stride)
+				DotsF16Heads(want, ds, n, q, hd, k[off:], stride)
+				for i := range want {
+					if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+						t.Fatalf("DotsF16HeadsPaged %s: score %d: %v, DotsF16Heads %v", label, i, got[i], want[i])
+					}
+				}
+				ps := n + rng.IntN(3)
+				p := make([]float32, g*ps)
+				for i := range p {
+					p[i] = rng.Float32()
+				}
+				out := make([]float32, g*hd)
+				for i := range out {
+					out[i] = float32(rng.NormFloat64())
+				}
+				wantOut := append([]float32(nil), out...)
+				AxpysF16HeadsPaged(out, hd, p, ps, n, blocks, off, bs, stride)
+				AxpysF16Heads(wantOut, hd, p, ps, n, k[off:], stride)
+				for i := range out {
+					if math.Float32bits(out[i]) != math.Float32bits(wantOut[i]) {
+						t.Fatalf("AxpysF16HeadsPaged %s: out %d: %v, AxpysF16Heads %v", label, i, out[i], wantOut[i])
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestAttentionPagedBounds checks that the paged kernels refuse a table
+// whose blocks cannot hold the rows asked for, before reading them.
+func TestAttentionPagedBounds(t *testing.T) {
+	const hd, stride, bs = 16, 48, 4
+	full := make([]uint16, (bs-1)*stride+hd)
+	q, dst := make([]float32, hd), make([]float32, 9)
+	tests := []struct {
+		name   string
+		blocks [][]uint16
+		n, off int
+	}{
+		{"too few blocks", [][]uint16{full, full}, 9, 0},
+		{"short block", [][]uint16{full, full[:len(full)-1], full}, 9, 0},
+		{"short last block", [][]uint16{full, full, full[:hd-1]}, 9, 0},
+		{"offset past the rows", [][]uint16{full, full, full}, 9, stride},
+	}
+	for _, tc := range tests {
+		for name, call := range map[string]func(){
+			"dots":  func() { DotsF16HeadsPaged(dst, 9, tc.n, q, hd, tc.blocks, tc.off, bs, stride) },
+			"axpys": func() { AxpysF16HeadsPaged(q, hd, dst, 9, tc.n, tc.blocks, tc.off, bs, stride) },
+		} {
+			func() {
+				defer func() {
+					if recover() == nil {
+						t.Errorf("%s %s: no panic", name, tc.name)
+					}
+				}()
+				call()
+			}()
 		}
 	}
 }
