@@ -54,7 +54,8 @@ func modelPlacementWhy(path, setting string) (gguf.Placement, string, error) {
 // huge pages decoded slower than the file's mapping (issue 19), on the AMD
 // machines faster: a table by CPU model would be a guess where this is a
 // reading. The probe reads the first probeBytes of the layers' weights:
-// once on the mapping to page them in, then twice on each placement.
+// once on the mapping to page them in, then probeRounds times on each
+// placement, alternated, the fastest pass of each compared.
 func probePlacement(path string, private *model.File, why string) (*model.File, gguf.Placement, string) {
 	mapped, err := model.Open(path, gguf.Mapped, nil)
 	if err != nil {
@@ -65,7 +66,7 @@ func probePlacement(path string, private *model.File, why string) (*model.File, 
 	mapped.Model.DecodePass(p, 1, probeBytes) // pages in what the timed passes read
 	tp, tm := time.Duration(math.MaxInt64), time.Duration(math.MaxInt64)
 	var read int64 // the same on both
-	for range 2 {
+	for range probeRounds {
 		d, _ := private.Model.DecodePass(p, 1, probeBytes)
 		tp = min(tp, d)
 		d, read = mapped.Model.DecodePass(p, 1, probeBytes)
@@ -85,6 +86,13 @@ func probePlacement(path string, private *model.File, why string) (*model.File, 
 // largest last-level caches of the machines it runs on (an Intel Xeon's
 // 300 MB among them), so that it times memory as decode does.
 const probeBytes = 512 << 20
+
+// probeRounds is how many passes the probe times on each placement. With
+// two, a busy moment on a VM once let the mapping read faster than the
+// packed copy by more than the margin, on a CPU where the packed copy
+// prefills faster and decodes as fast (docs/performance.md): the fastest of
+// more passes is a steadier reading, for about a pass's time each.
+const probeRounds = 4
 
 // probeMargin: the probe gives up the private copy only when a decode pass
 // on the file's mapping takes less than this fraction of the pass on the
