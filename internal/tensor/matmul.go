@@ -595,7 +595,11 @@ func (p *Pool) MatMulsPrepCost(dsts [][]float32, ws []Matrix, x []float32, n int
 // total cost, into b (items+1 first tokens, the last n), growing it if
 // needed. Ranges may be empty.
 func costBounds(b []int, n, items int, cost func(t int) int) []int {
-	b = append(b[:0], make([]int, items+1)...)
+	if cap(b) < items+1 {
+		b = make([]int, items+1)
+	}
+	b = b[:items+1]
+	b[0] = 0
 	var total int64
 	for t := range n {
 		total += int64(max(cost(t), 0))
