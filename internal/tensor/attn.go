@@ -153,12 +153,12 @@ func checkPaged(blocks [][]uint16, n, off, bs, stride, hd int) {
 
 func dotsF16HeadsPagedGeneric(dst []float32, ds, n int, q []float32, hd int, blocks [][]uint16, off, bs, stride int) {
 	for i, j := 0, 0; j < n; i, j = i+1, j+bs {
-		dotsF16Heads(dst[j:], ds, min(bs, n-j), q, hd, blocks[i][off:], stride)
+		dotsF16HeadsGeneric(dst[j:], ds, min(bs, n-j), q, hd, blocks[i][off:], stride)
 	}
 }
 
 func axpysF16HeadsPagedGeneric(out []float32, hd int, p []float32, ps, n int, blocks [][]uint16, off, bs, stride int) {
 	for i, j := 0, 0; j < n; i, j = i+1, j+bs {
-		axpysF16Heads(out, hd, p[j:], ps, min(bs, n-j), blocks[i][off:], stride)
+		axpysF16HeadsGeneric(out, hd, p[j:], ps, min(bs, n-j), blocks[i][off:], stride)
 	}
 }

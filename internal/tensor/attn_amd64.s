@@ -2,20 +2,32 @@
 
 #include "textflag.h"
 
-// func dotsF16AVX2(dst *float32, n int, q *float32, hd int, k *uint16, strideBytes int)
-// dst[j] = sum_d q[d] * f16(k[j*stride + d]); hd % 8 == 0.
+// func dotsF16PagedAVX2(dst *float32, n int, q *float32, hd int, blocks *[]uint16, off, bs, strideBytes int)
+// dst[j] = sum_d q[d] * f16(row j), row j at blocks[j/bs] + off + (j%bs)·stride
+// (bytes): a paged KV cache's rows, one call for many blocks (a contiguous
+// run of rows is one block of n rows); hd % 8 == 0.
 // Four rows at a time with independent accumulators, then single rows,
 // each single row's lanes added in the four rows' order: a row's sum does
-// not depend on which rows share its call (a paged cache's blocks may hold
-// any number of rows).
-TEXT ·dotsF16AVX2(SB), NOSPLIT, $0-48
+// not depend on which rows share its call or its block.
+TEXT ·dotsF16PagedAVX2(SB), NOSPLIT, $0-64
 	MOVQ dst+0(FP), DI
-	MOVQ n+8(FP), CX
+	MOVQ n+8(FP), R15             // rows left in all
 	MOVQ q+16(FP), SI
 	MOVQ hd+24(FP), R8
-	MOVQ k+32(FP), DX
-	MOVQ strideBytes+40(FP), R9
+	MOVQ blocks+32(FP), R12       // block table cursor
+	MOVQ strideBytes+56(FP), R9
 	LEAQ (R9)(R9*2), R13          // 3*stride
+
+block:
+	TESTQ R15, R15
+	JZ    done
+	MOVQ  (R12), DX               // the block's first row
+	ADDQ  off+40(FP), DX
+	ADDQ  $24, R12                // next slice header
+	MOVQ  bs+48(FP), CX
+	CMPQ  CX, R15
+	CMOVQGT R15, CX               // this block's rows: min(bs, left)
+	SUBQ  CX, R15
 
 quad:
 	CMPQ CX, $4
@@ -58,7 +70,7 @@ quadloop:
 
 single:
 	TESTQ CX, CX
-	JZ    done
+	JZ    block
 	VXORPS Y0, Y0, Y0
 	MOVQ DX, R10
 	MOVQ SI, R11
@@ -87,17 +99,16 @@ done:
 	VZEROUPPER
 	RET
 
-// func axpysF16AVX2(out *float32, hd int, p *float32, n int, v *uint16, strideBytes int)
-// out[d] += sum_j p[j] * f16(v[j*stride + d]); hd % 64 == 0.
-// For each 64-wide slice of out, eight YMM accumulators stay in registers
-// while every row is streamed through.
-TEXT ·axpysF16AVX2(SB), NOSPLIT, $0-48
+// func axpysF16PagedAVX2(out *float32, hd int, p *float32, n int, blocks *[]uint16, off, bs, strideBytes int)
+// out[d] += sum_j p[j] * f16(row j), row j at blocks[j/bs] + off + (j%bs)·stride
+// as in dotsF16PagedAVX2; hd % 64 == 0. For each 64-wide slice of out, eight
+// YMM accumulators stay in registers, over all the blocks, while every row
+// is streamed through.
+TEXT ·axpysF16PagedAVX2(SB), NOSPLIT, $0-64
 	MOVQ out+0(FP), DI
 	MOVQ hd+8(FP), R8
-	MOVQ p+16(FP), SI
-	MOVQ n+24(FP), CX
-	MOVQ v+32(FP), DX
-	MOVQ strideBytes+40(FP), R9
+	MOVQ off+40(FP), DX           // this slice's offset in a row
+	MOVQ strideBytes+56(FP), R9
 
 chunk:
 	TESTQ R8, R8
@@ -110,9 +121,18 @@ chunk:
 	VMOVUPS 160(DI), Y5
 	VMOVUPS 192(DI), Y6
 	VMOVUPS 224(DI), Y7
-	MOVQ DX, R10                  // row cursor
-	MOVQ SI, R11                  // weight cursor
-	MOVQ CX, R12                  // rows left
+	MOVQ p+16(FP), R11            // weight cursor
+	MOVQ blocks+32(FP), R13       // block table cursor
+	MOVQ n+24(FP), AX             // rows left in all
+
+ablock:
+	MOVQ  (R13), R10              // row cursor: the block's first row
+	ADDQ  DX, R10
+	ADDQ  $24, R13                // next slice header
+	MOVQ  bs+48(FP), R12
+	CMPQ  R12, AX
+	CMOVQGT AX, R12               // this block's rows: min(bs, left)
+	SUBQ  R12, AX
 
 rows:
 	VBROADCASTSS (R11), Y8
@@ -136,6 +156,8 @@ rows:
 	ADDQ $4, R11
 	DECQ R12
 	JNZ  rows
+	TESTQ AX, AX
+	JNZ   ablock
 
 	VMOVUPS Y0, 0(DI)
 	VMOVUPS Y1, 32(DI)
@@ -183,22 +205,32 @@ pline:
 	JNZ  prow
 	RET
 
-// func dotsF16x3AVX2(dst *float32, dstStride, n int, q *float32, qStride, hd int, k *uint16, strideBytes int)
-// The three queries at q, q+qStride, q+2·qStride (bytes) of one key row
-// set: dst[g·dstStride/4 + j] = sum_d q_g[d] * f16(k[j*stride + d]).
-// Each key row is converted once for the three queries; every (query, row)
-// sum is added in the same order as dotsF16AVX2 (same accumulator lanes,
-// same four-row and single-row reductions), so the results are identical.
-TEXT ·dotsF16x3AVX2(SB), NOSPLIT, $0-64
+// func dotsF16x3PagedAVX2(dst *float32, dstStride, n int, q *float32, qStride, hd int, blocks *[]uint16, off, bs, strideBytes int)
+// dotsF16PagedAVX2 for the three queries at q, q+qStride, q+2·qStride
+// (bytes), each key row converted once for the three; hd % 8 == 0. Every
+// (query, row) sum is added in the same order as dotsF16PagedAVX2 (same
+// accumulator lanes, same reductions), so the results are identical.
+TEXT ·dotsF16x3PagedAVX2(SB), NOSPLIT, $0-80
 	MOVQ dst+0(FP), DI
 	MOVQ dstStride+8(FP), BX
-	MOVQ n+16(FP), CX
+	MOVQ n+16(FP), R15            // rows left in all
 	MOVQ q+24(FP), SI
 	MOVQ qStride+32(FP), R14
 	MOVQ hd+40(FP), R8
-	MOVQ k+48(FP), DX
-	MOVQ strideBytes+56(FP), R9
+	MOVQ blocks+48(FP), R12       // block table cursor
+	MOVQ strideBytes+72(FP), R9
 	LEAQ (R9)(R9*2), R13          // 3*stride
+
+block3:
+	TESTQ R15, R15
+	JZ    done3
+	MOVQ  (R12), DX               // the block's first row
+	ADDQ  off+56(FP), DX
+	ADDQ  $24, R12                // next slice header
+	MOVQ  bs+64(FP), CX
+	CMPQ  CX, R15
+	CMOVQGT R15, CX               // this block's rows: min(bs, left)
+	SUBQ  CX, R15
 
 quad3:
 	CMPQ CX, $4
@@ -271,7 +303,7 @@ quad3loop:
 
 single3:
 	TESTQ CX, CX
-	JZ    done3
+	JZ    block3
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
@@ -314,22 +346,20 @@ done3:
 	VZEROUPPER
 	RET
 
-// func axpysF16x3AVX2(out *float32, outStride, hd int, p *float32, pStride, n int, v *uint16, strideBytes int)
-// The three weighted sums out_g[d] += sum_j p_g[j] * f16(v[j*stride + d])
-// of one value row set (out_g at out+g·outStride, p_g at p+g·pStride,
-// bytes); hd % 32 == 0. For each 32-wide slice, the twelve accumulators of
-// the three outputs stay in registers while every row is converted once.
-// Each output element gets the same FMAs in the same order as with
-// axpysF16AVX2.
-TEXT ·axpysF16x3AVX2(SB), NOSPLIT, $0-64
+// func axpysF16x3PagedAVX2(out *float32, outStride, hd int, p *float32, pStride, n int, blocks *[]uint16, off, bs, strideBytes int)
+// The three weighted sums out_g[d] += sum_j p_g[j] * f16(row j) of one value
+// row set (out_g at out+g·outStride, p_g at p+g·pStride, bytes), row j as in
+// dotsF16PagedAVX2; hd % 32 == 0. For each 32-wide slice, the twelve
+// accumulators of the three outputs stay in registers, over all the blocks,
+// while every row is converted once. Each output element gets the same FMAs
+// in the same order as with axpysF16PagedAVX2.
+TEXT ·axpysF16x3PagedAVX2(SB), NOSPLIT, $0-80
 	MOVQ out+0(FP), DI
 	MOVQ outStride+8(FP), BX
 	MOVQ hd+16(FP), R8
-	MOVQ p+24(FP), SI
 	MOVQ pStride+32(FP), R14
-	MOVQ n+40(FP), CX
-	MOVQ v+48(FP), DX
-	MOVQ strideBytes+56(FP), R9
+	MOVQ off+56(FP), DX           // this slice's offset in a row
+	MOVQ strideBytes+72(FP), R9
 	LEAQ (DI)(BX*1), R15          // out_1
 	LEAQ (DI)(BX*2), BX           // out_2
 
@@ -348,9 +378,18 @@ chunk3:
 	VMOVUPS 32(BX), Y9
 	VMOVUPS 64(BX), Y10
 	VMOVUPS 96(BX), Y11
-	MOVQ DX, R10                  // row cursor
-	MOVQ SI, R11                  // weight cursor
-	MOVQ CX, R12                  // rows left
+	MOVQ p+24(FP), R11            // weight cursor
+	MOVQ blocks+48(FP), R13       // block table cursor
+	MOVQ n+40(FP), AX             // rows left in all
+
+ablock3:
+	MOVQ  (R13), R10              // row cursor: the block's first row
+	ADDQ  DX, R10
+	ADDQ  $24, R13                // next slice header
+	MOVQ  bs+64(FP), R12
+	CMPQ  R12, AX
+	CMOVQGT AX, R12               // this block's rows: min(bs, left)
+	SUBQ  R12, AX
 
 rows3:
 	VBROADCASTSS (R11), Y12
@@ -376,6 +415,8 @@ rows3:
 	ADDQ $4, R11
 	DECQ R12
 	JNZ  rows3
+	TESTQ AX, AX
+	JNZ   ablock3
 
 	VMOVUPS Y0, 0(DI)
 	VMOVUPS Y1, 32(DI)
