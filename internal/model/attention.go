@@ -105,7 +105,7 @@ type attnScratch struct {
 	groupQ      []float32    // their queries rounded to f16
 	groupQ8     []byte       // ... or quantized to Q8_0
 	groupScores []float32    // their score rows
-	window      [][]uint16   // a window of blocks (eachWindow)
+	window      [][]uint16   // attendShared: a window of shared blocks
 	next        []span       // ... and the blocks to request after it
 }
 
@@ -142,22 +142,11 @@ func (h headRows) first(cache Cache, l, n int) {
 
 // next requests the key rows of block b+1 and the value rows of block b.
 func (h headRows) next(cache Cache, l, b, n int) {
-	if (b+1)*cache.BlockSize() < n {
-		h.keys(cache, l, b+1, n)
+	bs := cache.BlockSize()
+	if (b+1)*bs < n {
+		nk, _ := cache.Block(l, b+1)
+		tensor.PrefetchRows(nk[h.k.off:], min(n-(b+1)*bs, bs), h.k.len, h.k.stride)
 	}
-	h.values(cache, l, b, n)
-}
-
-// keys requests the key rows of block b (which must exist).
-func (h headRows) keys(cache Cache, l, b, n int) {
-	bs := cache.BlockSize()
-	kb, _ := cache.Block(l, b)
-	tensor.PrefetchRows(kb[h.k.off:], min(n-b*bs, bs), h.k.len, h.k.stride)
-}
-
-// values requests the value rows of block b (which must exist).
-func (h headRows) values(cache Cache, l, b, n int) {
-	bs := cache.BlockSize()
 	_, vb := cache.Block(l, b)
 	tensor.PrefetchRows(vb[h.v.off:], min(n-b*bs, bs), h.v.len, h.v.stride)
 }
@@ -191,15 +180,14 @@ func f16Weights(scores []float32, n int, scale float32) {
 // values (4 MiB; a group is at least one token). It is the default of
 // Runner.groupScoreLimit, which tests lower.
 //
-// attnWindowRows is how many positions the f16 paths pass over at once (a
-// window of blocks, one kernel call per token and KV head or query head):
-// a KV head's keys of a window stay in L1/L2 while each token of a group
-// reads them, the calls' setup is paid once per window instead of per
-// block, and the next window is requested while one is read.
+// sharedWindowRows is how many shared positions attendShared passes over
+// at once (a window of blocks, one kernel call per token and KV head): a KV
+// head's keys of a window stay in L1/L2 while each token of the group reads
+// them, and the calls' setup is paid once per window instead of per block.
 const (
-	attnWindowRows  = 256
-	maxSharedTokens = 8
-	maxGroupScores  = 1 << 20
+	sharedWindowRows = 256
+	maxSharedTokens  = 8
+	maxGroupScores   = 1 << 20
 )
 
 // tokenAttn is one token's attention in a pass (all its query heads, or

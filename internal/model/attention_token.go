@@ -65,74 +65,45 @@ func (r *Runner) request(b []byte, size, kvh int) {
 	}
 }
 
-// eachWindow calls fn for the blocks [from, to) of a's cache in layer l, a
-// window of attnWindowRows positions at a time (see attnWindowRows): the
-// window's first block, the positions of a in it, its key blocks (values
-// when values is set) as f16 rows, and what to request while it is read
-// (the next window's blocks, or after the last, tail).
-func (r *Runner) eachWindow(ws *attnScratch, l int, a *tokenAttn, from, to int, values bool, tail span, fn func(w0, rows int, table [][]uint16, next []span)) {
-	bs := a.cache.BlockSize()
-	win := max(1, r.windowRows/bs)
-	blockSpan := r.keySpan
-	if values {
-		blockSpan = r.valueSpan
-	}
-	for w0 := from; w0 < to; w0 += win {
-		w1 := min(w0+win, to)
-		table := ws.window[:0]
-		for b := w0; b < w1; b++ {
-			kb, vb := a.cache.Block(l, b)
-			if values {
-				kb = vb
-			}
-			table = append(table, f16View(kb))
-		}
-		next := ws.next[:0]
-		for b := w1; b < min(w1+win, to); b++ {
-			next = append(next, spanOf(blockSpan(l, a, b)))
-		}
-		if w1 == to {
-			next = append(next, tail)
-		}
-		fn(w0, min(a.n, w1*bs)-w0*bs, table, next)
-		ws.window, ws.next = table, next
-	}
-}
-
 // keyBlocks computes a's scores over its key blocks [from, a.blocks()),
-// each block's keys one contiguous run of bytes for all KV heads, a window
-// of blocks read once while the next window is requested (a share of it
-// before each KV head's products); after the last it requests tail.
-func (r *Runner) keyBlocks(ws *attnScratch, l int, a *tokenAttn, from int, tail span) {
+// each block's keys one contiguous run of bytes for all KV heads, read
+// once while the next block's are requested; after the last it requests
+// next (nextSize bytes).
+func (r *Runner) keyBlocks(l int, a *tokenAttn, from int, next []byte, nextSize int) {
 	c := &r.m.Config
 	hd, kvDim, G := c.HeadDim, c.KVDim(), c.Heads/c.KVHeads
 	bs := a.cache.BlockSize()
-	r.eachWindow(ws, l, a, from, a.blocks(), false, tail, func(w0, rows int, table [][]uint16, next []span) {
-		for kvh := range c.KVHeads {
-			r.requestShare(next, kvh)
-			tensor.DotsF16HeadsPaged(a.scores[kvh*G*a.n+w0*bs:], a.n, rows, a.q[kvh*G*hd:(kvh+1)*G*hd], hd, table, kvh*hd, bs, kvDim)
+	for b := from; b < a.blocks(); b++ {
+		kb, _ := a.cache.Block(l, b)
+		nb, size := next, nextSize
+		if b+1 < a.blocks() {
+			nb, size = r.keySpan(l, a, b+1)
 		}
-	})
+		kf := f16View(kb)
+		for kvh := range c.KVHeads {
+			r.request(nb, size, kvh)
+			tensor.DotsF16Heads(a.scores[kvh*G*a.n+b*bs:], a.n, a.rows(b), a.q[kvh*G*hd:(kvh+1)*G*hd], hd, kf[kvh*hd:], kvDim)
+		}
+	}
 }
 
 // valueBlocks adds to a's output its value blocks [from, a.blocks()),
 // weighted by its scores, as keyBlocks reads the keys.
-func (r *Runner) valueBlocks(ws *attnScratch, l int, a *tokenAttn, from int, tail span) {
+func (r *Runner) valueBlocks(l int, a *tokenAttn, from int, next []byte, nextSize int) {
 	c := &r.m.Config
 	hdv, vDim, G := c.HeadDimV, c.KVHeads*c.HeadDimV, c.Heads/c.KVHeads
 	bs := a.cache.BlockSize()
-	r.eachWindow(ws, l, a, from, a.blocks(), true, tail, func(w0, rows int, table [][]uint16, next []span) {
-		for kvh := range c.KVHeads {
-			r.requestShare(next, kvh)
-			tensor.AxpysF16HeadsPaged(a.out[kvh*G*hdv:(kvh+1)*G*hdv], hdv, a.scores[kvh*G*a.n+w0*bs:], a.n, rows, table, kvh*hdv, bs, vDim)
+	for b := from; b < a.blocks(); b++ {
+		_, vb := a.cache.Block(l, b)
+		nb, size := next, nextSize
+		if b+1 < a.blocks() {
+			nb, size = r.valueSpan(l, a, b+1)
 		}
-	})
-}
-
-// requestShare requests part kvh of KVHeads parts of each span.
-func (r *Runner) requestShare(spans []span, kvh int) {
-	for _, s := range spans {
-		r.request(s.b, s.size, kvh)
+		vf := f16View(vb)
+		for kvh := range c.KVHeads {
+			r.request(nb, size, kvh)
+			tensor.AxpysF16Heads(a.out[kvh*G*hdv:(kvh+1)*G*hdv], hdv, a.scores[kvh*G*a.n+b*bs:], a.n, a.rows(b), vf[kvh*hdv:], vDim)
+		}
 	}
 }
 
@@ -151,19 +122,21 @@ func (r *Runner) tokenTask(batch []Seq, t int, q, scores []float32) tokenAttn {
 }
 
 // attendToken computes every query head of token t, for f16 keys and
-// values, a window of blocks at a time (keyBlocks, valueBlocks). The last
-// value window requests the next token's (next, -1 for none) first key
-// block, so the worker's next token starts warm.
+// values, a block at a time (keyBlocks, valueBlocks). The last value block
+// requests the next token's (next, -1 for none) first key block, so the
+// worker's next token starts warm.
 func (r *Runner) attendToken(l int, batch []Seq, t, next int, ws *attnScratch) {
 	c := &r.m.Config
 	qDim := c.Heads * c.HeadDim
 	a := r.tokenTask(batch, t, ws.f16Queries(nil, r.q[t*qDim:(t+1)*qDim]), ws.scores)
 	kb, size := r.keySpan(l, &a, 0)
 	tensor.PrefetchRows(kb, 1, size, 0)
-	r.keyBlocks(ws, l, &a, 0, spanOf(r.valueSpan(l, &a, 0)))
+	vb, vsize := r.valueSpan(l, &a, 0)
+	r.keyBlocks(l, &a, 0, vb, vsize)
 	f16Weights(a.scores, a.n, r.attnScale())
 	clear(a.out)
-	r.valueBlocks(ws, l, &a, 0, spanOf(r.nextKeys(l, batch, next)))
+	nb, nsize := r.nextKeys(l, batch, next)
+	r.valueBlocks(l, &a, 0, nb, nsize)
 }
 
 // span is bytes of a cache block to request (keySpan, valueSpan).
@@ -221,50 +194,87 @@ func (r *Runner) attendShared(l int, batch []Seq, group []int, shared, next int,
 	bs := first.cache.BlockSize()
 
 	// The shared blocks' keys, a window of them at a time, then each
-	// token's own keys and weights. After the shared blocks comes the first
-	// token's own keys (its values when it has none).
+	// token's own keys and weights.
+	win := max(1, sharedWindowRows/bs)
 	kb, size := r.keySpan(l, first, 0)
 	tensor.PrefetchRows(kb, 1, size, 0)
-	tail := spanOf(r.keySpan(l, first, shared))
-	if tail.b == nil {
-		tail = spanOf(r.valueSpan(l, first, 0))
-	}
-	r.eachWindow(ws, l, first, 0, shared, false, tail, func(w0, rows int, table [][]uint16, next []span) {
+	for w0 := 0; w0 < shared; w0 += win {
+		w1 := min(w0+win, shared)
+		table := ws.window[:0]
+		for b := w0; b < w1; b++ {
+			kb, _ := first.cache.Block(l, b)
+			table = append(table, f16View(kb))
+		}
+		// What follows the window: the next one, or after the last the
+		// first token's own keys (its values when it has none).
+		next := ws.next[:0]
+		for b := w1; b < min(w1+win, shared); b++ {
+			next = append(next, spanOf(r.keySpan(l, first, b)))
+		}
+		if w1 == shared {
+			nb, size := r.keySpan(l, first, shared)
+			if nb == nil {
+				nb, size = r.valueSpan(l, first, 0)
+			}
+			next = append(next, span{nb, size})
+		}
 		for kvh := range c.KVHeads {
-			r.requestShare(next, kvh)
+			for _, n := range next {
+				r.request(n.b, n.size, kvh)
+			}
 			for i := range tasks {
 				a := &tasks[i]
-				tensor.DotsF16HeadsPaged(a.scores[kvh*G*a.n+w0*bs:], a.n, rows, a.q[kvh*G*hd:(kvh+1)*G*hd], hd, table, kvh*hd, bs, kvDim)
+				tensor.DotsF16HeadsPaged(a.scores[kvh*G*a.n+w0*bs:], a.n, (w1-w0)*bs, a.q[kvh*G*hd:(kvh+1)*G*hd], hd, table, kvh*hd, bs, kvDim)
 			}
 		}
-	})
+		ws.window, ws.next = table, next
+	}
 	for i := range tasks {
 		a := &tasks[i]
-		tail := spanOf(r.valueSpan(l, first, 0))
+		var nb []byte
+		var size int
 		if i+1 < len(tasks) {
-			tail = spanOf(r.keySpan(l, &tasks[i+1], shared))
+			nb, size = r.keySpan(l, &tasks[i+1], shared)
+		} else {
+			nb, size = r.valueSpan(l, first, 0)
 		}
-		r.keyBlocks(ws, l, a, shared, tail)
+		r.keyBlocks(l, a, shared, nb, size)
 		f16Weights(a.scores, a.n, r.attnScale())
 		clear(a.out)
 	}
 
 	// The shared blocks' values, a window at a time, then each token's own
-	// values; after the shared ones, the first token's own.
-	r.eachWindow(ws, l, first, 0, shared, true, spanOf(r.valueSpan(l, first, shared)), func(w0, rows int, table [][]uint16, next []span) {
+	// values.
+	for w0 := 0; w0 < shared; w0 += win {
+		w1 := min(w0+win, shared)
+		table := ws.window[:0]
+		for b := w0; b < w1; b++ {
+			_, vb := first.cache.Block(l, b)
+			table = append(table, f16View(vb))
+		}
+		next := ws.next[:0]
+		for b := w1; b < min(w1+win, shared+1); b++ { // after the last, the first token's own
+			next = append(next, spanOf(r.valueSpan(l, first, b)))
+		}
 		for kvh := range c.KVHeads {
-			r.requestShare(next, kvh)
+			for _, n := range next {
+				r.request(n.b, n.size, kvh)
+			}
 			for i := range tasks {
 				a := &tasks[i]
-				tensor.AxpysF16HeadsPaged(a.out[kvh*G*hdv:(kvh+1)*G*hdv], hdv, a.scores[kvh*G*a.n+w0*bs:], a.n, rows, table, kvh*hdv, bs, vDim)
+				tensor.AxpysF16HeadsPaged(a.out[kvh*G*hdv:(kvh+1)*G*hdv], hdv, a.scores[kvh*G*a.n+w0*bs:], a.n, (w1-w0)*bs, table, kvh*hdv, bs, vDim)
 			}
 		}
-	})
+		ws.window, ws.next = table, next
+	}
 	for i := range tasks {
-		tail := spanOf(r.nextKeys(l, batch, next))
+		var nb []byte
+		var size int
 		if i+1 < len(tasks) {
-			tail = spanOf(r.valueSpan(l, &tasks[i+1], shared))
+			nb, size = r.valueSpan(l, &tasks[i+1], shared)
+		} else {
+			nb, size = r.nextKeys(l, batch, next)
 		}
-		r.valueBlocks(ws, l, &tasks[i], shared, tail)
+		r.valueBlocks(l, &tasks[i], shared, nb, size)
 	}
 }

@@ -35,10 +35,7 @@ type Runner struct {
 	// groupScoreLimit bounds the score values of a group of tokens whose
 	// attention is computed together (maxGroupScores).
 	groupScoreLimit int
-	// windowRows is how many positions the f16 attention passes over at
-	// once (attnWindowRows; tests lower it).
-	windowRows int
-	grouping   groupScratch // passGroups'
+	grouping        groupScratch // passGroups'
 	// rope holds each token's RoPE angle table (ropeLen values), computed
 	// once per pass instead of twice per layer.
 	rope    []float32
@@ -80,7 +77,6 @@ func NewRunner(m *Model, pool *tensor.Pool, maxTokens int, kvType tensor.DType) 
 		workers: make([]attnScratch, pool.Threads()),
 
 		groupScoreLimit: maxGroupScores,
-		windowRows:      attnWindowRows,
 	}
 	r.rope = make([]float32, maxTokens*r.ropeLen)
 	for i := range r.workers {
