@@ -195,7 +195,7 @@ func (r *Runner) attendShared(l int, batch []Seq, group []int, shared, next int,
 
 	// The shared blocks' keys, a window of them at a time, then each
 	// token's own keys and weights.
-	win := max(1, sharedWindowRows/bs)
+	win := max(1, r.sharedWindowRows/bs)
 	kb, size := r.keySpan(l, first, 0)
 	tensor.PrefetchRows(kb, 1, size, 0)
 	for w0 := 0; w0 < shared; w0 += win {

@@ -35,7 +35,10 @@ type Runner struct {
 	// groupScoreLimit bounds the score values of a group of tokens whose
 	// attention is computed together (maxGroupScores).
 	groupScoreLimit int
-	grouping        groupScratch // passGroups'
+	// sharedWindowRows is how many shared positions attendShared passes
+	// over at once (sharedWindowRows; tests lower it).
+	sharedWindowRows int
+	grouping         groupScratch // passGroups'
 	// rope holds each token's RoPE angle table (ropeLen values), computed
 	// once per pass instead of twice per layer.
 	rope    []float32
@@ -76,7 +79,8 @@ func NewRunner(m *Model, pool *tensor.Pool, maxTokens int, kvType tensor.DType) 
 		ropeLen: c.Rope.TableLen(c.HeadDim),
 		workers: make([]attnScratch, pool.Threads()),
 
-		groupScoreLimit: maxGroupScores,
+		groupScoreLimit:  maxGroupScores,
+		sharedWindowRows: sharedWindowRows,
 	}
 	r.rope = make([]float32, maxTokens*r.ropeLen)
 	for i := range r.workers {

@@ -49,13 +49,22 @@ func axpysAsm(hd int) bool { return cpuISA != isaPortable && hd%64 == 0 && hd > 
 // AVX-512 kernels.
 func dots512(hd int) bool { return cpuISA >= isaVNNI && hd%16 == 0 }
 
+// The contiguous entry points call the kernels directly with a table of
+// one block: attention on a cache of small blocks makes a call or two per
+// block, and a layer of indirection per call shows in decode.
+
 func dotsF16(dst, q []float32, k []uint16, stride int) {
-	if !dotsAsm(len(q)) {
+	hd := len(q)
+	if !dotsAsm(hd) {
 		dotsF16Generic(dst, q, k, stride)
 		return
 	}
 	tbl := [1][]uint16{k}
-	dotsF16HeadsPaged(dst, len(dst), len(dst), q, len(q), tbl[:], 0, len(dst), stride)
+	if dots512(hd) {
+		dotsF16PagedAVX512(&dst[0], len(dst), &q[0], hd, &tbl[0], 0, len(dst), 2*stride)
+		return
+	}
+	dotsF16PagedAVX2(&dst[0], len(dst), &q[0], hd, &tbl[0], 0, len(dst), 2*stride)
 }
 
 func axpysF16(out, p []float32, v []uint16, stride int) {
@@ -68,13 +77,46 @@ func axpysF16(out, p []float32, v []uint16, stride int) {
 }
 
 func dotsF16Heads(dst []float32, ds, n int, q []float32, hd int, k []uint16, stride int) {
+	if !dotsAsm(hd) {
+		dotsF16HeadsGeneric(dst, ds, n, q, hd, k, stride)
+		return
+	}
 	tbl := [1][]uint16{k}
-	dotsF16HeadsPaged(dst, ds, n, q, hd, tbl[:], 0, n, stride)
+	g := 0
+	if dots512(hd) {
+		for ; (g+3)*hd <= len(q); g += 3 {
+			dotsF16x3PagedAVX512(&dst[g*ds], 4*ds, n, &q[g*hd], 4*hd, hd, &tbl[0], 0, n, 2*stride)
+		}
+		for ; g*hd < len(q); g++ {
+			dotsF16PagedAVX512(&dst[g*ds], n, &q[g*hd], hd, &tbl[0], 0, n, 2*stride)
+		}
+		return
+	}
+	for ; (g+3)*hd <= len(q); g += 3 {
+		dotsF16x3PagedAVX2(&dst[g*ds], 4*ds, n, &q[g*hd], 4*hd, hd, &tbl[0], 0, n, 2*stride)
+	}
+	for ; g*hd < len(q); g++ {
+		dotsF16PagedAVX2(&dst[g*ds], n, &q[g*hd], hd, &tbl[0], 0, n, 2*stride)
+	}
 }
 
 func axpysF16Heads(out []float32, hd int, p []float32, ps, n int, v []uint16, stride int) {
+	if !axpysAsm(hd) {
+		axpysF16HeadsGeneric(out, hd, p, ps, n, v, stride)
+		return
+	}
 	tbl := [1][]uint16{v}
-	axpysF16HeadsPaged(out, hd, p, ps, n, tbl[:], 0, n, stride)
+	g := 0
+	for ; (g+3)*hd <= len(out); g += 3 {
+		if cpuISA >= isaVNNI {
+			axpysF16x3PagedAVX512(&out[g*hd], 4*hd, hd, &p[g*ps], 4*ps, n, &tbl[0], 0, n, 2*stride)
+		} else {
+			axpysF16x3PagedAVX2(&out[g*hd], 4*hd, hd, &p[g*ps], 4*ps, n, &tbl[0], 0, n, 2*stride)
+		}
+	}
+	for ; g*hd < len(out); g++ {
+		axpysF16PagedAVX2(&out[g*hd], hd, &p[g*ps], n, &tbl[0], 0, n, 2*stride)
+	}
 }
 
 // dotsF16HeadsPaged takes the queries three at a time, the rest one at a
