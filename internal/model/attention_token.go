@@ -194,41 +194,20 @@ func (r *Runner) attendShared(l int, batch []Seq, group []int, shared, next int,
 	bs := first.cache.BlockSize()
 
 	// The shared blocks' keys, a window of them at a time, then each
-	// token's own keys and weights.
-	win := max(1, r.sharedWindowRows/bs)
+	// token's own keys and weights. After the shared blocks come the first
+	// token's own keys (its values when it has none).
 	kb, size := r.keySpan(l, first, 0)
 	tensor.PrefetchRows(kb, 1, size, 0)
-	for w0 := 0; w0 < shared; w0 += win {
-		w1 := min(w0+win, shared)
-		table := ws.window[:0]
-		for b := w0; b < w1; b++ {
-			kb, _ := first.cache.Block(l, b)
-			table = append(table, f16View(kb))
-		}
-		// What follows the window: the next one, or after the last the
-		// first token's own keys (its values when it has none).
-		next := ws.next[:0]
-		for b := w1; b < min(w1+win, shared); b++ {
-			next = append(next, spanOf(r.keySpan(l, first, b)))
-		}
-		if w1 == shared {
-			nb, size := r.keySpan(l, first, shared)
-			if nb == nil {
-				nb, size = r.valueSpan(l, first, 0)
-			}
-			next = append(next, span{nb, size})
-		}
-		for kvh := range c.KVHeads {
-			for _, n := range next {
-				r.request(n.b, n.size, kvh)
-			}
-			for i := range tasks {
-				a := &tasks[i]
-				tensor.DotsF16HeadsPaged(a.scores[kvh*G*a.n+w0*bs:], a.n, (w1-w0)*bs, a.q[kvh*G*hd:(kvh+1)*G*hd], hd, table, kvh*hd, bs, kvDim)
-			}
-		}
-		ws.window, ws.next = table, next
+	tail := spanOf(r.keySpan(l, first, shared))
+	if tail.b == nil {
+		tail = spanOf(r.valueSpan(l, first, 0))
 	}
+	r.sharedWindows(ws, l, first, shared, false, tail, func(kvh, w0, rows int, table [][]uint16) {
+		for i := range tasks {
+			a := &tasks[i]
+			tensor.DotsF16HeadsPaged(a.scores[kvh*G*a.n+w0*bs:], a.n, rows, a.q[kvh*G*hd:(kvh+1)*G*hd], hd, table, kvh*hd, bs, kvDim)
+		}
+	})
 	for i := range tasks {
 		a := &tasks[i]
 		var nb []byte
@@ -244,29 +223,13 @@ func (r *Runner) attendShared(l int, batch []Seq, group []int, shared, next int,
 	}
 
 	// The shared blocks' values, a window at a time, then each token's own
-	// values.
-	for w0 := 0; w0 < shared; w0 += win {
-		w1 := min(w0+win, shared)
-		table := ws.window[:0]
-		for b := w0; b < w1; b++ {
-			_, vb := first.cache.Block(l, b)
-			table = append(table, f16View(vb))
+	// values; after the shared ones come the first token's own.
+	r.sharedWindows(ws, l, first, shared, true, spanOf(r.valueSpan(l, first, shared)), func(kvh, w0, rows int, table [][]uint16) {
+		for i := range tasks {
+			a := &tasks[i]
+			tensor.AxpysF16HeadsPaged(a.out[kvh*G*hdv:(kvh+1)*G*hdv], hdv, a.scores[kvh*G*a.n+w0*bs:], a.n, rows, table, kvh*hdv, bs, vDim)
 		}
-		next := ws.next[:0]
-		for b := w1; b < min(w1+win, shared+1); b++ { // after the last, the first token's own
-			next = append(next, spanOf(r.valueSpan(l, first, b)))
-		}
-		for kvh := range c.KVHeads {
-			for _, n := range next {
-				r.request(n.b, n.size, kvh)
-			}
-			for i := range tasks {
-				a := &tasks[i]
-				tensor.AxpysF16HeadsPaged(a.out[kvh*G*hdv:(kvh+1)*G*hdv], hdv, a.scores[kvh*G*a.n+w0*bs:], a.n, (w1-w0)*bs, table, kvh*hdv, bs, vDim)
-			}
-		}
-		ws.window, ws.next = table, next
-	}
+	})
 	for i := range tasks {
 		var nb []byte
 		var size int
@@ -276,5 +239,45 @@ func (r *Runner) attendShared(l int, batch []Seq, group []int, shared, next int,
 			nb, size = r.nextKeys(l, batch, next)
 		}
 		r.valueBlocks(l, &tasks[i], shared, nb, size)
+	}
+}
+
+// sharedWindows passes over the first shared blocks of a's cache in layer l
+// (keys, or values when values is set), a window of r.sharedWindowRows
+// positions at a time: for each window and KV head it requests that head's
+// share of what follows the window (the next window, or after the last,
+// tail) and calls fn with the window's first block, its positions and its
+// blocks as f16 rows.
+func (r *Runner) sharedWindows(ws *attnScratch, l int, a *tokenAttn, shared int, values bool, tail span, fn func(kvh, w0, rows int, table [][]uint16)) {
+	bs := a.cache.BlockSize()
+	win := max(1, r.sharedWindowRows/bs)
+	blockSpan := r.keySpan
+	if values {
+		blockSpan = r.valueSpan
+	}
+	for w0 := 0; w0 < shared; w0 += win {
+		w1 := min(w0+win, shared)
+		table := ws.window[:0]
+		for b := w0; b < w1; b++ {
+			kb, vb := a.cache.Block(l, b)
+			if values {
+				kb = vb
+			}
+			table = append(table, f16View(kb))
+		}
+		next := ws.next[:0]
+		for b := w1; b < min(w1+win, shared); b++ {
+			next = append(next, spanOf(blockSpan(l, a, b)))
+		}
+		if w1 == shared {
+			next = append(next, tail)
+		}
+		for kvh := range r.m.Config.KVHeads {
+			for _, n := range next {
+				r.request(n.b, n.size, kvh)
+			}
+			fn(kvh, w0, (w1-w0)*bs, table)
+		}
+		ws.window, ws.next = table, next
 	}
 }

@@ -1,6 +1,7 @@
 //go:build amd64 && !purego
 
 #include "textflag.h"
+#include "attn_amd64.h"
 
 // func dotsF16PagedAVX2(dst *float32, n int, q *float32, hd int, blocks *[]uint16, off, bs, strideBytes int)
 // dst[j] = sum_d q[d] * f16(row j), row j at blocks[j/bs] + off + (j%bs)·stride
@@ -21,13 +22,7 @@ TEXT ·dotsF16PagedAVX2(SB), NOSPLIT, $0-64
 block:
 	TESTQ R15, R15
 	JZ    done
-	MOVQ  (R12), DX               // the block's first row
-	ADDQ  off+40(FP), DX
-	ADDQ  $24, R12                // next slice header
-	MOVQ  bs+48(FP), CX
-	CMPQ  CX, R15
-	CMOVQGT R15, CX               // this block's rows: min(bs, left)
-	SUBQ  CX, R15
+	NEXT_BLOCK(R12, off+40(FP), DX, bs+48(FP), CX, R15)
 
 quad:
 	CMPQ CX, $4
@@ -126,13 +121,7 @@ chunk:
 	MOVQ n+24(FP), AX             // rows left in all
 
 ablock:
-	MOVQ  (R13), R10              // row cursor: the block's first row
-	ADDQ  DX, R10
-	ADDQ  $24, R13                // next slice header
-	MOVQ  bs+48(FP), R12
-	CMPQ  R12, AX
-	CMOVQGT AX, R12               // this block's rows: min(bs, left)
-	SUBQ  R12, AX
+	NEXT_BLOCK(R13, DX, R10, bs+48(FP), R12, AX)
 
 rows:
 	VBROADCASTSS (R11), Y8
@@ -224,13 +213,7 @@ TEXT ·dotsF16x3PagedAVX2(SB), NOSPLIT, $0-80
 block3:
 	TESTQ R15, R15
 	JZ    done3
-	MOVQ  (R12), DX               // the block's first row
-	ADDQ  off+56(FP), DX
-	ADDQ  $24, R12                // next slice header
-	MOVQ  bs+64(FP), CX
-	CMPQ  CX, R15
-	CMOVQGT R15, CX               // this block's rows: min(bs, left)
-	SUBQ  CX, R15
+	NEXT_BLOCK(R12, off+56(FP), DX, bs+64(FP), CX, R15)
 
 quad3:
 	CMPQ CX, $4
@@ -383,13 +366,7 @@ chunk3:
 	MOVQ n+40(FP), AX             // rows left in all
 
 ablock3:
-	MOVQ  (R13), R10              // row cursor: the block's first row
-	ADDQ  DX, R10
-	ADDQ  $24, R13                // next slice header
-	MOVQ  bs+64(FP), R12
-	CMPQ  R12, AX
-	CMOVQGT AX, R12               // this block's rows: min(bs, left)
-	SUBQ  R12, AX
+	NEXT_BLOCK(R13, DX, R10, bs+64(FP), R12, AX)
 
 rows3:
 	VBROADCASTSS (R11), Y12

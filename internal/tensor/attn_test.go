@@ -80,15 +80,7 @@ func TestAttentionHeads(t *testing.T) {
 						}
 					}
 				}
-				ps := n + rng.IntN(3)
-				p := make([]float32, g*ps)
-				for i := range p {
-					p[i] = rng.Float32()
-				}
-				out := make([]float32, g*hd)
-				for i := range out {
-					out[i] = float32(rng.NormFloat64())
-				}
+				p, ps, out := randAxpysInputs(rng, g, n, hd)
 				want := append([]float32(nil), out...)
 				AxpysF16Heads(out, hd, p, ps, n, k, stride)
 				for h := 0; h < g; h++ {
@@ -148,15 +140,7 @@ func checkAttentionPaged(t *testing.T, rng *rand.Rand) {
 						t.Fatalf("DotsF16HeadsPaged %s: score %d: %v, DotsF16Heads %v", label, i, got[i], want[i])
 					}
 				}
-				ps := n + rng.IntN(3)
-				p := make([]float32, g*ps)
-				for i := range p {
-					p[i] = rng.Float32()
-				}
-				out := make([]float32, g*hd)
-				for i := range out {
-					out[i] = float32(rng.NormFloat64())
-				}
+				p, ps, out := randAxpysInputs(rng, g, n, hd)
 				wantOut := append([]float32(nil), out...)
 				AxpysF16HeadsPaged(out, hd, p, ps, n, blocks, off, bs, stride)
 				AxpysF16Heads(wantOut, hd, p, ps, n, k[off:], stride)
@@ -168,6 +152,22 @@ func checkAttentionPaged(t *testing.T, rng *rand.Rand) {
 			}
 		}
 	}
+}
+
+// randAxpysInputs returns random weights for g heads of n positions (head
+// h's at p[h*ps:], ps a little more than n) and g outputs of hd values to
+// add to.
+func randAxpysInputs(rng *rand.Rand, g, n, hd int) (p []float32, ps int, out []float32) {
+	ps = n + rng.IntN(3)
+	p = make([]float32, g*ps)
+	for i := range p {
+		p[i] = rng.Float32()
+	}
+	out = make([]float32, g*hd)
+	for i := range out {
+		out[i] = float32(rng.NormFloat64())
+	}
+	return p, ps, out
 }
 
 // TestAttentionPagedBounds checks that the paged kernels refuse a table
