@@ -166,10 +166,7 @@ func (ws *attnScratch) f16Queries(dst, q []float32) []float32 {
 // them, rounded to f16 (as llama.cpp does for the product with f16 values).
 func f16Weights(scores []float32, n int, scale float32) {
 	for lo := 0; lo+n <= len(scores); lo += n {
-		s := scores[lo : lo+n]
-		tensor.Scale(s, scale)
-		tensor.Softmax(s)
-		tensor.RoundF16(s)
+		tensor.SoftmaxWeightsF16(scores[lo:lo+n], scale)
 	}
 }
 

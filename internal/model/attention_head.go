@@ -67,15 +67,16 @@ func (r *Runner) attendHead(l int, batch []Seq, t, head int, ws *attnScratch) {
 			}
 		}
 	}
-	tensor.Scale(scores, scale)
-	tensor.Softmax(scores)
+	if r.kvType == tensor.F16 {
+		// ... and the softmax weights to f16 for the product with f16 values.
+		tensor.SoftmaxWeightsF16(scores, scale)
+	} else {
+		tensor.Scale(scores, scale)
+		tensor.Softmax(scores)
+	}
 
 	out := r.attnOut[t*c.Heads*hdv+head*hdv : t*c.Heads*hdv+(head+1)*hdv]
 	clear(out)
-	if r.kvType == tensor.F16 {
-		// ... and the softmax weights to f16 for the product with f16 values.
-		tensor.RoundF16(scores)
-	}
 	for b := 0; b*bs < n; b++ {
 		_, vb := cache.Block(l, b)
 		p := scores[b*bs : min(n, (b+1)*bs)]

@@ -46,6 +46,8 @@ func axpyF16(dst []float32, a float32, x []uint16) { axpyF16Generic(dst, a, x) }
 
 func softmaxFast(x []float32) { softmaxGeneric(x) }
 
+func softmaxWeightsF16(x []float32, s float32) { softmaxWeightsF16Generic(x, s) }
+
 func scale(x []float32, s float32) {
 	for i := range x {
 		x[i] *= s

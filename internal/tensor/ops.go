@@ -73,6 +73,22 @@ func Softmax(x []float32) {
 	softmaxFast(x)
 }
 
+// SoftmaxWeightsF16 scales x by s, turns it into softmax weights and rounds
+// them to f16 (the attention's weights for f16 values): Scale, Softmax and
+// RoundF16 in one call, with their results bit for bit, in fewer passes.
+func SoftmaxWeightsF16(x []float32, s float32) {
+	if len(x) == 0 {
+		return
+	}
+	softmaxWeightsF16(x, s)
+}
+
+func softmaxWeightsF16Generic(x []float32, s float32) {
+	Scale(x, s)
+	softmaxGeneric(x)
+	RoundF16(x)
+}
+
 func softmaxGeneric(x []float32) {
 	mx := float32(math.Inf(-1))
 	for _, v := range x {

@@ -40,6 +40,12 @@ func sumSquaresAVX2(x *float32, n int) float64
 //go:noescape
 func scaleMulAVX2(dst, x, w *float32, n int, s float32)
 
+//go:noescape
+func scaleMaxAVX2(x *float32, n int, s float32) float32
+
+//go:noescape
+func scaleRoundF16AVX2(x *float32, n int, s float32)
+
 // vec8 returns the length of x's prefix that the vector kernels handle:
 // a multiple of 8, or 0 when they cannot run.
 func vec8(n int) int {
@@ -59,6 +65,33 @@ func softmaxFast(x []float32) {
 	for _, v := range x[n8:] {
 		mx = max(mx, v)
 	}
+	scale(x, float32(1/expSubSum(x, n8, mx)))
+}
+
+// softmaxWeightsF16 is Scale, Softmax and RoundF16 in three passes over x
+// instead of five, with their results: the scaling joins the maximum's pass
+// and the normalization the rounding's.
+func softmaxWeightsF16(x []float32, s float32) {
+	n8 := vec8(len(x))
+	if n8 == 0 {
+		softmaxWeightsF16Generic(x, s)
+		return
+	}
+	mx := scaleMaxAVX2(&x[0], n8, s)
+	for i := n8; i < len(x); i++ {
+		x[i] *= s
+		mx = max(mx, x[i])
+	}
+	inv := float32(1 / expSubSum(x, n8, mx))
+	scaleRoundF16AVX2(&x[0], n8, inv)
+	for i := n8; i < len(x); i++ {
+		x[i] = F16ToF32(F32ToF16(x[i] * inv))
+	}
+}
+
+// expSubSum sets x[i] = exp(x[i] - mx) and returns their sum, the first n8
+// by the vector kernels, as softmaxFast needs.
+func expSubSum(x []float32, n8 int, mx float32) float64 {
 	var sum float64
 	if cpuISA >= isaVNNI {
 		sum = expSubSumAVX512(&x[0], n8, mx)
@@ -70,7 +103,7 @@ func softmaxFast(x []float32) {
 		x[n8+i] = e
 		sum += float64(e)
 	}
-	scale(x, float32(1/sum))
+	return sum
 }
 
 func scale(x []float32, s float32) {

@@ -385,6 +385,62 @@ maxreduce:
 	VZEROUPPER
 	RET
 
+// func scaleMaxAVX2(x *float32, n int, s float32) float32
+// scaleAVX2 and then maxAVX2 in one pass: x[i] *= s, and the largest of the
+// products, taken in maxAVX2's order (so the same value, sign of zero and
+// NaN included). n is a multiple of 8, at least 8.
+TEXT ·scaleMaxAVX2(SB), NOSPLIT, $0-28
+	MOVQ x+0(FP), SI
+	MOVQ n+8(FP), CX
+	VBROADCASTSS s+16(FP), Y1
+	VMULPS (SI), Y1, Y0
+	VMOVUPS Y0, (SI)
+	ADDQ $32, SI
+	SHRQ $3, CX
+	DECQ CX
+	JZ scalemaxreduce
+
+scalemaxloop:
+	VMULPS (SI), Y1, Y2
+	VMOVUPS Y2, (SI)
+	VMAXPS Y2, Y0, Y0
+	ADDQ $32, SI
+	DECQ CX
+	JNZ scalemaxloop
+
+scalemaxreduce:
+	VEXTRACTF128 $1, Y0, X1
+	VMAXPS X1, X0, X0
+	VMOVHLPS X0, X0, X1
+	VMAXPS X1, X0, X0
+	VMOVSHDUP X0, X1
+	VMAXSS X1, X0, X0
+	VMOVSS X0, ret+24(FP)
+	VZEROUPPER
+	RET
+
+// func scaleRoundF16AVX2(x *float32, n int, s float32)
+// scaleAVX2 and then roundF16InPlaceAVX2 in one pass; n a multiple of 8.
+TEXT ·scaleRoundF16AVX2(SB), NOSPLIT, $0-20
+	MOVQ x+0(FP), SI
+	MOVQ n+8(FP), CX
+	VBROADCASTSS s+16(FP), Y1
+	SHRQ $3, CX
+	JZ scaleroundf16done
+
+scaleroundf16loop:
+	VMULPS (SI), Y1, Y0
+	VCVTPS2PH $0, Y0, X2
+	VCVTPH2PS X2, Y0
+	VMOVUPS Y0, (SI)
+	ADDQ $32, SI
+	DECQ CX
+	JNZ scaleroundf16loop
+
+scaleroundf16done:
+	VZEROUPPER
+	RET
+
 // func scaleAVX2(x *float32, n int, s float32)
 TEXT ·scaleAVX2(SB), NOSPLIT, $0-20
 	MOVQ x+0(FP), SI

@@ -133,3 +133,44 @@ func TestRMSNormKernels(t *testing.T) {
 		}
 	}
 }
+
+// TestSoftmaxWeightsF16 checks that SoftmaxWeightsF16 equals Scale, Softmax
+// and RoundF16 one after another, bit for bit, on rows of every length
+// around the vector kernels' width, long rows, rows with −Inf (masked
+// positions) and rows whose scaled values reach exp's clamps.
+func TestSoftmaxWeightsF16(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	lengths := []int{1, 2, 7, 8, 9, 15, 16, 17, 33, 64, 100, 4096}
+	for _, n := range lengths {
+		for _, kind := range []string{"normal", "wide", "masked"} {
+			x := make([]float32, n)
+			for i := range x {
+				switch kind {
+				case "normal":
+					x[i] = float32(rng.NormFloat64())
+				case "wide":
+					x[i] = float32(rng.NormFloat64() * 400)
+				case "masked":
+					x[i] = float32(rng.NormFloat64())
+					if rng.IntN(3) == 0 {
+						x[i] = float32(math.Inf(-1))
+					}
+				}
+			}
+			const s = 0.125
+			want := append([]float32(nil), x...)
+			Scale(want, s)
+			Softmax(want)
+			RoundF16(want)
+			for name, f := range map[string]func([]float32, float32){"SoftmaxWeightsF16": SoftmaxWeightsF16, "generic": softmaxWeightsF16Generic} {
+				got := append([]float32(nil), x...)
+				f(got, s)
+				for i := range got {
+					if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+						t.Fatalf("%s n=%d %s: weight %d = %v, Scale+Softmax+RoundF16 %v", name, n, kind, i, got[i], want[i])
+					}
+				}
+			}
+		}
+	}
+}
