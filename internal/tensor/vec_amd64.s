@@ -358,6 +358,16 @@ swiglydone:
 	VZEROUPPER
 	RET
 
+// MAXREDUCE leaves in X0 the largest of Y0's eight lanes (halves, then
+// pairs, then the last two; X1 scratch).
+#define MAXREDUCE \
+	VEXTRACTF128 $1, Y0, X1; \
+	VMAXPS X1, X0, X0; \
+	VMOVHLPS X0, X0, X1; \
+	VMAXPS X1, X0, X0; \
+	VMOVSHDUP X0, X1; \
+	VMAXSS X1, X0, X0
+
 // func maxAVX2(x *float32, n int) float32
 TEXT ·maxAVX2(SB), NOSPLIT, $0-20
 	MOVQ x+0(FP), SI
@@ -375,12 +385,7 @@ maxloop:
 	JNZ maxloop
 
 maxreduce:
-	VEXTRACTF128 $1, Y0, X1
-	VMAXPS X1, X0, X0
-	VMOVHLPS X0, X0, X1
-	VMAXPS X1, X0, X0
-	VMOVSHDUP X0, X1
-	VMAXSS X1, X0, X0
+	MAXREDUCE
 	VMOVSS X0, ret+16(FP)
 	VZEROUPPER
 	RET
@@ -409,12 +414,7 @@ scalemaxloop:
 	JNZ scalemaxloop
 
 scalemaxreduce:
-	VEXTRACTF128 $1, Y0, X1
-	VMAXPS X1, X0, X0
-	VMOVHLPS X0, X0, X1
-	VMAXPS X1, X0, X0
-	VMOVSHDUP X0, X1
-	VMAXSS X1, X0, X0
+	MAXREDUCE
 	VMOVSS X0, ret+24(FP)
 	VZEROUPPER
 	RET
