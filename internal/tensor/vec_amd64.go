@@ -32,9 +32,6 @@ func f32ToF16AVX2(dst *uint16, src *float32, n int)
 func f16ToF32AVX2(dst *float32, src *uint16, n int)
 
 //go:noescape
-func roundF16InPlaceAVX2(x *float32, n int)
-
-//go:noescape
 func sumSquaresAVX2(x *float32, n int) float64
 
 //go:noescape
@@ -90,7 +87,7 @@ func softmaxWeightsF16(x []float32, s float32) {
 }
 
 // expSubSum sets x[i] = exp(x[i] - mx) and returns their sum, the first n8
-// by the vector kernels, as softmaxFast needs.
+// by the vector kernels (softmaxFast, softmaxWeightsF16).
 func expSubSum(x []float32, n8 int, mx float32) float64 {
 	var sum float64
 	if cpuISA >= isaVNNI {
@@ -170,7 +167,7 @@ func f16ToF32Slice(dst []float32, src []uint16) {
 func roundF16(x []float32) {
 	n8 := vec8(len(x))
 	if n8 > 0 {
-		roundF16InPlaceAVX2(&x[0], n8)
+		scaleRoundF16AVX2(&x[0], n8, 1) // x·1 is x, bit for bit
 	}
 	for i := n8; i < len(x); i++ {
 		x[i] = F16ToF32(F32ToF16(x[i]))

@@ -420,7 +420,8 @@ scalemaxreduce:
 	RET
 
 // func scaleRoundF16AVX2(x *float32, n int, s float32)
-// scaleAVX2 and then roundF16InPlaceAVX2 in one pass; n a multiple of 8.
+// x[i] = f32(f16(x[i]·s)), round to nearest even: scaleAVX2 and the
+// rounding to f16 in one pass (s = 1 rounds alone); n a multiple of 8.
 TEXT ·scaleRoundF16AVX2(SB), NOSPLIT, $0-20
 	MOVQ x+0(FP), SI
 	MOVQ n+8(FP), CX
@@ -498,26 +499,6 @@ fromf16loop:
 	JNZ fromf16loop
 
 fromf16done:
-	VZEROUPPER
-	RET
-
-// func roundF16InPlaceAVX2(x *float32, n int)
-TEXT ·roundF16InPlaceAVX2(SB), NOSPLIT, $0-16
-	MOVQ x+0(FP), SI
-	MOVQ n+8(FP), CX
-	SHRQ $3, CX
-	JZ roundf16done
-
-roundf16loop:
-	VMOVUPS (SI), Y0
-	VCVTPS2PH $0, Y0, X1
-	VCVTPH2PS X1, Y0
-	VMOVUPS Y0, (SI)
-	ADDQ $32, SI
-	DECQ CX
-	JNZ roundf16loop
-
-roundf16done:
 	VZEROUPPER
 	RET
 
