@@ -125,8 +125,9 @@ func autoPlacementWhy(size, avail int64, huge bool) string {
 
 // placementLine describes where a model's weights are and which kernels
 // compute with them: placement p, chosen for why, and whether the weights
-// did get a private copy, for a file whose matrices have the given types.
-func placementLine(p gguf.Placement, why string, private bool, types []tensor.DType) string {
+// did get a private copy, for file f.
+func placementLine(p gguf.Placement, why string, private bool, f *gguf.File) string {
+	types := matrixTypes(f)
 	where := "a read-only mapping of the file"
 	switch {
 	case private:
@@ -148,7 +149,35 @@ func placementLine(p gguf.Placement, why string, private bool, types []tensor.DT
 	default:
 		k += ", " + strings.Join(packed, " and ") + " not packed (only private memory is)"
 	}
-	return fmt.Sprintf("in %s (%s); %s", where, why, k)
+	return fmt.Sprintf("in %s (%s); %s%s", where, why, k, widenedClause(f))
+}
+
+// widenedClause names the types of f's matrices that the model loader
+// widens to a type with faster kernels (tensor.Widen), and the memory the
+// copies take besides the file's, or is empty.
+func widenedClause(f *gguf.File) string {
+	var parts []string
+	for _, t := range matrixTypes(f) {
+		wt, ok := tensor.WidenedType(t)
+		if !ok {
+			continue
+		}
+		var n int64
+		for _, ts := range f.Tensors {
+			if len(ts.Dims) == 2 && ts.Type == t {
+				n += int64(wt.RowBytes(ts.Cols())) * int64(ts.Rows())
+			}
+		}
+		how := "widened to " + wt.String()
+		if tensor.Packable(wt) {
+			how += " and packed"
+		}
+		parts = append(parts, fmt.Sprintf("%v %s in %s of memory of its own (the same products, faster kernels)", t, how, humanBytes(uint64(n))))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "; " + strings.Join(parts, ", ")
 }
 
 // autoPlacement is --model-memory auto's choice for a file of size bytes

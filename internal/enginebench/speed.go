@@ -120,22 +120,12 @@ func Speed(ctx context.Context, m *model.Model, o SpeedOptions) (SpeedResult, er
 	res.DecodeTokS, res.DecodeStd = meanStd(tg)
 	res.PrefillTokS, res.PrefillStd = round(res.PrefillTokS, 1), round(res.PrefillStd, 1)
 	res.DecodeTokS, res.DecodeStd = round(res.DecodeTokS, 1), round(res.DecodeStd, 1)
-	res.DecodeGBPerSec = round(res.DecodeTokS*float64(decodeBytes(m))/1e9, 2)
+	res.DecodeGBPerSec = round(res.DecodeTokS*float64(m.DecodeBytes())/1e9, 2)
 	if o.Bandwidth {
 		res.MemoryGBPerSec = round(MemoryBandwidth(pool.Threads()), 1)
-		res.DecodeLimitTokS = round(res.MemoryGBPerSec*1e9/float64(decodeBytes(m)), 1)
+		res.DecodeLimitTokS = round(res.MemoryGBPerSec*1e9/float64(m.DecodeBytes()), 1)
 	}
 	return res, nil
-}
-
-// decodeBytes is the weight bytes one decode step reads: every matrix once,
-// but only one row of the token embedding.
-func decodeBytes(m *model.Model) int64 {
-	n := m.WeightBytes
-	if !m.Config.TiedEmbed {
-		n -= int64(len(m.TokenEmbed.Data))
-	}
-	return n
 }
 
 func meanStd(xs []float64) (float64, float64) {

@@ -18,10 +18,9 @@ import (
 // and decode), and prefilled in chunks of any size. This is what makes
 // prefix caching, chunked prefill and continuous batching exact.
 func TestBatchInvariance(t *testing.T) {
-	shared := testshared.Dir(t)
-	for _, name := range []string{"tiny-f32", "tiny-q8_0", "tiny-q4_k_m", "tiny-qwen2-q8_0", "tiny-bf16"} {
+	for _, name := range []string{"tiny-f32", "tiny-q8_0", "tiny-q4_k_m", "tiny-qwen2-q8_0", "tiny-bf16", "tiny-q5_0"} {
 		t.Run(name, func(t *testing.T) {
-			m, closeFn := loadModel(t, filepath.Join(shared, "models", name+".gguf"))
+			m, closeFn := loadModel(t, modelPath(t, name))
 			defer closeFn()
 			for _, threads := range []int{1, 2} {
 				pool := tensor.NewPool(threads)

@@ -46,6 +46,9 @@ type Model struct {
 	Layers     []Layer
 	// WeightBytes is the total size of the weights as stored.
 	WeightBytes int64
+	// WidenedBytes is the memory of the copies of weights widened to a
+	// type with faster kernels (tensor.Widen), on top of the file's.
+	WidenedBytes int64
 }
 
 // Load builds a Model from a parsed GGUF file. The file must stay open while
@@ -97,6 +100,7 @@ func Load(f *gguf.File) (*Model, error) {
 	for _, t := range f.Tensors {
 		m.WeightBytes += int64(len(t.Data))
 	}
+	m.WidenedBytes = l.widened
 	if f.Private() {
 		if err := f.Rewrite(m.pack); err != nil {
 			return nil, fmt.Errorf("model: pack weights: %w", err)
@@ -132,6 +136,17 @@ func (m *Model) pack() {
 	}
 }
 
+// DecodeBytes is the weight memory one decode step reads: every matrix
+// once, as the kernels hold it (widened where it was, tensor.Widen), but
+// only one row of an untied token embedding.
+func (m *Model) DecodeBytes() int64 {
+	n := int64(len(m.Output.Data))
+	for _, w := range m.layerMatrices() {
+		n += int64(len(w.Data))
+	}
+	return n
+}
+
 // layerMatrices lists the layers' weight matrices.
 func (m *Model) layerMatrices() []*tensor.Matrix {
 	var ws []*tensor.Matrix
@@ -144,8 +159,9 @@ func (m *Model) layerMatrices() []*tensor.Matrix {
 
 // loader fetches and checks tensors, keeping the first error.
 type loader struct {
-	f   *gguf.File
-	err error
+	f       *gguf.File
+	err     error
+	widened int64 // bytes of widened copies (tensor.Widen)
 }
 
 func (l *loader) tensor(name string, dims ...int) *gguf.Tensor {
@@ -176,12 +192,19 @@ func (l *loader) matrix(name string, rows, cols int) tensor.Matrix {
 		return tensor.Matrix{}
 	}
 	if !t.Type.Supported() {
-		l.err = fmt.Errorf("model: tensor %s has type %s, which is not supported (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K)", name, t.Type)
+		l.err = fmt.Errorf("model: tensor %s has type %s, which is not supported (supported: F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K, Q6_K)", name, t.Type)
 		return tensor.Matrix{}
 	}
 	m, err := tensor.NewMatrix(t.Type, rows, cols, t.Data)
 	if err != nil {
 		l.err = fmt.Errorf("model: tensor %s: %w", name, err)
+		return m
+	}
+	if w := tensor.Widen(m); w.Type != m.Type {
+		// A type without kernels of its own: widened into memory of its
+		// own, which, writable whatever the placement, is packed too.
+		l.widened += int64(len(w.Data))
+		return tensor.Pack(w)
 	}
 	return m
 }

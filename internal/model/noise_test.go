@@ -3,16 +3,13 @@ package model_test
 import (
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"math"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/kvserve/kvserve/internal/model"
 	"github.com/kvserve/kvserve/internal/tensor"
-	"github.com/kvserve/kvserve/internal/testshared"
 )
 
 // TestNoiseFloor measures how much a model's top-5 probabilities move when
@@ -26,19 +23,11 @@ func TestNoiseFloor(t *testing.T) {
 	if os.Getenv("KVSERVE_NOISE") == "" {
 		t.Skip("diagnostic; set KVSERVE_NOISE=1 to run")
 	}
-	shared := testshared.Dir(t)
 	pool := tensor.NewPool(2)
 	defer pool.Close()
 	for _, name := range goldenModels {
-		raw, err := os.ReadFile(filepath.Join(shared, "testdata", "reference", name+".json"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var ref refFile
-		if err := json.Unmarshal(raw, &ref); err != nil {
-			t.Fatal(err)
-		}
-		m, closeFn := loadModel(t, filepath.Join(shared, "models", ref.Model))
+		ref, path := goldenFiles(t, name)
+		m, closeFn := loadModel(t, path)
 		base, err := model.NewRunner(m, pool, 128, tensor.F16)
 		if err != nil {
 			t.Fatal(err)

@@ -3,14 +3,12 @@ package model_test
 import (
 	"context"
 	"math/rand/v2"
-	"path/filepath"
 	"slices"
 	"testing"
 
 	"github.com/kvserve/kvserve/internal/gguf"
 	"github.com/kvserve/kvserve/internal/model"
 	"github.com/kvserve/kvserve/internal/tensor"
-	"github.com/kvserve/kvserve/internal/testshared"
 )
 
 // TestPackedWeights: a model opened into private memory (the huge-pages
@@ -21,10 +19,9 @@ import (
 // matrix serves both; tiny-q4_0, tiny-f16 and tiny-bf16: Q4_0, F16 and BF16
 // have packed layouts on AVX2).
 func TestPackedWeights(t *testing.T) {
-	shared := testshared.Dir(t)
 	for _, name := range []string{"tiny-q8_0", "tiny-qwen2-q8_0", "tiny-q4_0", "tiny-f16", "tiny-bf16"} {
 		t.Run(name, func(t *testing.T) {
-			path := filepath.Join(shared, "models", name+".gguf")
+			path := modelPath(t, name)
 			mapped, err := model.Open(path, gguf.Mapped, nil)
 			if err != nil {
 				t.Fatal(err)
@@ -111,4 +108,45 @@ func decodeLogits(t *testing.T, m *model.Model) [][]float32 {
 		}
 	}
 	return out
+}
+
+// TestWidenedWeights: a file's Q5_0 matrices are widened to Q8_0 at load
+// (tensor.Widen), into memory of their own, so packed for the CPU's Q8_0
+// kernels whatever the placement; the mapped and the private placement
+// then give the same logits.
+func TestWidenedWeights(t *testing.T) {
+	path := modelPath(t, "tiny-q5_0")
+	mapped, err := model.Open(path, gguf.Mapped, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mapped.Close()
+	m := mapped.Model
+	var want int64
+	for _, ts := range mapped.GGUF.Tensors {
+		if ts.Type == tensor.Q5_0 {
+			want += int64(tensor.Q8_0.RowBytes(ts.Cols()) * ts.Rows())
+		}
+	}
+	if want == 0 || m.WidenedBytes != want {
+		t.Fatalf("widened %d bytes, want %d (> 0)", m.WidenedBytes, want)
+	}
+	for i, ly := range m.Layers {
+		for _, w := range []tensor.Matrix{ly.Q, ly.K, ly.V, ly.O, ly.Gate, ly.Up, ly.Down} {
+			if w.Type != tensor.Q8_0 || w.Packed() != tensor.Packable(tensor.Q8_0) {
+				t.Fatalf("layer %d: a Q5_0 matrix loaded as %v, packed %v", i, w.Type, w.Packed())
+			}
+		}
+	}
+	private, err := model.Open(path, gguf.HugePages, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer private.Close()
+	wantLogits, got := decodeLogits(t, m), decodeLogits(t, private.Model)
+	for i := range wantLogits {
+		if !slices.Equal(got[i], wantLogits[i]) {
+			t.Fatalf("sequence %d: logits differ between the placements", i)
+		}
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"math"
 	"reflect"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -576,19 +577,32 @@ func TestQuantizedMatchF32(t *testing.T) {
 	}
 }
 
-// TestUnsupportedMixIsAnError: llama-quantize's Q4_K_M gives SmolLM2's
-// 576-wide rows Q5_0, which internal/tensor cannot write; New must say so
-// before anything is written.
-func TestUnsupportedMixIsAnError(t *testing.T) {
-	for _, shape := range []string{"smollm2-135m", "qwen2.5-0.5b"} {
-		_, err := New(mustShape(t, shape, ""), FileQ4_KM)
-		if err == nil || !strings.Contains(err.Error(), "needs Q5_0") {
-			t.Errorf("%s q4_k: error %v", shape, err)
+// TestQ4KMFallbacks: llama-quantize's Q4_K_M gives rows that 256 does not
+// divide (SmolLM2's 576, Qwen2.5's 896) Q5_0 instead of Q4_K and Q8_0
+// instead of Q6_K; rows of multiples of 256 keep the k-quants.
+func TestQ4KMFallbacks(t *testing.T) {
+	for _, tc := range []struct {
+		shape    string
+		fallback bool
+	}{
+		{"smollm2-135m", true}, {"qwen2.5-0.5b", true}, {"llama-3.2-1b", false}, {"qwen3-0.6b", false},
+	} {
+		m, err := New(mustShape(t, tc.shape, ""), FileQ4_KM)
+		if err != nil {
+			t.Fatalf("%s q4_k: %v", tc.shape, err)
 		}
-	}
-	for _, shape := range []string{"llama-3.2-1b", "qwen3-0.6b"} {
-		if _, err := New(mustShape(t, shape, ""), FileQ4_KM); err != nil {
-			t.Errorf("%s q4_k: %v", shape, err)
+		for _, ts := range m.Tensors {
+			switch {
+			case len(ts.Dims) != 2:
+			case ts.Dims[0]%256 != 0 && !slices.Contains([]tensor.DType{tensor.Q5_0, tensor.Q8_0}, ts.Type):
+				t.Errorf("%s: %s, rows of %d, is %v", tc.shape, ts.Name, ts.Dims[0], ts.Type)
+			case ts.Dims[0]%256 == 0 && !slices.Contains([]tensor.DType{tensor.Q4_K, tensor.Q6_K}, ts.Type):
+				t.Errorf("%s: %s, rows of %d, is %v", tc.shape, ts.Name, ts.Dims[0], ts.Type)
+			}
+		}
+		q5 := slices.ContainsFunc(m.Tensors, func(ts TensorSpec) bool { return ts.Type == tensor.Q5_0 })
+		if q5 != tc.fallback {
+			t.Errorf("%s: Q5_0 tensors %v, want %v", tc.shape, q5, tc.fallback)
 		}
 	}
 }

@@ -269,7 +269,7 @@ func blockSums16(bs []int16, q []int8) {
 // type t.
 func vecDotType(t DType) DType {
 	switch t {
-	case Q8_0, Q4_0:
+	case Q8_0, Q4_0, Q5_0:
 		return Q8_0
 	case Q4_K, Q6_K:
 		return Q8_K
@@ -299,6 +299,7 @@ var portableKernels = kernelTable{
 	BF16: genericTile(dotHalfRow(BF16)),
 	Q8_0: genericTile(dotQ80Row),
 	Q4_0: genericTile(dotQ40Row),
+	Q5_0: genericTile(dotQ50Row),
 	Q4_K: genericTile(dotQ4KRow),
 	Q6_K: genericTile(dotQ6KRow),
 }
@@ -381,6 +382,26 @@ func dotQ40Row(row []byte, a *actBuf, tok int) float32 {
 			v := blk[2+j]
 			si += (int32(v&0xf) - 8) * int32(ys[j])
 			si += (int32(v>>4) - 8) * int32(ys[j+16])
+		}
+		sum += float32(si) * float32(f16At(blk, 0)*d[b])
+	}
+	return sum
+}
+
+// dotQ50Row is ggml_vec_dot_q5_0_q8_0: Q8_0's integer sums and float steps
+// on the values q-16 (so a Q5_0 row widened to Q8_0 gives the same bits).
+func dotQ50Row(row []byte, a *actBuf, tok int) float32 {
+	c := a.cols
+	nb := c / qk50
+	q := a.q[tok*c : (tok+1)*c]
+	d := a.d[tok*nb : (tok+1)*nb]
+	var sum float32
+	for b := 0; b < nb; b++ {
+		blk := row[b*q50Size : (b+1)*q50Size]
+		ys := q[b*qk50 : (b+1)*qk50]
+		var si int32
+		for j, y := range ys {
+			si += int32(q50Value(blk, j)) * int32(y)
 		}
 		sum += float32(si) * float32(f16At(blk, 0)*d[b])
 	}

@@ -13,7 +13,7 @@ import (
 	"time"
 )
 
-var allTypes = []DType{F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K}
+var allTypes = []DType{F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K, Q6_K}
 
 func randVec(rng *rand.Rand, n int, std float64) []float32 {
 	v := make([]float32, n)
@@ -54,7 +54,7 @@ func convertedActivations(typ DType, x []float32, cols, n int) []float64 {
 	a.convertTokens(vecDotType(typ), x, 0, n)
 	for i := range x {
 		switch typ {
-		case Q8_0, Q4_0:
+		case Q8_0, Q4_0, Q5_0:
 			out[i] = float64(a.q[i]) * float64(a.d[i/qk80])
 		case Q4_K, Q6_K:
 			out[i] = float64(a.q[i]) * float64(a.d[i/qkK])
@@ -85,7 +85,7 @@ func newMatMulRef(typ DType, wd, x []float32, rows, cols, n int) *matMulRef {
 		xs := x[tok*cols : (tok+1)*cols]
 		// Per-element bound on the activation conversion error.
 		switch typ {
-		case Q8_0, Q4_0, Q4_K, Q6_K:
+		case Q8_0, Q4_0, Q5_0, Q4_K, Q6_K:
 			bs := qk80
 			if typ == Q4_K || typ == Q6_K {
 				bs = qkK
@@ -898,4 +898,60 @@ func allParked(p *Pool) bool {
 		}
 	}
 	return true
+}
+
+// TestWiden: a Q5_0 matrix widened to Q8_0 holds the same values, and the
+// Q8_0 reference kernel on it gives the Q5_0 reference kernel's products bit
+// for bit (ggml's two dot products share their integer sums and float
+// steps), for any number of tokens; every level's Q8_0 kernels on it, and
+// this CPU's on it packed, agree with the reference as for any Q8_0 matrix.
+func TestWiden(t *testing.T) {
+	rng := rand.New(rand.NewPCG(21, 22))
+	p := NewPool(2)
+	defer p.Close()
+	for _, shape := range [][2]int{{1, 32}, {9, 576}, {24, 896}, {67, 256}} {
+		rows, cols := shape[0], shape[1]
+		m, wd := randMatrix(t, rng, Q5_0, rows, cols)
+		w := Widen(m)
+		if w.Type != Q8_0 || w.Rows != rows || w.Cols != cols || len(w.Data) != rows*Q8_0.RowBytes(cols) {
+			t.Fatalf("%dx%d: widened to %v %dx%d, %d bytes", rows, cols, w.Type, w.Rows, w.Cols, len(w.Data))
+		}
+		got := make([]float32, rows*cols)
+		if err := Dequantize(Q8_0, got, w.Data); err != nil {
+			t.Fatal(err)
+		}
+		for i := range got {
+			if got[i] != wd[i] {
+				t.Fatalf("%dx%d: widened value %d is %v, Q5_0's %v", rows, cols, i, got[i], wd[i])
+			}
+		}
+		for _, n := range []int{1, 2, 5, 17} {
+			x := randVec(rng, n*cols, 1)
+			want := make([]float32, n*rows)
+			p.matMul(want, m, x, n, portableKernel(Q5_0))
+			have := make([]float32, n*rows)
+			p.matMul(have, w, x, n, portableKernel(Q8_0))
+			for i := range want {
+				if math.Float32bits(want[i]) != math.Float32bits(have[i]) {
+					t.Fatalf("%dx%d n=%d: output %d is %v widened, %v as Q5_0", rows, cols, n, i, have[i], want[i])
+				}
+			}
+			ref := newMatMulRef(Q5_0, wd, x, rows, cols, n)
+			for _, level := range availableISAs() {
+				out := make([]float32, n*rows)
+				p.matMul(out, w, x, n, kernelAt(Q8_0, level))
+				ref.check(t, fmt.Sprintf("%v widened %dx%d n=%d", level, rows, cols, n), out, rows)
+			}
+			// Packed (as the model loader leaves it), for this CPU's kernels.
+			out := make([]float32, n*rows)
+			p.matMul(out, Pack(Widen(m)), x, n, kernelAt(Q8_0, cpuISA))
+			ref.check(t, fmt.Sprintf("packed widened %dx%d n=%d", rows, cols, n), out, rows)
+		}
+	}
+	for _, typ := range []DType{Q8_0, Q4_0, Q4_K, F16} {
+		m, _ := randMatrix(t, rng, typ, 8, 256)
+		if w := Widen(m); w.Type != typ || &w.Data[0] != &m.Data[0] {
+			t.Errorf("%v: widened to %v (or copied)", typ, w.Type)
+		}
+	}
 }

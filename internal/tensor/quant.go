@@ -11,6 +11,9 @@ import (
 //	Q8_0 (32 values, 34 bytes):  d f16 | qs [32]int8              x = d*q
 //	Q4_0 (32 values, 18 bytes):  d f16 | qs [16]uint8             x = d*(nibble-8);
 //	                             byte j holds value j (low nibble) and j+16 (high)
+//	Q5_0 (32 values, 22 bytes):  d f16 | qh uint32 | qs [16]uint8  x = d*(q-16);
+//	                             q's low four bits as Q4_0's nibbles, bit j of
+//	                             qh the fifth bit of value j
 //	Q4_K (256 values, 144 bytes): d f16 | dmin f16 | scales [12] | qs [128]
 //	                             8 sub-blocks of 32 with 6-bit scale sc and min m:
 //	                             x = d*sc*nibble - dmin*m; qs chunk c (32 bytes)
@@ -24,6 +27,8 @@ const (
 	q80Size = 34
 	qk40    = 32
 	q40Size = 18
+	qk50    = 32
+	q50Size = 22
 	qkK     = 256
 	q4KSize = 144
 	q6KSize = 210
@@ -95,6 +100,15 @@ func dequantize(t DType, dst []float32, src []byte) {
 				y[j+16] = float32(int(q>>4)-8) * d
 			}
 		}
+	case Q5_0:
+		for b := 0; b < len(dst)/qk50; b++ {
+			blk := src[b*q50Size : (b+1)*q50Size]
+			d := f16At(blk, 0)
+			y := dst[b*qk50 : (b+1)*qk50]
+			for j := range y {
+				y[j] = float32(q50Value(blk, j)) * d
+			}
+		}
 	case Q4_K:
 		for b := 0; b < len(dst)/qkK; b++ {
 			dequantQ4KBlock(dst[b*qkK:(b+1)*qkK], src[b*q4KSize:(b+1)*q4KSize])
@@ -104,6 +118,16 @@ func dequantize(t DType, dst []float32, src []byte) {
 			dequantQ6KBlock(dst[b*qkK:(b+1)*qkK], src[b*q6KSize:(b+1)*q6KSize])
 		}
 	}
+}
+
+// q50Value is value j (0-31) of a Q5_0 block as a signed integer, q-16.
+func q50Value(blk []byte, j int) int8 {
+	qh := binary.LittleEndian.Uint32(blk[2:])
+	q := blk[6+j%16]
+	if j >= 16 {
+		q >>= 4
+	}
+	return int8(q&0xf|byte(qh>>j&1)<<4) - 16
 }
 
 // scaleMinK4 unpacks the 6-bit scale and min of sub-block j of a Q4_K block.
@@ -157,8 +181,8 @@ func dequantQ6KBlock(y []float32, blk []byte) {
 	}
 }
 
-// Quantize converts src to type t (F32, F16, BF16, Q8_0, Q4_0, Q4_K or
-// Q6_K) the way llama-quantize does without an importance matrix: GGML's
+// Quantize converts src to type t (F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K
+// or Q6_K) the way llama-quantize does without an importance matrix: GGML's
 // reference quantizers, reproduced operation for operation so the bytes are
 // the same. len(src) must be a multiple of the type's block size.
 func Quantize(t DType, src []float32) ([]byte, error) {
@@ -189,6 +213,10 @@ func Quantize(t DType, src []float32) ([]byte, error) {
 	case Q4_0:
 		for b := 0; b < len(src)/qk40; b++ {
 			quantQ40RefBlock(dst[b*q40Size:(b+1)*q40Size], src[b*qk40:(b+1)*qk40])
+		}
+	case Q5_0:
+		for b := 0; b < len(src)/qk50; b++ {
+			quantQ50RefBlock(dst[b*q50Size:(b+1)*q50Size], src[b*qk50:(b+1)*qk50])
 		}
 	case Q4_K:
 		var s q4KScratch
@@ -254,6 +282,33 @@ func quantQ40RefBlock(dst []byte, x []float32) {
 		xi1 := min(15, uint8(int8(x1+8.5)))
 		dst[2+j] = xi0 | xi1<<4
 	}
+}
+
+// quantQ50RefBlock is quantize_row_q5_0_ref for one block: Q4_0's scale
+// (the value of largest magnitude maps to -16) with a fifth bit.
+func quantQ50RefBlock(dst []byte, x []float32) {
+	var amax, mx float32
+	for _, v := range x[:qk50] {
+		if amax < abs32(v) {
+			amax = abs32(v)
+			mx = v
+		}
+	}
+	d := mx / -16
+	var id float32
+	if d != 0 {
+		id = 1 / d
+	}
+	binary.LittleEndian.PutUint16(dst, F32ToF16(d))
+	var qh uint32
+	for j := 0; j < 16; j++ {
+		xi0 := min(31, uint8(int8(float32(x[j]*id)+16.5))) // no fused multiply-add, as in C
+		xi1 := min(31, uint8(int8(float32(x[16+j]*id)+16.5)))
+		dst[6+j] = xi0&0xf | xi1<<4
+		qh |= uint32(xi0>>4) << j
+		qh |= uint32(xi1>>4) << (j + 16)
+	}
+	binary.LittleEndian.PutUint32(dst[2:], qh)
 }
 
 // q4KScratch holds the per-block work arrays of the Q4_K quantizer.

@@ -24,6 +24,16 @@ func TestDequantizeHandBuilt(t *testing.T) {
 	for j := 0; j < 16; j++ {
 		q40[2+j] = byte(j) | byte(15-j)<<4
 	}
+	// Q5_0: d = 0.5; value j has q = (7j+3) mod 32 (every fifth bit pattern).
+	q50 := make([]byte, q50Size)
+	putF16(q50, 0.5)
+	val5 := func(j int) int { return (7*j + 3) % 32 }
+	var qh uint32
+	for j := 0; j < 16; j++ {
+		q50[6+j] = byte(val5(j)&0xf | (val5(j+16)&0xf)<<4)
+		qh |= uint32(val5(j)>>4)<<j | uint32(val5(j+16)>>4)<<(j+16)
+	}
+	binary.LittleEndian.PutUint32(q50[2:], qh)
 	// Q4_K: d = 1, dmin = 0.25; sub-block j has scale j+1 and min 2j (sub-blocks
 	// 4..7 exercise the packed high bits: scale 40+j, min 50+j).
 	q4k := make([]byte, q4KSize)
@@ -76,6 +86,7 @@ func TestDequantizeHandBuilt(t *testing.T) {
 			}
 			return float32(15-(i-16)-8) * 2
 		}, 32},
+		{"Q5_0", Q5_0, q50, func(i int) float32 { return float32(val5(i)-16) * 0.5 }, 32},
 		{"Q4_K", Q4_K, q4k, func(i int) float32 {
 			j := i / 32                // sub-block
 			byteIdx := 32*(j/2) + i%32 // byte in qs
@@ -187,6 +198,7 @@ func TestQuantizeRoundTrip(t *testing.T) {
 		{BF16, 3e-3, 4e-3},
 		{Q8_0, 0.01, 1.0/254 + 127.0/127*0.0005}, // half a step plus the f16 rounding of the scale
 		{Q4_0, 0.15, 1.0/8 + 1e-3},
+		{Q5_0, 0.075, 1.0/16 + 1e-3},
 		{Q6_K, 0.04, 0.05},
 		{Q4_K, 0.15, 0.2},
 	}

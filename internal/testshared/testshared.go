@@ -38,6 +38,28 @@ func Path(t testing.TB, elem ...string) string {
 	return filepath.Join(append([]string{Dir(t)}, elem...)...)
 }
 
+// Own returns elem joined to the repository's own test data directory,
+// testdata/ at its root: reference files this project made itself with
+// llama.cpp for what the shared data does not cover (testdata/README.md).
+func Own(t testing.TB, elem ...string) string {
+	t.Helper()
+	root, err := repoRoot()
+	if err != nil {
+		t.Fatalf("testshared: %v", err)
+	}
+	return filepath.Join(append([]string{root, "testdata"}, elem...)...)
+}
+
+// repoRoot is the repository's root directory: this file is
+// internal/testshared/testshared.go in it.
+func repoRoot() (string, error) {
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		return "", errors.New("cannot locate the repository (no caller information)")
+	}
+	return filepath.Join(filepath.Dir(file), "..", ".."), nil
+}
+
 // find returns the shared directory or why it was not found.
 func find() (string, error) {
 	if env := os.Getenv(EnvVar); env != "" {
@@ -51,13 +73,11 @@ func find() (string, error) {
 		}
 		return env, nil
 	}
-	// This file is internal/testshared/testshared.go in the repository;
-	// the shared data is ../shared from the repository's root.
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		return "", errors.New("cannot locate the repository (no caller information)")
+	// The shared data is ../shared from the repository's root.
+	root, err := repoRoot()
+	if err != nil {
+		return "", err
 	}
-	root := filepath.Join(filepath.Dir(file), "..", "..")
 	dir := filepath.Join(root, "..", "shared")
 	if err := isDir(dir); err != nil {
 		return "", fmt.Errorf("looked beside the repository %s: %w", root, err)
