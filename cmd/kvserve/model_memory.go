@@ -35,9 +35,17 @@ func modelPlacementWhy(path, setting string) (gguf.Placement, string, error) {
 		if err != nil {
 			return 0, "", fmt.Errorf("open %s: %w", path, err)
 		}
+		f, err := gguf.Open(path)
+		if err != nil {
+			return 0, "", err
+		}
+		// Widened copies take memory in either placement, on top of a
+		// private copy's.
+		size := st.Size() + widenedBytes(f)
+		f.Close()
 		avail, huge := memAvailable(), gguf.HugePagesAvailable()
-		p := autoPlacement(st.Size(), avail, huge)
-		return p, autoPlacementWhy(st.Size(), avail, huge), nil
+		p := autoPlacement(size, avail, huge)
+		return p, autoPlacementWhy(size, avail, huge), nil
 	}
 	p, err := gguf.ParsePlacement(setting)
 	if err != nil {
@@ -118,9 +126,9 @@ func autoPlacementWhy(size, avail int64, huge bool) string {
 	case avail <= 0:
 		return "auto: available memory unknown"
 	case size > avail/2:
-		return fmt.Sprintf("auto: the file (%s) takes more than half of the available memory (%s)", humanBytes(uint64(size)), humanBytes(uint64(avail)))
+		return fmt.Sprintf("auto: the weights (%s) take more than half of the available memory (%s)", humanBytes(uint64(size)), humanBytes(uint64(avail)))
 	}
-	return fmt.Sprintf("auto: the file (%s) takes at most half of the available memory (%s)", humanBytes(uint64(size)), humanBytes(uint64(avail)))
+	return fmt.Sprintf("auto: the weights (%s) take at most half of the available memory (%s)", humanBytes(uint64(size)), humanBytes(uint64(avail)))
 }
 
 // placementLine describes where a model's weights are and which kernels
@@ -162,12 +170,7 @@ func widenedClause(f *gguf.File) string {
 		if !ok {
 			continue
 		}
-		var n int64
-		for _, ts := range f.Tensors {
-			if len(ts.Dims) == 2 && ts.Type == t {
-				n += int64(wt.RowBytes(ts.Cols())) * int64(ts.Rows())
-			}
-		}
+		n := widenedBytesOf(f, t)
 		how := "widened to " + wt.String()
 		if tensor.Packable(wt) {
 			how += " and packed"
@@ -178,6 +181,31 @@ func widenedClause(f *gguf.File) string {
 		return ""
 	}
 	return "; " + strings.Join(parts, ", ")
+}
+
+// widenedBytes is the memory the widened copies of f's matrices take.
+func widenedBytes(f *gguf.File) int64 {
+	var n int64
+	for _, t := range matrixTypes(f) {
+		n += widenedBytesOf(f, t)
+	}
+	return n
+}
+
+// widenedBytesOf is the memory the widened copies of f's matrices of type
+// t take (0 if t is not widened).
+func widenedBytesOf(f *gguf.File, t tensor.DType) int64 {
+	wt, ok := tensor.WidenedType(t)
+	if !ok {
+		return 0
+	}
+	var n int64
+	for _, ts := range f.Tensors {
+		if len(ts.Dims) == 2 && ts.Type == t {
+			n += int64(wt.RowBytes(ts.Cols())) * int64(ts.Rows())
+		}
+	}
+	return n
 }
 
 // autoPlacement is --model-memory auto's choice for a file of size bytes

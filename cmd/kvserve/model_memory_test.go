@@ -89,3 +89,29 @@ func TestModelPlacementSetting(t *testing.T) {
 		}
 	}
 }
+
+// TestWidenedClause: the load line names the Q5_0 matrices widened to
+// Q8_0 and their memory (tiny-q5_0: 4,096 rows 256 wide, 272 bytes each as
+// Q8_0, and the two ffn_down's 512 rows 512 wide, 544 bytes), and nothing
+// for a file without.
+func TestWidenedClause(t *testing.T) {
+	f, err := gguf.Open(testshared.Own(t, "models", "tiny-q5_0.gguf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if want := int64(4096*272 + 512*544); widenedBytes(f) != want {
+		t.Errorf("widened bytes %d, want %d", widenedBytes(f), want)
+	}
+	if c := widenedClause(f); !strings.Contains(c, "Q5_0 widened to Q8_0") || !strings.Contains(c, "1.3 MiB") {
+		t.Errorf("clause %q", c)
+	}
+	g, err := gguf.Open(testshared.Path(t, "models", "tiny-q8_0.gguf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	if c, n := widenedClause(g), widenedBytes(g); c != "" || n != 0 {
+		t.Errorf("tiny-q8_0: clause %q, %d bytes", c, n)
+	}
+}
