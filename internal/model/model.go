@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/kvserve/kvserve/internal/gguf"
@@ -100,7 +101,7 @@ func Load(f *gguf.File) (*Model, error) {
 	for _, t := range f.Tensors {
 		m.WeightBytes += int64(len(t.Data))
 	}
-	m.WidenedBytes = l.widened
+	m.widen()
 	if f.Private() {
 		if err := f.Rewrite(m.pack); err != nil {
 			return nil, fmt.Errorf("model: pack weights: %w", err)
@@ -109,11 +110,31 @@ func Load(f *gguf.File) (*Model, error) {
 	return m, nil
 }
 
+// widen converts the weight matrices of a type without kernels of its own
+// to the type whose kernels compute its products (tensor.Widen), into
+// memory of their own, which, writable whatever the placement, is packed
+// for the kernels too; it adds the copies' size to WidenedBytes.
+func (m *Model) widen() {
+	var n atomic.Int64
+	m.eachMatrix(func(w *tensor.Matrix) {
+		if wide := tensor.Widen(*w); wide.Type != w.Type {
+			n.Add(int64(len(wide.Data)))
+			*w = tensor.Pack(wide)
+		}
+	})
+	m.WidenedBytes = n.Load()
+}
+
 // pack rewrites the weight matrices in the layout the CPU's kernels read
-// fastest (tensor.Pack), for weights in private memory, spread over the
-// CPUs (~0.4 s for a 1.3 GB Q8_0 model on one). Each tensor is packed once:
-// tied embeddings share the packed matrix.
+// fastest (tensor.Pack), for weights in private memory (~0.4 s for a 1.3 GB
+// Q8_0 model on one CPU).
 func (m *Model) pack() {
+	m.eachMatrix(func(w *tensor.Matrix) { *w = tensor.Pack(*w) })
+}
+
+// eachMatrix runs fn on every weight matrix, spread over the CPUs. Each
+// is visited once: tied embeddings share the result.
+func (m *Model) eachMatrix(fn func(*tensor.Matrix)) {
 	ws := []*tensor.Matrix{&m.TokenEmbed}
 	if !m.Config.TiedEmbed {
 		ws = append(ws, &m.Output)
@@ -126,7 +147,7 @@ func (m *Model) pack() {
 		slots <- struct{}{}
 		go func() {
 			defer wg.Done()
-			*w = tensor.Pack(*w)
+			fn(w)
 			<-slots
 		}()
 	}
@@ -159,9 +180,8 @@ func (m *Model) layerMatrices() []*tensor.Matrix {
 
 // loader fetches and checks tensors, keeping the first error.
 type loader struct {
-	f       *gguf.File
-	err     error
-	widened int64 // bytes of widened copies (tensor.Widen)
+	f   *gguf.File
+	err error
 }
 
 func (l *loader) tensor(name string, dims ...int) *gguf.Tensor {
@@ -198,13 +218,6 @@ func (l *loader) matrix(name string, rows, cols int) tensor.Matrix {
 	m, err := tensor.NewMatrix(t.Type, rows, cols, t.Data)
 	if err != nil {
 		l.err = fmt.Errorf("model: tensor %s: %w", name, err)
-		return m
-	}
-	if w := tensor.Widen(m); w.Type != m.Type {
-		// A type without kernels of its own: widened into memory of its
-		// own, which, writable whatever the placement, is packed too.
-		l.widened += int64(len(w.Data))
-		return tensor.Pack(w)
 	}
 	return m
 }
