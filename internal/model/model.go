@@ -2,8 +2,9 @@
 // families) loaded from GGUF files.
 //
 // A Model is the immutable part: its configuration and weights, which are
-// views of the memory-mapped file (nothing is copied, so resident memory
-// grows only with the weight pages a forward pass touches). A Runner holds
+// views of the memory-mapped file (or of its private copy), except the
+// matrices of a type widened to one with faster kernels (tensor.Widen),
+// which are copies of their own. A Runner holds
 // the mutable part of computing: the thread pool and scratch buffers, sized
 // once for the largest batch. One Runner runs one forward pass at a time; the
 // scheduler batches many sequences into each pass.
@@ -110,8 +111,8 @@ func Load(f *gguf.File) (*Model, error) {
 	return m, nil
 }
 
-// widen converts the weight matrices of a type without kernels of its own
-// to the type whose kernels compute its products (tensor.Widen), into
+// widen converts the weight matrices of a type without fast kernels of its
+// own to the type whose kernels compute its products (tensor.Widen), into
 // memory of their own, which, writable whatever the placement, is packed
 // for the kernels too; it adds the copies' size to WidenedBytes.
 func (m *Model) widen() {
