@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"math"
 	"os"
-	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/kvserve/kvserve/internal/gguf"
@@ -103,14 +103,13 @@ func fileExists(p string) bool {
 }
 
 // goldenFiles reads the reference outputs of golden model name and returns
-// them with the model file's path: from the shared data, or from the
-// repository's own testdata/ for the files it made itself.
+// them with the model file's path (modelPath): from the shared data, or
+// from the repository's own testdata/ for the files it made itself.
 func goldenFiles(t testing.TB, name string) (refFile, string) {
 	t.Helper()
-	refPath, modelDir := testshared.Own(t, "reference", name+".json"), testshared.Own(t, "models")
+	refPath := testshared.Own(t, "reference", name+".json")
 	if !fileExists(refPath) {
 		refPath = testshared.Path(t, "testdata", "reference", name+".json")
-		modelDir = testshared.Path(t, "models")
 	}
 	raw, err := os.ReadFile(refPath)
 	if err != nil {
@@ -120,7 +119,7 @@ func goldenFiles(t testing.TB, name string) (refFile, string) {
 	if err := json.Unmarshal(raw, &ref); err != nil {
 		t.Fatalf("%s: %v", refPath, err)
 	}
-	return ref, filepath.Join(modelDir, ref.Model)
+	return ref, modelPath(t, strings.TrimSuffix(ref.Model, ".gguf"))
 }
 
 func loadModel(t testing.TB, path string) (*model.Model, func()) {
