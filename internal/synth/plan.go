@@ -11,7 +11,7 @@ import (
 )
 
 // FileType is the type of a synthetic file, as llama.cpp's general.file_type
-// names it: one base type for the 2-D weights, or a mix (Q4_K_M).
+// names it: one base type for the 2-D weights, or a mix (Q4_K_M, Q5_K_M).
 type FileType int
 
 // The file types `model synth --type` offers; the values are llama.cpp's
@@ -21,10 +21,11 @@ const (
 	FileF16   FileType = 1
 	FileQ8_0  FileType = 7
 	FileQ4_KM FileType = 15
+	FileQ5_KM FileType = 17
 )
 
-// ParseFileType maps "f32", "f16", "q8_0" and "q4_k" (or "q4_k_m") to a
-// FileType.
+// ParseFileType maps "f32", "f16", "q8_0", "q4_k" (or "q4_k_m") and "q5_k"
+// (or "q5_k_m") to a FileType.
 func ParseFileType(s string) (FileType, error) {
 	switch strings.ToLower(s) {
 	case "f32":
@@ -35,8 +36,10 @@ func ParseFileType(s string) (FileType, error) {
 		return FileQ8_0, nil
 	case "q4_k", "q4_k_m":
 		return FileQ4_KM, nil
+	case "q5_k", "q5_k_m":
+		return FileQ5_KM, nil
 	}
-	return 0, fmt.Errorf("synth: unknown type %q (have f32, f16, q8_0, q4_k)", s)
+	return 0, fmt.Errorf("synth: unknown type %q (have f32, f16, q8_0, q4_k, q5_k)", s)
 }
 
 // String returns the type's name as llama-quantize spells it.
@@ -50,6 +53,8 @@ func (f FileType) String() string {
 		return "Q8_0"
 	case FileQ4_KM:
 		return "Q4_K_M"
+	case FileQ5_KM:
+		return "Q5_K_M"
 	}
 	return fmt.Sprintf("filetype(%d)", int(f))
 }
@@ -171,7 +176,7 @@ func Plan(s *Shape, ft FileType) ([]TensorSpec, error) {
 	if !s.Tied {
 		add("output.weight", InitNormal, outStd, e, v)
 	}
-	if ft == FileQ8_0 || ft == FileQ4_KM {
+	if ft == FileQ8_0 || ft == FileQ4_KM || ft == FileQ5_KM {
 		sort.SliceStable(ts, func(a, b int) bool {
 			la, lb := ts[a].layer(), ts[b].layer()
 			if la != lb {
@@ -212,7 +217,9 @@ func logitStd(n int) float64 {
 
 // tensorType returns the storage type of one tensor in a file of type ft:
 // 1-D tensors (norms, biases, rope factors) stay F32 in every file; 2-D
-// weights take the file's type, or for Q4_K_M llama-quantize's choice.
+// weights take the file's type, or for Q4_K_M and Q5_K_M llama-quantize's
+// choice. A mix whose fallback kvserve cannot compute (Q5_K_M's Q5_1 for
+// rows 256 does not divide) is refused.
 func tensorType(s *Shape, ft FileType, t *TensorSpec) (tensor.DType, error) {
 	if len(t.Dims) < 2 {
 		return tensor.F32, nil
@@ -226,11 +233,17 @@ func tensorType(s *Shape, ft FileType, t *TensorSpec) (tensor.DType, error) {
 	case FileQ8_0:
 		typ = tensor.Q8_0
 	case FileQ4_KM:
-		typ = q4KMType(s, t)
+		typ = kMixType(s, t, tensor.Q4_K)
+	case FileQ5_KM:
+		typ = kMixType(s, t, tensor.Q5_K)
 	default:
 		return 0, fmt.Errorf("synth: unsupported file type %v", ft)
 	}
-	return fallback(typ, t.Dims[0]), nil
+	typ = fallback(typ, t.Dims[0])
+	if !typ.Supported() {
+		return 0, fmt.Errorf("synth: %v of this shape stores %s (rows of %d) as %v, which kvserve does not compute", ft, t.Name, t.Dims[0], typ)
+	}
+	return typ, nil
 }
 
 // useMoreBits is llama-quantize's choice of layers that get more bits in the
@@ -239,13 +252,13 @@ func useMoreBits(layer, n int) bool {
 	return layer < n/8 || layer >= 7*n/8 || (layer-n/8)%3 == 2
 }
 
-// q4KMType is the type llama-quantize (llama_tensor_get_type) gives a 2-D
-// tensor of a non-MoE llama/qwen model for Q4_K_M without an importance
-// matrix: Q6_K for the classifier (output.weight, or token_embd.weight when
-// the embeddings are tied) when its rows are a multiple of 256, else Q8_0;
-// Q6_K for attn_v and ffn_down of the layers useMoreBits picks; Q4_K
-// otherwise.
-func q4KMType(s *Shape, t *TensorSpec) tensor.DType {
+// kMixType is the type llama-quantize (llama_tensor_get_type) gives a 2-D
+// tensor of a non-MoE llama/qwen model for Q4_K_M (base Q4_K) or Q5_K_M
+// (base Q5_K) without an importance matrix: Q6_K for the classifier
+// (output.weight, or token_embd.weight when the embeddings are tied) when
+// its rows are a multiple of 256, else Q8_0; Q6_K for attn_v and ffn_down of
+// the layers useMoreBits picks; the base type otherwise.
+func kMixType(s *Shape, t *TensorSpec, base tensor.DType) tensor.DType {
 	switch {
 	case t.Name == "output.weight" || (s.Tied && t.Name == "token_embd.weight"):
 		if t.Dims[0]%256 != 0 {
@@ -257,12 +270,12 @@ func q4KMType(s *Shape, t *TensorSpec) tensor.DType {
 			return tensor.Q6_K
 		}
 	}
-	return tensor.Q4_K
+	return base
 }
 
 // fallback is llama-quantize's replacement for a type whose block does not
-// divide the row length: Q4_K→Q5_0, Q6_K→Q8_0, and F16 if even that does not
-// fit. (SmolLM2's 576-wide and Qwen2.5's 896-wide rows take this path.)
+// divide the row length: Q4_K→Q5_0, Q5_K→Q5_1, Q6_K→Q8_0, and F16 if even
+// that does not fit. (SmolLM2's 576-wide and Qwen2.5's 896-wide rows take this path.)
 func fallback(t tensor.DType, rowLen uint64) tensor.DType {
 	if rowLen%uint64(t.BlockSize()) == 0 {
 		return t
@@ -270,6 +283,8 @@ func fallback(t tensor.DType, rowLen uint64) tensor.DType {
 	switch t {
 	case tensor.Q4_K:
 		t = tensor.Q5_0
+	case tensor.Q5_K:
+		t = tensor.Q5_1
 	case tensor.Q6_K:
 		t = tensor.Q8_0
 	}

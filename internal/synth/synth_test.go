@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"reflect"
 	"runtime"
 	"slices"
@@ -21,9 +22,15 @@ import (
 
 var big = flag.Bool("big", false, "also write the large shapes (slow)")
 
+// openShared opens a tiny model from the shared data, or from the
+// repository's own testdata/ for the ones it made itself.
 func openShared(t *testing.T, name string) *gguf.File {
 	t.Helper()
-	f, err := gguf.Open(testshared.Path(t, "models", name))
+	path := testshared.Path(t, "models", name)
+	if own := testshared.Own(t, "models", name); fileExists(own) {
+		path = own
+	}
+	f, err := gguf.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,6 +119,7 @@ func TestTinyPlansMatchShared(t *testing.T) {
 		{"tiny", "", "tiny-f16.gguf", FileF16},
 		{"tiny", "llama", "tiny-q8_0.gguf", FileQ8_0},
 		{"tiny", "", "tiny-q4_k_m.gguf", FileQ4_KM},
+		{"tiny", "", "tiny-q5_k_m.gguf", FileQ5_KM}, // the repository's own testdata/
 		{"tiny", "qwen2", "tiny-qwen2-f32.gguf", FileF32},
 		{"tiny-qwen2", "", "tiny-qwen2-q8_0.gguf", FileQ8_0},
 	}
@@ -445,7 +453,7 @@ func TestLookupShape(t *testing.T) {
 }
 
 func TestParseFileType(t *testing.T) {
-	for in, want := range map[string]FileType{"f32": FileF32, "F16": FileF16, "q8_0": FileQ8_0, "q4_k": FileQ4_KM, "Q4_K_M": FileQ4_KM} {
+	for in, want := range map[string]FileType{"f32": FileF32, "F16": FileF16, "q8_0": FileQ8_0, "q4_k": FileQ4_KM, "Q4_K_M": FileQ4_KM, "q5_k": FileQ5_KM, "Q5_K_M": FileQ5_KM} {
 		if got, err := ParseFileType(in); err != nil || got != want {
 			t.Errorf("ParseFileType(%q) = %v, %v", in, got, err)
 		}
@@ -607,6 +615,38 @@ func TestQ4KMFallbacks(t *testing.T) {
 	}
 }
 
+// TestQ5KM: Q5_K_M is Q4_K_M's mix on Q5_K where 256 divides every row
+// (Llama 3.2, Qwen3); where it does not, llama-quantize falls back to Q5_1,
+// which kvserve does not compute, and synth says so instead of writing a
+// file kvserve would refuse.
+func TestQ5KM(t *testing.T) {
+	for _, shape := range []string{"llama-3.2-1b", "qwen3-0.6b"} {
+		m, err := New(mustShape(t, shape, ""), FileQ5_KM)
+		if err != nil {
+			t.Fatalf("%s q5_k: %v", shape, err)
+		}
+		q4, err := New(mustShape(t, shape, ""), FileQ4_KM)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, ts := range m.Tensors {
+			want := q4.Tensors[i].Type
+			if want == tensor.Q4_K {
+				want = tensor.Q5_K
+			}
+			if ts.Name != q4.Tensors[i].Name || ts.Type != want {
+				t.Errorf("%s: %s is %v, want %v", shape, ts.Name, ts.Type, want)
+			}
+		}
+	}
+	for _, shape := range []string{"smollm2-135m", "qwen2.5-0.5b"} {
+		_, err := New(mustShape(t, shape, ""), FileQ5_KM)
+		if err == nil || !strings.Contains(err.Error(), "Q5_1") {
+			t.Errorf("%s q5_k: error %v, want one naming Q5_1", shape, err)
+		}
+	}
+}
+
 // TestCancel: a cancelled context stops the writing with its error.
 func TestCancel(t *testing.T) {
 	m, err := New(mustShape(t, "tiny", ""), FileF32)
@@ -662,4 +702,9 @@ func TestInitScales(t *testing.T) {
 			t.Errorf("%s %s: σ %g, want %g", c.shape, c.name, got, c.want)
 		}
 	}
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }

@@ -12,7 +12,7 @@ import (
 //
 // MatMul follows ggml's CPU arithmetic so that results track llama.cpp: the
 // activations are first converted to the weight type's "vec_dot type"
-// (Q8_0 for Q8_0/Q4_0 weights, Q8_K for Q4_K/Q6_K, F16 for F16, BF16 for
+// (Q8_0 for Q8_0/Q4_0/Q5_0 weights, Q8_K for Q4_K/Q5_K/Q6_K, F16 for F16, BF16 for
 // BF16, none for F32), then each output is a dot product computed with
 // integer block sums scaled by the blocks' scales. The summation order of the
 // fast kernels differs from ggml's only in how float partial sums are added
@@ -271,7 +271,7 @@ func vecDotType(t DType) DType {
 	switch t {
 	case Q8_0, Q4_0, Q5_0:
 		return Q8_0
-	case Q4_K, Q6_K:
+	case Q4_K, Q5_K, Q6_K:
 		return Q8_K
 	}
 	return t
@@ -301,6 +301,7 @@ var portableKernels = kernelTable{
 	Q4_0: genericTile(dotQ40Row),
 	Q5_0: genericTile(dotQ50Row),
 	Q4_K: genericTile(dotQ4KRow),
+	Q5_K: genericTile(dotQ5KRow),
 	Q6_K: genericTile(dotQ6KRow),
 }
 
@@ -434,6 +435,35 @@ func dotQ4KRow(row []byte, a *actBuf, tok int) float32 {
 			var si int32
 			for l, y := range yj {
 				si += int32(chunk[l]>>shift&0xf) * int32(y)
+			}
+			sumi += int32(sc) * si
+		}
+		sum += float32(d*float32(sumi)) - float32(dmin*float32(summ))
+	}
+	return sum
+}
+
+// dotQ5KRow is ggml_vec_dot_q5_K_q8_K: Q4_K's sums and float steps on the
+// 5-bit values.
+func dotQ5KRow(row []byte, a *actBuf, tok int) float32 {
+	c := a.cols
+	nb := c / qkK
+	q := a.q[tok*c : (tok+1)*c]
+	dy := a.d[tok*nb : (tok+1)*nb]
+	bs := a.bs[tok*c/16 : (tok+1)*c/16]
+	var sum float32
+	for b := 0; b < nb; b++ {
+		blk := row[b*q5KSize : (b+1)*q5KSize]
+		d := f16At(blk, 0) * dy[b]
+		dmin := f16At(blk, 2) * dy[b]
+		ys := q[b*qkK : (b+1)*qkK]
+		var sumi, summ int32
+		for j := 0; j < 8; j++ {
+			sc, m := scaleMinK4(j, blk[4:16])
+			summ += int32(m) * (int32(bs[16*b+2*j]) + int32(bs[16*b+2*j+1]))
+			var si int32
+			for l, y := range ys[32*j : 32*j+32] {
+				si += int32(q5KValue(blk, 32*j+l)) * int32(y)
 			}
 			sumi += int32(sc) * si
 		}

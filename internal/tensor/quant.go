@@ -18,6 +18,9 @@ import (
 //	                             8 sub-blocks of 32 with 6-bit scale sc and min m:
 //	                             x = d*sc*nibble - dmin*m; qs chunk c (32 bytes)
 //	                             holds values 64c+l (low nibble) and 64c+32+l (high)
+//	Q5_K (256 values, 176 bytes): d f16 | dmin f16 | scales [12] | qh [32] | qs [128]
+//	                             Q4_K with a fifth bit: bit j of qh[l] is that of
+//	                             value 32j+l, so q runs 0..31
 //	Q6_K (256 values, 210 bytes): ql [128] | qh [64] | scales [16]int8 | d f16
 //	                             16 sub-blocks of 16: x = d*sc*(q-32), q 6 bits
 //	Q8_K (256 values, activations only): d f32 | qs [256]int8 | bsums [16]int16
@@ -31,6 +34,7 @@ const (
 	q50Size = 22
 	qkK     = 256
 	q4KSize = 144
+	q5KSize = 176
 	q6KSize = 210
 )
 
@@ -113,6 +117,10 @@ func dequantize(t DType, dst []float32, src []byte) {
 		for b := 0; b < len(dst)/qkK; b++ {
 			dequantQ4KBlock(dst[b*qkK:(b+1)*qkK], src[b*q4KSize:(b+1)*q4KSize])
 		}
+	case Q5_K:
+		for b := 0; b < len(dst)/qkK; b++ {
+			dequantQ5KBlock(dst[b*qkK:(b+1)*qkK], src[b*q5KSize:(b+1)*q5KSize])
+		}
 	case Q6_K:
 		for b := 0; b < len(dst)/qkK; b++ {
 			dequantQ6KBlock(dst[b*qkK:(b+1)*qkK], src[b*q6KSize:(b+1)*q6KSize])
@@ -157,6 +165,26 @@ func dequantQ4KBlock(y []float32, blk []byte) {
 	}
 }
 
+// q5KValue is value i (0-255) of a Q5_K block's 5-bit values.
+func q5KValue(blk []byte, i int) uint8 {
+	j, l := i/32, i%32
+	q := blk[48+32*(j/2)+l] >> (4 * (j & 1)) & 0xf
+	return q | (blk[16+l]>>j&1)<<4
+}
+
+func dequantQ5KBlock(y []float32, blk []byte) {
+	d := f16At(blk, 0)
+	dmin := f16At(blk, 2)
+	scales := blk[4:16]
+	for j := 0; j < 8; j++ {
+		sc, m := scaleMinK4(j, scales)
+		dj, mj := d*float32(sc), dmin*float32(m)
+		for l := 0; l < 32; l++ {
+			y[32*j+l] = float32(dj*float32(q5KValue(blk, 32*j+l))) - mj
+		}
+	}
+}
+
 func dequantQ6KBlock(y []float32, blk []byte) {
 	ql := blk[0:128]
 	qh := blk[128:192]
@@ -181,8 +209,8 @@ func dequantQ6KBlock(y []float32, blk []byte) {
 	}
 }
 
-// Quantize converts src to type t (F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K
-// or Q6_K) the way llama-quantize does without an importance matrix: GGML's
+// Quantize converts src to type t (F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K,
+// Q5_K or Q6_K) the way llama-quantize does without an importance matrix: GGML's
 // reference quantizers, reproduced operation for operation so the bytes are
 // the same. len(src) must be a multiple of the type's block size.
 func Quantize(t DType, src []float32) ([]byte, error) {
@@ -222,6 +250,11 @@ func Quantize(t DType, src []float32) ([]byte, error) {
 		var s q4KScratch
 		for b := 0; b < len(src)/qkK; b++ {
 			quantQ4KBlock(dst[b*q4KSize:(b+1)*q4KSize], src[b*qkK:(b+1)*qkK], &s)
+		}
+	case Q5_K:
+		var s q4KScratch
+		for b := 0; b < len(src)/qkK; b++ {
+			quantQ5KBlock(dst[b*q5KSize:(b+1)*q5KSize], src[b*qkK:(b+1)*qkK], &s)
 		}
 	case Q6_K:
 		for b := 0; b < len(src)/qkK; b++ {
@@ -311,7 +344,7 @@ func quantQ50RefBlock(dst []byte, x []float32) {
 	binary.LittleEndian.PutUint32(dst[2:], qh)
 }
 
-// q4KScratch holds the per-block work arrays of the Q4_K quantizer.
+// q4KScratch holds the per-block work arrays of the Q4_K and Q5_K quantizers.
 type q4KScratch struct {
 	l       [qkK]uint8
 	laux    [32]uint8
@@ -402,6 +435,36 @@ func makeQKX2Quants(nmax int, x, weights []float32, L, laux []uint8, rmin, rdelt
 
 // quantQ4KBlock is quantize_row_q4_K_ref for one block of 256 values.
 func quantQ4KBlock(dst []byte, x []float32, s *q4KScratch) {
+	quantKMinBlock(dst, x, s, 15, -1, 20)
+	qs := dst[16:144]
+	for c := 0; c < 4; c++ {
+		for l := 0; l < 32; l++ {
+			qs[32*c+l] = s.l[64*c+l] | s.l[64*c+32+l]<<4
+		}
+	}
+}
+
+// quantQ5KBlock is quantize_row_q5_K_ref for one block of 256 values: Q4_K's
+// search with 31 levels and its own search range, the fifth bits in qh.
+func quantQ5KBlock(dst []byte, x []float32, s *q4KScratch) {
+	quantKMinBlock(dst, x, s, 31, -0.5, 15)
+	qh, qs := dst[16:48], dst[48:176]
+	clear(qh)
+	for c := 0; c < 4; c++ {
+		for l := 0; l < 32; l++ {
+			l1, l2 := s.l[64*c+l], s.l[64*c+32+l]
+			qh[l] |= (l1>>4)<<(2*c) | (l2>>4)<<(2*c+1)
+			qs[32*c+l] = l1&0xf | (l2&0xf)<<4
+		}
+	}
+}
+
+// quantKMinBlock is the part quantize_row_q4_K_ref and quantize_row_q5_K_ref
+// share: it fits each sub-block of 32 as scale·L − min with L in [0, nmax]
+// (make_qkx2_quants over nstep+1 candidate scales from rmin), writes d, dmin
+// and the 6-bit scales and mins to dst[0:16], and leaves the final L, each
+// recomputed from the rounded scales, in s.l.
+func quantKMinBlock(dst []byte, x []float32, s *q4KScratch, nmax int, rmin float32, nstep int) {
 	var maxScale, maxMin float32
 	for j := 0; j < 8; j++ {
 		xs := x[32*j : 32*j+32]
@@ -413,7 +476,7 @@ func quantQ4KBlock(dst []byte, x []float32, s *q4KScratch) {
 		for l, v := range xs {
 			s.weights[l] = avX + abs32(v)
 		}
-		s.scales[j], s.mins[j] = makeQKX2Quants(15, xs, s.weights[:], s.l[32*j:32*j+32], s.laux[:], -1, 0.1, 20)
+		s.scales[j], s.mins[j] = makeQKX2Quants(nmax, xs, s.weights[:], s.l[32*j:32*j+32], s.laux[:], rmin, 0.1, nstep)
 		if s.scales[j] > maxScale {
 			maxScale = s.scales[j]
 		}
@@ -456,13 +519,7 @@ func quantQ4KBlock(dst []byte, x []float32, s *q4KScratch) {
 		dm := dminf * float32(m)
 		for ii := 0; ii < 32; ii++ {
 			l := nearestInt((x[32*j+ii] + dm) / d)
-			s.l[32*j+ii] = uint8(max(0, min(15, l)))
-		}
-	}
-	qs := dst[16:144]
-	for c := 0; c < 4; c++ {
-		for l := 0; l < 32; l++ {
-			qs[32*c+l] = s.l[64*c+l] | s.l[64*c+32+l]<<4
+			s.l[32*j+ii] = uint8(max(0, min(nmax, l)))
 		}
 	}
 }

@@ -55,6 +55,16 @@ func TestDequantizeHandBuilt(t *testing.T) {
 	for i := 0; i < 128; i++ {
 		q4k[16+i] = byte(i%16) | byte((i/2)%16)<<4
 	}
+	// Q5_K: Q4_K's scales and mins; value i is (11i+5) mod 32, its fifth bit
+	// in bit i/32 of qh[i%32].
+	q5k := make([]byte, q5KSize)
+	copy(q5k, q4k[:16])
+	val5K := func(i int) int { return (11*i + 5) % 32 }
+	for i := 0; i < 256; i++ {
+		j, l := i/32, i%32
+		q5k[48+32*(j/2)+l] |= byte(val5K(i)&0xf) << (4 * (j % 2))
+		q5k[16+l] |= byte(val5K(i)>>4) << j
+	}
 	// Q6_K: d = 0.125, sub-block k scale k-8 (negative ones too);
 	// value v at position p = (p*7)%64.
 	q6k := make([]byte, q6KSize)
@@ -95,6 +105,9 @@ func TestDequantizeHandBuilt(t *testing.T) {
 				nib = (byteIdx / 2) % 16 // high nibble
 			}
 			return float32(sc[j])*float32(nib) - 0.25*float32(mn[j])
+		}, 256},
+		{"Q5_K", Q5_K, q5k, func(i int) float32 {
+			return float32(sc[i/32])*float32(val5K(i)) - 0.25*float32(mn[i/32])
 		}, 256},
 		{"Q6_K", Q6_K, q6k, func(i int) float32 {
 			return 0.125 * float32(i/16-8) * float32(val6(i)-32)
@@ -155,7 +168,7 @@ func TestDequantizeErrors(t *testing.T) {
 		n    int
 		size int
 	}{
-		{"unsupported", Q5_K, 256, 1000},
+		{"unsupported", Q3_K, 256, 1000},
 		{"unknown", DType(99), 32, 100},
 		{"partial block", Q8_0, 33, 100},
 		{"short source", Q4_K, 512, q4KSize*2 - 1},
@@ -201,6 +214,7 @@ func TestQuantizeRoundTrip(t *testing.T) {
 		{Q5_0, 0.075, 1.0/16 + 1e-3},
 		{Q6_K, 0.04, 0.05},
 		{Q4_K, 0.15, 0.2},
+		{Q5_K, 0.075, 0.1},
 	}
 	y := make([]float32, len(x))
 	for _, tc := range tests {

@@ -229,25 +229,29 @@ func floatKernel(a *asm, d *decl, typ string, R, T int) {
 	a.b.WriteString("\n")
 }
 
-// kKernel generates a Q4_K or Q6_K weight × Q8_K activation kernel for one
-// row at a time (rows are looped) and T tokens.
+// kKernel generates a Q4_K, Q5_K or Q6_K (typ "q4K", "q5K", "q6K") weight
+// × Q8_K activation kernel for one row at a time (rows are looped) and T
+// tokens.
 //
 // Arguments: w *byte, rows int, y *int8, yStride int, d *float32,
 // dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int.
 //
 // Per 256-value block and token the integer sum Σ_j sc_j·(q·y)_j is built
-// with vpmaddubsw (unsigned 4/6-bit values × int8 activations, pairs in
+// with vpmaddubsw (unsigned 4/5/6-bit values × int8 activations, pairs in
 // int16 without saturation: 2·63·127 < 2^15) and vpmaddwd/vpdpwssd against
-// the sub-block scales, then scaled once by d·dy. The offsets (Q4_K's mins,
-// Q6_K's −32) come from the activations' 16-value sums bs.
+// the sub-block scales, then scaled once by d·dy. The offsets (Q4_K's and
+// Q5_K's mins, Q6_K's −32) come from the activations' 16-value sums bs.
+// Q5_K is Q4_K with each value's fifth bit moved from qh into bit 4.
 //
 // The weight unpacking is shared by the T tokens; with one row per pass a
 // tile needs only 2·T accumulators, so the same loop serves AVX2 (16
 // registers) and AVX-512 (VNNI's vpdpwssd, embedded broadcasts, ternlog).
-func kKernel(a *asm, d *decl, q6 bool, vnni bool, T int) {
-	typ, bsz := "q4K", 144
-	if q6 {
-		typ, bsz = "q6K", 210
+func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
+	q6, q5 := typ == "q6K", typ == "q5K"
+	bsz := map[string]int{"q4K": 144, "q5K": 176, "q6K": 210}[typ]
+	qsOff := 16 // Q4_K's and Q5_K's 4-bit halves
+	if q5 {
+		qsOff = 48
 	}
 	isa := "AVX2"
 	if vnni {
@@ -276,8 +280,9 @@ func kKernel(a *asm, d *decl, q6 bool, vnni bool, T int) {
 		mov = "VMOVDQU32"
 		and = "VPANDD"
 	}
-	// Constants. VNNI: Y28 0x0f bytes, Y29 0x30 bytes, X30 3f, X31 03 masks,
-	// X27 shift counts. AVX2: Y15 0x0f bytes, Y14 int16 ones (Q6_K: 0x30).
+	// Constants. VNNI: Y28 0x0f bytes, Y29 0x30 bytes (Q5_K: 0x10), X30 3f,
+	// X31 03 masks, X27 shift counts. AVX2: Y15 0x0f bytes, Y14 0x30 bytes
+	// (Q5_K: 0x10).
 	if vnni {
 		a.p("MOVL $0x0f0f0f0f, CX")
 		a.p("VPBROADCASTD CX, Y28")
@@ -292,18 +297,21 @@ func kKernel(a *asm, d *decl, q6 bool, vnni bool, T int) {
 			a.p("MOVL $4, CX")
 			a.p("VMOVD CX, X27")
 			a.p("VPSLLDQ $4, X27, X27") // dwords [0, 4, 0, 0]
+			if q5 {
+				a.p("MOVL $0x10101010, CX")
+				a.p("VPBROADCASTD CX, Y29")
+			}
 		}
 	} else {
 		a.p("MOVL $0x0f0f0f0f, CX")
 		a.p("VMOVD CX, X15")
 		a.p("VPBROADCASTD X15, Y15")
-		if q6 {
-			a.p("MOVL $0x30303030, CX")
-		} else {
-			a.p("MOVL $0x00010001, CX")
+		if q6 || q5 {
+			// Q6_K: 0x30 bytes; Q5_K: 0x10 bytes, the fifth bit.
+			a.p("MOVL $%#x, CX", map[bool]int{true: 0x30303030, false: 0x10101010}[q6])
+			a.p("VMOVD CX, X14")
+			a.p("VPBROADCASTD X14, Y14")
 		}
-		a.p("VMOVD CX, X14")
-		a.p("VPBROADCASTD X14, Y14")
 	}
 	a.label(name + "_row")
 	a.p("MOVQ y+16(FP), DI")
@@ -326,7 +334,7 @@ func kKernel(a *asm, d *decl, q6 bool, vnni bool, T int) {
 	// VNNI: vpdpwssd with the scale from mem (broadcast if bcst);
 	// AVX2: vpmaddwd + vpaddd, scale loaded into Y13 first by the caller.
 	if !q6 {
-		// --- Q4_K ---
+		// --- Q4_K, Q5_K ---
 		// Unpack the 6-bit scales and mins: bytes 0-7 scales, 8-15 mins.
 		if vnni {
 			a.p("VMOVDQU32 4(SI), X16")
@@ -374,6 +382,34 @@ func kKernel(a *asm, d *decl, q6 bool, vnni bool, T int) {
 			a.p("VPMOVZXBW X11, Y11")
 			a.p("VMOVDQU Y11, 32(SP)") // mins16
 		}
+		// Q5_K's fifth bits: H (Y16, AVX2 Y13) holds qh, whose bit s of
+		// byte l is that of value l of sub-block s; fifth(s, v) ORs it
+		// into bit 4 of v's bytes, shifting by 4−s within 16-bit words
+		// (a byte's bit 4 only ever comes from the same byte).
+		H, hTmp, bit4 := 13, 10, 14
+		if vnni {
+			H, hTmp, bit4 = 16, 17, 29
+		}
+		fifth := func(sub, v int) {
+			src := H
+			switch {
+			case sub < 4:
+				a.p("VPSLLW $%d, Y%d, Y%d", 4-sub, H, hTmp)
+				src = hTmp
+			case sub > 4:
+				a.p("VPSRLW $%d, Y%d, Y%d", sub-4, H, hTmp)
+				src = hTmp
+			}
+			if vnni {
+				a.p("VPTERNLOGD $0xf8, Y%d, Y%d, Y%d", bit4, src, v) // v |= src & 0x10
+			} else {
+				a.p("VPAND Y%d, Y%d, Y%d", bit4, src, hTmp)
+				a.p("VPOR Y%d, Y%d, Y%d", hTmp, v, v)
+			}
+		}
+		if q5 {
+			a.p("%s 16(SI), Y%d", mov, H)
+		}
 		for c := 0; c < 4; c++ {
 			lo, hi := 8, 9
 			if vnni {
@@ -383,10 +419,14 @@ func kKernel(a *asm, d *decl, q6 bool, vnni bool, T int) {
 			if vnni {
 				mask = 28
 			}
-			a.p("%s %d(SI), Y%d", mov, 16+32*c, lo)
+			a.p("%s %d(SI), Y%d", mov, qsOff+32*c, lo)
 			a.p("VPSRLW $4, Y%d, Y%d", lo, hi)
 			a.p("%s Y%d, Y%d, Y%d", and, mask, lo, lo)
 			a.p("%s Y%d, Y%d, Y%d", and, mask, hi, hi)
+			if q5 {
+				fifth(2*c, lo)
+				fifth(2*c+1, hi)
+			}
 			for t := 0; t < T; t++ {
 				for k, q := range []int{lo, hi} {
 					sub := 2*c + k
@@ -719,10 +759,10 @@ func main() {
 	}
 	q6kShufData(&a)
 	k4ConstData(&a)
-	for _, q6 := range []bool{false, true} {
+	for _, typ := range []string{"q4K", "q6K", "q5K"} {
 		for _, vnni := range []bool{true, false} {
 			for T := 1; T <= 4; T++ {
-				kKernel(&a, &d, q6, vnni, T)
+				kKernel(&a, &d, typ, vnni, T)
 			}
 		}
 	}
