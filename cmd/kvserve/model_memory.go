@@ -172,6 +172,9 @@ func widenedClause(f *gguf.File) string {
 		}
 		n := widenedBytesOf(f, t)
 		how := "widened to " + wt.String()
+		if tensor.WidenedRowBytes(t, 256) > wt.RowBytes(256) {
+			how += " with its blocks' minima beside"
+		}
 		if tensor.Packable(wt) {
 			how += " and packed"
 		}
@@ -195,14 +198,10 @@ func widenedBytes(f *gguf.File) int64 {
 // widenedBytesOf is the memory the widened copies of f's matrices of type
 // t take (0 if t is not widened).
 func widenedBytesOf(f *gguf.File, t tensor.DType) int64 {
-	wt, ok := tensor.WidenedType(t)
-	if !ok {
-		return 0
-	}
 	var n int64
 	for _, ts := range f.Tensors {
 		if len(ts.Dims) == 2 && ts.Type == t {
-			n += int64(wt.RowBytes(ts.Cols())) * int64(ts.Rows())
+			n += int64(tensor.WidenedRowBytes(t, ts.Cols())) * int64(ts.Rows())
 		}
 	}
 	return n

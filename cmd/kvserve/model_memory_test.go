@@ -90,21 +90,30 @@ func TestModelPlacementSetting(t *testing.T) {
 	}
 }
 
-// TestWidenedClause: the load line names the Q5_0 matrices widened to
-// Q8_0 and their memory (tiny-q5_0: 4,096 rows 256 wide, 272 bytes each as
-// Q8_0, and the two ffn_down's 512 rows 512 wide, 544 bytes), and nothing
-// for a file without.
+// TestWidenedClause: the load line names the matrices widened to Q8_0
+// and their memory (tiny-q5_0: 4,096 rows 256 wide, 272 bytes each as
+// Q8_0, and the two ffn_down's 512 rows 512 wide, 544 bytes; tiny-q5_1 the
+// same and 2 bytes a block of 32 for its minima), and nothing for a file
+// without.
 func TestWidenedClause(t *testing.T) {
-	f, err := gguf.Open(testshared.Own(t, "models", "tiny-q5_0.gguf"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if want := int64(4096*272 + 512*544); widenedBytes(f) != want {
-		t.Errorf("widened bytes %d, want %d", widenedBytes(f), want)
-	}
-	if c := widenedClause(f); !strings.Contains(c, "Q5_0 widened to Q8_0") || !strings.Contains(c, "1.3 MiB") {
-		t.Errorf("clause %q", c)
+	for _, tc := range []struct {
+		file, how, size string
+		bytes           int64
+	}{
+		{"tiny-q5_0.gguf", "Q5_0 widened to Q8_0", "1.3 MiB", 4096*272 + 512*544},
+		{"tiny-q5_1.gguf", "Q5_1 widened to Q8_0 with its blocks' minima beside", "1.4 MiB", 4096*(272+16) + 512*(544+32)},
+	} {
+		f, err := gguf.Open(testshared.Own(t, "models", tc.file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if widenedBytes(f) != tc.bytes {
+			t.Errorf("%s: widened bytes %d, want %d", tc.file, widenedBytes(f), tc.bytes)
+		}
+		if c := widenedClause(f); !strings.Contains(c, tc.how) || !strings.Contains(c, " in "+tc.size) {
+			t.Errorf("%s: clause %q", tc.file, c)
+		}
 	}
 	g, err := gguf.Open(testshared.Path(t, "models", "tiny-q8_0.gguf"))
 	if err != nil {

@@ -59,6 +59,8 @@ type refProb struct {
 //	tiny-qwen2-q8_0    2.1e-2      2.7e-2
 //	tiny-q5_0          2.4e-2      1.2e-2
 //	tiny-q5_k_m        4.4e-2      2.3e-2
+//	tiny-q4_1          2.4e-2      1.4e-2
+//	tiny-q5_1          1.8e-2      1.5e-2
 //
 // The difference to llama.cpp is of the size a single ulp of input noise
 // produces in the same file (at most 1.3× the worst of four draws). Each
@@ -72,8 +74,8 @@ var probTolerance = map[tensor.DType]float64{
 	tensor.BF16: 1e-2,
 	tensor.Q8_0: 3.5e-2,
 	tensor.Q4_0: 3.5e-2,
-	// Q5_0 (tiny-q5_0; widened to Q8_0 at load, so weightType says Q8_0)
-	// is measured at 1.2e-2 from llama.cpp.
+	// Q5_0, Q4_1 and Q5_1 (tiny-q5_0, tiny-q4_1, tiny-q5_1) are widened to
+	// Q8_0 at load, so weightType says Q8_0 and Q8_0's tolerance holds.
 	tensor.Q4_K: 4.5e-2,
 	tensor.Q5_K: 6.5e-2,
 	tensor.Q6_K: 4.5e-2,
@@ -87,7 +89,8 @@ var goldenModels = []string{
 	"aidreams260K-f32",
 	"tiny-f32", "tiny-f16", "tiny-bf16", "tiny-q8_0", "tiny-q4_0", "tiny-q4_k_m", "tiny-q6_k",
 	"tiny-qwen2-f32", "tiny-qwen2-q8_0",
-	"tiny-q5_0", "tiny-q5_k_m", // the repository's own (testdata/README.md)
+	// the repository's own (testdata/README.md)
+	"tiny-q5_0", "tiny-q5_k_m", "tiny-q4_1", "tiny-q5_1",
 }
 
 // modelPath is the path of test model name (no extension): the

@@ -119,7 +119,7 @@ func (m *Model) widen() {
 	var n atomic.Int64
 	m.eachMatrix(func(w *tensor.Matrix) {
 		if wide := tensor.Widen(*w); wide.Type != w.Type {
-			n.Add(int64(len(wide.Data)))
+			n.Add(int64(wide.Bytes()))
 			*w = tensor.Pack(wide)
 		}
 	})
@@ -162,9 +162,9 @@ func (m *Model) eachMatrix(fn func(*tensor.Matrix)) {
 // once, as the kernels hold it (widened where it was, tensor.Widen), but
 // only one row of an untied token embedding.
 func (m *Model) DecodeBytes() int64 {
-	n := int64(len(m.Output.Data))
+	n := int64(m.Output.Bytes())
 	for _, w := range m.layerMatrices() {
-		n += int64(len(w.Data))
+		n += int64(w.Bytes())
 	}
 	return n
 }

@@ -110,43 +110,48 @@ func decodeLogits(t *testing.T, m *model.Model) [][]float32 {
 	return out
 }
 
-// TestWidenedWeights: a file's Q5_0 matrices are widened to Q8_0 at load
-// (tensor.Widen), into memory of their own, so packed for the CPU's Q8_0
-// kernels whatever the placement; the mapped and the private placement
-// then give the same logits.
+// TestWidenedWeights: a file's Q5_0, Q4_1 and Q5_1 matrices are widened to
+// Q8_0 at load (tensor.Widen), into memory of their own, so packed for the
+// CPU's Q8_0 kernels whatever the placement; the mapped and the private
+// placement then give the same logits.
 func TestWidenedWeights(t *testing.T) {
-	path := modelPath(t, "tiny-q5_0")
-	mapped, err := model.Open(path, gguf.Mapped, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer mapped.Close()
-	m := mapped.Model
-	var want int64
-	for _, ts := range mapped.GGUF.Tensors {
-		if ts.Type == tensor.Q5_0 {
-			want += int64(tensor.Q8_0.RowBytes(ts.Cols()) * ts.Rows())
+	for _, tc := range []struct {
+		file string
+		typ  tensor.DType
+	}{{"tiny-q5_0", tensor.Q5_0}, {"tiny-q4_1", tensor.Q4_1}, {"tiny-q5_1", tensor.Q5_1}} {
+		path := modelPath(t, tc.file)
+		mapped, err := model.Open(path, gguf.Mapped, nil)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	if want == 0 || m.WidenedBytes != want {
-		t.Fatalf("widened %d bytes, want %d (> 0)", m.WidenedBytes, want)
-	}
-	for i, ly := range m.Layers {
-		for _, w := range []tensor.Matrix{ly.Q, ly.K, ly.V, ly.O, ly.Gate, ly.Up, ly.Down} {
-			if w.Type != tensor.Q8_0 || w.Packed() != tensor.Packable(tensor.Q8_0) {
-				t.Fatalf("layer %d: a Q5_0 matrix loaded as %v, packed %v", i, w.Type, w.Packed())
+		defer mapped.Close()
+		m := mapped.Model
+		var want int64
+		for _, ts := range mapped.GGUF.Tensors {
+			if ts.Type == tc.typ {
+				want += int64(tensor.WidenedRowBytes(tc.typ, ts.Cols()) * ts.Rows())
 			}
 		}
-	}
-	private, err := model.Open(path, gguf.HugePages, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer private.Close()
-	wantLogits, got := decodeLogits(t, m), decodeLogits(t, private.Model)
-	for i := range wantLogits {
-		if !slices.Equal(got[i], wantLogits[i]) {
-			t.Fatalf("sequence %d: logits differ between the placements", i)
+		if want == 0 || m.WidenedBytes != want {
+			t.Fatalf("%s: widened %d bytes, want %d (> 0)", tc.file, m.WidenedBytes, want)
+		}
+		for i, ly := range m.Layers {
+			for _, w := range []tensor.Matrix{ly.Q, ly.K, ly.V, ly.O, ly.Gate, ly.Up, ly.Down} {
+				if w.Type != tensor.Q8_0 || w.Packed() != tensor.Packable(tensor.Q8_0) {
+					t.Fatalf("%s layer %d: a %v matrix loaded as %v, packed %v", tc.file, i, tc.typ, w.Type, w.Packed())
+				}
+			}
+		}
+		private, err := model.Open(path, gguf.HugePages, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer private.Close()
+		wantLogits, got := decodeLogits(t, m), decodeLogits(t, private.Model)
+		for i := range wantLogits {
+			if !slices.Equal(got[i], wantLogits[i]) {
+				t.Fatalf("%s sequence %d: logits differ between the placements", tc.file, i)
+			}
 		}
 	}
 }

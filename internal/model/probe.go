@@ -19,7 +19,7 @@ func (m *Model) DecodePass(p *tensor.Pool, reps int, budget int64) (time.Duratio
 	ws := m.layerMatrices()
 	var n int64
 	for i, w := range ws {
-		if n += int64(len(w.Data)); n >= budget {
+		if n += int64(w.Bytes()); n >= budget {
 			ws = ws[:i+1]
 			break
 		}

@@ -218,8 +218,7 @@ func logitStd(n int) float64 {
 // tensorType returns the storage type of one tensor in a file of type ft:
 // 1-D tensors (norms, biases, rope factors) stay F32 in every file; 2-D
 // weights take the file's type, or for Q4_K_M and Q5_K_M llama-quantize's
-// choice. A mix whose fallback kvserve cannot compute (Q5_K_M's Q5_1 for
-// rows 256 does not divide) is refused.
+// choice.
 func tensorType(s *Shape, ft FileType, t *TensorSpec) (tensor.DType, error) {
 	if len(t.Dims) < 2 {
 		return tensor.F32, nil
@@ -239,11 +238,7 @@ func tensorType(s *Shape, ft FileType, t *TensorSpec) (tensor.DType, error) {
 	default:
 		return 0, fmt.Errorf("synth: unsupported file type %v", ft)
 	}
-	typ = fallback(typ, t.Dims[0])
-	if !typ.Supported() {
-		return 0, fmt.Errorf("synth: %v of this shape stores %s (rows of %d) as %v, which kvserve does not compute", ft, t.Name, t.Dims[0], typ)
-	}
-	return typ, nil
+	return fallback(typ, t.Dims[0]), nil
 }
 
 // useMoreBits is llama-quantize's choice of layers that get more bits in the

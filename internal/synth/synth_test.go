@@ -585,64 +585,50 @@ func TestQuantizedMatchF32(t *testing.T) {
 	}
 }
 
-// TestQ4KMFallbacks: llama-quantize's Q4_K_M gives rows that 256 does not
-// divide (SmolLM2's 576, Qwen2.5's 896) Q5_0 instead of Q4_K and Q8_0
-// instead of Q6_K; rows of multiples of 256 keep the k-quants.
-func TestQ4KMFallbacks(t *testing.T) {
-	for _, tc := range []struct {
-		shape    string
-		fallback bool
-	}{
-		{"smollm2-135m", true}, {"qwen2.5-0.5b", true}, {"llama-3.2-1b", false}, {"qwen3-0.6b", false},
-	} {
-		m, err := New(mustShape(t, tc.shape, ""), FileQ4_KM)
-		if err != nil {
-			t.Fatalf("%s q4_k: %v", tc.shape, err)
-		}
-		for _, ts := range m.Tensors {
-			switch {
-			case len(ts.Dims) != 2:
-			case ts.Dims[0]%256 != 0 && !slices.Contains([]tensor.DType{tensor.Q5_0, tensor.Q8_0}, ts.Type):
-				t.Errorf("%s: %s, rows of %d, is %v", tc.shape, ts.Name, ts.Dims[0], ts.Type)
-			case ts.Dims[0]%256 == 0 && !slices.Contains([]tensor.DType{tensor.Q4_K, tensor.Q6_K}, ts.Type):
-				t.Errorf("%s: %s, rows of %d, is %v", tc.shape, ts.Name, ts.Dims[0], ts.Type)
+// TestKMixFallbacks: llama-quantize's Q4_K_M and Q5_K_M give rows that 256
+// does not divide (SmolLM2's 576, Qwen2.5's 896) Q5_0 and Q5_1 instead of
+// Q4_K and Q5_K, and Q8_0 instead of Q6_K; rows of multiples of 256 keep
+// the k-quants. Q5_K_M is Q4_K_M's mix with Q5_K for Q4_K.
+func TestKMixFallbacks(t *testing.T) {
+	for _, mix := range []struct {
+		ft             FileType
+		base, fallback tensor.DType
+	}{{FileQ4_KM, tensor.Q4_K, tensor.Q5_0}, {FileQ5_KM, tensor.Q5_K, tensor.Q5_1}} {
+		for _, tc := range []struct {
+			shape    string
+			fallback bool
+		}{
+			{"smollm2-135m", true}, {"qwen2.5-0.5b", true}, {"llama-3.2-1b", false}, {"qwen3-0.6b", false},
+		} {
+			m, err := New(mustShape(t, tc.shape, ""), mix.ft)
+			if err != nil {
+				t.Fatalf("%s %v: %v", tc.shape, mix.ft, err)
 			}
-		}
-		q5 := slices.ContainsFunc(m.Tensors, func(ts TensorSpec) bool { return ts.Type == tensor.Q5_0 })
-		if q5 != tc.fallback {
-			t.Errorf("%s: Q5_0 tensors %v, want %v", tc.shape, q5, tc.fallback)
-		}
-	}
-}
-
-// TestQ5KM: Q5_K_M is Q4_K_M's mix on Q5_K where 256 divides every row
-// (Llama 3.2, Qwen3); where it does not, llama-quantize falls back to Q5_1,
-// which kvserve does not compute, and synth says so instead of writing a
-// file kvserve would refuse.
-func TestQ5KM(t *testing.T) {
-	for _, shape := range []string{"llama-3.2-1b", "qwen3-0.6b"} {
-		m, err := New(mustShape(t, shape, ""), FileQ5_KM)
-		if err != nil {
-			t.Fatalf("%s q5_k: %v", shape, err)
-		}
-		q4, err := New(mustShape(t, shape, ""), FileQ4_KM)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i, ts := range m.Tensors {
-			want := q4.Tensors[i].Type
-			if want == tensor.Q4_K {
-				want = tensor.Q5_K
+			q4, err := New(mustShape(t, tc.shape, ""), FileQ4_KM)
+			if err != nil {
+				t.Fatal(err)
 			}
-			if ts.Name != q4.Tensors[i].Name || ts.Type != want {
-				t.Errorf("%s: %s is %v, want %v", shape, ts.Name, ts.Type, want)
+			for i, ts := range m.Tensors {
+				switch {
+				case len(ts.Dims) != 2:
+				case ts.Dims[0]%256 != 0 && !slices.Contains([]tensor.DType{mix.fallback, tensor.Q8_0}, ts.Type):
+					t.Errorf("%s %v: %s, rows of %d, is %v", tc.shape, mix.ft, ts.Name, ts.Dims[0], ts.Type)
+				case ts.Dims[0]%256 == 0 && !slices.Contains([]tensor.DType{mix.base, tensor.Q6_K}, ts.Type):
+					t.Errorf("%s %v: %s, rows of %d, is %v", tc.shape, mix.ft, ts.Name, ts.Dims[0], ts.Type)
+				}
+				// The same choice as Q4_K_M's, on the mix's own types.
+				want := map[tensor.DType]tensor.DType{tensor.Q4_K: mix.base, tensor.Q5_0: mix.fallback}[q4.Tensors[i].Type]
+				if want == 0 {
+					want = q4.Tensors[i].Type
+				}
+				if ts.Name != q4.Tensors[i].Name || ts.Type != want {
+					t.Errorf("%s %v: %s is %v, Q4_K_M's %s is %v", tc.shape, mix.ft, ts.Name, ts.Type, q4.Tensors[i].Name, q4.Tensors[i].Type)
+				}
 			}
-		}
-	}
-	for _, shape := range []string{"smollm2-135m", "qwen2.5-0.5b"} {
-		_, err := New(mustShape(t, shape, ""), FileQ5_KM)
-		if err == nil || !strings.Contains(err.Error(), "Q5_1") {
-			t.Errorf("%s q5_k: error %v, want one naming Q5_1", shape, err)
+			hasFallback := slices.ContainsFunc(m.Tensors, func(ts TensorSpec) bool { return ts.Type == mix.fallback })
+			if hasFallback != tc.fallback {
+				t.Errorf("%s %v: %v tensors %v, want %v", tc.shape, mix.ft, mix.fallback, hasFallback, tc.fallback)
+			}
 		}
 	}
 }

@@ -37,6 +37,7 @@ type actBuf struct {
 	g    []byte    // Q8_0: the row layout of the VNNI kernels (see fillQ80Rows)
 	gs   int       // Q8_0: bytes of g per block (tokens × q80BlockBytes)
 	bs   []int16   // Q8_K: sums of each 16 values (16 per block)
+	s1   []float32 // Q8_1: per-block d·Σq, d before its f16 rounding, rounded to f16
 	f    []float32 // F16/BF16-rounded activations widened to f32
 	x    []float32 // F32 weights: the caller's activations, unconverted
 	h    []uint16  // F16/BF16 activations
@@ -111,13 +112,16 @@ func growU16(s []uint16, n int) []uint16 {
 func (a *actBuf) prepare(vt DType, cols, n int) {
 	a.cols = cols
 	switch vt {
-	case Q8_0:
+	case Q8_0, Q8_1:
 		a.q = growI8(a.q, n*cols)
 		a.d = growF32(a.d, n*cols/qk80)
 		a.s = growI32(a.s, n*cols/qk80)
 		if q80RowLayout {
 			a.gs = n * q80BlockBytes
 			a.g = growBytes(a.g, cols/qk80*a.gs)
+		}
+		if vt == Q8_1 {
+			a.s1 = growF32(a.s1, n*cols/qk80)
 		}
 	case Q8_K:
 		a.q = growI8(a.q, n*cols)
@@ -135,12 +139,15 @@ func (a *actBuf) convertTokens(vt DType, x []float32, t0, t1 int) {
 	for tok := t0; tok < t1; tok++ {
 		xs := x[tok*c : (tok+1)*c]
 		switch vt {
-		case Q8_0:
+		case Q8_0, Q8_1:
 			nb := c / qk80
 			s := a.s[tok*nb : (tok+1)*nb]
 			quantizeActQ80(a.q[tok*c:(tok+1)*c], a.d[tok*nb:(tok+1)*nb], s, xs)
 			if q80RowLayout {
 				fillQ80Rows(a.g[tok*q80BlockBytes:], a.gs, a.q[tok*c:(tok+1)*c], a.d[tok*nb:(tok+1)*nb], s)
+			}
+			if vt == Q8_1 {
+				q81Sums(a.s1[tok*nb:(tok+1)*nb], s, xs)
 			}
 		case Q8_K:
 			nb := c / qkK
@@ -224,6 +231,20 @@ func quantizeActQ80Generic(q []int8, d []float32, s []int32, x []float32) {
 	}
 }
 
+// q81Sums sets s1 to the block sums of Q8_1 (ggml's y.s) of one token
+// already quantized to Q8_0 (Q8_1's values and d are Q8_0's): s1 = d·Σq
+// rounded to f16, with d = amax/127 before its own f16 rounding, as
+// quantize_row_q8_1 computes it. negSum holds −Σq per block.
+func q81Sums(s1 []float32, negSum []int32, x []float32) {
+	for b := range s1 {
+		var amax float32
+		for _, v := range x[b*qk80 : (b+1)*qk80] {
+			amax = max(amax, abs32(v))
+		}
+		s1[b] = F16ToF32(F32ToF16(amax / 127 * float32(-negSum[b])))
+	}
+}
+
 // quantizeActQ8KGeneric quantizes one token to Q8_K as ggml's quantize_row_q8_K_ref.
 func quantizeActQ8KGeneric(q []int8, d []float32, bs []int16, x []float32) {
 	for b := range d {
@@ -271,6 +292,8 @@ func vecDotType(t DType) DType {
 	switch t {
 	case Q8_0, Q4_0, Q5_0:
 		return Q8_0
+	case Q4_1, Q5_1:
+		return Q8_1
 	case Q4_K, Q5_K, Q6_K:
 		return Q8_K
 	}
@@ -300,6 +323,8 @@ var portableKernels = kernelTable{
 	Q8_0: genericTile(dotQ80Row),
 	Q4_0: genericTile(dotQ40Row),
 	Q5_0: genericTile(dotQ50Row),
+	Q4_1: genericTile(dotMinRow(Q4_1)),
+	Q5_1: genericTile(dotMinRow(Q5_1)),
 	Q4_K: genericTile(dotQ4KRow),
 	Q5_K: genericTile(dotQ5KRow),
 	Q6_K: genericTile(dotQ6KRow),
@@ -407,6 +432,30 @@ func dotQ50Row(row []byte, a *actBuf, tok int) float32 {
 		sum += float32(si) * float32(f16At(blk, 0)*d[b])
 	}
 	return sum
+}
+
+// dotMinRow is ggml_vec_dot_q4_1_q8_1 or ggml_vec_dot_q5_1_q8_1: per block,
+// the integer dot product of the unsigned values times the product of the
+// two scales, plus the weights' minimum times the activations' sum s1.
+func dotMinRow(t DType) rowDot {
+	bs := t.TypeSize()
+	return func(row []byte, a *actBuf, tok int) float32 {
+		c := a.cols
+		nb := c / qk80
+		q := a.q[tok*c : (tok+1)*c]
+		d := a.d[tok*nb : (tok+1)*nb]
+		s1 := a.s1[tok*nb : (tok+1)*nb]
+		var sum float32
+		for b := 0; b < nb; b++ {
+			blk := row[b*bs : (b+1)*bs]
+			var si int32
+			for j, y := range q[b*qk80 : (b+1)*qk80] {
+				si += int32(minBlockValue(t, blk, j)) * int32(y)
+			}
+			sum += float32(float32(si)*float32(f16At(blk, 0)*d[b])) + float32(f16At(blk, 2)*s1[b])
+		}
+		return sum
+	}
 }
 
 // dotQ4KRow is ggml_vec_dot_q4_K_q8_K: per 256-value block,
@@ -517,9 +566,13 @@ const maxMatMuls = 3
 // threads: the input, and per product its output, weights, kernel and cut
 // into items. Items are numbered across the products, first to last.
 type matmulJob struct {
-	x      []float32
-	n      int
-	parts  [maxMatMuls]matmulPart
+	x  []float32
+	n  int
+	vt DType // the activations' conversion
+	// parts are the products, then the products of the block minima of
+	// the widened matrices that have them (Widen), each added to its
+	// product's output after the job.
+	parts  [2 * maxMatMuls]matmulPart
 	nparts int
 	items  int
 	// convertItems is the number of token ranges the conversion is cut in.
@@ -538,6 +591,8 @@ type matmulPart struct {
 	dst        []float32
 	w          Matrix
 	kern       kernel
+	act        *actBuf
+	of         int // a product of minima: the part it adds to
 	rowChunk   int
 	tokChunk   int
 	nRowChunks int
@@ -559,7 +614,7 @@ func (j *matmulJob) runItem(p *Pool, it int) {
 		r1 := min(r0+pt.rowChunk, pt.w.Rows)
 		t0 := tc * pt.tokChunk
 		t1 := min(t0+pt.tokChunk, j.n)
-		pt.kern(pt.dst, pt.w.Rows, &pt.w, r0, r1, &p.act, t0, t1)
+		pt.kern(pt.dst, pt.w.Rows, &pt.w, r0, r1, pt.act, t0, t1)
 		return
 	}
 }
@@ -578,8 +633,8 @@ func (j *matmulJob) convert(p *Pool, it, id int) {
 	if j.prep != nil {
 		j.prep(t0, t1, id)
 	}
-	if t := j.parts[0].w.Type; t != F32 {
-		p.act.convertTokens(vecDotType(t), j.x, t0, t1)
+	if j.vt != F32 {
+		p.act.convertTokens(j.vt, j.x, t0, t1)
 	}
 }
 
@@ -700,11 +755,15 @@ func (p *Pool) matMuls(dsts [][]float32, ws []Matrix, x []float32, n int, kern k
 	defer p.mu.Unlock()
 	j := &p.mm
 	*j = matmulJob{x: x, n: n, nparts: len(ws)}
+	j.vt = vecDotType(w.Type)
 	for i := range ws {
 		pt := &j.parts[i]
-		pt.dst, pt.w, pt.kern = dsts[i], ws[i], kern
+		pt.dst, pt.w, pt.kern, pt.act = dsts[i], ws[i], kern, &p.act
 		if kern == nil {
 			pt.kern = kernelFor(ws[i].Type)
+		}
+		if ws[i].mins != nil {
+			j.vt = Q8_1 // Q8_0's values and scales, and the block sums
 		}
 	}
 
@@ -733,7 +792,7 @@ func (p *Pool) matMuls(dsts [][]float32, ws []Matrix, x []float32, n int, kern k
 		p.act.cols = w.Cols
 		p.act.x = xs
 	}
-	key := convKey{vecDotType(w.Type), w.Cols, n}
+	key := convKey{j.vt, w.Cols, n}
 	switch {
 	case prep != nil:
 		// x is written now: no earlier conversion can hold it, and none
@@ -749,6 +808,9 @@ func (p *Pool) matMuls(dsts [][]float32, ws []Matrix, x []float32, n int, kern k
 		p.act.key, p.act.valid = key, true
 	}
 
+	if j.vt == Q8_1 {
+		p.addMinsParts(n)
+	}
 	for i := range j.parts[:j.nparts] {
 		pt := &j.parts[i]
 		pt.plan(p.threads, n)
@@ -756,8 +818,37 @@ func (p *Pool) matMuls(dsts [][]float32, ws []Matrix, x []float32, n int, kern k
 	}
 	p.kind = jobMatMul
 	p.dispatch(j.items)
+	for i := len(ws); i < j.nparts; i++ {
+		pt := &j.parts[i]
+		dst := j.parts[pt.of].dst[:len(pt.dst)]
+		for k, v := range pt.dst {
+			dst[k] += v
+		}
+	}
 	*j = matmulJob{} // keep no references to the caller's memory
 	p.act.x = nil
+}
+
+// addMinsParts adds to the current job, for each of its products whose
+// matrix has block minima (Widen), the product of the minima with the
+// activations' Q8_1 block sums s1, computed into scratch of its own by the
+// F16 kernels (s1 is f16-exact, so their conversion keeps it).
+func (p *Pool) addMinsParts(n int) {
+	j := &p.mm
+	nb := j.parts[0].w.Cols / qk80
+	p.act2.prepare(F16, nb, n)
+	p.act2.convertTokens(F16, p.act.s1[:n*nb], 0, n)
+	products := j.nparts
+	for i := range j.parts[:products] {
+		mins := j.parts[i].w.mins
+		if mins == nil {
+			continue
+		}
+		p.minsOut[i] = growF32(p.minsOut[i], n*mins.Rows)
+		pt := &j.parts[j.nparts]
+		j.nparts++
+		pt.dst, pt.w, pt.kern, pt.act, pt.of = p.minsOut[i], *mins, kernelFor(F16), &p.act2, i
+	}
 }
 
 // Cache budgets of the tiling: a work item's weight rows and activation

@@ -13,7 +13,7 @@ import (
 	"time"
 )
 
-var allTypes = []DType{F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K}
+var allTypes = []DType{F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K}
 
 func randVec(rng *rand.Rand, n int, std float64) []float32 {
 	v := make([]float32, n)
@@ -40,21 +40,22 @@ func randMatrix(t testing.TB, rng *rand.Rand, typ DType, rows, cols int) (Matrix
 }
 
 // convertedActivations returns the activations as the kernels see them
-// after conversion to the vec_dot type, widened to float64.
-func convertedActivations(typ DType, x []float32, cols, n int) []float64 {
+// after conversion to the vec_dot type, widened to float64, and the
+// conversion itself.
+func convertedActivations(typ DType, x []float32, cols, n int) ([]float64, *actBuf) {
 	var a actBuf
 	out := make([]float64, len(x))
 	if typ == F32 {
 		for i, v := range x {
 			out[i] = float64(v)
 		}
-		return out
+		return out, &a
 	}
 	a.prepare(vecDotType(typ), cols, n)
 	a.convertTokens(vecDotType(typ), x, 0, n)
 	for i := range x {
 		switch typ {
-		case Q8_0, Q4_0, Q5_0:
+		case Q8_0, Q4_0, Q5_0, Q4_1, Q5_1:
 			out[i] = float64(a.q[i]) * float64(a.d[i/qk80])
 		case Q4_K, Q5_K, Q6_K:
 			out[i] = float64(a.q[i]) * float64(a.d[i/qkK])
@@ -62,8 +63,12 @@ func convertedActivations(typ DType, x []float32, cols, n int) []float64 {
 			out[i] = float64(a.f[i])
 		}
 	}
-	return out
+	return out, &a
 }
+
+// hasMins reports whether typ's blocks carry a minimum (x = d·q + m), whose
+// product ggml takes with the activations' block sum s1 (Q8_1).
+func hasMins(typ DType) bool { return typ == Q4_1 || typ == Q5_1 }
 
 // matMulRef holds float64 references for one product: exact is the result
 // with the activations as the kernels see them after conversion (only the
@@ -75,7 +80,7 @@ type matMulRef struct {
 }
 
 func newMatMulRef(typ DType, wd, x []float32, rows, cols, n int) *matMulRef {
-	xa := convertedActivations(typ, x, cols, n)
+	xa, act := convertedActivations(typ, x, cols, n)
 	ref := &matMulRef{
 		exact: make([]float64, n*rows), orig: make([]float64, n*rows),
 		abs: make([]float64, n*rows), bound: make([]float64, n*rows),
@@ -85,7 +90,7 @@ func newMatMulRef(typ DType, wd, x []float32, rows, cols, n int) *matMulRef {
 		xs := x[tok*cols : (tok+1)*cols]
 		// Per-element bound on the activation conversion error.
 		switch typ {
-		case Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K:
+		case Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, Q4_K, Q5_K, Q6_K:
 			bs := typ.BlockSize()
 			for b := 0; b < cols/bs; b++ {
 				var amax float64
@@ -115,6 +120,23 @@ func newMatMulRef(typ DType, wd, x []float32, rows, cols, n int) *matMulRef {
 				orig += float64(wv) * float64(xs[c])
 				abs += math.Abs(float64(wv) * xa[tok*cols+c])
 				bound += math.Abs(float64(wv)) * convErr[c]
+			}
+			if hasMins(typ) {
+				// ggml takes the minimum m's product with the rounded
+				// block sum s1 instead of with Σ of the block's values
+				// (d·Σq). A block's smallest value is d·0 + m = m
+				// exactly (its smallest input maps to q = 0).
+				for b := 0; b < cols/qk80; b++ {
+					m := float64(slices.Min(w[b*qk80 : (b+1)*qk80]))
+					nb := cols / qk80
+					var sq float64
+					for _, v := range act.q[tok*cols+b*qk80 : tok*cols+(b+1)*qk80] {
+						sq += float64(v)
+					}
+					s1 := float64(act.s1[tok*nb+b])
+					exact += m * (s1 - float64(act.d[tok*nb+b])*sq)
+					bound += math.Abs(m*s1) * 0x1p-11
+				}
 			}
 			i := tok*rows + r
 			ref.exact[i], ref.orig[i], ref.abs[i], ref.bound[i] = exact, orig, abs, bound
@@ -907,43 +929,51 @@ func TestWiden(t *testing.T) {
 	rng := rand.New(rand.NewPCG(21, 22))
 	p := NewPool(2)
 	defer p.Close()
-	for _, shape := range [][2]int{{1, 32}, {9, 576}, {24, 896}, {67, 256}} {
-		rows, cols := shape[0], shape[1]
-		m, wd := randMatrix(t, rng, Q5_0, rows, cols)
-		w := Widen(m)
-		if w.Type != Q8_0 || w.Rows != rows || w.Cols != cols || len(w.Data) != rows*Q8_0.RowBytes(cols) {
-			t.Fatalf("%dx%d: widened to %v %dx%d, %d bytes", rows, cols, w.Type, w.Rows, w.Cols, len(w.Data))
-		}
-		got := make([]float32, rows*cols)
-		if err := Dequantize(Q8_0, got, w.Data); err != nil {
-			t.Fatal(err)
-		}
-		for i := range got {
-			if got[i] != wd[i] {
-				t.Fatalf("%dx%d: widened value %d is %v, Q5_0's %v", rows, cols, i, got[i], wd[i])
+	for _, typ := range []DType{Q5_0, Q4_1, Q5_1} {
+		for _, shape := range [][2]int{{1, 32}, {9, 576}, {24, 896}, {67, 256}} {
+			rows, cols := shape[0], shape[1]
+			m, wd := randMatrix(t, rng, typ, rows, cols)
+			w := Widen(m)
+			if w.Type != Q8_0 || w.Rows != rows || w.Cols != cols || len(w.Data) != rows*Q8_0.RowBytes(cols) || w.Bytes() != rows*WidenedRowBytes(typ, cols) {
+				t.Fatalf("%v %dx%d: widened to %v %dx%d, %d bytes", typ, rows, cols, w.Type, w.Rows, w.Cols, w.Bytes())
 			}
-		}
-		for _, n := range []int{1, 2, 5, 17} {
-			x := randVec(rng, n*cols, 1)
-			want := make([]float32, n*rows)
-			p.matMul(want, m, x, n, portableKernel(Q5_0))
-			have := make([]float32, n*rows)
-			p.matMul(have, w, x, n, portableKernel(Q8_0))
-			for i := range want {
-				if math.Float32bits(want[i]) != math.Float32bits(have[i]) {
-					t.Fatalf("%dx%d n=%d: output %d is %v widened, %v as Q5_0", rows, cols, n, i, have[i], want[i])
+			// Every row as the original's, bit for bit, packed or not.
+			row := make([]float32, cols)
+			for _, v := range []Matrix{w, Pack(Widen(m))} {
+				for r := 0; r < rows; r++ {
+					v.DequantizeRow(row, r)
+					for c, x := range row {
+						if x != wd[r*cols+c] {
+							t.Fatalf("%v %dx%d packed=%v: widened row %d value %d is %v, %v's %v", typ, rows, cols, v.Packed(), r, c, x, typ, wd[r*cols+c])
+						}
+					}
 				}
 			}
-			ref := newMatMulRef(Q5_0, wd, x, rows, cols, n)
-			for _, level := range availableISAs() {
+			for _, n := range []int{1, 2, 5, 17} {
+				x := randVec(rng, n*cols, 1)
+				if typ == Q5_0 {
+					// The same float steps as the Q5_0 kernel: the same bits.
+					want := make([]float32, n*rows)
+					p.matMul(want, m, x, n, portableKernel(Q5_0))
+					have := make([]float32, n*rows)
+					p.matMul(have, w, x, n, portableKernel(Q8_0))
+					for i := range want {
+						if math.Float32bits(want[i]) != math.Float32bits(have[i]) {
+							t.Fatalf("%dx%d n=%d: output %d is %v widened, %v as Q5_0", rows, cols, n, i, have[i], want[i])
+						}
+					}
+				}
+				ref := newMatMulRef(typ, wd, x, rows, cols, n)
+				for _, level := range availableISAs() {
+					out := make([]float32, n*rows)
+					p.matMul(out, w, x, n, kernelAt(Q8_0, level))
+					ref.check(t, fmt.Sprintf("%v %v widened %dx%d n=%d", level, typ, rows, cols, n), out, rows)
+				}
+				// Packed (as the model loader leaves it), for this CPU's kernels.
 				out := make([]float32, n*rows)
-				p.matMul(out, w, x, n, kernelAt(Q8_0, level))
-				ref.check(t, fmt.Sprintf("%v widened %dx%d n=%d", level, rows, cols, n), out, rows)
+				p.matMul(out, Pack(Widen(m)), x, n, kernelAt(Q8_0, cpuISA))
+				ref.check(t, fmt.Sprintf("%v packed widened %dx%d n=%d", typ, rows, cols, n), out, rows)
 			}
-			// Packed (as the model loader leaves it), for this CPU's kernels.
-			out := make([]float32, n*rows)
-			p.matMul(out, Pack(Widen(m)), x, n, kernelAt(Q8_0, cpuISA))
-			ref.check(t, fmt.Sprintf("packed widened %dx%d n=%d", rows, cols, n), out, rows)
 		}
 	}
 	for _, typ := range []DType{Q8_0, Q4_0, Q4_K, F16} {

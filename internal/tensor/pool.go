@@ -65,6 +65,10 @@ type Pool struct {
 	bounds []int // the current job's token ranges (MatMulsPrepCost)
 
 	act actBuf
+	// act2 and minsOut serve the products of block minima (addMinsParts):
+	// their F16 activations and their outputs, per product.
+	act2    actBuf
+	minsOut [maxMatMuls][]float32
 }
 
 type cacheLinePad [64]byte

@@ -14,6 +14,10 @@ import (
 //	Q5_0 (32 values, 22 bytes):  d f16 | qh uint32 | qs [16]uint8  x = d*(q-16);
 //	                             q's low four bits as Q4_0's nibbles, bit j of
 //	                             qh the fifth bit of value j
+//	Q4_1 (32 values, 20 bytes):  d f16 | m f16 | qs [16]uint8      x = d*nibble + m
+//	                             (nibbles as Q4_0's)
+//	Q5_1 (32 values, 24 bytes):  d f16 | m f16 | qh uint32 | qs [16]uint8
+//	                             x = d*q + m, q's bits as Q5_0's
 //	Q4_K (256 values, 144 bytes): d f16 | dmin f16 | scales [12] | qs [128]
 //	                             8 sub-blocks of 32 with 6-bit scale sc and min m:
 //	                             x = d*sc*nibble - dmin*m; qs chunk c (32 bytes)
@@ -32,6 +36,8 @@ const (
 	q40Size = 18
 	qk50    = 32
 	q50Size = 22
+	q41Size = 20
+	q51Size = 24
 	qkK     = 256
 	q4KSize = 144
 	q5KSize = 176
@@ -113,6 +119,16 @@ func dequantize(t DType, dst []float32, src []byte) {
 				y[j] = float32(q50Value(blk, j)) * d
 			}
 		}
+	case Q4_1, Q5_1:
+		bs := t.TypeSize()
+		for b := 0; b < len(dst)/32; b++ {
+			blk := src[b*bs : (b+1)*bs]
+			d, m := f16At(blk, 0), f16At(blk, 2)
+			y := dst[b*32 : (b+1)*32]
+			for j := range y {
+				y[j] = float32(float32(minBlockValue(t, blk, j))*d) + m
+			}
+		}
 	case Q4_K:
 		for b := 0; b < len(dst)/qkK; b++ {
 			dequantQ4KBlock(dst[b*qkK:(b+1)*qkK], src[b*q4KSize:(b+1)*q4KSize])
@@ -136,6 +152,24 @@ func q50Value(blk []byte, j int) int8 {
 		q >>= 4
 	}
 	return int8(q&0xf|byte(qh>>j&1)<<4) - 16
+}
+
+// minBlockValue is value j (0-31) of a Q4_1 or Q5_1 block, the unsigned q
+// of x = d*q + m.
+func minBlockValue(t DType, blk []byte, j int) uint8 {
+	if t == Q4_1 {
+		q := blk[4+j%16]
+		if j >= 16 {
+			q >>= 4
+		}
+		return q & 0xf
+	}
+	qh := binary.LittleEndian.Uint32(blk[4:])
+	q := blk[8+j%16]
+	if j >= 16 {
+		q >>= 4
+	}
+	return q&0xf | byte(qh>>j&1)<<4
 }
 
 // scaleMinK4 unpacks the 6-bit scale and min of sub-block j of a Q4_K block.
@@ -209,8 +243,8 @@ func dequantQ6KBlock(y []float32, blk []byte) {
 	}
 }
 
-// Quantize converts src to type t (F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K,
-// Q5_K or Q6_K) the way llama-quantize does without an importance matrix: GGML's
+// Quantize converts src to type t (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0,
+// Q5_1, Q4_K, Q5_K or Q6_K) the way llama-quantize does without an importance matrix: GGML's
 // reference quantizers, reproduced operation for operation so the bytes are
 // the same. len(src) must be a multiple of the type's block size.
 func Quantize(t DType, src []float32) ([]byte, error) {
@@ -245,6 +279,11 @@ func Quantize(t DType, src []float32) ([]byte, error) {
 	case Q5_0:
 		for b := 0; b < len(src)/qk50; b++ {
 			quantQ50RefBlock(dst[b*q50Size:(b+1)*q50Size], src[b*qk50:(b+1)*qk50])
+		}
+	case Q4_1, Q5_1:
+		bs := t.TypeSize()
+		for b := 0; b < len(src)/32; b++ {
+			quantMinBlock(t, dst[b*bs:(b+1)*bs], src[b*32:(b+1)*32])
 		}
 	case Q4_K:
 		var s q4KScratch
@@ -342,6 +381,44 @@ func quantQ50RefBlock(dst []byte, x []float32) {
 		qh |= uint32(xi1>>4) << (j + 16)
 	}
 	binary.LittleEndian.PutUint32(dst[2:], qh)
+}
+
+// quantMinBlock is quantize_row_q4_1_ref or quantize_row_q5_1_ref for one
+// block: the block's range from its minimum m in 15 or 31 steps of d.
+func quantMinBlock(t DType, dst []byte, x []float32) {
+	mn, mx := float32(math.MaxFloat32), float32(-math.MaxFloat32)
+	for _, v := range x[:32] {
+		mn = min(mn, v)
+		mx = max(mx, v)
+	}
+	levels := float32(15)
+	if t == Q5_1 {
+		levels = 31
+	}
+	d := (mx - mn) / levels
+	var id float32
+	if d != 0 {
+		id = 1 / d
+	}
+	binary.LittleEndian.PutUint16(dst[0:], F32ToF16(d))
+	binary.LittleEndian.PutUint16(dst[2:], F32ToF16(mn))
+	var qh uint32
+	for j := 0; j < 16; j++ {
+		x0 := float32((x[j] - mn) * id) // no fused multiply-add, as in C
+		x1 := float32((x[16+j] - mn) * id)
+		if t == Q4_1 {
+			xi0 := min(15, uint8(int8(x0+0.5)))
+			xi1 := min(15, uint8(int8(x1+0.5)))
+			dst[4+j] = xi0 | xi1<<4
+			continue
+		}
+		xi0, xi1 := uint8(x0+0.5), uint8(x1+0.5) // no clamp, as in C
+		dst[8+j] = xi0&0xf | (xi1&0xf)<<4
+		qh |= uint32(xi0>>4&1)<<j | uint32(xi1>>4&1)<<(j+16)
+	}
+	if t == Q5_1 {
+		binary.LittleEndian.PutUint32(dst[4:], qh)
+	}
 }
 
 // q4KScratch holds the per-block work arrays of the Q4_K and Q5_K quantizers.

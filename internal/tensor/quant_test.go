@@ -34,6 +34,19 @@ func TestDequantizeHandBuilt(t *testing.T) {
 		qh |= uint32(val5(j)>>4)<<j | uint32(val5(j+16)>>4)<<(j+16)
 	}
 	binary.LittleEndian.PutUint32(q50[2:], qh)
+	// Q4_1: d = 0.5, m = -3, value j = (5j+1) mod 16 (nibbles as Q4_0's).
+	q41 := make([]byte, q41Size)
+	putF16(q41, 0.5)
+	putF16(q41[2:], -3)
+	val41 := func(j int) int { return (5*j + 1) % 16 }
+	for j := 0; j < 16; j++ {
+		q41[4+j] = byte(val41(j) | val41(j+16)<<4)
+	}
+	// Q5_1: d = 0.25, m = 1.5, Q5_0's values and bits.
+	q51 := make([]byte, q51Size)
+	putF16(q51, 0.25)
+	putF16(q51[2:], 1.5)
+	copy(q51[4:], q50[2:])
 	// Q4_K: d = 1, dmin = 0.25; sub-block j has scale j+1 and min 2j (sub-blocks
 	// 4..7 exercise the packed high bits: scale 40+j, min 50+j).
 	q4k := make([]byte, q4KSize)
@@ -97,6 +110,8 @@ func TestDequantizeHandBuilt(t *testing.T) {
 			return float32(15-(i-16)-8) * 2
 		}, 32},
 		{"Q5_0", Q5_0, q50, func(i int) float32 { return float32(val5(i)-16) * 0.5 }, 32},
+		{"Q4_1", Q4_1, q41, func(i int) float32 { return float32(val41(i))*0.5 - 3 }, 32},
+		{"Q5_1", Q5_1, q51, func(i int) float32 { return float32(val5(i))*0.25 + 1.5 }, 32},
 		{"Q4_K", Q4_K, q4k, func(i int) float32 {
 			j := i / 32                // sub-block
 			byteIdx := 32*(j/2) + i%32 // byte in qs
@@ -215,6 +230,8 @@ func TestQuantizeRoundTrip(t *testing.T) {
 		{Q6_K, 0.04, 0.05},
 		{Q4_K, 0.15, 0.2},
 		{Q5_K, 0.075, 0.1},
+		{Q4_1, 0.12, 1.0/15 + 3e-3}, // half a step of range/15 ≤ absmax/15, and the f16 d and m
+		{Q5_1, 0.06, 1.0/31 + 3e-3},
 	}
 	y := make([]float32, len(x))
 	for _, tc := range tests {
