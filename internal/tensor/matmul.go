@@ -831,13 +831,20 @@ func (p *Pool) matMuls(dsts [][]float32, ws []Matrix, x []float32, n int, kern k
 
 // addMinsParts adds to the current job, for each of its products whose
 // matrix has block minima (Widen), the product of the minima with the
-// activations' Q8_1 block sums s1, computed into scratch of its own by the
-// F16 kernels (s1 is f16-exact, so their conversion keeps it).
+// activations' Q8_1 block sums s1 (padded as the minima are, minsCols),
+// computed into scratch of its own by the F16 kernels (s1 is f16-exact, so
+// their conversion keeps it).
 func (p *Pool) addMinsParts(n int) {
 	j := &p.mm
-	nb := j.parts[0].w.Cols / qk80
-	p.act2.prepare(F16, nb, n)
-	p.act2.convertTokens(F16, p.act.s1[:n*nb], 0, n)
+	nb, mc := j.parts[0].w.Cols/qk80, minsCols(j.parts[0].w.Cols)
+	p.s1 = growF32(p.s1, n*mc)
+	for t := range n {
+		row := p.s1[t*mc : (t+1)*mc]
+		copy(row, p.act.s1[t*nb:(t+1)*nb])
+		clear(row[nb:])
+	}
+	p.act2.prepare(F16, mc, n)
+	p.act2.convertTokens(F16, p.s1, 0, n)
 	products := j.nparts
 	for i := range j.parts[:products] {
 		mins := j.parts[i].w.mins

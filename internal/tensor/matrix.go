@@ -22,8 +22,8 @@ type Matrix struct {
 	packed bool // Data's full blocks of eight rows are in the packed layout
 
 	// mins, for Q4_1 and Q5_1 weights widened to Q8_0 (Widen), holds each
-	// block's minimum m as an F16 matrix of Rows × Cols/32: products add
-	// m times the activations' Q8_1 block sums, as ggml's do.
+	// block's minimum m as an F16 matrix of Rows × minsCols(Cols): products
+	// add m times the activations' Q8_1 block sums, as ggml's do.
 	mins *Matrix
 }
 
@@ -85,15 +85,20 @@ func (m Matrix) DequantizeRow(dst []float32, row int) {
 	}
 	if m.mins != nil {
 		// d·q + m, as dequantize_row_q4_1 and _q5_1 round it.
-		mins := m.mins.Row(row)
-		for b := 0; b < m.mins.Cols; b++ {
-			mb := f16At(mins, 2*b)
+		mins := make([]float32, m.mins.Cols)
+		m.mins.DequantizeRow(mins, row)
+		for b, mb := range mins[:m.Cols/qk80] {
 			for i := range dst[b*qk80 : (b+1)*qk80] {
 				dst[b*qk80+i] += mb
 			}
 		}
 	}
 }
+
+// minsCols is the row length of a widened matrix's minima (Widen) for
+// cols columns: one per block, padded with zeros to a multiple of eight,
+// so that the F16 kernels take the rows in whole steps and may pack them.
+func minsCols(cols int) int { return (cols/qk80 + 7) &^ 7 }
 
 // Bytes is the memory m's weights take: its data, and a widened matrix's
 // block minima.
@@ -124,6 +129,10 @@ func (m Matrix) Bytes() int {
 func Pack(m Matrix) Matrix {
 	if m.packed || !packable(m.Type) || m.packedRows() == 0 {
 		return m
+	}
+	if m.mins != nil {
+		mins := Pack(*m.mins)
+		m.mins = &mins
 	}
 	data := m.Data[:m.packedRows()*m.RowBytes()]
 	switch m.Type {
@@ -358,7 +367,7 @@ func WidenedRowBytes(t DType, cols int) int {
 	}
 	n := wt.RowBytes(cols)
 	if t == Q4_1 || t == Q5_1 {
-		n += 2 * cols / qk80
+		n += 2 * minsCols(cols)
 	}
 	return n
 }
@@ -371,11 +380,11 @@ func WidenedRowBytes(t DType, cols int) int {
 // matrix's products are Q5_0's, at 34 bytes a block of 32 instead of 22.
 //
 // Q4_1's and Q5_1's x = d·q + m become Q8_0 blocks of d and q (0-31 fits
-// a byte) and an F16 matrix of the minima m: ggml_vec_dot_q5_1_q8_1 sums,
+// a byte) and an F16 matrix of the minima m (minsCols): ggml_vec_dot_q5_1_q8_1 sums,
 // per block, (d·dy)·Σq·qy as the Q8_0 product does plus m·s1, where s1 is
 // the Q8_1 activations' block sum, f16-exact, so an F16 product of the
-// minima with s1 has the same terms (MatMul adds the two). 36 bytes a
-// block of 32 instead of 20 or 24.
+// minima with s1 has the same terms (MatMul adds the two). About 36 bytes
+// a block of 32 instead of 20 or 24.
 func Widen(m Matrix) Matrix {
 	wt, ok := WidenedType(m.Type)
 	if !ok || m.packed {
@@ -398,13 +407,15 @@ func Widen(m Matrix) Matrix {
 		}
 		return out
 	}
-	mins := Matrix{Type: F16, Rows: m.Rows, Cols: m.Cols / qk80, Data: make([]byte, 2*nb)}
-	bs := m.Type.TypeSize()
+	mc := minsCols(m.Cols)
+	mins := Matrix{Type: F16, Rows: m.Rows, Cols: mc, Data: make([]byte, 2*mc*m.Rows)}
+	bs, rowBlocks := m.Type.TypeSize(), m.Cols/qk80
 	for b := 0; b < nb; b++ {
 		in := m.Data[b*bs : (b+1)*bs]
 		o := out.Data[b*q80Size : (b+1)*q80Size]
 		o[0], o[1] = in[0], in[1]
-		mins.Data[2*b], mins.Data[2*b+1] = in[2], in[3]
+		mo := 2 * (b/rowBlocks*mc + b%rowBlocks)
+		mins.Data[mo], mins.Data[mo+1] = in[2], in[3]
 		for j := 0; j < qk80; j++ {
 			o[2+j] = minBlockValue(m.Type, in, j)
 		}

@@ -65,8 +65,10 @@ type Pool struct {
 	bounds []int // the current job's token ranges (MatMulsPrepCost)
 
 	act actBuf
-	// act2 and minsOut serve the products of block minima (addMinsParts):
-	// their F16 activations and their outputs, per product.
+	// s1, act2 and minsOut serve the products of block minima
+	// (addMinsParts): their activations, padded and converted to F16, and
+	// their outputs, per product.
+	s1      []float32
 	act2    actBuf
 	minsOut [maxMatMuls][]float32
 }
