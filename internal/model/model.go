@@ -20,6 +20,7 @@ package model
 import (
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -207,13 +208,25 @@ func (l *loader) tensor(name string, dims ...int) *gguf.Tensor {
 	return t
 }
 
+// supportedTypes lists the weight types the kernels compute with, for the
+// error that refuses a file.
+func supportedTypes() string {
+	var names []string
+	for t := range tensor.DType(64) {
+		if t.Known() && t.Supported() {
+			names = append(names, t.String())
+		}
+	}
+	return strings.Join(names, ", ")
+}
+
 func (l *loader) matrix(name string, rows, cols int) tensor.Matrix {
 	t := l.tensor(name, cols, rows)
 	if t == nil {
 		return tensor.Matrix{}
 	}
 	if !t.Type.Supported() {
-		l.err = fmt.Errorf("model: tensor %s has type %s, which is not supported (supported: F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K, Q6_K)", name, t.Type)
+		l.err = fmt.Errorf("model: tensor %s has type %s, which is not supported (supported: %s)", name, t.Type, supportedTypes())
 		return tensor.Matrix{}
 	}
 	m, err := tensor.NewMatrix(t.Type, rows, cols, t.Data)

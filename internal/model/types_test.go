@@ -1,0 +1,53 @@
+package model_test
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/kvserve/kvserve/internal/gguf"
+	"github.com/kvserve/kvserve/internal/model"
+	"github.com/kvserve/kvserve/internal/tensor"
+)
+
+// TestUnsupportedTypeRefused: a file with a matrix of a type the kernels do
+// not compute (IQ4_NL here, tiny-f32 with one matrix rewritten) is refused
+// at load with the type, the tensor and the supported types named.
+func TestUnsupportedTypeRefused(t *testing.T) {
+	src, err := gguf.Open(modelPath(t, "tiny-f32"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	w := &gguf.Writer{Alignment: src.Alignment}
+	for _, kv := range src.KVs {
+		w.Set(kv.Key, kv.Value)
+	}
+	for _, tt := range src.Tensors {
+		typ, data := tt.Type, tt.Data
+		if tt.Name == "blk.0.ffn_up.weight" {
+			typ = tensor.IQ4_NL
+			data = make([]byte, typ.RowBytes(tt.Cols())*tt.Rows())
+		}
+		if err := w.AddTensor(tt.Name, typ, tt.Dims, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var buf bytes.Buffer
+	if _, err := w.WriteTo(&buf); err != nil {
+		t.Fatal(err)
+	}
+	f, err := gguf.Parse(buf.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = model.Load(f)
+	if err == nil {
+		t.Fatal("a file with an IQ4_NL matrix loaded")
+	}
+	for _, want := range []string{"blk.0.ffn_up.weight", "IQ4_NL", "Q4_0, Q4_1, Q5_0, Q5_1", "Q4_K, Q5_K, Q6_K"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %q", err, want)
+		}
+	}
+}
