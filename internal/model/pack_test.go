@@ -110,15 +110,16 @@ func decodeLogits(t *testing.T, m *model.Model) [][]float32 {
 	return out
 }
 
-// TestWidenedWeights: a file's Q5_0, Q4_1 and Q5_1 matrices are widened to
-// Q8_0 at load (tensor.Widen), into memory of their own, so packed for the
-// CPU's Q8_0 kernels whatever the placement; the mapped and the private
-// placement then give the same logits.
+// TestWidenedWeights: a file's Q5_0, Q4_1, Q5_1 and IQ4_NL matrices are
+// widened to Q8_0 at load, and Q3_K to Q6_K (tensor.Widen), into memory of
+// their own, so packed for the CPU's kernels (where they pack) whatever the
+// placement; the mapped and the private placement then give the same
+// logits.
 func TestWidenedWeights(t *testing.T) {
 	for _, tc := range []struct {
 		file string
 		typ  tensor.DType
-	}{{"tiny-q5_0", tensor.Q5_0}, {"tiny-q4_1", tensor.Q4_1}, {"tiny-q5_1", tensor.Q5_1}} {
+	}{{"tiny-q5_0", tensor.Q5_0}, {"tiny-q4_1", tensor.Q4_1}, {"tiny-q5_1", tensor.Q5_1}, {"tiny-iq4_nl", tensor.IQ4_NL}, {"tiny-q3_k_m", tensor.Q3_K}} {
 		path := modelPath(t, tc.file)
 		mapped, err := model.Open(path, gguf.Mapped, nil)
 		if err != nil {
@@ -135,12 +136,20 @@ func TestWidenedWeights(t *testing.T) {
 		if want == 0 || m.WidenedBytes != want {
 			t.Fatalf("%s: widened %d bytes, want %d (> 0)", tc.file, m.WidenedBytes, want)
 		}
+		wt, _ := tensor.WidenedType(tc.typ)
+		widened := 0
 		for i, ly := range m.Layers {
 			for _, w := range []tensor.Matrix{ly.Q, ly.K, ly.V, ly.O, ly.Gate, ly.Up, ly.Down} {
-				if w.Type != tensor.Q8_0 || w.Packed() != tensor.Packable(tensor.Q8_0) {
-					t.Fatalf("%s layer %d: a %v matrix loaded as %v, packed %v", tc.file, i, tc.typ, w.Type, w.Packed())
+				if w.Type == tc.typ || (w.Type == wt && w.Packed() != tensor.Packable(wt)) {
+					t.Fatalf("%s layer %d: a matrix loaded as %v, packed %v", tc.file, i, w.Type, w.Packed())
+				}
+				if w.Type == wt {
+					widened++
 				}
 			}
+		}
+		if widened == 0 {
+			t.Fatalf("%s: no layer matrix is %v", tc.file, wt)
 		}
 		private, err := model.Open(path, gguf.HugePages, nil)
 		if err != nil {

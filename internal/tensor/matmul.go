@@ -290,11 +290,11 @@ func blockSums16(bs []int16, q []int8) {
 // type t.
 func vecDotType(t DType) DType {
 	switch t {
-	case Q8_0, Q4_0, Q5_0:
+	case Q8_0, Q4_0, Q5_0, IQ4_NL:
 		return Q8_0
 	case Q4_1, Q5_1:
 		return Q8_1
-	case Q4_K, Q5_K, Q6_K:
+	case Q3_K, Q4_K, Q5_K, Q6_K:
 		return Q8_K
 	}
 	return t
@@ -317,17 +317,19 @@ func (k *kernelTable) get(t DType) kernel {
 
 // portableKernels are the reference kernels, by weight type (read-only).
 var portableKernels = kernelTable{
-	F32:  genericTile(dotF32Row),
-	F16:  genericTile(dotHalfRow(F16)),
-	BF16: genericTile(dotHalfRow(BF16)),
-	Q8_0: genericTile(dotQ80Row),
-	Q4_0: genericTile(dotQ40Row),
-	Q5_0: genericTile(dotQ50Row),
-	Q4_1: genericTile(dotMinRow(Q4_1)),
-	Q5_1: genericTile(dotMinRow(Q5_1)),
-	Q4_K: genericTile(dotQ4KRow),
-	Q5_K: genericTile(dotQ5KRow),
-	Q6_K: genericTile(dotQ6KRow),
+	F32:    genericTile(dotF32Row),
+	F16:    genericTile(dotHalfRow(F16)),
+	BF16:   genericTile(dotHalfRow(BF16)),
+	Q8_0:   genericTile(dotQ80Row),
+	Q4_0:   genericTile(dotQ40Row),
+	Q5_0:   genericTile(dotQ50Row),
+	Q4_1:   genericTile(dotMinRow(Q4_1)),
+	IQ4_NL: genericTile(dotIQ4NLRow),
+	Q3_K:   genericTile(dotQ3KRow),
+	Q5_1:   genericTile(dotMinRow(Q5_1)),
+	Q4_K:   genericTile(dotQ4KRow),
+	Q5_K:   genericTile(dotQ5KRow),
+	Q6_K:   genericTile(dotQ6KRow),
 }
 
 // portableKernel is the reference kernel of type t (nil if unsupported).
@@ -430,6 +432,52 @@ func dotQ50Row(row []byte, a *actBuf, tok int) float32 {
 			si += int32(q50Value(blk, j)) * int32(y)
 		}
 		sum += float32(si) * float32(f16At(blk, 0)*d[b])
+	}
+	return sum
+}
+
+// dotIQ4NLRow is ggml_vec_dot_iq4_nl_q8_0: Q8_0's integer sums and float
+// steps on the table's values (so a row widened to Q8_0 gives the same
+// bits).
+func dotIQ4NLRow(row []byte, a *actBuf, tok int) float32 {
+	c := a.cols
+	nb := c / qk80
+	q := a.q[tok*c : (tok+1)*c]
+	d := a.d[tok*nb : (tok+1)*nb]
+	var sum float32
+	for b := 0; b < nb; b++ {
+		blk := row[b*iq4Size : (b+1)*iq4Size]
+		ys := q[b*qk80 : (b+1)*qk80]
+		var si int32
+		for j := 0; j < 16; j++ {
+			si += int32(kvaluesIQ4NL[blk[2+j]&0xf]) * int32(ys[j])
+			si += int32(kvaluesIQ4NL[blk[2+j]>>4]) * int32(ys[j+16])
+		}
+		sum += float32(si) * float32(f16At(blk, 0)*d[b])
+	}
+	return sum
+}
+
+// dotQ3KRow is ggml_vec_dot_q3_K_q8_K: Q6_K's integer sums and float steps
+// on the 3-bit values (so a row widened to Q6_K gives the same bits).
+func dotQ3KRow(row []byte, a *actBuf, tok int) float32 {
+	c := a.cols
+	nb := c / qkK
+	q := a.q[tok*c : (tok+1)*c]
+	dy := a.d[tok*nb : (tok+1)*nb]
+	var sum float32
+	for b := 0; b < nb; b++ {
+		blk := row[b*q3KSize : (b+1)*q3KSize]
+		ys := q[b*qkK : (b+1)*qkK]
+		var sumi int32
+		for k := 0; k < 16; k++ {
+			var s int32
+			for i := 16 * k; i < 16*k+16; i++ {
+				s += int32(q3KValue(blk, i)) * int32(ys[i])
+			}
+			sumi += int32(q3KScale(blk, k)) * s
+		}
+		sum += f16At(blk, 108) * dy[b] * float32(sumi)
 	}
 	return sum
 }

@@ -13,7 +13,7 @@ import (
 	"time"
 )
 
-var allTypes = []DType{F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K}
+var allTypes = []DType{F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q3_K, Q4_K, Q5_K, Q6_K}
 
 func randVec(rng *rand.Rand, n int, std float64) []float32 {
 	v := make([]float32, n)
@@ -55,9 +55,9 @@ func convertedActivations(typ DType, x []float32, cols, n int) ([]float64, *actB
 	a.convertTokens(vecDotType(typ), x, 0, n)
 	for i := range x {
 		switch typ {
-		case Q8_0, Q4_0, Q5_0, Q4_1, Q5_1:
+		case Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, IQ4_NL:
 			out[i] = float64(a.q[i]) * float64(a.d[i/qk80])
-		case Q4_K, Q5_K, Q6_K:
+		case Q3_K, Q4_K, Q5_K, Q6_K:
 			out[i] = float64(a.q[i]) * float64(a.d[i/qkK])
 		default:
 			out[i] = float64(a.f[i])
@@ -90,7 +90,7 @@ func newMatMulRef(typ DType, wd, x []float32, rows, cols, n int) *matMulRef {
 		xs := x[tok*cols : (tok+1)*cols]
 		// Per-element bound on the activation conversion error.
 		switch typ {
-		case Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, Q4_K, Q5_K, Q6_K:
+		case Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, IQ4_NL, Q3_K, Q4_K, Q5_K, Q6_K:
 			bs := typ.BlockSize()
 			for b := 0; b < cols/bs; b++ {
 				var amax float64
@@ -929,12 +929,16 @@ func TestWiden(t *testing.T) {
 	rng := rand.New(rand.NewPCG(21, 22))
 	p := NewPool(2)
 	defer p.Close()
-	for _, typ := range []DType{Q5_0, Q4_1, Q5_1} {
+	for _, typ := range []DType{Q5_0, Q4_1, Q5_1, IQ4_NL, Q3_K} {
+		wt, _ := WidenedType(typ)
 		for _, shape := range [][2]int{{1, 32}, {9, 576}, {24, 896}, {67, 256}} {
 			rows, cols := shape[0], shape[1]
+			if cols%typ.BlockSize() != 0 {
+				continue
+			}
 			m, wd := randMatrix(t, rng, typ, rows, cols)
 			w := Widen(m)
-			if w.Type != Q8_0 || w.Rows != rows || w.Cols != cols || len(w.Data) != rows*Q8_0.RowBytes(cols) || w.Bytes() != rows*WidenedRowBytes(typ, cols) {
+			if w.Type != wt || w.Rows != rows || w.Cols != cols || len(w.Data) != rows*wt.RowBytes(cols) || w.Bytes() != rows*WidenedRowBytes(typ, cols) {
 				t.Fatalf("%v %dx%d: widened to %v %dx%d, %d bytes", typ, rows, cols, w.Type, w.Rows, w.Cols, w.Bytes())
 			}
 			// Every row as the original's, bit for bit, packed or not.
@@ -951,27 +955,28 @@ func TestWiden(t *testing.T) {
 			}
 			for _, n := range []int{1, 2, 5, 17} {
 				x := randVec(rng, n*cols, 1)
-				if typ == Q5_0 {
-					// The same float steps as the Q5_0 kernel: the same bits.
+				if !hasMins(typ) {
+					// The same float steps as the type's own kernel: the
+					// same bits.
 					want := make([]float32, n*rows)
-					p.matMul(want, m, x, n, portableKernel(Q5_0))
+					p.matMul(want, m, x, n, portableKernel(typ))
 					have := make([]float32, n*rows)
-					p.matMul(have, w, x, n, portableKernel(Q8_0))
+					p.matMul(have, w, x, n, portableKernel(wt))
 					for i := range want {
 						if math.Float32bits(want[i]) != math.Float32bits(have[i]) {
-							t.Fatalf("%dx%d n=%d: output %d is %v widened, %v as Q5_0", rows, cols, n, i, have[i], want[i])
+							t.Fatalf("%v %dx%d n=%d: output %d is %v widened, %v unwidened", typ, rows, cols, n, i, have[i], want[i])
 						}
 					}
 				}
 				ref := newMatMulRef(typ, wd, x, rows, cols, n)
 				for _, level := range availableISAs() {
 					out := make([]float32, n*rows)
-					p.matMul(out, w, x, n, kernelAt(Q8_0, level))
+					p.matMul(out, w, x, n, kernelAt(wt, level))
 					ref.check(t, fmt.Sprintf("%v %v widened %dx%d n=%d", level, typ, rows, cols, n), out, rows)
 				}
 				// Packed (as the model loader leaves it), for this CPU's kernels.
 				out := make([]float32, n*rows)
-				p.matMul(out, Pack(Widen(m)), x, n, kernelAt(Q8_0, cpuISA))
+				p.matMul(out, Pack(Widen(m)), x, n, kernelAt(wt, cpuISA))
 				ref.check(t, fmt.Sprintf("%v packed widened %dx%d n=%d", typ, rows, cols, n), out, rows)
 			}
 		}

@@ -18,6 +18,11 @@ import (
 //	                             (nibbles as Q4_0's)
 //	Q5_1 (32 values, 24 bytes):  d f16 | m f16 | qh uint32 | qs [16]uint8
 //	                             x = d*q + m, q's bits as Q5_0's
+//	IQ4_NL (32 values, 18 bytes): d f16 | qs [16]uint8      x = d*kvaluesIQ4NL[nibble]
+//	                             (nibbles as Q4_0's)
+//	Q3_K (256 values, 110 bytes): hmask [32] | qs [64] | scales [12] | d f16
+//	                             16 sub-blocks of 16 with 6-bit scale sc:
+//	                             x = d*(sc-32)*q, q in [-4, 3] (see q3KValue)
 //	Q4_K (256 values, 144 bytes): d f16 | dmin f16 | scales [12] | qs [128]
 //	                             8 sub-blocks of 32 with 6-bit scale sc and min m:
 //	                             x = d*sc*nibble - dmin*m; qs chunk c (32 bytes)
@@ -38,11 +43,17 @@ const (
 	q50Size = 22
 	q41Size = 20
 	q51Size = 24
+	iq4Size = 18
+	q3KSize = 110
 	qkK     = 256
 	q4KSize = 144
 	q5KSize = 176
 	q6KSize = 210
 )
+
+// kvaluesIQ4NL are IQ4_NL's sixteen values (ggml's kvalues_iq4nl), spaced
+// to fit a bell-shaped distribution better than Q4_0's even steps.
+var kvaluesIQ4NL = [16]int8{-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}
 
 // groupMaxEps is GGML's threshold below which a group counts as all zero.
 const groupMaxEps = 1e-15
@@ -129,6 +140,28 @@ func dequantize(t DType, dst []float32, src []byte) {
 				y[j] = float32(float32(minBlockValue(t, blk, j))*d) + m
 			}
 		}
+	case IQ4_NL:
+		for b := 0; b < len(dst)/32; b++ {
+			blk := src[b*iq4Size : (b+1)*iq4Size]
+			d := f16At(blk, 0)
+			y := dst[b*32 : (b+1)*32]
+			for j := 0; j < 16; j++ {
+				y[j] = float32(kvaluesIQ4NL[blk[2+j]&0xf]) * d
+				y[j+16] = float32(kvaluesIQ4NL[blk[2+j]>>4]) * d
+			}
+		}
+	case Q3_K:
+		for b := 0; b < len(dst)/qkK; b++ {
+			blk := src[b*q3KSize : (b+1)*q3KSize]
+			d := f16At(blk, 108)
+			y := dst[b*qkK : (b+1)*qkK]
+			for k := 0; k < 16; k++ {
+				dl := d * float32(q3KScale(blk, k))
+				for i := 16 * k; i < 16*k+16; i++ {
+					y[i] = dl * float32(q3KValue(blk, i))
+				}
+			}
+		}
 	case Q4_K:
 		for b := 0; b < len(dst)/qkK; b++ {
 			dequantQ4KBlock(dst[b*qkK:(b+1)*qkK], src[b*q4KSize:(b+1)*q4KSize])
@@ -170,6 +203,29 @@ func minBlockValue(t DType, blk []byte, j int) uint8 {
 		q >>= 4
 	}
 	return q&0xf | byte(qh>>j&1)<<4
+}
+
+// q3KValue is value i (0-255) of a Q3_K block, in [-4, 3]: two bits in qs
+// (byte 32·(i/128) + i%32, bits 2·((i%128)/32)) and a high bit in hmask
+// (byte i%32, bit i/32) that, when clear, subtracts 4.
+func q3KValue(blk []byte, i int) int8 {
+	q := int8(blk[32+32*(i/128)+i%32] >> (2 * (i % 128 / 32)) & 3)
+	if blk[i%32]>>(i/32)&1 == 0 {
+		q -= 4
+	}
+	return q
+}
+
+// q3KScale is the scale of sub-block k (0-15) of a Q3_K block, in
+// [-32, 31]: four low bits in scales[k%8] (high nibble for k ≥ 8), two
+// high bits in scales[8 + k%4] at bit 2·(k/4).
+func q3KScale(blk []byte, k int) int8 {
+	sc := blk[32+64:]
+	lo := sc[k%8] & 0xf
+	if k >= 8 {
+		lo = sc[k-8] >> 4
+	}
+	return int8(lo|(sc[8+k%4]>>(2*(k/4))&3)<<4) - 32
 }
 
 // scaleMinK4 unpacks the 6-bit scale and min of sub-block j of a Q4_K block.
@@ -244,7 +300,7 @@ func dequantQ6KBlock(y []float32, blk []byte) {
 }
 
 // Quantize converts src to type t (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0,
-// Q5_1, Q4_K, Q5_K or Q6_K) the way llama-quantize does without an importance matrix: GGML's
+// Q5_1, IQ4_NL, Q3_K, Q4_K, Q5_K or Q6_K) the way llama-quantize does without an importance matrix: GGML's
 // reference quantizers, reproduced operation for operation so the bytes are
 // the same. len(src) must be a multiple of the type's block size.
 func Quantize(t DType, src []float32) ([]byte, error) {
@@ -284,6 +340,14 @@ func Quantize(t DType, src []float32) ([]byte, error) {
 		bs := t.TypeSize()
 		for b := 0; b < len(src)/32; b++ {
 			quantMinBlock(t, dst[b*bs:(b+1)*bs], src[b*32:(b+1)*32])
+		}
+	case IQ4_NL:
+		for b := 0; b < len(src)/32; b++ {
+			quantIQ4NLBlock(dst[b*iq4Size:(b+1)*iq4Size], src[b*32:(b+1)*32])
+		}
+	case Q3_K:
+		for b := 0; b < len(src)/qkK; b++ {
+			quantQ3KBlock(dst[b*q3KSize:(b+1)*q3KSize], src[b*qkK:(b+1)*qkK])
 		}
 	case Q4_K:
 		var s q4KScratch
@@ -418,6 +482,192 @@ func quantMinBlock(t DType, dst []byte, x []float32) {
 	}
 	if t == Q5_1 {
 		binary.LittleEndian.PutUint32(dst[4:], qh)
+	}
+}
+
+// bestIndexIQ4NL is ggml's best_index_int8 on IQ4_NL's values: the index of
+// the value nearest x (the upper one on a tie).
+func bestIndexIQ4NL(x float32) uint8 {
+	v := &kvaluesIQ4NL
+	if x <= float32(v[0]) {
+		return 0
+	}
+	if x >= float32(v[15]) {
+		return 15
+	}
+	ml, mu := 0, 15
+	for mu-ml > 1 {
+		mav := (ml + mu) / 2
+		if x < float32(v[mav]) {
+			mu = mav
+		} else {
+			ml = mav
+		}
+	}
+	if x-float32(v[mu-1]) < float32(v[mu])-x {
+		return uint8(mu - 1)
+	}
+	return uint8(mu)
+}
+
+// quantIQ4NLBlock is what llama-quantize runs for IQ4_NL without an
+// importance matrix (quantize_iq4_nl, quantize_row_iq4_nl_impl with one
+// block per super-block and seven tries each way): the scale that fits the
+// block's values best, x²-weighted, among fifteen candidates around the one
+// that maps its largest magnitude to −127.
+func quantIQ4NLBlock(dst []byte, x []float32) {
+	var weight [32]float32
+	var L [32]uint8
+	var amax, mx float32
+	for j, v := range x[:32] {
+		weight[j] = v * v
+		if ax := abs32(v); ax > amax {
+			amax, mx = ax, v
+		}
+	}
+	var d float32
+	if amax >= groupMaxEps {
+		d = -mx / float32(kvaluesIQ4NL[0])
+		fit := func(id float32) (sumqx, sumq2 float32) {
+			for j, v := range x[:32] {
+				q := float32(kvaluesIQ4NL[bestIndexIQ4NL(id*v)])
+				w := weight[j]
+				sumqx += float32(float32(w*q) * v)
+				sumq2 += float32(float32(w*q) * q)
+			}
+			return sumqx, sumq2
+		}
+		sumqx, sumq2 := fit(1 / d)
+		d = sumqx / sumq2
+		best := d * sumqx
+		for itry := -7; itry <= 7; itry++ {
+			sumqx, sumq2 := fit(float32(itry+int(kvaluesIQ4NL[0])) / mx)
+			if sumq2 > 0 && float32(sumqx*sumqx) > float32(best*sumq2) {
+				d = sumqx / sumq2
+				best = d * sumqx
+			}
+		}
+	}
+	binary.LittleEndian.PutUint16(dst, F32ToF16(d))
+	var id float32
+	if d != 0 {
+		id = 1 / d
+	}
+	for j, v := range x[:32] {
+		L[j] = bestIndexIQ4NL(id * v)
+	}
+	for j := 0; j < 16; j++ {
+		dst[2+j] = L[j] | L[16+j]<<4
+	}
+}
+
+// makeQ3Quants is GGML's make_qx... for Q3_K, make_q3_quants with rmse on:
+// symmetric quantization of x to L in [−nmax, nmax) (stored offset by
+// nmax), the value of largest magnitude at −nmax, then up to five passes
+// that move single values while the x²-weighted fit improves. It returns
+// the scale.
+func makeQ3Quants(x []float32, L []int8, nmax int) float32 {
+	var amax, mx float32
+	for _, v := range x {
+		if ax := abs32(v); ax > amax {
+			amax, mx = ax, v
+		}
+	}
+	if amax < groupMaxEps {
+		clear(L[:len(x)])
+		return 0
+	}
+	iscale := -float32(nmax) / mx
+	var sumlx, suml2 float32
+	for i, v := range x {
+		l := max(-nmax, min(nmax-1, nearestInt(iscale*v)))
+		L[i] = int8(l)
+		w := v * v
+		sumlx += float32(float32(w*v) * float32(l))
+		suml2 += float32(float32(w*float32(l)) * float32(l))
+	}
+	for range 5 {
+		changed := 0
+		for i, v := range x {
+			w := v * v
+			li := float32(L[i])
+			slx := sumlx - float32(float32(w*v)*li)
+			if slx <= 0 {
+				continue
+			}
+			sl2 := suml2 - float32(float32(w*li)*li)
+			nl := max(-nmax, min(nmax-1, nearestInt(float32(v*sl2)/slx)))
+			if nl == int(L[i]) {
+				continue
+			}
+			fl := float32(nl)
+			slx += float32(float32(w*v) * fl)
+			sl2 += float32(float32(w*fl) * fl)
+			if sl2 > 0 && float32(float32(slx*slx)*suml2) > float32(float32(sumlx*sumlx)*sl2) {
+				L[i], sumlx, suml2 = int8(nl), slx, sl2
+				changed++
+			}
+		}
+		if changed == 0 {
+			break
+		}
+	}
+	for i := range L[:len(x)] {
+		L[i] += int8(nmax)
+	}
+	return sumlx / suml2
+}
+
+// quantQ3KBlock is quantize_row_q3_K_ref for one block of 256 values.
+func quantQ3KBlock(dst []byte, x []float32) {
+	var L [qkK]int8
+	var scales [16]float32
+	var maxScale, amax float32
+	for j := 0; j < 16; j++ {
+		scales[j] = makeQ3Quants(x[16*j:16*j+16], L[16*j:16*j+16], 4)
+		if sa := abs32(scales[j]); sa > amax {
+			amax, maxScale = sa, scales[j]
+		}
+	}
+	hmask, qs, sc := dst[0:32], dst[32:96], dst[96:108]
+	clear(sc)
+	var dh uint16
+	if maxScale != 0 {
+		iscale := -32 / maxScale
+		for j := 0; j < 16; j++ {
+			l := int8(max(-32, min(31, nearestInt(iscale*scales[j])))) + 32
+			if j < 8 {
+				sc[j] = byte(l & 0xf)
+			} else {
+				sc[j-8] |= byte(l&0xf) << 4
+			}
+			sc[j%4+8] |= byte(l>>4) << (2 * (j / 4))
+		}
+		dh = F32ToF16(1 / iscale)
+	} else {
+		dh = F32ToF16(0)
+	}
+	binary.LittleEndian.PutUint16(dst[108:], dh)
+	for j := 0; j < 16; j++ {
+		d := F16ToF32(dh) * float32(q3KScale(dst, j))
+		if d == 0 {
+			continue
+		}
+		for ii := 0; ii < 16; ii++ {
+			L[16*j+ii] = int8(max(-4, min(3, nearestInt(x[16*j+ii]/d))) + 4)
+		}
+	}
+	clear(hmask)
+	for j := 0; j < qkK; j++ {
+		if L[j] > 3 {
+			hmask[j%32] |= 1 << (j / 32)
+			L[j] -= 4
+		}
+	}
+	for j := 0; j < qkK; j += 128 {
+		for l := 0; l < 32; l++ {
+			qs[j/4+l] = byte(L[j+l]) | byte(L[j+l+32])<<2 | byte(L[j+l+64])<<4 | byte(L[j+l+96])<<6
+		}
 	}
 }
 

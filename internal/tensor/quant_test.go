@@ -47,6 +47,33 @@ func TestDequantizeHandBuilt(t *testing.T) {
 	putF16(q51, 0.25)
 	putF16(q51[2:], 1.5)
 	copy(q51[4:], q50[2:])
+	// IQ4_NL: d = 0.5, nibble j%16 for value j (the whole table twice).
+	iq4 := make([]byte, iq4Size)
+	putF16(iq4, 0.5)
+	for j := 0; j < 16; j++ {
+		iq4[2+j] = byte(j) | byte(15-j)<<4
+	}
+	// Q3_K: d = 0.25, sub-block k scale k−16 (four low bits in scales[k%8],
+	// high nibble for k ≥ 8; two high bits in scales[8+k%4] at 2·(k/4));
+	// value i is (i mod 8) − 4: two bits in qs[32·(i/128) + i%32] at
+	// 2·((i%128)/32), and bit i/32 of hmask[i%32] set unless it is below 0.
+	q3k := make([]byte, q3KSize)
+	putF16(q3k[108:], 0.25)
+	for k := 0; k < 16; k++ {
+		u := byte(k - 16 + 32)
+		q3k[96+k%8] |= (u & 0xf) << (4 * (k / 8))
+		q3k[96+8+k%4] |= (u >> 4) << (2 * (k / 4))
+	}
+	for i := 0; i < 256; i++ {
+		v := i%8 - 4
+		q := v
+		if v >= 0 {
+			q3k[i%32] |= 1 << (i / 32)
+		} else {
+			q += 4
+		}
+		q3k[32+32*(i/128)+i%32] |= byte(q) << (2 * (i % 128 / 32))
+	}
 	// Q4_K: d = 1, dmin = 0.25; sub-block j has scale j+1 and min 2j (sub-blocks
 	// 4..7 exercise the packed high bits: scale 40+j, min 50+j).
 	q4k := make([]byte, q4KSize)
@@ -124,6 +151,16 @@ func TestDequantizeHandBuilt(t *testing.T) {
 		{"Q5_K", Q5_K, q5k, func(i int) float32 {
 			return float32(sc[i/32])*float32(val5K(i)) - 0.25*float32(mn[i/32])
 		}, 256},
+		{"IQ4_NL", IQ4_NL, iq4, func(i int) float32 {
+			nib := i
+			if i >= 16 {
+				nib = 15 - (i - 16)
+			}
+			return []float32{-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}[nib] * 0.5
+		}, 32},
+		{"Q3_K", Q3_K, q3k, func(i int) float32 {
+			return 0.25 * float32(i/16-16) * float32(i%8-4)
+		}, 256},
 		{"Q6_K", Q6_K, q6k, func(i int) float32 {
 			return 0.125 * float32(i/16-8) * float32(val6(i)-32)
 		}, 256},
@@ -183,7 +220,7 @@ func TestDequantizeErrors(t *testing.T) {
 		n    int
 		size int
 	}{
-		{"unsupported", Q3_K, 256, 1000},
+		{"unsupported", Q2_K, 256, 1000},
 		{"unknown", DType(99), 32, 100},
 		{"partial block", Q8_0, 33, 100},
 		{"short source", Q4_K, 512, q4KSize*2 - 1},
@@ -232,6 +269,8 @@ func TestQuantizeRoundTrip(t *testing.T) {
 		{Q5_K, 0.075, 0.1},
 		{Q4_1, 0.12, 1.0/15 + 3e-3}, // half a step of range/15 ≤ absmax/15, and the f16 d and m
 		{Q5_1, 0.06, 1.0/31 + 3e-3},
+		{IQ4_NL, 0.1, 0.12}, // the fitted scale may leave the largest value short of ±127's step
+		{Q3_K, 0.2, 0.2},
 	}
 	y := make([]float32, len(x))
 	for _, tc := range tests {
