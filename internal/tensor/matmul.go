@@ -294,7 +294,7 @@ func vecDotType(t DType) DType {
 		return Q8_0
 	case Q4_1, Q5_1:
 		return Q8_1
-	case Q3_K, Q4_K, Q5_K, Q6_K:
+	case Q2_K, Q3_K, Q4_K, Q5_K, Q6_K:
 		return Q8_K
 	}
 	return t
@@ -325,6 +325,7 @@ var portableKernels = kernelTable{
 	Q5_0:   genericTile(dotQ50Row),
 	Q4_1:   genericTile(dotMinRow(Q4_1)),
 	IQ4_NL: genericTile(dotIQ4NLRow),
+	Q2_K:   genericTile(dotQ2KRow),
 	Q3_K:   genericTile(dotQ3KRow),
 	Q5_1:   genericTile(dotMinRow(Q5_1)),
 	Q4_K:   genericTile(dotQ4KRow),
@@ -454,6 +455,34 @@ func dotIQ4NLRow(row []byte, a *actBuf, tok int) float32 {
 			si += int32(kvaluesIQ4NL[blk[2+j]>>4]) * int32(ys[j+16])
 		}
 		sum += float32(si) * float32(f16At(blk, 0)*d[b])
+	}
+	return sum
+}
+
+// dotQ2KRow is ggml_vec_dot_q2_K_q8_K: per 256-value block,
+// d*dy*Σ sc_k·(q·y)_k − dmin*dy*Σ m_k·(sum of y over sub-block k), over the
+// 16 sub-blocks of 16.
+func dotQ2KRow(row []byte, a *actBuf, tok int) float32 {
+	c := a.cols
+	nb := c / qkK
+	q := a.q[tok*c : (tok+1)*c]
+	dy := a.d[tok*nb : (tok+1)*nb]
+	bs := a.bs[tok*c/16 : (tok+1)*c/16]
+	var sum float32
+	for b := 0; b < nb; b++ {
+		blk := row[b*q2KSize : (b+1)*q2KSize]
+		ys := q[b*qkK : (b+1)*qkK]
+		var sumi, summ int32
+		for k := 0; k < 16; k++ {
+			summ += int32(blk[k]>>4) * int32(bs[16*b+k])
+			var s int32
+			for i := 16 * k; i < 16*k+16; i++ {
+				s += int32(q2KValue(blk, i)) * int32(ys[i])
+			}
+			sumi += int32(blk[k]&0xf) * s
+		}
+		d, dmin := f16At(blk, 80)*dy[b], f16At(blk, 82)*dy[b]
+		sum += float32(d*float32(sumi)) - float32(dmin*float32(summ))
 	}
 	return sum
 }

@@ -13,7 +13,7 @@ import (
 	"time"
 )
 
-var allTypes = []DType{F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q3_K, Q4_K, Q5_K, Q6_K}
+var allTypes = []DType{F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K}
 
 func randVec(rng *rand.Rand, n int, std float64) []float32 {
 	v := make([]float32, n)
@@ -57,7 +57,7 @@ func convertedActivations(typ DType, x []float32, cols, n int) ([]float64, *actB
 		switch typ {
 		case Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, IQ4_NL:
 			out[i] = float64(a.q[i]) * float64(a.d[i/qk80])
-		case Q3_K, Q4_K, Q5_K, Q6_K:
+		case Q2_K, Q3_K, Q4_K, Q5_K, Q6_K:
 			out[i] = float64(a.q[i]) * float64(a.d[i/qkK])
 		default:
 			out[i] = float64(a.f[i])
@@ -90,7 +90,7 @@ func newMatMulRef(typ DType, wd, x []float32, rows, cols, n int) *matMulRef {
 		xs := x[tok*cols : (tok+1)*cols]
 		// Per-element bound on the activation conversion error.
 		switch typ {
-		case Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, IQ4_NL, Q3_K, Q4_K, Q5_K, Q6_K:
+		case Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K:
 			bs := typ.BlockSize()
 			for b := 0; b < cols/bs; b++ {
 				var amax float64
@@ -301,7 +301,7 @@ func TestMatMulIntegerExact(t *testing.T) {
 // TestMatMulReusesConversion checks the activation cache: products with the
 // same input reuse its conversion, and any change to the input (even in
 // place, even one bit) or to the vec_dot type is noticed.
-// TestMatMulIntegerExactK does the same for Q4_K, Q5_K and Q6_K with
+// TestMatMulIntegerExactK does the same for Q2_K, Q4_K, Q5_K and Q6_K with
 // hand-built blocks: unit super-block scales, small sub-block scales and
 // mins, integer activations whose blocks start with −127 (so Q8_K's scale is
 // exactly 1).
@@ -311,7 +311,7 @@ func TestMatMulIntegerExactK(t *testing.T) {
 	defer p.Close()
 	const cols = 512
 	one := F32ToF16(1)
-	for _, typ := range []DType{Q4_K, Q5_K, Q6_K} {
+	for _, typ := range []DType{Q2_K, Q4_K, Q5_K, Q6_K} {
 		for _, rows := range []int{1, 5, 16} {
 			data := make([]byte, rows*typ.RowBytes(cols))
 			for b := 0; b < len(data)/typ.TypeSize(); b++ {
@@ -319,7 +319,13 @@ func TestMatMulIntegerExactK(t *testing.T) {
 				for i := range blk {
 					blk[i] = byte(rng.Uint32())
 				}
-				if typ == Q4_K || typ == Q5_K {
+				if typ == Q2_K {
+					binary.LittleEndian.PutUint16(blk[80:], one)
+					binary.LittleEndian.PutUint16(blk[82:], one)
+					for j := 0; j < 16; j++ { // scale and min in [0,3]
+						blk[j] = byte(rng.IntN(4)) | byte(rng.IntN(4))<<4
+					}
+				} else if typ == Q4_K || typ == Q5_K {
 					binary.LittleEndian.PutUint16(blk[0:], one)
 					binary.LittleEndian.PutUint16(blk[2:], one)
 					for j := 4; j < 16; j++ {

@@ -20,6 +20,10 @@ import (
 //	                             x = d*q + m, q's bits as Q5_0's
 //	IQ4_NL (32 values, 18 bytes): d f16 | qs [16]uint8      x = d*kvaluesIQ4NL[nibble]
 //	                             (nibbles as Q4_0's)
+//	Q2_K (256 values, 84 bytes):  scales [16] | qs [64] | d f16 | dmin f16
+//	                             16 sub-blocks of 16 with 4-bit scale sc (low
+//	                             nibble) and min m (high): x = d*sc*q - dmin*m,
+//	                             q 2 bits, in qs as Q3_K's low bits
 //	Q3_K (256 values, 110 bytes): hmask [32] | qs [64] | scales [12] | d f16
 //	                             16 sub-blocks of 16 with 6-bit scale sc:
 //	                             x = d*(sc-32)*q, q in [-4, 3] (see q3KValue)
@@ -45,6 +49,7 @@ const (
 	q51Size = 24
 	iq4Size = 18
 	q3KSize = 110
+	q2KSize = 84
 	qkK     = 256
 	q4KSize = 144
 	q5KSize = 176
@@ -150,6 +155,18 @@ func dequantize(t DType, dst []float32, src []byte) {
 				y[j+16] = float32(kvaluesIQ4NL[blk[2+j]>>4]) * d
 			}
 		}
+	case Q2_K:
+		for b := 0; b < len(dst)/qkK; b++ {
+			blk := src[b*q2KSize : (b+1)*q2KSize]
+			d, dmin := f16At(blk, 80), f16At(blk, 82)
+			y := dst[b*qkK : (b+1)*qkK]
+			for k := 0; k < 16; k++ {
+				dl, ml := d*float32(blk[k]&0xf), dmin*float32(blk[k]>>4)
+				for i := 16 * k; i < 16*k+16; i++ {
+					y[i] = float32(dl*float32(q2KValue(blk, i))) - ml
+				}
+			}
+		}
 	case Q3_K:
 		for b := 0; b < len(dst)/qkK; b++ {
 			blk := src[b*q3KSize : (b+1)*q3KSize]
@@ -203,6 +220,12 @@ func minBlockValue(t DType, blk []byte, j int) uint8 {
 		q >>= 4
 	}
 	return q&0xf | byte(qh>>j&1)<<4
+}
+
+// q2KValue is value i (0-255) of a Q2_K block, in [0, 3]: two bits of qs,
+// placed as Q3_K's (byte 32·(i/128) + i%32, bits 2·((i%128)/32)).
+func q2KValue(blk []byte, i int) uint8 {
+	return blk[16+32*(i/128)+i%32] >> (2 * (i % 128 / 32)) & 3
 }
 
 // q3KValue is value i (0-255) of a Q3_K block, in [-4, 3]: two bits in qs
@@ -300,7 +323,7 @@ func dequantQ6KBlock(y []float32, blk []byte) {
 }
 
 // Quantize converts src to type t (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0,
-// Q5_1, IQ4_NL, Q3_K, Q4_K, Q5_K or Q6_K) the way llama-quantize does without an importance matrix: GGML's
+// Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K or Q6_K) the way llama-quantize does without an importance matrix: GGML's
 // reference quantizers, reproduced operation for operation so the bytes are
 // the same. len(src) must be a multiple of the type's block size.
 func Quantize(t DType, src []float32) ([]byte, error) {
@@ -344,6 +367,10 @@ func Quantize(t DType, src []float32) ([]byte, error) {
 	case IQ4_NL:
 		for b := 0; b < len(src)/32; b++ {
 			quantIQ4NLBlock(dst[b*iq4Size:(b+1)*iq4Size], src[b*32:(b+1)*32])
+		}
+	case Q2_K:
+		for b := 0; b < len(src)/qkK; b++ {
+			quantQ2KBlock(dst[b*q2KSize:(b+1)*q2KSize], src[b*qkK:(b+1)*qkK])
 		}
 	case Q3_K:
 		for b := 0; b < len(src)/qkK; b++ {
@@ -618,6 +645,60 @@ func makeQ3Quants(x []float32, L []int8, nmax int) float32 {
 	return sumlx / suml2
 }
 
+// quantQ2KBlock is quantize_row_q2_K_ref for one block of 256 values:
+// make_qkx2_quants on each sub-block of 16 (|x|-weighted absolute error),
+// its scale and min in four bits each of d and dmin.
+func quantQ2KBlock(dst []byte, x []float32) {
+	var L [qkK]uint8
+	var laux [16]uint8
+	var weights, mins, scales [16]float32
+	var maxScale, maxMin float32
+	for j := 0; j < 16; j++ {
+		xs := x[16*j : 16*j+16]
+		for l, v := range xs {
+			weights[l] = abs32(v)
+		}
+		scales[j], mins[j] = makeQKX2Quants(3, xs, weights[:], L[16*j:16*j+16], laux[:], -0.5, 0.1, 15, true)
+		maxScale = max(maxScale, scales[j])
+		maxMin = max(maxMin, mins[j])
+	}
+	sc := dst[0:16]
+	clear(sc)
+	var dh, dminh uint16 // f16 zeros
+	if maxScale > 0 {
+		iscale := 15 / maxScale
+		for j := range sc {
+			sc[j] = byte(nearestInt(iscale * scales[j]))
+		}
+		dh = F32ToF16(maxScale / 15)
+	}
+	if maxMin > 0 {
+		iscale := 15 / maxMin
+		for j := range sc {
+			sc[j] |= byte(nearestInt(iscale*mins[j])) << 4
+		}
+		dminh = F32ToF16(maxMin / 15)
+	}
+	binary.LittleEndian.PutUint16(dst[80:], dh)
+	binary.LittleEndian.PutUint16(dst[82:], dminh)
+	for j := 0; j < 16; j++ {
+		d := F16ToF32(dh) * float32(sc[j]&0xf)
+		if d == 0 {
+			continue
+		}
+		dm := F16ToF32(dminh) * float32(sc[j]>>4)
+		for ii := 0; ii < 16; ii++ {
+			L[16*j+ii] = uint8(max(0, min(3, nearestInt((x[16*j+ii]+dm)/d))))
+		}
+	}
+	qs := dst[16:80]
+	for j := 0; j < qkK; j += 128 {
+		for l := 0; l < 32; l++ {
+			qs[j/4+l] = L[j+l] | L[j+l+32]<<2 | L[j+l+64]<<4 | L[j+l+96]<<6
+		}
+	}
+}
+
 // quantQ3KBlock is quantize_row_q3_K_ref for one block of 256 values.
 func quantQ3KBlock(dst []byte, x []float32) {
 	var L [qkK]int8
@@ -680,10 +761,19 @@ type q4KScratch struct {
 	scales  [8]float32
 }
 
+// madTerm is one value's error in make_qkx2_quants: |diff| or diff².
+func madTerm(diff float32, useMad bool) float32 {
+	if useMad {
+		return abs32(diff)
+	}
+	return diff * diff
+}
+
 // makeQKX2Quants is GGML's make_qkx2_quants: fit x ≈ scale*L - min with L in
 // [0, nmax], searching over a range of candidate scales for the least weighted
-// error. It returns the scale and the (positive) min.
-func makeQKX2Quants(nmax int, x, weights []float32, L, laux []uint8, rmin, rdelta float32, nstep int) (scale, theMin float32) {
+// error (squared, or absolute with useMad). It returns the scale and the
+// (positive) min.
+func makeQKX2Quants(nmax int, x, weights []float32, L, laux []uint8, rmin, rdelta float32, nstep int, useMad bool) (scale, theMin float32) {
 	n := len(x)
 	mn, mx := x[0], x[0]
 	sumW := weights[0]
@@ -716,7 +806,7 @@ func makeQKX2Quants(nmax int, x, weights []float32, L, laux []uint8, rmin, rdelt
 		l := nearestInt(iscale * (x[i] - mn))
 		L[i] = uint8(max(0, min(nmax, l)))
 		diff := float32(scale*float32(L[i])) + mn - x[i]
-		diff = diff * diff
+		diff = madTerm(diff, useMad)
 		bestMad += float32(weights[i] * diff)
 	}
 	if nstep < 1 {
@@ -746,7 +836,7 @@ func makeQKX2Quants(nmax int, x, weights []float32, L, laux []uint8, rmin, rdelt
 			var mad float32
 			for i := 0; i < n; i++ {
 				diff := float32(thisScale*float32(laux[i])) + thisMin - x[i]
-				diff = diff * diff
+				diff = madTerm(diff, useMad)
 				mad += float32(weights[i] * diff)
 			}
 			if mad < bestMad {
@@ -803,7 +893,7 @@ func quantKMinBlock(dst []byte, x []float32, s *q4KScratch, nmax int, rmin float
 		for l, v := range xs {
 			s.weights[l] = avX + abs32(v)
 		}
-		s.scales[j], s.mins[j] = makeQKX2Quants(nmax, xs, s.weights[:], s.l[32*j:32*j+32], s.laux[:], rmin, 0.1, nstep)
+		s.scales[j], s.mins[j] = makeQKX2Quants(nmax, xs, s.weights[:], s.l[32*j:32*j+32], s.laux[:], rmin, 0.1, nstep, false)
 		if s.scales[j] > maxScale {
 			maxScale = s.scales[j]
 		}

@@ -74,6 +74,17 @@ func TestDequantizeHandBuilt(t *testing.T) {
 		}
 		q3k[32+32*(i/128)+i%32] |= byte(q) << (2 * (i % 128 / 32))
 	}
+	// Q2_K: d = 0.5, dmin = 0.25, sub-block k scale k%16 and min 15−k; value
+	// i is i%4, placed as Q3_K's low bits.
+	q2k := make([]byte, q2KSize)
+	putF16(q2k[80:], 0.5)
+	putF16(q2k[82:], 0.25)
+	for k := 0; k < 16; k++ {
+		q2k[k] = byte(k) | byte(15-k)<<4
+	}
+	for i := 0; i < 256; i++ {
+		q2k[16+32*(i/128)+i%32] |= byte(i%4) << (2 * (i % 128 / 32))
+	}
 	// Q4_K: d = 1, dmin = 0.25; sub-block j has scale j+1 and min 2j (sub-blocks
 	// 4..7 exercise the packed high bits: scale 40+j, min 50+j).
 	q4k := make([]byte, q4KSize)
@@ -158,6 +169,9 @@ func TestDequantizeHandBuilt(t *testing.T) {
 			}
 			return []float32{-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}[nib] * 0.5
 		}, 32},
+		{"Q2_K", Q2_K, q2k, func(i int) float32 {
+			return 0.5*float32(i/16)*float32(i%4) - 0.25*float32(15-i/16)
+		}, 256},
 		{"Q3_K", Q3_K, q3k, func(i int) float32 {
 			return 0.25 * float32(i/16-16) * float32(i%8-4)
 		}, 256},
@@ -220,7 +234,7 @@ func TestDequantizeErrors(t *testing.T) {
 		n    int
 		size int
 	}{
-		{"unsupported", Q2_K, 256, 1000},
+		{"unsupported", IQ4_XS, 256, 1000},
 		{"unknown", DType(99), 32, 100},
 		{"partial block", Q8_0, 33, 100},
 		{"short source", Q4_K, 512, q4KSize*2 - 1},
@@ -271,6 +285,7 @@ func TestQuantizeRoundTrip(t *testing.T) {
 		{Q5_1, 0.06, 1.0/31 + 3e-3},
 		{IQ4_NL, 0.1, 0.12}, // the fitted scale may leave the largest value short of ±127's step
 		{Q3_K, 0.2, 0.2},
+		{Q2_K, 0.35, 0.4},
 	}
 	y := make([]float32, len(x))
 	for _, tc := range tests {

@@ -229,7 +229,8 @@ func floatKernel(a *asm, d *decl, typ string, R, T int) {
 	a.b.WriteString("\n")
 }
 
-// kKernel generates a Q4_K, Q5_K or Q6_K (typ "q4K", "q5K", "q6K") weight
+// kKernel generates a Q2_K, Q4_K, Q5_K or Q6_K (typ "q2K", "q4K", "q5K",
+// "q6K") weight
 // × Q8_K activation kernel for one row at a time (rows are looped) and T
 // tokens.
 //
@@ -239,16 +240,18 @@ func floatKernel(a *asm, d *decl, typ string, R, T int) {
 // Per 256-value block and token the integer sum Σ_j sc_j·(q·y)_j is built
 // with vpmaddubsw (unsigned 4/5/6-bit values × int8 activations, pairs in
 // int16 without saturation: 2·63·127 < 2^15) and vpmaddwd/vpdpwssd against
-// the sub-block scales, then scaled once by d·dy. The offsets (Q4_K's and
-// Q5_K's mins, Q6_K's −32) come from the activations' 16-value sums bs.
-// Q5_K is Q4_K with each value's fifth bit moved from qh into bit 4.
+// the sub-block scales, then scaled once by d·dy. The offsets (Q2_K's,
+// Q4_K's and Q5_K's mins, Q6_K's −32) come from the activations' 16-value
+// sums bs. Q5_K is Q4_K with each value's fifth bit moved from qh into bit
+// 4; Q2_K has Q6_K's sub-blocks of 16 (scales spread by the same shuffle)
+// with unsigned 4-bit scales and mins, one min per 16-value sum.
 //
 // The weight unpacking is shared by the T tokens; with one row per pass a
 // tile needs only 2·T accumulators, so the same loop serves AVX2 (16
 // registers) and AVX-512 (VNNI's vpdpwssd, embedded broadcasts, ternlog).
 func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
-	q6, q5 := typ == "q6K", typ == "q5K"
-	bsz := map[string]int{"q4K": 144, "q5K": 176, "q6K": 210}[typ]
+	q6, q5, q2 := typ == "q6K", typ == "q5K", typ == "q2K"
+	bsz := map[string]int{"q2K": 84, "q4K": 144, "q5K": 176, "q6K": 210}[typ]
 	qsOff := 16 // Q4_K's and Q5_K's 4-bit halves
 	if q5 {
 		qsOff = 48
@@ -286,10 +289,14 @@ func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
 	if vnni {
 		a.p("MOVL $0x0f0f0f0f, CX")
 		a.p("VPBROADCASTD CX, Y28")
-		if q6 {
+		switch {
+		case q6:
 			a.p("MOVL $0x30303030, CX")
 			a.p("VPBROADCASTD CX, Y29")
-		} else {
+		case q2:
+			a.p("MOVL $0x03030303, CX")
+			a.p("VPBROADCASTD CX, Y29")
+		default:
 			a.p("MOVL $0x3f3f3f3f, CX")
 			a.p("VPBROADCASTD CX, X30")
 			a.p("MOVL $0x03030303, CX")
@@ -306,9 +313,10 @@ func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
 		a.p("MOVL $0x0f0f0f0f, CX")
 		a.p("VMOVD CX, X15")
 		a.p("VPBROADCASTD X15, Y15")
-		if q6 || q5 {
-			// Q6_K: 0x30 bytes; Q5_K: 0x10 bytes, the fifth bit.
-			a.p("MOVL $%#x, CX", map[bool]int{true: 0x30303030, false: 0x10101010}[q6])
+		if q6 || q5 || q2 {
+			// Q6_K: 0x30 bytes; Q5_K: 0x10 bytes, the fifth bit; Q2_K:
+			// 0x03 bytes.
+			a.p("MOVL $%#x, CX", map[string]int{"q6K": 0x30303030, "q5K": 0x10101010, "q2K": 0x03030303}[typ])
 			a.p("VMOVD CX, X14")
 			a.p("VPBROADCASTD X14, Y14")
 		}
@@ -333,7 +341,9 @@ func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
 	// scaleAcc adds (pairs of int16 in Yp) × (int16 scales) to sumi(t):
 	// VNNI: vpdpwssd with the scale from mem (broadcast if bcst);
 	// AVX2: vpmaddwd + vpaddd, scale loaded into Y13 first by the caller.
-	if !q6 {
+	if q2 {
+		q2KBlock(a, vnni, T, yAddr, dAddr, bsAddr, facc, sumi)
+	} else if !q6 {
 		// --- Q4_K, Q5_K ---
 		// Unpack the 6-bit scales and mins: bytes 0-7 scales, 8-15 mins.
 		if vnni {
@@ -606,6 +616,88 @@ func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
 	a.b.WriteString("\n")
 }
 
+// q2KBlock emits the body of kKernel's block loop for Q2_K: the sums of
+// the 2-bit values (four shifts of each 32 bytes of qs) times the
+// activations with Q6_K's spread scales, then d·dy times them less
+// dmin·dy times the mins' products with the 16-value sums bs.
+func q2KBlock(a *asm, vnni bool, T int, yAddr func(off, t int) string, dAddr, bsAddr func(t int) string, facc, sumi func(t int) int) {
+	// Registers. VNNI: X18 scales, Y19 mins16, Y22 d, Y23 dmin, Y24 a
+	// chunk of qs, Y25 its values, Y26 their scales, Y27 products; Y28
+	// 0x0f, Y29 0x03. AVX2: X9 scales, Y10 the chunk, Y11 values, Y12
+	// scales, Y13 products; Y14 0x03, Y15 0x0f.
+	sc, chunk, vals, scv, prod, mask3, mask0f := 9, 10, 11, 12, 13, 14, 15
+	mov, and := "VMOVDQU", "VPAND"
+	if vnni {
+		sc, chunk, vals, scv, prod, mask3, mask0f = 18, 24, 25, 26, 27, 29, 28
+		mov, and = "VMOVDQU32", "VPANDD"
+	}
+	a.p("%s 0(SI), X%d", mov, sc)
+	a.p("%s X%d, X%d, X%d", and, mask0f, sc, sc)
+	for n := 0; n < 2; n++ {
+		a.p("%s %d(SI), Y%d", mov, 16+32*n, chunk)
+		for j := 0; j < 4; j++ {
+			p := 4*n + j // sub-blocks 2p and 2p+1
+			if j == 0 {
+				a.p("%s Y%d, Y%d, Y%d", and, mask3, chunk, vals)
+			} else {
+				a.p("VPSRLW $%d, Y%d, Y%d", 2*j, chunk, vals)
+				a.p("%s Y%d, Y%d, Y%d", and, mask3, vals, vals)
+			}
+			a.p("VPSHUFB q6kShuf<>+%d(SB), X%d, X%d", 16*p, sc, scv)
+			a.p("VPMOVZXBW X%d, Y%d", scv, scv)
+			for t := 0; t < T; t++ {
+				a.p("VPMADDUBSW %s, Y%d, Y%d", yAddr(128*n+32*j, t), vals, prod)
+				if vnni {
+					a.p("VPDPWSSD Y%d, Y%d, Y%d", scv, prod, sumi(t))
+				} else {
+					a.p("VPMADDWD Y%d, Y%d, Y%d", scv, prod, prod)
+					a.p("VPADDD Y%d, Y%d, Y%d", prod, sumi(t), sumi(t))
+				}
+			}
+		}
+	}
+	// mins16 (VNNI Y19, AVX2 Y8), then per token the float steps.
+	mins := 8
+	if vnni {
+		mins = 19
+	}
+	a.p("%s 0(SI), X%d", mov, mins)
+	a.p("VPSRLW $4, X%d, X%d", mins, mins)
+	a.p("%s X%d, X%d, X%d", and, mask0f, mins, mins)
+	a.p("VPMOVZXBW X%d, Y%d", mins, mins)
+	if vnni {
+		a.p("VPBROADCASTW 80(SI), X22")
+		a.p("VCVTPH2PS X22, Y22") // d
+		a.p("VPBROADCASTW 82(SI), X23")
+		a.p("VCVTPH2PS X23, Y23") // dmin
+	}
+	for t := 0; t < T; t++ {
+		if vnni {
+			a.p("VPMADDWD %s, Y19, Y24", bsAddr(t))
+			a.p("VCVTDQ2PS Y24, Y24")
+			a.p("VBROADCASTSS %s, Y25", dAddr(t))
+			a.p("VMULPS Y25, Y23, Y26")
+			a.p("VFNMADD231PS Y26, Y24, Y%d", facc(t))
+			a.p("VCVTDQ2PS Y%d, Y%d", sumi(t), sumi(t))
+			a.p("VMULPS Y25, Y22, Y26")
+			a.p("VFMADD231PS Y26, Y%d, Y%d", sumi(t), facc(t))
+		} else {
+			a.p("VPMADDWD %s, Y8, Y12", bsAddr(t))
+			a.p("VCVTDQ2PS Y12, Y12")
+			a.p("VBROADCASTSS %s, Y11", dAddr(t))
+			a.p("VPBROADCASTW 82(SI), X13")
+			a.p("VCVTPH2PS X13, Y13")
+			a.p("VMULPS Y11, Y13, Y13")
+			a.p("VFNMADD231PS Y13, Y12, Y%d", facc(t))
+			a.p("VCVTDQ2PS Y%d, Y%d", sumi(t), sumi(t))
+			a.p("VPBROADCASTW 80(SI), X13")
+			a.p("VCVTPH2PS X13, Y13")
+			a.p("VMULPS Y11, Y13, Y13")
+			a.p("VFMADD231PS Y13, Y%d, Y%d", sumi(t), facc(t))
+		}
+	}
+}
+
 // k4ConstData emits the AVX2 Q4_K kernels' constants: 16 bytes of 0x3f,
 // 16 of 0x03, then the dword shift counts [0, 4, 0, 0].
 func k4ConstData(a *asm) {
@@ -759,7 +851,7 @@ func main() {
 	}
 	q6kShufData(&a)
 	k4ConstData(&a)
-	for _, typ := range []string{"q4K", "q6K", "q5K"} {
+	for _, typ := range []string{"q4K", "q6K", "q5K", "q2K"} {
 		for _, vnni := range []bool{true, false} {
 			for T := 1; T <= 4; T++ {
 				kKernel(&a, &d, typ, vnni, T)
