@@ -111,15 +111,14 @@ func decodeLogits(t *testing.T, m *model.Model) [][]float32 {
 }
 
 // TestWidenedWeights: a file's Q5_0, Q4_1, Q5_1 and IQ4_NL matrices are
-// widened to Q8_0 at load, and Q3_K to Q6_K (tensor.Widen), into memory of
-// their own, so packed for the CPU's kernels (where they pack) whatever the
-// placement; the mapped and the private placement then give the same
-// logits.
+// widened to Q8_0 at load (tensor.Widen), into memory of their own, so
+// packed for the CPU's Q8_0 kernels whatever the placement; the mapped and
+// the private placement then give the same logits.
 func TestWidenedWeights(t *testing.T) {
 	for _, tc := range []struct {
 		file string
 		typ  tensor.DType
-	}{{"tiny-q5_0", tensor.Q5_0}, {"tiny-q4_1", tensor.Q4_1}, {"tiny-q5_1", tensor.Q5_1}, {"tiny-iq4_nl", tensor.IQ4_NL}, {"tiny-q3_k_m", tensor.Q3_K}} {
+	}{{"tiny-q5_0", tensor.Q5_0}, {"tiny-q4_1", tensor.Q4_1}, {"tiny-q5_1", tensor.Q5_1}, {"tiny-iq4_nl", tensor.IQ4_NL}} {
 		path := modelPath(t, tc.file)
 		mapped, err := model.Open(path, gguf.Mapped, nil)
 		if err != nil {

@@ -341,7 +341,7 @@ func halfPackedTokens(n int) int {
 
 type kFn func(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
 
-// kTiles drives the Q2_K / Q4_K / Q5_K / Q6_K kernels: t[T] computes all rows of a range
+// kTiles drives the k-quant kernels (Q2_K to Q6_K): t[T] computes all rows of a range
 // for T tokens.
 type kTiles struct{ t [5]kFn }
 
@@ -360,10 +360,12 @@ var (
 	q4KVNNI = &kTiles{[5]kFn{nil, q4KVNNI_1, q4KVNNI_2, q4KVNNI_3, q4KVNNI_4}}
 	q5KVNNI = &kTiles{[5]kFn{nil, q5KVNNI_1, q5KVNNI_2, q5KVNNI_3, q5KVNNI_4}}
 	q2KVNNI = &kTiles{[5]kFn{nil, q2KVNNI_1, q2KVNNI_2, q2KVNNI_3, q2KVNNI_4}}
+	q3KVNNI = &kTiles{[5]kFn{nil, q3KVNNI_1, q3KVNNI_2, q3KVNNI_3, q3KVNNI_4}}
 	q6KVNNI = &kTiles{[5]kFn{nil, q6KVNNI_1, q6KVNNI_2, q6KVNNI_3, q6KVNNI_4}}
 	q4KAVX2 = &kTiles{[5]kFn{nil, q4KAVX2_1, q4KAVX2_2, q4KAVX2_3, q4KAVX2_4}}
 	q5KAVX2 = &kTiles{[5]kFn{nil, q5KAVX2_1, q5KAVX2_2, q5KAVX2_3, q5KAVX2_4}}
 	q2KAVX2 = &kTiles{[5]kFn{nil, q2KAVX2_1, q2KAVX2_2, q2KAVX2_3, q2KAVX2_4}}
+	q3KAVX2 = &kTiles{[5]kFn{nil, q3KAVX2_1, q3KAVX2_2, q3KAVX2_3, q3KAVX2_4}}
 	q6KAVX2 = &kTiles{[5]kFn{nil, q6KAVX2_1, q6KAVX2_2, q6KAVX2_3, q6KAVX2_4}}
 )
 
@@ -497,12 +499,12 @@ var isaKernels = [isaVNNI + 1]kernelTable{
 	isaAVX2: {
 		F32: f32FMA.run, F16: f16FMA.run, BF16: bf16FMA.run,
 		Q8_0: q80AVX2.run, Q4_0: q40AVX2.run,
-		Q2_K: q2KAVX2.run, Q4_K: q4KAVX2.run, Q5_K: q5KAVX2.run, Q6_K: q6KAVX2.run,
+		Q2_K: q2KAVX2.run, Q3_K: q3KAVX2.run, Q4_K: q4KAVX2.run, Q5_K: q5KAVX2.run, Q6_K: q6KAVX2.run,
 	},
 	isaVNNI: {
 		F32: f32FMA.run, F16: f16VNNI.run, BF16: bf16VNNI,
 		Q8_0: q80VNNI.run, Q4_0: q40VNNI.run,
-		Q2_K: q2KVNNI.run, Q4_K: q4KVNNI.run, Q5_K: q5KVNNI.run, Q6_K: q6KVNNI.run,
+		Q2_K: q2KVNNI.run, Q3_K: q3KVNNI.run, Q4_K: q4KVNNI.run, Q5_K: q5KVNNI.run, Q6_K: q6KVNNI.run,
 	},
 }
 

@@ -488,7 +488,7 @@ func dotQ2KRow(row []byte, a *actBuf, tok int) float32 {
 }
 
 // dotQ3KRow is ggml_vec_dot_q3_K_q8_K: Q6_K's integer sums and float steps
-// on the 3-bit values (so a row widened to Q6_K gives the same bits).
+// on the 3-bit values, Σ sc_k·(q·y)_k times d·dy.
 func dotQ3KRow(row []byte, a *actBuf, tok int) float32 {
 	c := a.cols
 	nb := c / qkK

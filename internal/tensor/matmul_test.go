@@ -301,7 +301,7 @@ func TestMatMulIntegerExact(t *testing.T) {
 // TestMatMulReusesConversion checks the activation cache: products with the
 // same input reuse its conversion, and any change to the input (even in
 // place, even one bit) or to the vec_dot type is noticed.
-// TestMatMulIntegerExactK does the same for Q2_K, Q4_K, Q5_K and Q6_K with
+// TestMatMulIntegerExactK does the same for Q2_K to Q6_K with
 // hand-built blocks: unit super-block scales, small sub-block scales and
 // mins, integer activations whose blocks start with −127 (so Q8_K's scale is
 // exactly 1).
@@ -311,7 +311,7 @@ func TestMatMulIntegerExactK(t *testing.T) {
 	defer p.Close()
 	const cols = 512
 	one := F32ToF16(1)
-	for _, typ := range []DType{Q2_K, Q4_K, Q5_K, Q6_K} {
+	for _, typ := range []DType{Q2_K, Q3_K, Q4_K, Q5_K, Q6_K} {
 		for _, rows := range []int{1, 5, 16} {
 			data := make([]byte, rows*typ.RowBytes(cols))
 			for b := 0; b < len(data)/typ.TypeSize(); b++ {
@@ -319,7 +319,15 @@ func TestMatMulIntegerExactK(t *testing.T) {
 				for i := range blk {
 					blk[i] = byte(rng.Uint32())
 				}
-				if typ == Q2_K {
+				if typ == Q3_K {
+					binary.LittleEndian.PutUint16(blk[108:], one)
+					clear(blk[96:108])
+					for k := 0; k < 16; k++ { // scale in [-2,2], as sc+32
+						u := byte(rng.IntN(5) - 2 + 32)
+						blk[96+k%8] |= (u & 0xf) << (4 * (k / 8))
+						blk[96+8+k%4] |= (u >> 4) << (2 * (k / 4))
+					}
+				} else if typ == Q2_K {
 					binary.LittleEndian.PutUint16(blk[80:], one)
 					binary.LittleEndian.PutUint16(blk[82:], one)
 					for j := 0; j < 16; j++ { // scale and min in [0,3]
@@ -935,7 +943,7 @@ func TestWiden(t *testing.T) {
 	rng := rand.New(rand.NewPCG(21, 22))
 	p := NewPool(2)
 	defer p.Close()
-	for _, typ := range []DType{Q5_0, Q4_1, Q5_1, IQ4_NL, Q3_K} {
+	for _, typ := range []DType{Q5_0, Q4_1, Q5_1, IQ4_NL} {
 		wt, _ := WidenedType(typ)
 		for _, shape := range [][2]int{{1, 32}, {9, 576}, {24, 896}, {67, 256}} {
 			rows, cols := shape[0], shape[1]
@@ -987,7 +995,7 @@ func TestWiden(t *testing.T) {
 			}
 		}
 	}
-	for _, typ := range []DType{Q8_0, Q4_0, Q4_K, F16} {
+	for _, typ := range []DType{Q8_0, Q4_0, Q2_K, Q3_K, Q4_K, F16} {
 		m, _ := randMatrix(t, rng, typ, 8, 256)
 		if w := Widen(m); w.Type != typ || &w.Data[0] != &m.Data[0] {
 			t.Errorf("%v: widened to %v (or copied)", typ, w.Type)

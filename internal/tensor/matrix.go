@@ -347,15 +347,12 @@ func dequantizePackedHalf(t DType, dst []float32, blk []byte, r int) {
 
 // WidenedType is the type Widen converts weights of type t to, if it
 // converts them: Q5_0, Q4_1, Q5_1 and IQ4_NL to Q8_0, whose kernels are the
-// fastest there are, and Q3_K to Q6_K; the products are the original
-// type's bit for bit (Q4_1's and Q5_1's with their block minima beside,
-// see Widen).
+// fastest there are; the products are the original type's bit for bit
+// (Q4_1's and Q5_1's with their block minima beside, see Widen).
 func WidenedType(t DType) (DType, bool) {
 	switch t {
 	case Q5_0, Q4_1, Q5_1, IQ4_NL:
 		return Q8_0, true
-	case Q3_K:
-		return Q6_K, true
 	}
 	return t, false
 }
@@ -376,7 +373,7 @@ func WidenedRowBytes(t DType, cols int) int {
 }
 
 // Widen returns m converted to WidenedType(m.Type) in a new allocation, or
-// m itself if its type is not widened (IQ4_NL: see below; Q3_K: widenQ3K).
+// m itself if its type is not widened.
 //
 // A Q5_0 value q−16 fits a byte, and ggml_vec_dot_q5_0_q8_0 takes the same
 // integer sums and float steps as ggml_vec_dot_q8_0_q8_0, so the widened
@@ -392,9 +389,6 @@ func Widen(m Matrix) Matrix {
 	wt, ok := WidenedType(m.Type)
 	if !ok || m.packed {
 		return m
-	}
-	if m.Type == Q3_K {
-		return widenQ3K(m)
 	}
 	out := Matrix{Type: wt, Rows: m.Rows, Cols: m.Cols}
 	nb := m.Rows * m.Cols / qk80
@@ -442,35 +436,5 @@ func Widen(m Matrix) Matrix {
 		}
 	}
 	out.mins = &mins
-	return out
-}
-
-// widenQ3K converts Q3_K weights to Q6_K: both have sixteen sub-blocks of
-// sixteen values with a signed scale each and one f16 d, and
-// ggml_vec_dot_q3_K_q8_K takes the same integer sums and float steps as
-// ggml_vec_dot_q6_K_q8_K, so a value q in [−4, 3] stored as q+32 and the
-// scale as an int8 give the same products, at 210 bytes a block of 256
-// instead of 110.
-func widenQ3K(m Matrix) Matrix {
-	out := Matrix{Type: Q6_K, Rows: m.Rows, Cols: m.Cols}
-	nb := m.Rows * m.Cols / qkK
-	out.Data = make([]byte, nb*q6KSize)
-	for b := 0; b < nb; b++ {
-		in := m.Data[b*q3KSize : (b+1)*q3KSize]
-		o := out.Data[b*q6KSize : (b+1)*q6KSize]
-		for k := 0; k < 16; k++ {
-			o[192+k] = byte(q3KScale(in, k))
-		}
-		o[208], o[209] = in[108], in[109]
-		// Q6_K's layout (dequantQ6KBlock): value 128h+32p+l (p = 0..3) has
-		// its low four bits in ql[64h+l+32(p&1)] (high nibble for p ≥ 2)
-		// and its top two in qh[32h+l] at bit 2p.
-		for i := 0; i < qkK; i++ {
-			v := byte(int(q3KValue(in, i)) + 32)
-			h, p, l := i/128, i%128/32, i%32
-			o[64*h+l+32*(p&1)] |= (v & 0xf) << (4 * (p / 2))
-			o[128+32*h+l] |= (v >> 4) << (2 * p)
-		}
-	}
 	return out
 }

@@ -229,8 +229,8 @@ func floatKernel(a *asm, d *decl, typ string, R, T int) {
 	a.b.WriteString("\n")
 }
 
-// kKernel generates a Q2_K, Q4_K, Q5_K or Q6_K (typ "q2K", "q4K", "q5K",
-// "q6K") weight
+// kKernel generates a Q2_K, Q3_K, Q4_K, Q5_K or Q6_K (typ "q2K", "q3K",
+// "q4K", "q5K", "q6K") weight
 // × Q8_K activation kernel for one row at a time (rows are looped) and T
 // tokens.
 //
@@ -244,14 +244,16 @@ func floatKernel(a *asm, d *decl, typ string, R, T int) {
 // Q4_K's and Q5_K's mins, Q6_K's −32) come from the activations' 16-value
 // sums bs. Q5_K is Q4_K with each value's fifth bit moved from qh into bit
 // 4; Q2_K has Q6_K's sub-blocks of 16 (scales spread by the same shuffle)
-// with unsigned 4-bit scales and mins, one min per 16-value sum.
+// with unsigned 4-bit scales and mins, one min per 16-value sum; Q3_K is
+// Q2_K's values with a third bit from hmask and Q6_K's signed scales and
+// offset (−4).
 //
 // The weight unpacking is shared by the T tokens; with one row per pass a
 // tile needs only 2·T accumulators, so the same loop serves AVX2 (16
 // registers) and AVX-512 (VNNI's vpdpwssd, embedded broadcasts, ternlog).
 func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
-	q6, q5, q2 := typ == "q6K", typ == "q5K", typ == "q2K"
-	bsz := map[string]int{"q2K": 84, "q4K": 144, "q5K": 176, "q6K": 210}[typ]
+	q6, q5, q2, q3 := typ == "q6K", typ == "q5K", typ == "q2K", typ == "q3K"
+	bsz := map[string]int{"q2K": 84, "q3K": 110, "q4K": 144, "q5K": 176, "q6K": 210}[typ]
 	qsOff := 16 // Q4_K's and Q5_K's 4-bit halves
 	if q5 {
 		qsOff = 48
@@ -296,6 +298,14 @@ func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
 		case q2:
 			a.p("MOVL $0x03030303, CX")
 			a.p("VPBROADCASTD CX, Y29")
+		case q3:
+			a.p("MOVL $0x03030303, CX")
+			a.p("VPBROADCASTD CX, Y29")
+			a.p("MOVL $0x04040404, CX")
+			a.p("VPBROADCASTD CX, Y30")
+			a.p("MOVL $0x20202020, CX")
+			a.p("VPBROADCASTD CX, X31")
+			a.p("VMOVDQU32 k3Const<>+16(SB), X27") // shift counts [0, 2, 4, 6]
 		default:
 			a.p("MOVL $0x3f3f3f3f, CX")
 			a.p("VPBROADCASTD CX, X30")
@@ -310,13 +320,17 @@ func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
 			}
 		}
 	} else {
-		a.p("MOVL $0x0f0f0f0f, CX")
+		if q3 {
+			a.p("MOVL $0x04040404, CX") // Q3_K: 0x04 bytes, the third bit
+		} else {
+			a.p("MOVL $0x0f0f0f0f, CX")
+		}
 		a.p("VMOVD CX, X15")
 		a.p("VPBROADCASTD X15, Y15")
-		if q6 || q5 || q2 {
+		if q6 || q5 || q2 || q3 {
 			// Q6_K: 0x30 bytes; Q5_K: 0x10 bytes, the fifth bit; Q2_K:
 			// 0x03 bytes.
-			a.p("MOVL $%#x, CX", map[string]int{"q6K": 0x30303030, "q5K": 0x10101010, "q2K": 0x03030303}[typ])
+			a.p("MOVL $%#x, CX", map[string]int{"q6K": 0x30303030, "q5K": 0x10101010, "q2K": 0x03030303, "q3K": 0x03030303}[typ])
 			a.p("VMOVD CX, X14")
 			a.p("VPBROADCASTD X14, Y14")
 		}
@@ -343,6 +357,8 @@ func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
 	// AVX2: vpmaddwd + vpaddd, scale loaded into Y13 first by the caller.
 	if q2 {
 		q2KBlock(a, vnni, T, yAddr, dAddr, bsAddr, facc, sumi)
+	} else if q3 {
+		q3KBlock(a, vnni, T, yAddr, dAddr, bsAddr, facc, sumi)
 	} else if !q6 {
 		// --- Q4_K, Q5_K ---
 		// Unpack the 6-bit scales and mins: bytes 0-7 scales, 8-15 mins.
@@ -698,6 +714,117 @@ func q2KBlock(a *asm, vnni bool, T int, yAddr func(off, t int) string, dAddr, bs
 	}
 }
 
+// q3KBlock emits the body of kKernel's block loop for Q3_K: the twelve
+// scale bytes unpacked to sixteen signed scales (Q6_K's int8 form), the
+// values q+4 = two bits of qs | hmask's bit at bit 2 (unsigned, for
+// vpmaddubsw) times the activations with the scales spread as Q6_K's, less
+// 4·Σ sc·bs, times d·dy.
+func q3KBlock(a *asm, vnni bool, T int, yAddr func(off, t int) string, dAddr, bsAddr func(t int) string, facc, sumi func(t int) int) {
+	// Registers. VNNI: X18 scales, Y16 hmask, Y24 a chunk of qs, Y25 its
+	// values, Y26 their scales, Y17 products, Y21 hmask shifted; X20-X22
+	// unpacking; Y29 0x03, Y30 0x04, X31 0x20, X28 0x0f, X27 shift counts.
+	// AVX2: X8 scales, Y9 hmask, Y10 chunk, Y11 values, Y12 scales, Y13
+	// products (and hmask shifted); X10-X13 unpacking; Y14 0x03, Y15 0x04,
+	// 0x0f, the shift counts and 0x20 from k3Const.
+	sc, hm, chunk, vals, scv, prod, hsh := 8, 9, 10, 11, 12, 13, 13
+	ua, ut, uu := 10, 11, 12
+	mask3, mask4 := 14, 15
+	mov, and, or := "VMOVDQU", "VPAND", "VPOR"
+	m0f, shifts, m20 := "k3Const<>+0(SB)", "k3Const<>+16(SB)", "k3Const<>+32(SB)"
+	if vnni {
+		sc, hm, chunk, vals, scv, prod, hsh = 18, 16, 24, 25, 26, 17, 21
+		ua, ut, uu = 20, 21, 22
+		mask3, mask4 = 29, 30
+		mov, and, or = "VMOVDQU32", "VPANDD", "VPORD"
+		m0f, shifts, m20 = "X28", "X27", "X31"
+	}
+	// Scales: bytes 96-107 as dwords a0 a1 a2; low nibbles of a0, a1, then
+	// their high nibbles, each byte's two high bits from a2 (>> 0, 2, 4, 6).
+	a.p("VMOVQ 96(SI), X%d", ua)
+	a.p("VPINSRD $2, 104(SI), X%d, X%d", ua, ua)
+	a.p("%s %s, X%d, X%d", and, m0f, ua, ut)
+	a.p("VPSRLD $4, X%d, X%d", ua, uu)
+	a.p("%s %s, X%d, X%d", and, m0f, uu, uu)
+	a.p("VPUNPCKLQDQ X%d, X%d, X%d", uu, ut, ut)
+	a.p("VPSHUFD $0xaa, X%d, X%d", ua, uu)
+	a.p("VPSRLVD %s, X%d, X%d", shifts, uu, uu)
+	a.p("%s X%d, X%d, X%d", and, mask3, uu, uu)
+	a.p("VPSLLD $4, X%d, X%d", uu, uu)
+	a.p("%s X%d, X%d, X%d", or, uu, ut, sc)
+	a.p("VPSUBB %s, X%d, X%d", m20, sc, sc) // sc − 32
+	a.p("%s 0(SI), Y%d", mov, hm)
+	for n := 0; n < 2; n++ {
+		a.p("%s %d(SI), Y%d", mov, 32+32*n, chunk)
+		for j := 0; j < 4; j++ {
+			p := 4*n + j // sub-blocks 2p and 2p+1; hmask bit p
+			if j == 0 {
+				a.p("%s Y%d, Y%d, Y%d", and, mask3, chunk, vals)
+			} else {
+				a.p("VPSRLW $%d, Y%d, Y%d", 2*j, chunk, vals)
+				a.p("%s Y%d, Y%d, Y%d", and, mask3, vals, vals)
+			}
+			// Bit p of each hmask byte to bit 2, within the byte (16-bit
+			// shifts move no bit into another byte's bit 2).
+			src := hm
+			switch {
+			case p > 2:
+				a.p("VPSRLW $%d, Y%d, Y%d", p-2, hm, hsh)
+				src = hsh
+			case p < 2:
+				a.p("VPSLLW $%d, Y%d, Y%d", 2-p, hm, hsh)
+				src = hsh
+			}
+			if vnni {
+				a.p("VPTERNLOGD $0xf8, Y%d, Y%d, Y%d", mask4, src, vals) // vals |= src & 0x04
+			} else {
+				a.p("VPAND Y%d, Y%d, Y%d", mask4, src, hsh)
+				a.p("VPOR Y%d, Y%d, Y%d", hsh, vals, vals)
+			}
+			a.p("VPSHUFB q6kShuf<>+%d(SB), X%d, X%d", 16*p, sc, scv)
+			a.p("VPMOVSXBW X%d, Y%d", scv, scv)
+			for t := 0; t < T; t++ {
+				a.p("VPMADDUBSW %s, Y%d, Y%d", yAddr(128*n+32*j, t), vals, prod)
+				if vnni {
+					a.p("VPDPWSSD Y%d, Y%d, Y%d", scv, prod, sumi(t))
+				} else {
+					a.p("VPMADDWD Y%d, Y%d, Y%d", scv, prod, prod)
+					a.p("VPADDD Y%d, Y%d, Y%d", prod, sumi(t), sumi(t))
+				}
+			}
+		}
+	}
+	// The offset: the values were q+4, so subtract 4·Σ sc_k·bs_k.
+	sc16, off, dy, dd := 10, 11, 12, 13
+	if vnni {
+		sc16, off, dy, dd = 19, 24, 25, 22
+		a.p("VPBROADCASTW 108(SI), X%d", dd)
+		a.p("VCVTPH2PS X%d, Y%d", dd, dd)
+	}
+	a.p("VPMOVSXBW X%d, Y%d", sc, sc16)
+	for t := 0; t < T; t++ {
+		a.p("VPMADDWD %s, Y%d, Y%d", bsAddr(t), sc16, off)
+		a.p("VPSLLD $2, Y%d, Y%d", off, off)
+		a.p("VPSUBD Y%d, Y%d, Y%d", off, sumi(t), sumi(t))
+		a.p("VCVTDQ2PS Y%d, Y%d", sumi(t), sumi(t))
+		a.p("VBROADCASTSS %s, Y%d", dAddr(t), dy)
+		if !vnni {
+			a.p("VPBROADCASTW 108(SI), X%d", dd)
+			a.p("VCVTPH2PS X%d, Y%d", dd, dd)
+		}
+		a.p("VMULPS Y%d, Y%d, Y%d", dy, dd, dy)
+		a.p("VFMADD231PS Y%d, Y%d, Y%d", dy, sumi(t), facc(t))
+	}
+}
+
+// k3ConstData emits the Q3_K kernels' constants: 16 bytes of 0x0f, the
+// dword shift counts [0, 2, 4, 6], 16 bytes of 0x20.
+func k3ConstData(a *asm) {
+	for i, v := range []uint64{0x0f0f0f0f0f0f0f0f, 0x0f0f0f0f0f0f0f0f, 2 << 32, 6<<32 | 4, 0x2020202020202020, 0x2020202020202020} {
+		fmt.Fprintf(&a.b, "DATA k3Const<>+%d(SB)/8, $0x%016x\n", 8*i, v)
+	}
+	a.b.WriteString("GLOBL k3Const<>(SB), RODATA|NOPTR, $48\n\n")
+}
+
 // k4ConstData emits the AVX2 Q4_K kernels' constants: 16 bytes of 0x3f,
 // 16 of 0x03, then the dword shift counts [0, 4, 0, 0].
 func k4ConstData(a *asm) {
@@ -851,7 +978,8 @@ func main() {
 	}
 	q6kShufData(&a)
 	k4ConstData(&a)
-	for _, typ := range []string{"q4K", "q6K", "q5K", "q2K"} {
+	k3ConstData(&a)
+	for _, typ := range []string{"q4K", "q6K", "q5K", "q2K", "q3K"} {
 		for _, vnni := range []bool{true, false} {
 			for T := 1; T <= 4; T++ {
 				kKernel(&a, &d, typ, vnni, T)
