@@ -471,32 +471,7 @@ func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
 				}
 			}
 		}
-		for t := 0; t < T; t++ {
-			if vnni {
-				a.p("VPMADDWD %s, Y19, Y24", bsAddr(t))
-				a.p("VCVTDQ2PS Y24, Y24")
-				a.p("VBROADCASTSS %s, Y25", dAddr(t))
-				a.p("VMULPS Y25, Y21, Y26")
-				a.p("VFNMADD231PS Y26, Y24, Y%d", facc(t))
-				a.p("VCVTDQ2PS Y%d, Y%d", sumi(t), sumi(t))
-				a.p("VMULPS Y25, Y20, Y26")
-				a.p("VFMADD231PS Y26, Y%d, Y%d", sumi(t), facc(t))
-			} else {
-				a.p("VMOVDQU %s, Y10", bsAddr(t))
-				a.p("VPMADDWD 32(SP), Y10, Y10")
-				a.p("VCVTDQ2PS Y10, Y10")
-				a.p("VBROADCASTSS %s, Y11", dAddr(t))
-				a.p("VPBROADCASTW 2(SI), X12")
-				a.p("VCVTPH2PS X12, Y12")
-				a.p("VMULPS Y11, Y12, Y12")
-				a.p("VFNMADD231PS Y12, Y10, Y%d", facc(t))
-				a.p("VCVTDQ2PS Y%d, Y%d", sumi(t), sumi(t))
-				a.p("VPBROADCASTW 0(SI), X12")
-				a.p("VCVTPH2PS X12, Y12")
-				a.p("VMULPS Y11, Y12, Y12")
-				a.p("VFMADD231PS Y12, Y%d, Y%d", sumi(t), facc(t))
-			}
-		}
+		kMinsSteps(a, vnni, T, "32(SP)", 20, 21, 0, 2, dAddr, bsAddr, facc, sumi)
 	} else {
 		// --- Q6_K ---
 		// Scales: X18 the 16 int8 scales, Y19 the same as int16 (for the
@@ -687,30 +662,41 @@ func q2KBlock(a *asm, vnni bool, T int, yAddr func(off, t int) string, dAddr, bs
 		a.p("VPBROADCASTW 82(SI), X23")
 		a.p("VCVTPH2PS X23, Y23") // dmin
 	}
+	kMinsSteps(a, vnni, T, "Y8", 22, 23, 80, 82, dAddr, bsAddr, facc, sumi)
+}
+
+// kMinsSteps emits the float steps of a block of the k-quants with mins
+// (Q2_K, Q4_K, Q5_K), per token: facc += d·dy·sumi − dmin·dy·(mins·bs),
+// mins the sub-blocks' mins as int16 against the activations' 16-value sums
+// (Y19 at the VNNI level, where d and dmin are already in registers dReg
+// and dminReg; avx2Mins, a register or memory, at the AVX2 level, where
+// they are read at dOff and dminOff and Y10-Y12 are free).
+func kMinsSteps(a *asm, vnni bool, T int, avx2Mins string, dReg, dminReg, dOff, dminOff int, dAddr, bsAddr func(t int) string, facc, sumi func(t int) int) {
 	for t := 0; t < T; t++ {
 		if vnni {
 			a.p("VPMADDWD %s, Y19, Y24", bsAddr(t))
 			a.p("VCVTDQ2PS Y24, Y24")
 			a.p("VBROADCASTSS %s, Y25", dAddr(t))
-			a.p("VMULPS Y25, Y23, Y26")
+			a.p("VMULPS Y25, Y%d, Y26", dminReg)
 			a.p("VFNMADD231PS Y26, Y24, Y%d", facc(t))
 			a.p("VCVTDQ2PS Y%d, Y%d", sumi(t), sumi(t))
-			a.p("VMULPS Y25, Y22, Y26")
+			a.p("VMULPS Y25, Y%d, Y26", dReg)
 			a.p("VFMADD231PS Y26, Y%d, Y%d", sumi(t), facc(t))
-		} else {
-			a.p("VPMADDWD %s, Y8, Y12", bsAddr(t))
-			a.p("VCVTDQ2PS Y12, Y12")
-			a.p("VBROADCASTSS %s, Y11", dAddr(t))
-			a.p("VPBROADCASTW 82(SI), X13")
-			a.p("VCVTPH2PS X13, Y13")
-			a.p("VMULPS Y11, Y13, Y13")
-			a.p("VFNMADD231PS Y13, Y12, Y%d", facc(t))
-			a.p("VCVTDQ2PS Y%d, Y%d", sumi(t), sumi(t))
-			a.p("VPBROADCASTW 80(SI), X13")
-			a.p("VCVTPH2PS X13, Y13")
-			a.p("VMULPS Y11, Y13, Y13")
-			a.p("VFMADD231PS Y13, Y%d, Y%d", sumi(t), facc(t))
+			continue
 		}
+		a.p("VMOVDQU %s, Y10", bsAddr(t))
+		a.p("VPMADDWD %s, Y10, Y10", avx2Mins)
+		a.p("VCVTDQ2PS Y10, Y10")
+		a.p("VBROADCASTSS %s, Y11", dAddr(t))
+		a.p("VPBROADCASTW %d(SI), X12", dminOff)
+		a.p("VCVTPH2PS X12, Y12")
+		a.p("VMULPS Y11, Y12, Y12")
+		a.p("VFNMADD231PS Y12, Y10, Y%d", facc(t))
+		a.p("VCVTDQ2PS Y%d, Y%d", sumi(t), sumi(t))
+		a.p("VPBROADCASTW %d(SI), X12", dOff)
+		a.p("VCVTPH2PS X12, Y12")
+		a.p("VMULPS Y11, Y12, Y12")
+		a.p("VFMADD231PS Y12, Y%d, Y%d", sumi(t), facc(t))
 	}
 }
 
