@@ -627,24 +627,8 @@ func q2KBlock(a *asm, vnni bool, T int, yAddr func(off, t int) string, dAddr, bs
 	for n := 0; n < 2; n++ {
 		a.p("%s %d(SI), Y%d", mov, 16+32*n, chunk)
 		for j := 0; j < 4; j++ {
-			p := 4*n + j // sub-blocks 2p and 2p+1
-			if j == 0 {
-				a.p("%s Y%d, Y%d, Y%d", and, mask3, chunk, vals)
-			} else {
-				a.p("VPSRLW $%d, Y%d, Y%d", 2*j, chunk, vals)
-				a.p("%s Y%d, Y%d, Y%d", and, mask3, vals, vals)
-			}
-			a.p("VPSHUFB q6kShuf<>+%d(SB), X%d, X%d", 16*p, sc, scv)
-			a.p("VPMOVZXBW X%d, Y%d", scv, scv)
-			for t := 0; t < T; t++ {
-				a.p("VPMADDUBSW %s, Y%d, Y%d", yAddr(128*n+32*j, t), vals, prod)
-				if vnni {
-					a.p("VPDPWSSD Y%d, Y%d, Y%d", scv, prod, sumi(t))
-				} else {
-					a.p("VPMADDWD Y%d, Y%d, Y%d", scv, prod, prod)
-					a.p("VPADDD Y%d, Y%d, Y%d", prod, sumi(t), sumi(t))
-				}
-			}
+			twoBits(a, and, mask3, chunk, vals, j)
+			sub16Products(a, vnni, T, n, j, vals, sc, scv, prod, false, yAddr, sumi)
 		}
 	}
 	// mins16 (VNNI Y19, AVX2 Y8), then per token the float steps.
@@ -663,6 +647,39 @@ func q2KBlock(a *asm, vnni bool, T int, yAddr func(off, t int) string, dAddr, bs
 		a.p("VCVTPH2PS X23, Y23") // dmin
 	}
 	kMinsSteps(a, vnni, T, "Y8", 22, 23, 80, 82, dAddr, bsAddr, facc, sumi)
+}
+
+// twoBits sets Y[vals] to the 2-bit values at bits 2j of Y[chunk]'s bytes.
+func twoBits(a *asm, and string, mask3, chunk, vals, j int) {
+	if j == 0 {
+		a.p("%s Y%d, Y%d, Y%d", and, mask3, chunk, vals)
+		return
+	}
+	a.p("VPSRLW $%d, Y%d, Y%d", 2*j, chunk, vals)
+	a.p("%s Y%d, Y%d, Y%d", and, mask3, vals, vals)
+}
+
+// sub16Products adds to each token's sumi the products of the 32 unsigned
+// values in Y[vals], sub-blocks 2p and 2p+1 (p = 4n+j) of a block of 16-value
+// sub-blocks, with the activations at 128n+32j, times the sub-blocks'
+// scales: bytes 2p and 2p+1 of X[sc] (signed or not), spread over the two
+// halves by q6kShuf into Y[scv].
+func sub16Products(a *asm, vnni bool, T, n, j, vals, sc, scv, prod int, signed bool, yAddr func(off, t int) string, sumi func(t int) int) {
+	a.p("VPSHUFB q6kShuf<>+%d(SB), X%d, X%d", 16*(4*n+j), sc, scv)
+	if signed {
+		a.p("VPMOVSXBW X%d, Y%d", scv, scv)
+	} else {
+		a.p("VPMOVZXBW X%d, Y%d", scv, scv)
+	}
+	for t := 0; t < T; t++ {
+		a.p("VPMADDUBSW %s, Y%d, Y%d", yAddr(128*n+32*j, t), vals, prod)
+		if vnni {
+			a.p("VPDPWSSD Y%d, Y%d, Y%d", scv, prod, sumi(t))
+		} else {
+			a.p("VPMADDWD Y%d, Y%d, Y%d", scv, prod, prod)
+			a.p("VPADDD Y%d, Y%d, Y%d", prod, sumi(t), sumi(t))
+		}
+	}
 }
 
 // kMinsSteps emits the float steps of a block of the k-quants with mins
@@ -743,12 +760,7 @@ func q3KBlock(a *asm, vnni bool, T int, yAddr func(off, t int) string, dAddr, bs
 		a.p("%s %d(SI), Y%d", mov, 32+32*n, chunk)
 		for j := 0; j < 4; j++ {
 			p := 4*n + j // sub-blocks 2p and 2p+1; hmask bit p
-			if j == 0 {
-				a.p("%s Y%d, Y%d, Y%d", and, mask3, chunk, vals)
-			} else {
-				a.p("VPSRLW $%d, Y%d, Y%d", 2*j, chunk, vals)
-				a.p("%s Y%d, Y%d, Y%d", and, mask3, vals, vals)
-			}
+			twoBits(a, and, mask3, chunk, vals, j)
 			// Bit p of each hmask byte to bit 2, within the byte (16-bit
 			// shifts move no bit into another byte's bit 2).
 			src := hm
@@ -766,17 +778,7 @@ func q3KBlock(a *asm, vnni bool, T int, yAddr func(off, t int) string, dAddr, bs
 				a.p("VPAND Y%d, Y%d, Y%d", mask4, src, hsh)
 				a.p("VPOR Y%d, Y%d, Y%d", hsh, vals, vals)
 			}
-			a.p("VPSHUFB q6kShuf<>+%d(SB), X%d, X%d", 16*p, sc, scv)
-			a.p("VPMOVSXBW X%d, Y%d", scv, scv)
-			for t := 0; t < T; t++ {
-				a.p("VPMADDUBSW %s, Y%d, Y%d", yAddr(128*n+32*j, t), vals, prod)
-				if vnni {
-					a.p("VPDPWSSD Y%d, Y%d, Y%d", scv, prod, sumi(t))
-				} else {
-					a.p("VPMADDWD Y%d, Y%d, Y%d", scv, prod, prod)
-					a.p("VPADDD Y%d, Y%d, Y%d", prod, sumi(t), sumi(t))
-				}
-			}
+			sub16Products(a, vnni, T, n, j, vals, sc, scv, prod, true, yAddr, sumi)
 		}
 	}
 	// The offset: the values were q+4, so subtract 4·Σ sc_k·bs_k.
