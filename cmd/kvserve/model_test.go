@@ -126,7 +126,7 @@ func TestModelSynthErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"synth", "--shape", "smollm2-135m", "--arch", "qwen2", "-o", filepath.Join(dir, "x")}, "is a llama model, not qwen2"},
-		{[]string{"synth", "--shape", "tiny", "--type", "q3_k", "-o", filepath.Join(dir, "x")}, "unknown type"},
+		{[]string{"synth", "--shape", "tiny", "--type", "iq4_xs", "-o", filepath.Join(dir, "x")}, "unknown type"},
 		{[]string{"synth", "--shape", "tiny"}, "required"},
 		{[]string{"synth", "--shape", "nope", "-o", filepath.Join(dir, "x")}, "unknown shape"},
 		{[]string{"synth", "--shape", "tiny", "-o", filepath.Join(dir, "missing", "x.gguf")}, "no such file"},

@@ -11,7 +11,8 @@ import (
 )
 
 // FileType is the type of a synthetic file, as llama.cpp's general.file_type
-// names it: one base type for the 2-D weights, or a mix (Q4_K_M, Q5_K_M).
+// names it: one base type for the 2-D weights, or a mix (Q2_K, Q3_K_M,
+// Q4_K_M, Q5_K_M).
 type FileType int
 
 // The file types `model synth --type` offers; the values are llama.cpp's
@@ -20,12 +21,14 @@ const (
 	FileF32   FileType = 0
 	FileF16   FileType = 1
 	FileQ8_0  FileType = 7
+	FileQ2_K  FileType = 10
+	FileQ3_KM FileType = 12
 	FileQ4_KM FileType = 15
 	FileQ5_KM FileType = 17
 )
 
-// ParseFileType maps "f32", "f16", "q8_0", "q4_k" (or "q4_k_m") and "q5_k"
-// (or "q5_k_m") to a FileType.
+// ParseFileType maps "f32", "f16", "q8_0", "q2_k", "q3_k" (or "q3_k_m"),
+// "q4_k" (or "q4_k_m") and "q5_k" (or "q5_k_m") to a FileType.
 func ParseFileType(s string) (FileType, error) {
 	switch strings.ToLower(s) {
 	case "f32":
@@ -34,12 +37,16 @@ func ParseFileType(s string) (FileType, error) {
 		return FileF16, nil
 	case "q8_0":
 		return FileQ8_0, nil
+	case "q2_k":
+		return FileQ2_K, nil
+	case "q3_k", "q3_k_m":
+		return FileQ3_KM, nil
 	case "q4_k", "q4_k_m":
 		return FileQ4_KM, nil
 	case "q5_k", "q5_k_m":
 		return FileQ5_KM, nil
 	}
-	return 0, fmt.Errorf("synth: unknown type %q (have f32, f16, q8_0, q4_k, q5_k)", s)
+	return 0, fmt.Errorf("synth: unknown type %q (have f32, f16, q8_0, q2_k, q3_k, q4_k, q5_k)", s)
 }
 
 // String returns the type's name as llama-quantize spells it.
@@ -51,6 +58,10 @@ func (f FileType) String() string {
 		return "F16"
 	case FileQ8_0:
 		return "Q8_0"
+	case FileQ2_K:
+		return "Q2_K"
+	case FileQ3_KM:
+		return "Q3_K_M"
 	case FileQ4_KM:
 		return "Q4_K_M"
 	case FileQ5_KM:
@@ -176,7 +187,7 @@ func Plan(s *Shape, ft FileType) ([]TensorSpec, error) {
 	if !s.Tied {
 		add("output.weight", InitNormal, outStd, e, v)
 	}
-	if ft == FileQ8_0 || ft == FileQ4_KM || ft == FileQ5_KM {
+	if ft != FileF32 && ft != FileF16 {
 		sort.SliceStable(ts, func(a, b int) bool {
 			la, lb := ts[a].layer(), ts[b].layer()
 			if la != lb {
@@ -217,8 +228,7 @@ func logitStd(n int) float64 {
 
 // tensorType returns the storage type of one tensor in a file of type ft:
 // 1-D tensors (norms, biases, rope factors) stay F32 in every file; 2-D
-// weights take the file's type, or for Q4_K_M and Q5_K_M llama-quantize's
-// choice.
+// weights take the file's type, or for the mixes llama-quantize's choice.
 func tensorType(s *Shape, ft FileType, t *TensorSpec) (tensor.DType, error) {
 	if len(t.Dims) < 2 {
 		return tensor.F32, nil
@@ -231,10 +241,8 @@ func tensorType(s *Shape, ft FileType, t *TensorSpec) (tensor.DType, error) {
 		return tensor.F16, nil
 	case FileQ8_0:
 		typ = tensor.Q8_0
-	case FileQ4_KM:
-		typ = kMixType(s, t, tensor.Q4_K)
-	case FileQ5_KM:
-		typ = kMixType(s, t, tensor.Q5_K)
+	case FileQ2_K, FileQ3_KM, FileQ4_KM, FileQ5_KM:
+		typ = kMixType(s, t, ft)
 	default:
 		return 0, fmt.Errorf("synth: unsupported file type %v", ft)
 	}
@@ -248,34 +256,68 @@ func useMoreBits(layer, n int) bool {
 }
 
 // kMixType is the type llama-quantize (llama_tensor_get_type) gives a 2-D
-// tensor of a non-MoE llama/qwen model for Q4_K_M (base Q4_K) or Q5_K_M
-// (base Q5_K) without an importance matrix: Q6_K for the classifier
-// (output.weight, or token_embd.weight when the embeddings are tied) when
-// its rows are a multiple of 256, else Q8_0; Q6_K for attn_v and ffn_down of
-// the layers useMoreBits picks; the base type otherwise.
-func kMixType(s *Shape, t *TensorSpec, base tensor.DType) tensor.DType {
-	switch {
-	case t.Name == "output.weight" || (s.Tied && t.Name == "token_embd.weight"):
+// tensor of a non-MoE llama/qwen model for a k-quant mix without an
+// importance matrix (before the fallback for rows 256 does not divide):
+// Q6_K for the classifier (output.weight, or token_embd.weight when the
+// embeddings are tied) when its rows are a multiple of 256, else Q8_0; then
+// by mix:
+//
+//	Q4_K_M, Q5_K_M  Q6_K for attn_v and ffn_down of the layers useMoreBits
+//	                picks; Q4_K or Q5_K otherwise
+//	Q3_K_M          attn_v Q5_K in layers 0-1, else Q4_K; ffn_down Q5_K in
+//	                the first sixteenth of the layers, else Q4_K;
+//	                attn_output Q4_K; Q3_K otherwise
+//	Q2_K            attn_v Q4_K where four or more query heads share a KV
+//	                head, else Q3_K; ffn_down and attn_output Q3_K; Q2_K
+//	                otherwise
+func kMixType(s *Shape, t *TensorSpec, ft FileType) tensor.DType {
+	if t.Name == "output.weight" || (s.Tied && t.Name == "token_embd.weight") {
 		if t.Dims[0]%256 != 0 {
 			return tensor.Q8_0
 		}
 		return tensor.Q6_K
-	case strings.Contains(t.Name, "attn_v.weight"), strings.Contains(t.Name, "ffn_down"):
-		if useMoreBits(t.layer(), s.Layers) {
-			return tensor.Q6_K
-		}
 	}
-	return base
+	layer := t.layer()
+	attnV := strings.Contains(t.Name, "attn_v.weight")
+	ffnDown := strings.Contains(t.Name, "ffn_down")
+	attnOut := strings.Contains(t.Name, "attn_output.weight")
+	switch ft {
+	case FileQ2_K:
+		switch {
+		case attnV && s.Heads >= 4*s.KVHeads:
+			return tensor.Q4_K
+		case attnV, ffnDown, attnOut:
+			return tensor.Q3_K
+		}
+		return tensor.Q2_K
+	case FileQ3_KM:
+		switch {
+		case attnV && layer < 2, ffnDown && layer < s.Layers/16:
+			return tensor.Q5_K
+		case attnV, ffnDown, attnOut:
+			return tensor.Q4_K
+		}
+		return tensor.Q3_K
+	}
+	if (attnV || ffnDown) && useMoreBits(layer, s.Layers) {
+		return tensor.Q6_K
+	}
+	if ft == FileQ5_KM {
+		return tensor.Q5_K
+	}
+	return tensor.Q4_K
 }
 
 // fallback is llama-quantize's replacement for a type whose block does not
-// divide the row length: Q4_K→Q5_0, Q5_K→Q5_1, Q6_K→Q8_0, and F16 if even
-// that does not fit. (SmolLM2's 576-wide and Qwen2.5's 896-wide rows take this path.)
+// divide the row length: Q2_K and Q3_K→IQ4_NL, Q4_K→Q5_0, Q5_K→Q5_1,
+// Q6_K→Q8_0, and F16 if even that does not fit. (SmolLM2's 576-wide and Qwen2.5's 896-wide rows take this path.)
 func fallback(t tensor.DType, rowLen uint64) tensor.DType {
 	if rowLen%uint64(t.BlockSize()) == 0 {
 		return t
 	}
 	switch t {
+	case tensor.Q2_K, tensor.Q3_K:
+		t = tensor.IQ4_NL
 	case tensor.Q4_K:
 		t = tensor.Q5_0
 	case tensor.Q5_K:

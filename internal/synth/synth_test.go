@@ -119,7 +119,10 @@ func TestTinyPlansMatchShared(t *testing.T) {
 		{"tiny", "", "tiny-f16.gguf", FileF16},
 		{"tiny", "llama", "tiny-q8_0.gguf", FileQ8_0},
 		{"tiny", "", "tiny-q4_k_m.gguf", FileQ4_KM},
-		{"tiny", "", "tiny-q5_k_m.gguf", FileQ5_KM}, // the repository's own testdata/
+		// the repository's own testdata/
+		{"tiny", "", "tiny-q5_k_m.gguf", FileQ5_KM},
+		{"tiny", "", "tiny-q3_k_m.gguf", FileQ3_KM},
+		{"tiny", "", "tiny-q2_k.gguf", FileQ2_K},
 		{"tiny", "qwen2", "tiny-qwen2-f32.gguf", FileF32},
 		{"tiny-qwen2", "", "tiny-qwen2-q8_0.gguf", FileQ8_0},
 	}
@@ -183,7 +186,7 @@ func sorted(s []string) []string {
 // sizes, and the value statistics of the weights.
 func TestTinyFileRoundTrip(t *testing.T) {
 	for _, shape := range []string{"tiny", "tiny-qwen2", "tiny-qwen3"} {
-		for _, ft := range []FileType{FileF32, FileF16, FileQ8_0, FileQ4_KM} {
+		for _, ft := range []FileType{FileF32, FileF16, FileQ8_0, FileQ2_K, FileQ3_KM, FileQ4_KM, FileQ5_KM} {
 			t.Run(shape+"-"+ft.String(), func(t *testing.T) {
 				m, err := New(mustShape(t, shape, ""), ft)
 				if err != nil {
@@ -453,13 +456,15 @@ func TestLookupShape(t *testing.T) {
 }
 
 func TestParseFileType(t *testing.T) {
-	for in, want := range map[string]FileType{"f32": FileF32, "F16": FileF16, "q8_0": FileQ8_0, "q4_k": FileQ4_KM, "Q4_K_M": FileQ4_KM, "q5_k": FileQ5_KM, "Q5_K_M": FileQ5_KM} {
+	for in, want := range map[string]FileType{"f32": FileF32, "F16": FileF16, "q8_0": FileQ8_0, "q4_k": FileQ4_KM, "Q4_K_M": FileQ4_KM, "q5_k": FileQ5_KM, "Q5_K_M": FileQ5_KM, "q2_k": FileQ2_K, "q3_k": FileQ3_KM, "Q3_K_M": FileQ3_KM} {
 		if got, err := ParseFileType(in); err != nil || got != want {
 			t.Errorf("ParseFileType(%q) = %v, %v", in, got, err)
 		}
 	}
-	if _, err := ParseFileType("q2_k"); err == nil {
-		t.Error("q2_k accepted")
+	for _, bad := range []string{"q3_k_s", "iq4_xs", ""} {
+		if _, err := ParseFileType(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
 	}
 }
 
@@ -545,10 +550,11 @@ func TestQuantizedMatchF32(t *testing.T) {
 		t.Fatal(err)
 	}
 	f32, _ := writeModel(t, m32, Options{Seed: 5})
-	// Relative RMS error bounds: Q8_0 ~0.4%, Q6_K ~1.5%, Q4_K ~6% on
-	// Gaussian data; F16 ~0.02%.
-	bound := map[tensor.DType]float64{tensor.F32: 0, tensor.F16: 0.001, tensor.Q8_0: 0.01, tensor.Q6_K: 0.03, tensor.Q4_K: 0.1}
-	for _, ft := range []FileType{FileF16, FileQ8_0, FileQ4_KM} {
+	// Relative RMS error bounds: Q8_0 ~0.4%, Q6_K ~1.5%, Q5_K ~3%, Q4_K ~6%,
+	// Q3_K ~15%, Q2_K ~30% on Gaussian data; F16 ~0.02%.
+	bound := map[tensor.DType]float64{tensor.F32: 0, tensor.F16: 0.001, tensor.Q8_0: 0.01, tensor.Q6_K: 0.03,
+		tensor.Q5_K: 0.05, tensor.Q4_K: 0.1, tensor.Q3_K: 0.2, tensor.Q2_K: 0.35}
+	for _, ft := range []FileType{FileF16, FileQ8_0, FileQ2_K, FileQ3_KM, FileQ4_KM, FileQ5_KM} {
 		t.Run(ft.String(), func(t *testing.T) {
 			m, err := New(mustShape(t, "tiny", ""), ft)
 			if err != nil {
@@ -629,6 +635,54 @@ func TestKMixFallbacks(t *testing.T) {
 			if hasFallback != tc.fallback {
 				t.Errorf("%s %v: %v tensors %v, want %v", tc.shape, mix.ft, mix.fallback, hasFallback, tc.fallback)
 			}
+		}
+	}
+}
+
+// TestLowKMixes: Q3_K_M's and Q2_K's choices beyond the tiny files (which
+// llama-quantize checks byte for byte in TestTinyPlansMatchShared): Q2_K's
+// attn_v is Q4_K where four or more query heads share a KV head (Llama 3.2:
+// 32/8) and Q3_K where fewer do (Qwen3-0.6B: 16/8); Q3_K_M's attn_v is Q5_K
+// in the first two layers; rows 256 does not divide (SmolLM2's 576) fall
+// back to IQ4_NL from Q2_K and Q3_K. (The whole plans of SmolLM2-135M,
+// Qwen2.5-0.5B and Llama-3.2-1B in Q2_K, Q3_K_M and Q5_K_M were compared with
+// llama-quantize's files once, outside the tests: every tensor's type.)
+func TestLowKMixes(t *testing.T) {
+	typeOf := func(shape string, ft FileType, name string) tensor.DType {
+		m, err := New(mustShape(t, shape, ""), ft)
+		if err != nil {
+			t.Fatalf("%s %v: %v", shape, ft, err)
+		}
+		for _, ts := range m.Tensors {
+			if ts.Name == name {
+				return ts.Type
+			}
+		}
+		t.Fatalf("%s: no %s", shape, name)
+		return 0
+	}
+	for _, tc := range []struct {
+		shape string
+		ft    FileType
+		name  string
+		want  tensor.DType
+	}{
+		{"llama-3.2-1b", FileQ2_K, "blk.3.attn_v.weight", tensor.Q4_K},
+		{"qwen3-0.6b", FileQ2_K, "blk.3.attn_v.weight", tensor.Q3_K},
+		{"llama-3.2-1b", FileQ2_K, "blk.3.ffn_gate.weight", tensor.Q2_K},
+		{"llama-3.2-1b", FileQ2_K, "blk.3.attn_output.weight", tensor.Q3_K},
+		{"llama-3.2-1b", FileQ3_KM, "blk.1.attn_v.weight", tensor.Q5_K},
+		{"llama-3.2-1b", FileQ3_KM, "blk.2.attn_v.weight", tensor.Q4_K},
+		{"llama-3.2-1b", FileQ3_KM, "blk.0.ffn_down.weight", tensor.Q5_K},
+		{"llama-3.2-1b", FileQ3_KM, "blk.1.ffn_down.weight", tensor.Q4_K},
+		{"llama-3.2-1b", FileQ3_KM, "blk.1.ffn_up.weight", tensor.Q3_K},
+		{"smollm2-135m", FileQ2_K, "blk.1.ffn_up.weight", tensor.IQ4_NL},
+		{"smollm2-135m", FileQ3_KM, "blk.1.attn_q.weight", tensor.IQ4_NL},
+		{"smollm2-135m", FileQ3_KM, "blk.0.ffn_down.weight", tensor.Q5_K},
+		{"smollm2-135m", FileQ3_KM, "blk.1.ffn_down.weight", tensor.Q4_K},
+	} {
+		if got := typeOf(tc.shape, tc.ft, tc.name); got != tc.want {
+			t.Errorf("%s %v: %s is %v, want %v", tc.shape, tc.ft, tc.name, got, tc.want)
 		}
 	}
 }
