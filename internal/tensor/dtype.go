@@ -5,7 +5,7 @@
 // The numbers follow llama.cpp's CPU backend (ggml) so that a model run here
 // tracks the reference outputs: Quantize reproduces llama-quantize's bytes,
 // Dequantize is bit-exact, and MatMul converts activations to the weight
-// type's vec_dot type (Q8_0, Q8_K, f16, bf16) and sums integer block
+// type's vec_dot type (Q8_0, Q8_1, Q8_K, f16, bf16) and sums integer block
 // products scaled by the block scales, as ggml does; only the order in
 // which float partial sums are added differs.
 //
@@ -25,7 +25,10 @@
 // eight rows, one per lane, against up to 16 tokens, on weights packed for
 // them at load when the weights are in private memory (Pack; see
 // asmgen/q80rows.go); at the AVX2 level Q8_0 and Q4_0 weights have kernels
-// of the same shape and float steps (asmgen/q40avx2.go), packed too.
+// of the same shape and float steps (asmgen/q40avx2.go), packed too. The
+// k-quants (Q2_K to Q6_K) have generated kernels of one row at a time
+// (asmgen's kKernel); Q5_0, Q4_1, Q5_1 and IQ4_NL have none of their own and
+// are widened to Q8_0 at load (Widen), with the same products.
 package tensor
 
 import (

@@ -12,9 +12,10 @@ import (
 //
 // MatMul follows ggml's CPU arithmetic so that results track llama.cpp: the
 // activations are first converted to the weight type's "vec_dot type"
-// (Q8_0 for Q8_0/Q4_0/Q5_0 weights, Q8_K for Q4_K/Q5_K/Q6_K, F16 for F16, BF16 for
-// BF16, none for F32), then each output is a dot product computed with
-// integer block sums scaled by the blocks' scales. The summation order of the
+// (Q8_0 for Q8_0/Q4_0/Q5_0/IQ4_NL weights, Q8_1 for Q4_1/Q5_1, Q8_K for
+// Q2_K to Q6_K, F16 for F16, BF16 for BF16, none for F32), then each output
+// is a dot product computed with integer block sums scaled by the blocks'
+// scales. The summation order of the
 // fast kernels differs from ggml's only in how float partial sums are added
 // up.
 //
@@ -320,14 +321,14 @@ var portableKernels = kernelTable{
 	F32:    genericTile(dotF32Row),
 	F16:    genericTile(dotHalfRow(F16)),
 	BF16:   genericTile(dotHalfRow(BF16)),
-	Q8_0:   genericTile(dotQ80Row),
 	Q4_0:   genericTile(dotQ40Row),
-	Q5_0:   genericTile(dotQ50Row),
 	Q4_1:   genericTile(dotMinRow(Q4_1)),
+	Q5_0:   genericTile(dotQ50Row),
+	Q5_1:   genericTile(dotMinRow(Q5_1)),
+	Q8_0:   genericTile(dotQ80Row),
 	IQ4_NL: genericTile(dotIQ4NLRow),
 	Q2_K:   genericTile(dotQ2KRow),
 	Q3_K:   genericTile(dotQ3KRow),
-	Q5_1:   genericTile(dotMinRow(Q5_1)),
 	Q4_K:   genericTile(dotQ4KRow),
 	Q5_K:   genericTile(dotQ5KRow),
 	Q6_K:   genericTile(dotQ6KRow),

@@ -378,13 +378,15 @@ func WidenedRowBytes(t DType, cols int) int {
 // A Q5_0 value q−16 fits a byte, and ggml_vec_dot_q5_0_q8_0 takes the same
 // integer sums and float steps as ggml_vec_dot_q8_0_q8_0, so the widened
 // matrix's products are Q5_0's, at 34 bytes a block of 32 instead of 22.
+// IQ4_NL's table values fit a byte too: ggml_vec_dot_iq4_nl_q8_0 is the
+// Q8_0 product on them (34 bytes instead of 18).
 //
 // Q4_1's and Q5_1's x = d·q + m become Q8_0 blocks of d and q (0-31 fits
-// a byte) and an F16 matrix of the minima m (minsCols): ggml_vec_dot_q5_1_q8_1 sums,
-// per block, (d·dy)·Σq·qy as the Q8_0 product does plus m·s1, where s1 is
-// the Q8_1 activations' block sum, f16-exact, so an F16 product of the
-// minima with s1 has the same terms (MatMul adds the two). About 36 bytes
-// a block of 32 instead of 20 or 24.
+// a byte) and an F16 matrix of the minima m (minsCols):
+// ggml_vec_dot_q5_1_q8_1 sums, per block, (d·dy)·Σq·qy as the Q8_0 product
+// does plus m·s1, where s1 is the Q8_1 activations' block sum, f16-exact,
+// so an F16 product of the minima with s1 has the same terms (MatMul adds
+// the two). About 36 bytes a block of 32 instead of 20 or 24.
 func Widen(m Matrix) Matrix {
 	wt, ok := WidenedType(m.Type)
 	if !ok || m.packed {
@@ -393,12 +395,20 @@ func Widen(m Matrix) Matrix {
 	out := Matrix{Type: wt, Rows: m.Rows, Cols: m.Cols}
 	nb := m.Rows * m.Cols / qk80
 	out.Data = make([]byte, nb*q80Size)
+	bs := m.Type.TypeSize()
 	switch m.Type {
-	case IQ4_NL:
-		// The table's values fit a byte: ggml_vec_dot_iq4_nl_q8_0 is the
-		// Q8_0 product on them.
+	case Q5_0:
 		for b := 0; b < nb; b++ {
-			in := m.Data[b*iq4Size : (b+1)*iq4Size]
+			in := m.Data[b*bs : (b+1)*bs]
+			o := out.Data[b*q80Size : (b+1)*q80Size]
+			o[0], o[1] = in[0], in[1]
+			for j := 0; j < qk80; j++ {
+				o[2+j] = byte(q50Value(in, j))
+			}
+		}
+	case IQ4_NL:
+		for b := 0; b < nb; b++ {
+			in := m.Data[b*bs : (b+1)*bs]
 			o := out.Data[b*q80Size : (b+1)*q80Size]
 			o[0], o[1] = in[0], in[1]
 			for j := 0; j < 16; j++ {
@@ -406,35 +416,21 @@ func Widen(m Matrix) Matrix {
 				o[18+j] = byte(kvaluesIQ4NL[in[2+j]>>4])
 			}
 		}
-		return out
-	}
-	if m.Type == Q5_0 {
+	default: // Q4_1, Q5_1
+		mc := minsCols(m.Cols)
+		mins := Matrix{Type: F16, Rows: m.Rows, Cols: mc, Data: make([]byte, 2*mc*m.Rows)}
+		rowBlocks := m.Cols / qk80
 		for b := 0; b < nb; b++ {
-			in := m.Data[b*q50Size : (b+1)*q50Size]
+			in := m.Data[b*bs : (b+1)*bs]
 			o := out.Data[b*q80Size : (b+1)*q80Size]
 			o[0], o[1] = in[0], in[1]
-			qh := binary.LittleEndian.Uint32(in[2:])
-			for j := 0; j < 16; j++ {
-				q := in[6+j]
-				o[2+j] = q&0xf | byte(qh>>j&1)<<4 - 16
-				o[18+j] = q>>4 | byte(qh>>(j+16)&1)<<4 - 16
+			mo := 2 * (b/rowBlocks*mc + b%rowBlocks)
+			mins.Data[mo], mins.Data[mo+1] = in[2], in[3]
+			for j := 0; j < qk80; j++ {
+				o[2+j] = minBlockValue(m.Type, in, j)
 			}
 		}
-		return out
+		out.mins = &mins
 	}
-	mc := minsCols(m.Cols)
-	mins := Matrix{Type: F16, Rows: m.Rows, Cols: mc, Data: make([]byte, 2*mc*m.Rows)}
-	bs, rowBlocks := m.Type.TypeSize(), m.Cols/qk80
-	for b := 0; b < nb; b++ {
-		in := m.Data[b*bs : (b+1)*bs]
-		o := out.Data[b*q80Size : (b+1)*q80Size]
-		o[0], o[1] = in[0], in[1]
-		mo := 2 * (b/rowBlocks*mc + b%rowBlocks)
-		mins.Data[mo], mins.Data[mo+1] = in[2], in[3]
-		for j := 0; j < qk80; j++ {
-			o[2+j] = minBlockValue(m.Type, in, j)
-		}
-	}
-	out.mins = &mins
 	return out
 }
