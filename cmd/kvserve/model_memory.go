@@ -172,7 +172,7 @@ func widenedClause(f *gguf.File) string {
 		}
 		n := widenedBytesOf(f, t)
 		how := "widened to " + wt.String()
-		if tensor.WidenedRowBytes(t, 256) > wt.RowBytes(256) {
+		if tensor.WidenedRowBytes(t, 256) > wt.RowBytes(256) { // Q4_1, Q5_1
 			how += " with its blocks' minima beside"
 		}
 		if tensor.Packable(wt) {
