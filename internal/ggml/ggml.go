@@ -101,7 +101,7 @@ func (t Type) Known() bool {
 // gains a kernel in tensor and its entry here together.
 func (t Type) Supported() bool {
 	switch t {
-	case F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K:
+	case F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K:
 		return true
 	}
 	return false

@@ -18,7 +18,7 @@ import (
 // and decode), and prefilled in chunks of any size. This is what makes
 // prefix caching, chunked prefill and continuous batching exact.
 func TestBatchInvariance(t *testing.T) {
-	for _, name := range []string{"tiny-f32", "tiny-q8_0", "tiny-q4_k_m", "tiny-qwen2-q8_0", "tiny-bf16", "tiny-q5_0", "tiny-q5_k_m", "tiny-q4_1", "tiny-q5_1", "tiny-iq4_nl", "tiny-q3_k_m", "tiny-q2_k"} {
+	for _, name := range []string{"tiny-f32", "tiny-q8_0", "tiny-q4_k_m", "tiny-qwen2-q8_0", "tiny-bf16", "tiny-q5_0", "tiny-q5_k_m", "tiny-q4_1", "tiny-q5_1", "tiny-iq4_nl", "tiny-q3_k_m", "tiny-q2_k", "tiny-iq4_xs"} {
 		t.Run(name, func(t *testing.T) {
 			m, closeFn := loadModel(t, modelPath(t, name))
 			defer closeFn()

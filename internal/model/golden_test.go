@@ -64,6 +64,7 @@ type refProb struct {
 //	tiny-iq4_nl        3.7e-2      1.5e-2
 //	tiny-q3_k_m        5.4e-2      3.8e-2
 //	tiny-q2_k          2.5e-2      1.4e-2
+//	tiny-iq4_xs        5.2e-2      1.6e-2
 //
 // The difference to llama.cpp is of the size a single ulp of input noise
 // produces in the same file (at most 1.3× the worst of four draws). Each
@@ -83,6 +84,7 @@ var probTolerance = map[tensor.DType]float64{
 	tensor.IQ4_NL: 5.5e-2,
 	tensor.Q3_K:   8e-2,
 	tensor.Q2_K:   4.5e-2,
+	tensor.IQ4_XS: 8e-2,
 	tensor.Q4_K:   4.5e-2,
 	tensor.Q5_K:   6.5e-2,
 	tensor.Q6_K:   4.5e-2,
@@ -97,7 +99,7 @@ var goldenModels = []string{
 	"tiny-f32", "tiny-f16", "tiny-bf16", "tiny-q8_0", "tiny-q4_0", "tiny-q4_k_m", "tiny-q6_k",
 	"tiny-qwen2-f32", "tiny-qwen2-q8_0",
 	// the repository's own (testdata/README.md)
-	"tiny-q5_0", "tiny-q5_k_m", "tiny-q4_1", "tiny-q5_1", "tiny-iq4_nl", "tiny-q3_k_m", "tiny-q2_k",
+	"tiny-q5_0", "tiny-q5_k_m", "tiny-q4_1", "tiny-q5_1", "tiny-iq4_nl", "tiny-q3_k_m", "tiny-q2_k", "tiny-iq4_xs",
 }
 
 // modelPath is the path of test model name (no extension): the

@@ -44,11 +44,11 @@ func f32Tensor(t testing.TB, f *gguf.File, name string) []float32 {
 
 // tinyFiles maps each quantized tiny model to the type its 2-D tensors hold
 // (per shared/models/README.md; exceptions are read from the file itself).
-var tinyFiles = []string{"tiny-f16.gguf", "tiny-bf16.gguf", "tiny-q8_0.gguf", "tiny-q4_0.gguf", "tiny-q4_k_m.gguf", "tiny-q6_k.gguf", "tiny-q5_0.gguf", "tiny-q5_k_m.gguf", "tiny-q4_1.gguf", "tiny-q5_1.gguf", "tiny-iq4_nl.gguf", "tiny-q3_k_m.gguf", "tiny-q2_k.gguf"}
+var tinyFiles = []string{"tiny-f16.gguf", "tiny-bf16.gguf", "tiny-q8_0.gguf", "tiny-q4_0.gguf", "tiny-q4_k_m.gguf", "tiny-q6_k.gguf", "tiny-q5_0.gguf", "tiny-q5_k_m.gguf", "tiny-q4_1.gguf", "tiny-q5_1.gguf", "tiny-iq4_nl.gguf", "tiny-q3_k_m.gguf", "tiny-q2_k.gguf", "tiny-iq4_xs.gguf"}
 
 // ownTinyFiles are the tiny files in the repository's own testdata/ (made
 // by llama-quantize from the shared tiny-f32 the same way).
-var ownTinyFiles = []string{"tiny-q5_0.gguf", "tiny-q5_k_m.gguf", "tiny-q4_1.gguf", "tiny-q5_1.gguf", "tiny-iq4_nl.gguf", "tiny-q3_k_m.gguf", "tiny-q2_k.gguf"}
+var ownTinyFiles = []string{"tiny-q5_0.gguf", "tiny-q5_k_m.gguf", "tiny-q4_1.gguf", "tiny-q5_1.gguf", "tiny-iq4_nl.gguf", "tiny-q3_k_m.gguf", "tiny-q2_k.gguf", "tiny-iq4_xs.gguf"}
 
 var weightNames = []string{
 	"token_embd.weight", "output.weight",
@@ -98,7 +98,7 @@ func TestDequantizeRealTensors(t *testing.T) {
 		tensor.F16: 5e-4, tensor.BF16: 4e-3, tensor.Q8_0: 0.01,
 		tensor.Q6_K: 0.04, tensor.Q4_K: 0.12, tensor.Q4_0: 0.15, tensor.Q5_0: 0.075,
 		tensor.Q5_K: 0.06, tensor.Q4_1: 0.12, tensor.Q5_1: 0.06,
-		tensor.IQ4_NL: 0.12, tensor.Q3_K: 0.25, tensor.Q2_K: 0.5,
+		tensor.IQ4_NL: 0.12, tensor.Q3_K: 0.25, tensor.Q2_K: 0.5, tensor.IQ4_XS: 0.12,
 	}
 	for _, file := range tinyFiles {
 		q := openModel(t, file)

@@ -13,11 +13,10 @@ import (
 // MatMul follows ggml's CPU arithmetic so that results track llama.cpp: the
 // activations are first converted to the weight type's "vec_dot type"
 // (Q8_0 for Q8_0/Q4_0/Q5_0/IQ4_NL weights, Q8_1 for Q4_1/Q5_1, Q8_K for
-// Q2_K to Q6_K, F16 for F16, BF16 for BF16, none for F32), then each output
-// is a dot product computed with integer block sums scaled by the blocks'
-// scales. The summation order of the
-// fast kernels differs from ggml's only in how float partial sums are added
-// up.
+// Q2_K to Q6_K and IQ4_XS, F16 for F16, BF16 for BF16, none for F32), then
+// each output is a dot product computed with integer block sums scaled by
+// the blocks' scales. The summation order of the fast kernels differs from
+// ggml's only in how float partial sums are added up.
 //
 // The converted activations live in the Pool's actBuf in a structure-of-
 // arrays layout (all quantized values of a token back to back, scales and
@@ -295,7 +294,7 @@ func vecDotType(t DType) DType {
 		return Q8_0
 	case Q4_1, Q5_1:
 		return Q8_1
-	case Q2_K, Q3_K, Q4_K, Q5_K, Q6_K:
+	case Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS:
 		return Q8_K
 	}
 	return t
@@ -327,6 +326,7 @@ var portableKernels = kernelTable{
 	Q5_1:   genericTile(dotMinRow(Q5_1)),
 	Q8_0:   genericTile(dotQ80Row),
 	IQ4_NL: genericTile(dotIQ4NLRow),
+	IQ4_XS: genericTile(dotIQ4XSRow),
 	Q2_K:   genericTile(dotQ2KRow),
 	Q3_K:   genericTile(dotQ3KRow),
 	Q4_K:   genericTile(dotQ4KRow),
@@ -456,6 +456,34 @@ func dotIQ4NLRow(row []byte, a *actBuf, tok int) float32 {
 			si += int32(kvaluesIQ4NL[blk[2+j]>>4]) * int32(ys[j+16])
 		}
 		sum += float32(si) * float32(f16At(blk, 0)*d[b])
+	}
+	return sum
+}
+
+// dotIQ4XSRow is ggml_vec_dot_iq4_xs_q8_K as ggml's x86 code sums it: per
+// 256-value block, Σ (ls−32)·(table values · y) over the eight sub-blocks
+// of 32 in integers, times d·dy.
+func dotIQ4XSRow(row []byte, a *actBuf, tok int) float32 {
+	c := a.cols
+	nb := c / qkK
+	q := a.q[tok*c : (tok+1)*c]
+	dy := a.d[tok*nb : (tok+1)*nb]
+	var sum float32
+	for b := 0; b < nb; b++ {
+		blk := row[b*iq4XSSize : (b+1)*iq4XSSize]
+		ys := q[b*qkK : (b+1)*qkK]
+		var sumi int32
+		for ib := 0; ib < 8; ib++ {
+			qs := blk[8+16*ib : 8+16*ib+16]
+			y := ys[32*ib : 32*ib+32]
+			var s int32
+			for j := 0; j < 16; j++ {
+				s += int32(kvaluesIQ4NL[qs[j]&0xf]) * int32(y[j])
+				s += int32(kvaluesIQ4NL[qs[j]>>4]) * int32(y[j+16])
+			}
+			sumi += int32(iq4XSScale(blk, ib)) * s
+		}
+		sum += f16At(blk, 0) * dy[b] * float32(sumi)
 	}
 	return sum
 }

@@ -13,7 +13,7 @@ import (
 	"time"
 )
 
-var allTypes = []DType{F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K}
+var allTypes = []DType{F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K}
 
 func randVec(rng *rand.Rand, n int, std float64) []float32 {
 	v := make([]float32, n)
@@ -57,7 +57,7 @@ func convertedActivations(typ DType, x []float32, cols, n int) ([]float64, *actB
 		switch typ {
 		case Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, IQ4_NL:
 			out[i] = float64(a.q[i]) * float64(a.d[i/qk80])
-		case Q2_K, Q3_K, Q4_K, Q5_K, Q6_K:
+		case Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS:
 			out[i] = float64(a.q[i]) * float64(a.d[i/qkK])
 		default:
 			out[i] = float64(a.f[i])
@@ -90,7 +90,7 @@ func newMatMulRef(typ DType, wd, x []float32, rows, cols, n int) *matMulRef {
 		xs := x[tok*cols : (tok+1)*cols]
 		// Per-element bound on the activation conversion error.
 		switch typ {
-		case Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K:
+		case Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, IQ4_NL, IQ4_XS, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K:
 			bs := typ.BlockSize()
 			for b := 0; b < cols/bs; b++ {
 				var amax float64
@@ -301,7 +301,7 @@ func TestMatMulIntegerExact(t *testing.T) {
 // TestMatMulReusesConversion checks the activation cache: products with the
 // same input reuse its conversion, and any change to the input (even in
 // place, even one bit) or to the vec_dot type is noticed.
-// TestMatMulIntegerExactK does the same for Q2_K to Q6_K with
+// TestMatMulIntegerExactK does the same for Q2_K to Q6_K and IQ4_XS with
 // hand-built blocks: unit super-block scales, small sub-block scales and
 // mins, integer activations whose blocks start with −127 (so Q8_K's scale is
 // exactly 1).
@@ -311,7 +311,7 @@ func TestMatMulIntegerExactK(t *testing.T) {
 	defer p.Close()
 	const cols = 512
 	one := F32ToF16(1)
-	for _, typ := range []DType{Q2_K, Q3_K, Q4_K, Q5_K, Q6_K} {
+	for _, typ := range []DType{Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS} {
 		for _, rows := range []int{1, 5, 16} {
 			data := make([]byte, rows*typ.RowBytes(cols))
 			for b := 0; b < len(data)/typ.TypeSize(); b++ {
@@ -319,7 +319,17 @@ func TestMatMulIntegerExactK(t *testing.T) {
 				for i := range blk {
 					blk[i] = byte(rng.Uint32())
 				}
-				if typ == Q3_K {
+				if typ == IQ4_XS {
+					binary.LittleEndian.PutUint16(blk[0:], one)
+					var h uint16
+					clear(blk[4:8])
+					for ib := 0; ib < 8; ib++ { // ls−32 in [-2,2]
+						l := byte(rng.IntN(5) - 2 + 32)
+						blk[4+ib/2] |= (l & 0xf) << (4 * (ib % 2))
+						h |= uint16(l>>4) << (2 * ib)
+					}
+					binary.LittleEndian.PutUint16(blk[2:], h)
+				} else if typ == Q3_K {
 					binary.LittleEndian.PutUint16(blk[108:], one)
 					clear(blk[96:108])
 					for k := 0; k < 16; k++ { // scale in [-2,2], as sc+32
@@ -995,7 +1005,7 @@ func TestWiden(t *testing.T) {
 			}
 		}
 	}
-	for _, typ := range []DType{Q8_0, Q4_0, Q2_K, Q3_K, Q4_K, F16} {
+	for _, typ := range []DType{Q8_0, Q4_0, Q2_K, Q3_K, Q4_K, IQ4_XS, F16} {
 		m, _ := randMatrix(t, rng, typ, 8, 256)
 		if w := Widen(m); w.Type != typ || &w.Data[0] != &m.Data[0] {
 			t.Errorf("%v: widened to %v (or copied)", typ, w.Type)

@@ -20,6 +20,11 @@ import (
 //	                             x = d*q + m, q's bits as Q5_0's
 //	IQ4_NL (32 values, 18 bytes): d f16 | qs [16]uint8      x = d*kvaluesIQ4NL[nibble]
 //	                             (nibbles as Q4_0's)
+//	IQ4_XS (256 values, 136 bytes): d f16 | scales_h uint16 | scales_l [4] | qs [128]
+//	                             8 sub-blocks of 32 with 6-bit scale ls (low four
+//	                             bits in scales_l, nibble j%2 of byte j/2; high two
+//	                             at bit 2j of scales_h): x = d*(ls-32)*kvaluesIQ4NL[q],
+//	                             qs as IQ4_NL's 16 bytes per sub-block
 //	Q2_K (256 values, 84 bytes):  scales [16] | qs [64] | d f16 | dmin f16
 //	                             16 sub-blocks of 16 with 4-bit scale sc (low
 //	                             nibble) and min m (high): x = d*sc*q - dmin*m,
@@ -39,21 +44,22 @@ import (
 //	Q8_K (256 values, activations only): d f32 | qs [256]int8 | bsums [16]int16
 
 const (
-	qk80    = 32
-	q80Size = 34
-	qk40    = 32
-	q40Size = 18
-	qk50    = 32
-	q50Size = 22
-	q41Size = 20
-	q51Size = 24
-	iq4Size = 18
-	q3KSize = 110
-	q2KSize = 84
-	qkK     = 256
-	q4KSize = 144
-	q5KSize = 176
-	q6KSize = 210
+	qk80      = 32
+	q80Size   = 34
+	qk40      = 32
+	q40Size   = 18
+	qk50      = 32
+	q50Size   = 22
+	q41Size   = 20
+	q51Size   = 24
+	iq4Size   = 18
+	q3KSize   = 110
+	q2KSize   = 84
+	iq4XSSize = 136
+	qkK       = 256
+	q4KSize   = 144
+	q5KSize   = 176
+	q6KSize   = 210
 )
 
 // kvaluesIQ4NL are IQ4_NL's sixteen values (ggml's kvalues_iq4nl), spaced
@@ -155,6 +161,20 @@ func dequantize(t DType, dst []float32, src []byte) {
 				y[j+16] = float32(kvaluesIQ4NL[blk[2+j]>>4]) * d
 			}
 		}
+	case IQ4_XS:
+		for b := 0; b < len(dst)/qkK; b++ {
+			blk := src[b*iq4XSSize : (b+1)*iq4XSSize]
+			d := f16At(blk, 0)
+			for ib := 0; ib < 8; ib++ {
+				dl := d * float32(iq4XSScale(blk, ib))
+				qs := blk[8+16*ib : 8+16*ib+16]
+				y := dst[b*qkK+32*ib : b*qkK+32*ib+32]
+				for j := 0; j < 16; j++ {
+					y[j] = dl * float32(kvaluesIQ4NL[qs[j]&0xf])
+					y[j+16] = dl * float32(kvaluesIQ4NL[qs[j]>>4])
+				}
+			}
+		}
 	case Q2_K:
 		for b := 0; b < len(dst)/qkK; b++ {
 			blk := src[b*q2KSize : (b+1)*q2KSize]
@@ -220,6 +240,14 @@ func minBlockValue(t DType, blk []byte, j int) uint8 {
 		q >>= 4
 	}
 	return q&0xf | byte(qh>>j&1)<<4
+}
+
+// iq4XSScale is the scale of sub-block ib (0-7) of an IQ4_XS block, in
+// [-32, 31].
+func iq4XSScale(blk []byte, ib int) int8 {
+	lo := blk[4+ib/2] >> (4 * (ib % 2)) & 0xf
+	hi := byte(binary.LittleEndian.Uint16(blk[2:])>>(2*ib)) & 3
+	return int8(lo|hi<<4) - 32
 }
 
 // q2KValue is value i (0-255) of a Q2_K block, in [0, 3]: two bits of qs,
@@ -323,7 +351,7 @@ func dequantQ6KBlock(y []float32, blk []byte) {
 }
 
 // Quantize converts src to type t (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0,
-// Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K or Q6_K) the way llama-quantize does without an importance matrix: GGML's
+// Q5_1, IQ4_NL, IQ4_XS, Q2_K, Q3_K, Q4_K, Q5_K or Q6_K) the way llama-quantize does without an importance matrix: GGML's
 // reference quantizers, reproduced operation for operation so the bytes are
 // the same. len(src) must be a multiple of the type's block size.
 func Quantize(t DType, src []float32) ([]byte, error) {
@@ -367,6 +395,10 @@ func Quantize(t DType, src []float32) ([]byte, error) {
 	case IQ4_NL:
 		for b := 0; b < len(src)/32; b++ {
 			quantIQ4NLBlock(dst[b*iq4Size:(b+1)*iq4Size], src[b*32:(b+1)*32])
+		}
+	case IQ4_XS:
+		for b := 0; b < len(src)/qkK; b++ {
+			quantIQ4XSBlock(dst[b*iq4XSSize:(b+1)*iq4XSSize], src[b*qkK:(b+1)*qkK])
 		}
 	case Q2_K:
 		for b := 0; b < len(src)/qkK; b++ {
@@ -537,14 +569,12 @@ func bestIndexIQ4NL(x float32) uint8 {
 	return uint8(mu)
 }
 
-// quantIQ4NLBlock is what llama-quantize runs for IQ4_NL without an
-// importance matrix (quantize_iq4_nl, quantize_row_iq4_nl_impl with one
-// block per super-block and seven tries each way): the scale that fits the
-// block's values best, x²-weighted, among fifteen candidates around the one
-// that maps its largest magnitude to −127.
-func quantIQ4NLBlock(dst []byte, x []float32) {
+// iq4Scale is quantize_row_iq4_nl_impl's search for one sub-block of 32
+// values without importance weights: the scale that fits x best,
+// x²-weighted, among fifteen candidates around the one that maps its
+// largest magnitude to −127 (0 for a sub-block of zeros).
+func iq4Scale(x []float32) float32 {
 	var weight [32]float32
-	var L [32]uint8
 	var amax, mx float32
 	for j, v := range x[:32] {
 		weight[j] = v * v
@@ -552,40 +582,97 @@ func quantIQ4NLBlock(dst []byte, x []float32) {
 			amax, mx = ax, v
 		}
 	}
-	var d float32
-	if amax >= groupMaxEps {
-		d = -mx / float32(kvaluesIQ4NL[0])
-		fit := func(id float32) (sumqx, sumq2 float32) {
-			for j, v := range x[:32] {
-				q := float32(kvaluesIQ4NL[bestIndexIQ4NL(id*v)])
-				w := weight[j]
-				sumqx += float32(float32(w*q) * v)
-				sumq2 += float32(float32(w*q) * q)
-			}
-			return sumqx, sumq2
+	if amax < groupMaxEps {
+		return 0
+	}
+	fit := func(id float32) (sumqx, sumq2 float32) {
+		for j, v := range x[:32] {
+			q := float32(kvaluesIQ4NL[bestIndexIQ4NL(id*v)])
+			w := weight[j]
+			sumqx += float32(float32(w*q) * v)
+			sumq2 += float32(float32(w*q) * q)
 		}
-		sumqx, sumq2 := fit(1 / d)
-		d = sumqx / sumq2
-		best := d * sumqx
-		for itry := -7; itry <= 7; itry++ {
-			sumqx, sumq2 := fit(float32(itry+int(kvaluesIQ4NL[0])) / mx)
-			if sumq2 > 0 && float32(sumqx*sumqx) > float32(best*sumq2) {
-				d = sumqx / sumq2
-				best = d * sumqx
-			}
+		return sumqx, sumq2
+	}
+	d := -mx / float32(kvaluesIQ4NL[0])
+	sumqx, sumq2 := fit(1 / d)
+	d = sumqx / sumq2
+	best := d * sumqx
+	for itry := -7; itry <= 7; itry++ {
+		sumqx, sumq2 := fit(float32(itry+int(kvaluesIQ4NL[0])) / mx)
+		if sumq2 > 0 && float32(sumqx*sumqx) > float32(best*sumq2) {
+			d = sumqx / sumq2
+			best = d * sumqx
 		}
 	}
+	return d
+}
+
+// packIQ4 writes 32 indices L as IQ4_NL's and IQ4_XS's 16 bytes: value j
+// in the low nibble of byte j, value 16+j in its high one.
+func packIQ4(dst []byte, L []uint8) {
+	for j := 0; j < 16; j++ {
+		dst[j] = L[j] | L[16+j]<<4
+	}
+}
+
+// quantIQ4NLBlock is what llama-quantize runs for IQ4_NL without an
+// importance matrix (quantize_iq4_nl, quantize_row_iq4_nl_impl with one
+// block per super-block and seven tries each way).
+func quantIQ4NLBlock(dst []byte, x []float32) {
+	d := iq4Scale(x)
 	binary.LittleEndian.PutUint16(dst, F32ToF16(d))
 	var id float32
 	if d != 0 {
 		id = 1 / d
 	}
+	var L [32]uint8
 	for j, v := range x[:32] {
 		L[j] = bestIndexIQ4NL(id * v)
 	}
-	for j := 0; j < 16; j++ {
-		dst[2+j] = L[j] | L[16+j]<<4
+	packIQ4(dst[2:18], L[:])
+}
+
+// quantIQ4XSBlock is what llama-quantize runs for IQ4_XS without an
+// importance matrix (quantize_iq4_xs: quantize_row_iq4_nl_impl on 256
+// values in sub-blocks of 32): each sub-block's scale as IQ4_NL's, then d
+// from the largest in magnitude (at −32) and each sub-block's scale as a
+// 6-bit multiple of it, the indices recomputed with it.
+func quantIQ4XSBlock(dst []byte, x []float32) {
+	var scales [8]float32
+	var maxScale, amaxScale float32
+	for ib := range scales {
+		scales[ib] = iq4Scale(x[32*ib : 32*ib+32])
+		if ad := abs32(scales[ib]); ad > amaxScale {
+			amaxScale, maxScale = ad, scales[ib]
+		}
 	}
+	d := -maxScale / 32
+	binary.LittleEndian.PutUint16(dst, F32ToF16(d))
+	var id float32
+	if d != 0 {
+		id = 1 / d
+	}
+	var scalesH uint16
+	clear(dst[4:8])
+	var L [32]uint8
+	for ib := range scales {
+		l := max(-32, min(31, nearestInt(id*scales[ib])))
+		dl := d * float32(l)
+		var idl float32
+		if dl != 0 {
+			idl = 1 / dl
+		}
+		xb := x[32*ib : 32*ib+32]
+		for j, v := range xb {
+			L[j] = bestIndexIQ4NL(idl * v)
+		}
+		packIQ4(dst[8+16*ib:8+16*ib+16], L[:])
+		l += 32
+		dst[4+ib/2] |= byte(l&0xf) << (4 * (ib % 2))
+		scalesH |= uint16(l>>4) << (2 * ib)
+	}
+	binary.LittleEndian.PutUint16(dst[2:], scalesH)
 }
 
 // makeQ3Quants is GGML's make_qx... for Q3_K, make_q3_quants with rmse on:

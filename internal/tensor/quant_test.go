@@ -74,6 +74,20 @@ func TestDequantizeHandBuilt(t *testing.T) {
 		}
 		q3k[32+32*(i/128)+i%32] |= byte(q) << (2 * (i % 128 / 32))
 	}
+	// IQ4_XS: d = 0.25, sub-block ib scale ib−4 (ls = ib+28: four low bits in
+	// scales_l, two high in scales_h), index (i+ib)%16 for value i of each.
+	iq4xs := make([]byte, iq4XSSize)
+	putF16(iq4xs, 0.25)
+	var sh uint16
+	for ib := 0; ib < 8; ib++ {
+		ls := byte(ib + 28)
+		iq4xs[4+ib/2] |= (ls & 0xf) << (4 * (ib % 2))
+		sh |= uint16(ls>>4) << (2 * ib)
+		for j := 0; j < 16; j++ {
+			iq4xs[8+16*ib+j] = byte((j+ib)%16) | byte((j+16+ib)%16)<<4
+		}
+	}
+	binary.LittleEndian.PutUint16(iq4xs[2:], sh)
 	// Q2_K: d = 0.5, dmin = 0.25, sub-block k scale k%16 and min 15−k; value
 	// i is i%4, placed as Q3_K's low bits.
 	q2k := make([]byte, q2KSize)
@@ -169,6 +183,11 @@ func TestDequantizeHandBuilt(t *testing.T) {
 			}
 			return []float32{-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}[nib] * 0.5
 		}, 32},
+		{"IQ4_XS", IQ4_XS, iq4xs, func(i int) float32 {
+			kv := []float32{-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}
+			ib := i / 32
+			return 0.25 * float32(ib-4) * kv[(i%32+ib)%16]
+		}, 256},
 		{"Q2_K", Q2_K, q2k, func(i int) float32 {
 			return 0.5*float32(i/16)*float32(i%4) - 0.25*float32(15-i/16)
 		}, 256},
@@ -234,7 +253,7 @@ func TestDequantizeErrors(t *testing.T) {
 		n    int
 		size int
 	}{
-		{"unsupported", IQ4_XS, 256, 1000},
+		{"unsupported", IQ3_S, 256, 1000},
 		{"unknown", DType(99), 32, 100},
 		{"partial block", Q8_0, 33, 100},
 		{"short source", Q4_K, 512, q4KSize*2 - 1},
@@ -248,7 +267,7 @@ func TestDequantizeErrors(t *testing.T) {
 	if _, err := Quantize(Q8_0, make([]float32, 31)); err == nil {
 		t.Error("Quantize of a partial block: no error")
 	}
-	if _, err := Quantize(IQ4_XS, make([]float32, 256)); err == nil {
+	if _, err := Quantize(IQ3_S, make([]float32, 256)); err == nil {
 		t.Error("Quantize to an unsupported type: no error")
 	}
 }
@@ -286,6 +305,7 @@ func TestQuantizeRoundTrip(t *testing.T) {
 		{IQ4_NL, 0.1, 0.12}, // the fitted scale may leave the largest value short of ±127's step
 		{Q3_K, 0.2, 0.2},
 		{Q2_K, 0.35, 0.4},
+		{IQ4_XS, 0.1, 0.13},
 	}
 	y := make([]float32, len(x))
 	for _, tc := range tests {

@@ -252,8 +252,9 @@ func floatKernel(a *asm, d *decl, typ string, R, T int) {
 // tile needs only 2·T accumulators, so the same loop serves AVX2 (16
 // registers) and AVX-512 (VNNI's vpdpwssd, embedded broadcasts, ternlog).
 func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
-	q6, q5, q2, q3 := typ == "q6K", typ == "q5K", typ == "q2K", typ == "q3K"
-	bsz := map[string]int{"q2K": 84, "q3K": 110, "q4K": 144, "q5K": 176, "q6K": 210}[typ]
+	q6, q5, q2, q3, iq4 := typ == "q6K", typ == "q5K", typ == "q2K", typ == "q3K", typ == "iq4XS"
+	bsz := map[string]int{"q2K": 84, "q3K": 110, "q4K": 144, "q5K": 176, "q6K": 210, "iq4XS": 136}[typ]
+	typeName := map[string]string{"q2K": "Q2_K", "q3K": "Q3_K", "q4K": "Q4_K", "q5K": "Q5_K", "q6K": "Q6_K", "iq4XS": "IQ4_XS"}[typ]
 	qsOff := 16 // Q4_K's and Q5_K's 4-bit halves
 	if q5 {
 		qsOff = 48
@@ -264,7 +265,7 @@ func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
 	}
 	name := fmt.Sprintf("%s%s_%d", typ, isa, T)
 	sig := "(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)"
-	text(a, d, fmt.Sprintf("%s computes rows × %d tokens of %s weights × Q8_K activations (%s).", name, T, strings.ToUpper(typ[:2])+"_"+typ[2:], isa), name, sig, "$64-88")
+	text(a, d, fmt.Sprintf("%s computes rows × %d tokens of %s weights × Q8_K activations (%s).", name, T, typeName, isa), name, sig, "$64-88")
 	a.p("MOVQ w+0(FP), SI")
 	a.p("MOVQ yStride+24(FP), R10")
 	a.p("LEAQ (R10)(R10*2), R11")
@@ -287,8 +288,13 @@ func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
 	}
 	// Constants. VNNI: Y28 0x0f bytes, Y29 0x30 bytes (Q5_K: 0x10), X30 3f,
 	// X31 03 masks, X27 shift counts. AVX2: Y15 0x0f bytes, Y14 0x30 bytes
-	// (Q5_K: 0x10).
-	if vnni {
+	// (Q5_K: 0x10). IQ4_XS, both levels: Y14 0x0f bytes, Y15 its table.
+	if iq4 {
+		a.p("MOVL $0x0f0f0f0f, CX")
+		a.p("VMOVD CX, X14")
+		a.p("VPBROADCASTD X14, Y14")
+		a.p("VBROADCASTI128 iq4Table<>(SB), Y15")
+	} else if vnni {
 		a.p("MOVL $0x0f0f0f0f, CX")
 		a.p("VPBROADCASTD CX, Y28")
 		switch {
@@ -355,7 +361,9 @@ func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
 	// scaleAcc adds (pairs of int16 in Yp) × (int16 scales) to sumi(t):
 	// VNNI: vpdpwssd with the scale from mem (broadcast if bcst);
 	// AVX2: vpmaddwd + vpaddd, scale loaded into Y13 first by the caller.
-	if q2 {
+	if iq4 {
+		iq4XSBlock(a, vnni, T, yAddr, dAddr, facc, sumi)
+	} else if q2 {
 		q2KBlock(a, vnni, T, yAddr, dAddr, bsAddr, facc, sumi)
 	} else if q3 {
 		q3KBlock(a, vnni, T, yAddr, dAddr, bsAddr, facc, sumi)
@@ -717,6 +725,81 @@ func kMinsSteps(a *asm, vnni bool, T int, avx2Mins string, dReg, dminReg, dOff, 
 	}
 }
 
+// iq4XSBlock emits the body of kKernel's block loop for IQ4_XS: per pair of
+// sub-blocks, the 32 bytes of indices split into nibbles and looked up in
+// the table (vpshufb), the halves put back in value order; per sub-block,
+// its scale ls−32 from scales_l and scales_h (in R8, R14, free in the
+// block loop) broadcast as int16, and for each token the signed products
+// as ggml's AVX2 code takes them (|v| × y with v's sign, vpmaddubsw, no
+// saturation: 2·127·127 < 2^15) times the scale into sumi; then d·dy once.
+// Registers Y8-Y13 (vpsignb has no EVEX form), at both levels.
+func iq4XSBlock(a *asm, vnni bool, T int, yAddr func(off, t int) string, dAddr func(t int) string, facc, sumi func(t int) int) {
+	for p := 0; p < 4; p++ {
+		a.p("VMOVDQU %d(SI), Y8", 8+32*p) // indices of sub-blocks 2p, 2p+1
+		a.p("VPAND Y14, Y8, Y9")
+		a.p("VPSRLW $4, Y8, Y10")
+		a.p("VPAND Y14, Y10, Y10")
+		a.p("VPSHUFB Y9, Y15, Y9")            // values 0-15 of 2p | of 2p+1
+		a.p("VPSHUFB Y10, Y15, Y10")          // values 16-31 of 2p | of 2p+1
+		a.p("VPERM2I128 $0x20, Y10, Y9, Y11") // sub-block 2p
+		a.p("VPERM2I128 $0x31, Y10, Y9, Y12") // sub-block 2p+1
+		a.p("VPSIGNB Y11, Y11, Y9")           // |values|
+		a.p("VPSIGNB Y12, Y12, Y10")
+		for k, v := range []int{11, 12} {
+			ib := 2*p + k
+			abs := 9 + k
+			a.p("MOVBLZX %d(SI), R8", 4+ib/2)
+			if ib%2 == 1 {
+				a.p("SHRL $4, R8")
+			}
+			a.p("ANDL $15, R8")
+			a.p("MOVWLZX 2(SI), R14")
+			if ib > 0 {
+				a.p("SHRL $%d, R14", 2*ib)
+			}
+			a.p("ANDL $3, R14")
+			a.p("SHLL $4, R14")
+			a.p("ORL R14, R8")
+			a.p("SUBL $32, R8")
+			a.p("VMOVD R8, X13")
+			a.p("VPBROADCASTW X13, Y13")
+			for t := 0; t < T; t++ {
+				a.p("VMOVDQU %s, Y8", yAddr(32*ib, t))
+				a.p("VPSIGNB Y%d, Y8, Y8", v) // y with the values' signs
+				a.p("VPMADDUBSW Y8, Y%d, Y8", abs)
+				if vnni {
+					a.p("VPDPWSSD Y13, Y8, Y%d", sumi(t))
+				} else {
+					a.p("VPMADDWD Y13, Y8, Y8")
+					a.p("VPADDD Y8, Y%d, Y%d", sumi(t), sumi(t))
+				}
+			}
+		}
+	}
+	for t := 0; t < T; t++ {
+		a.p("VCVTDQ2PS Y%d, Y%d", sumi(t), sumi(t))
+		a.p("VBROADCASTSS %s, Y9", dAddr(t))
+		a.p("VPBROADCASTW 0(SI), X10")
+		a.p("VCVTPH2PS X10, Y10")
+		a.p("VMULPS Y9, Y10, Y10")
+		a.p("VFMADD231PS Y10, Y%d, Y%d", sumi(t), facc(t))
+	}
+}
+
+// iq4TableData emits IQ4_NL's and IQ4_XS's sixteen values (ggml's
+// kvalues_iq4nl) for vpshufb.
+func iq4TableData(a *asm) {
+	v := []int8{-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}
+	for h := 0; h < 2; h++ {
+		var w uint64
+		for i := 0; i < 8; i++ {
+			w |= uint64(uint8(v[8*h+i])) << (8 * i)
+		}
+		fmt.Fprintf(&a.b, "DATA iq4Table<>+%d(SB)/8, $0x%016x\n", 8*h, w)
+	}
+	a.b.WriteString("GLOBL iq4Table<>(SB), RODATA|NOPTR, $16\n\n")
+}
+
 // q3KBlock emits the body of kKernel's block loop for Q3_K: the twelve
 // scale bytes unpacked to sixteen signed scales (Q6_K's int8 form), the
 // values q+4 = two bits of qs | hmask's bit at bit 2 (unsigned, for
@@ -967,7 +1050,8 @@ func main() {
 	q6kShufData(&a)
 	k4ConstData(&a)
 	k3ConstData(&a)
-	for _, typ := range []string{"q4K", "q6K", "q5K", "q2K", "q3K"} {
+	iq4TableData(&a)
+	for _, typ := range []string{"q4K", "q6K", "q5K", "q2K", "q3K", "iq4XS"} {
 		for _, vnni := range []bool{true, false} {
 			for T := 1; T <= 4; T++ {
 				kKernel(&a, &d, typ, vnni, T)
