@@ -424,23 +424,7 @@ func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
 		if vnni {
 			H, hTmp, bit4 = 16, 17, 29
 		}
-		fifth := func(sub, v int) {
-			src := H
-			switch {
-			case sub < 4:
-				a.p("VPSLLW $%d, Y%d, Y%d", 4-sub, H, hTmp)
-				src = hTmp
-			case sub > 4:
-				a.p("VPSRLW $%d, Y%d, Y%d", sub-4, H, hTmp)
-				src = hTmp
-			}
-			if vnni {
-				a.p("VPTERNLOGD $0xf8, Y%d, Y%d, Y%d", bit4, src, v) // v |= src & 0x10
-			} else {
-				a.p("VPAND Y%d, Y%d, Y%d", bit4, src, hTmp)
-				a.p("VPOR Y%d, Y%d, Y%d", hTmp, v, v)
-			}
-		}
+		fifth := func(sub, v int) { orBit(a, vnni, H, hTmp, bit4, v, sub, 4) }
 		if q5 {
 			a.p("%s 16(SI), Y%d", mov, H)
 		}
@@ -657,6 +641,27 @@ func q2KBlock(a *asm, vnni bool, T int, yAddr func(off, t int) string, dAddr, bs
 	kMinsSteps(a, vnni, T, "Y8", 22, 23, 80, 82, dAddr, bsAddr, facc, sumi)
 }
 
+// orBit ORs bit `from` of each byte of Y[src] into bit `to` of Y[v]'s
+// bytes: Y[mask] holds 1<<to in every byte, Y[tmp] is scratch. The 16-bit
+// shifts move no bit of one byte into the other's bit `to`.
+func orBit(a *asm, vnni bool, src, tmp, mask, v, from, to int) {
+	s := src
+	switch {
+	case from < to:
+		a.p("VPSLLW $%d, Y%d, Y%d", to-from, src, tmp)
+		s = tmp
+	case from > to:
+		a.p("VPSRLW $%d, Y%d, Y%d", from-to, src, tmp)
+		s = tmp
+	}
+	if vnni {
+		a.p("VPTERNLOGD $0xf8, Y%d, Y%d, Y%d", mask, s, v) // v |= s & mask
+		return
+	}
+	a.p("VPAND Y%d, Y%d, Y%d", mask, s, tmp)
+	a.p("VPOR Y%d, Y%d, Y%d", tmp, v, v)
+}
+
 // twoBits sets Y[vals] to the 2-bit values at bits 2j of Y[chunk]'s bytes.
 func twoBits(a *asm, and string, mask3, chunk, vals, j int) {
 	if j == 0 {
@@ -844,23 +849,7 @@ func q3KBlock(a *asm, vnni bool, T int, yAddr func(off, t int) string, dAddr, bs
 		for j := 0; j < 4; j++ {
 			p := 4*n + j // sub-blocks 2p and 2p+1; hmask bit p
 			twoBits(a, and, mask3, chunk, vals, j)
-			// Bit p of each hmask byte to bit 2, within the byte (16-bit
-			// shifts move no bit into another byte's bit 2).
-			src := hm
-			switch {
-			case p > 2:
-				a.p("VPSRLW $%d, Y%d, Y%d", p-2, hm, hsh)
-				src = hsh
-			case p < 2:
-				a.p("VPSLLW $%d, Y%d, Y%d", 2-p, hm, hsh)
-				src = hsh
-			}
-			if vnni {
-				a.p("VPTERNLOGD $0xf8, Y%d, Y%d, Y%d", mask4, src, vals) // vals |= src & 0x04
-			} else {
-				a.p("VPAND Y%d, Y%d, Y%d", mask4, src, hsh)
-				a.p("VPOR Y%d, Y%d, Y%d", hsh, vals, vals)
-			}
+			orBit(a, vnni, hm, hsh, mask4, vals, p, 2) // hmask's bit p
 			sub16Products(a, vnni, T, n, j, vals, sc, scv, prod, true, yAddr, sumi)
 		}
 	}
