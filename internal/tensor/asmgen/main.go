@@ -559,21 +559,13 @@ func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
 				a.p("VPMADDWD %s, Y19, Y24", bsAddr(t))
 				a.p("VPSLLD $5, Y24, Y24")
 				a.p("VPSUBD Y24, Y%d, Y%d", sumi(t), sumi(t))
-				a.p("VCVTDQ2PS Y%d, Y%d", sumi(t), sumi(t))
-				a.p("VBROADCASTSS %s, Y25", dAddr(t))
-				a.p("VMULPS Y25, Y20, Y26")
-				a.p("VFMADD231PS Y26, Y%d, Y%d", sumi(t), facc(t))
+				dSteps(a, t, 208, 25, 20, 26, true, dAddr, facc, sumi)
 			} else {
 				a.p("VPMOVSXBW 192(SI), Y12")
 				a.p("VPMADDWD %s, Y12, Y12", bsAddr(t))
 				a.p("VPSLLD $5, Y12, Y12")
 				a.p("VPSUBD Y12, Y%d, Y%d", sumi(t), sumi(t))
-				a.p("VCVTDQ2PS Y%d, Y%d", sumi(t), sumi(t))
-				a.p("VBROADCASTSS %s, Y13", dAddr(t))
-				a.p("VPBROADCASTW 208(SI), X12")
-				a.p("VCVTPH2PS X12, Y12")
-				a.p("VMULPS Y13, Y12, Y12")
-				a.p("VFMADD231PS Y12, Y%d, Y%d", sumi(t), facc(t))
+				dSteps(a, t, 208, 13, 12, 12, false, dAddr, facc, sumi)
 			}
 		}
 	}
@@ -695,6 +687,21 @@ func sub16Products(a *asm, vnni bool, T, n, j, vals, sc, scv, prod int, signed b
 	}
 }
 
+// dSteps emits one token's float step of the k-quants without mins (Q3_K,
+// Q6_K) and of IQ4_XS: facc += d·dy·sumi, with dy broadcast into Y[dy], the
+// block's f16 d at dOff(SI) converted into Y[dd] (unless dLoaded: it is
+// there already) and d·dy into Y[prod].
+func dSteps(a *asm, t, dOff, dy, dd, prod int, dLoaded bool, dAddr func(t int) string, facc, sumi func(t int) int) {
+	a.p("VCVTDQ2PS Y%d, Y%d", sumi(t), sumi(t))
+	a.p("VBROADCASTSS %s, Y%d", dAddr(t), dy)
+	if !dLoaded {
+		a.p("VPBROADCASTW %d(SI), X%d", dOff, dd)
+		a.p("VCVTPH2PS X%d, Y%d", dd, dd)
+	}
+	a.p("VMULPS Y%d, Y%d, Y%d", dy, dd, prod)
+	a.p("VFMADD231PS Y%d, Y%d, Y%d", prod, sumi(t), facc(t))
+}
+
 // kMinsSteps emits the float steps of a block of the k-quants with mins
 // (Q2_K, Q4_K, Q5_K), per token: facc += d·dy·sumi − dmin·dy·(mins·bs),
 // mins the sub-blocks' mins as int16 against the activations' 16-value sums
@@ -782,12 +789,7 @@ func iq4XSBlock(a *asm, vnni bool, T int, yAddr func(off, t int) string, dAddr f
 		}
 	}
 	for t := 0; t < T; t++ {
-		a.p("VCVTDQ2PS Y%d, Y%d", sumi(t), sumi(t))
-		a.p("VBROADCASTSS %s, Y9", dAddr(t))
-		a.p("VPBROADCASTW 0(SI), X10")
-		a.p("VCVTPH2PS X10, Y10")
-		a.p("VMULPS Y9, Y10, Y10")
-		a.p("VFMADD231PS Y10, Y%d, Y%d", sumi(t), facc(t))
+		dSteps(a, t, 0, 9, 10, 10, false, dAddr, facc, sumi)
 	}
 }
 
@@ -865,14 +867,7 @@ func q3KBlock(a *asm, vnni bool, T int, yAddr func(off, t int) string, dAddr, bs
 		a.p("VPMADDWD %s, Y%d, Y%d", bsAddr(t), sc16, off)
 		a.p("VPSLLD $2, Y%d, Y%d", off, off)
 		a.p("VPSUBD Y%d, Y%d, Y%d", off, sumi(t), sumi(t))
-		a.p("VCVTDQ2PS Y%d, Y%d", sumi(t), sumi(t))
-		a.p("VBROADCASTSS %s, Y%d", dAddr(t), dy)
-		if !vnni {
-			a.p("VPBROADCASTW 108(SI), X%d", dd)
-			a.p("VCVTPH2PS X%d, Y%d", dd, dd)
-		}
-		a.p("VMULPS Y%d, Y%d, Y%d", dy, dd, dy)
-		a.p("VFMADD231PS Y%d, Y%d, Y%d", dy, sumi(t), facc(t))
+		dSteps(a, t, 108, dy, dd, dy, vnni, dAddr, facc, sumi)
 	}
 }
 
