@@ -215,13 +215,18 @@ func dequantize(t DType, dst []float32, src []byte) {
 }
 
 // q50Value is value j (0-31) of a Q5_0 block as a signed integer, q-16.
-func q50Value(blk []byte, j int) int8 {
-	qh := binary.LittleEndian.Uint32(blk[2:])
-	q := blk[6+j%16]
+func q50Value(blk []byte, j int) int8 { return int8(fiveBits(blk[2:], j)) - 16 }
+
+// fiveBits is value j (0-31) of the 5-bit values of Q5_0 and Q5_1: qh
+// (uint32, bit j the fifth bit of value j) then sixteen bytes of nibbles as
+// Q4_0's, from the start of p.
+func fiveBits(p []byte, j int) uint8 {
+	qh := binary.LittleEndian.Uint32(p)
+	q := p[4+j%16]
 	if j >= 16 {
 		q >>= 4
 	}
-	return int8(q&0xf|byte(qh>>j&1)<<4) - 16
+	return q&0xf | byte(qh>>j&1)<<4
 }
 
 // minBlockValue is value j (0-31) of a Q4_1 or Q5_1 block, the unsigned q
@@ -234,12 +239,7 @@ func minBlockValue(t DType, blk []byte, j int) uint8 {
 		}
 		return q & 0xf
 	}
-	qh := binary.LittleEndian.Uint32(blk[4:])
-	q := blk[8+j%16]
-	if j >= 16 {
-		q >>= 4
-	}
-	return q&0xf | byte(qh>>j&1)<<4
+	return fiveBits(blk[4:], j)
 }
 
 // iq4XSScale is the scale of sub-block ib (0-7) of an IQ4_XS block, in
@@ -252,15 +252,19 @@ func iq4XSScale(blk []byte, ib int) int8 {
 
 // q2KValue is value i (0-255) of a Q2_K block, in [0, 3]: two bits of qs,
 // placed as Q3_K's (byte 32·(i/128) + i%32, bits 2·((i%128)/32)).
-func q2KValue(blk []byte, i int) uint8 {
-	return blk[16+32*(i/128)+i%32] >> (2 * (i % 128 / 32)) & 3
+func q2KValue(blk []byte, i int) uint8 { return twoBits(blk[16:80], i) }
+
+// twoBits is value i (0-255) of the 2-bit planes of Q2_K and Q3_K: byte
+// 32·(i/128) + i%32 of qs, bits 2·((i%128)/32).
+func twoBits(qs []byte, i int) uint8 {
+	return qs[32*(i/128)+i%32] >> (2 * (i % 128 / 32)) & 3
 }
 
 // q3KValue is value i (0-255) of a Q3_K block, in [-4, 3]: two bits in qs
 // (byte 32·(i/128) + i%32, bits 2·((i%128)/32)) and a high bit in hmask
 // (byte i%32, bit i/32) that, when clear, subtracts 4.
 func q3KValue(blk []byte, i int) int8 {
-	q := int8(blk[32+32*(i/128)+i%32] >> (2 * (i % 128 / 32)) & 3)
+	q := int8(twoBits(blk[32:96], i))
 	if blk[i%32]>>(i/32)&1 == 0 {
 		q -= 4
 	}
