@@ -45,6 +45,10 @@ const (
 	BF16    Type = 30
 	TQ1_0   Type = 34
 	TQ2_0   Type = 35
+
+	// Q8_K16 is kvserve's own, never in a file: the type the IQ2 types
+	// are widened to at load (tensor.Widen). Its id is out of GGML's range.
+	Q8_K16 Type = 1 << 16
 )
 
 type typeInfo struct {
@@ -87,7 +91,12 @@ var typeTable = map[Type]typeInfo{
 	BF16:    {"BF16", 1, 2},
 	TQ1_0:   {"TQ1_0", 256, 2 + 4*13},
 	TQ2_0:   {"TQ2_0", 256, 2 + 64},
+	Q8_K16:  {"Q8_K16", 256, 256 + 256/16 + 4},
 }
+
+// Internal reports whether the type is kvserve's own, which a GGUF file
+// never holds.
+func (t Type) Internal() bool { return t == Q8_K16 }
 
 // Known reports whether the type's block layout is known.
 func (t Type) Known() bool {
@@ -101,7 +110,8 @@ func (t Type) Known() bool {
 // gains a kernel in tensor and its entry here together.
 func (t Type) Supported() bool {
 	switch t {
-	case F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K:
+	case F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,
+		IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, Q8_K16:
 		return true
 	}
 	return false
@@ -136,7 +146,7 @@ func (t Type) RowBytes(n int) int {
 // ParseType maps a type name such as "q8_0" or "F16" (any case) to its Type.
 func ParseType(name string) (Type, error) {
 	for t, info := range typeTable {
-		if equalFold(info.name, name) {
+		if !t.Internal() && equalFold(info.name, name) {
 			return t, nil
 		}
 	}

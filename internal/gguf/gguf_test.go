@@ -279,6 +279,7 @@ func TestWriterErrors(t *testing.T) {
 		}, "5 dimensions"},
 		{"zero dim", func(w *Writer) error { return w.AddTensor("a", ggml.F32, []uint64{4, 0}, nil) }, "dimension 1 is 0"},
 		{"unknown type", func(w *Writer) error { return w.AddTensor("a", ggml.Type(99), []uint64{4}, nil) }, "unknown tensor type"},
+		{"kvserve's own type", func(w *Writer) error { return w.AddTensor("a", ggml.Q8_K16, []uint64{256}, nil) }, "unknown tensor type"},
 		{"block size", func(w *Writer) error { return w.AddTensor("a", ggml.Q8_0, []uint64{16}, nil) }, "block size"},
 		{"short data", func(w *Writer) error { return w.AddTensor("a", ggml.F32, []uint64{4}, make([]byte, 15)) }, "15 bytes of data, want 16"},
 		{"empty name", func(w *Writer) error { return w.AddTensor("", ggml.F32, []uint64{1}, make([]byte, 4)) }, "must be 1..63"},

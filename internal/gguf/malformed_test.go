@@ -117,6 +117,7 @@ func TestParseMalformed(t *testing.T) {
 			"byte size overflows"},
 		{"unknown type id 99", header(1, 0).tinfo("w", ggml.Type(99), 0, 8).withData(32), "unknown type id 99"},
 		{"removed type id 31", header(1, 0).tinfo("w", ggml.Type(31), 0, 32).withData(32), "unknown type id 31"},
+		{"kvserve's own type id", header(1, 0).tinfo("w", ggml.Q8_K16, 0, 256).withData(276), "unknown type id 65536"},
 		{"row not a block multiple", header(1, 0).tinfo("w", ggml.Q8_0, 0, 33).withData(64), "row length 33 is not a multiple of the Q8_0 block size 32"},
 		{"k-quant row of 128", header(1, 0).tinfo("w", ggml.Q4_K, 0, 128, 2).withData(512), "block size 256"},
 		{"truncated type", header(1, 0).str("wwwwwwwwwwww").u32(1).u64(8).u8(0).b, `type of "wwwwwwwwwwww"`},

@@ -333,7 +333,7 @@ func (d *decoder) tensorInfo(i uint64) (Tensor, error) {
 		return t, err
 	}
 	t.Type = ggml.Type(typ)
-	if !t.Type.Known() {
+	if !t.Type.Known() || t.Type.Internal() {
 		return t, formatErr("tensor %q has unknown type id %d", name, typ)
 	}
 	if bs := uint64(t.Type.BlockSize()); t.Dims[0]%bs != 0 {

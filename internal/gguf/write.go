@@ -151,7 +151,7 @@ func shapeSize(typ ggml.Type, dims []uint64) (uint64, error) {
 	if len(dims) == 0 || len(dims) > MaxDims {
 		return 0, fmt.Errorf("%d dimensions (1..%d allowed)", len(dims), MaxDims)
 	}
-	if !typ.Known() {
+	if !typ.Known() || typ.Internal() {
 		return 0, fmt.Errorf("unknown tensor type %s", typ)
 	}
 	elems := uint64(1)

@@ -73,21 +73,26 @@ type refProb struct {
 // moves probabilities by 1e-1 and flips greedy tokens far from ties, which
 // the greedy check below catches on its own.
 var probTolerance = map[tensor.DType]float64{
-	tensor.F32:    1.5e-3,
-	tensor.F16:    2.5e-3,
-	tensor.BF16:   1e-2,
-	tensor.Q8_0:   3.5e-2,
-	tensor.Q4_0:   3.5e-2,
-	tensor.Q5_0:   3.5e-2,
-	tensor.Q4_1:   3.5e-2,
-	tensor.Q5_1:   3.5e-2,
-	tensor.IQ4_NL: 5.5e-2,
-	tensor.Q3_K:   8e-2,
-	tensor.Q2_K:   4.5e-2,
-	tensor.IQ4_XS: 8e-2,
-	tensor.Q4_K:   4.5e-2,
-	tensor.Q5_K:   6.5e-2,
-	tensor.Q6_K:   4.5e-2,
+	tensor.F32:     1.5e-3,
+	tensor.F16:     2.5e-3,
+	tensor.BF16:    1e-2,
+	tensor.Q8_0:    3.5e-2,
+	tensor.Q4_0:    3.5e-2,
+	tensor.Q5_0:    3.5e-2,
+	tensor.Q4_1:    3.5e-2,
+	tensor.Q5_1:    3.5e-2,
+	tensor.IQ4_NL:  5.5e-2,
+	tensor.Q3_K:    8e-2,
+	tensor.Q2_K:    4.5e-2,
+	tensor.IQ4_XS:  8e-2,
+	tensor.IQ3_XXS: 8e-2,
+	tensor.IQ3_S:   8e-2,
+	tensor.IQ2_XXS: 8e-2,
+	tensor.IQ2_XS:  8e-2,
+	tensor.IQ2_S:   8e-2,
+	tensor.Q4_K:    4.5e-2,
+	tensor.Q5_K:    6.5e-2,
+	tensor.Q6_K:    4.5e-2,
 }
 
 // nearTie is the reference's top-1/top-2 probability gap below which a
@@ -100,6 +105,7 @@ var goldenModels = []string{
 	"tiny-qwen2-f32", "tiny-qwen2-q8_0",
 	// the repository's own (testdata/README.md)
 	"tiny-q5_0", "tiny-q5_k_m", "tiny-q4_1", "tiny-q5_1", "tiny-iq4_nl", "tiny-q3_k_m", "tiny-q2_k", "tiny-iq4_xs",
+	"tiny-iq3_xxs", "tiny-iq3_m", "tiny-iq2_xxs", "tiny-iq2_xs", "tiny-iq2_m",
 }
 
 // modelPath is the path of test model name (no extension): the

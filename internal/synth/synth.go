@@ -74,7 +74,7 @@ func New(s Shape, ft FileType) (*Model, error) {
 		return nil, err
 	}
 	for i := range ts {
-		if !ts[i].Type.Supported() {
+		if !tensor.Quantizable(ts[i].Type) {
 			return nil, fmt.Errorf("synth: %s %s needs %s for %s (llama-quantize's choice for rows of %d), which internal/tensor cannot quantize",
 				s.Name, ft, ts[i].Type, ts[i].Name, ts[i].Dims[0])
 		}

@@ -78,6 +78,7 @@ const (
 	BF16    = ggml.BF16
 	TQ1_0   = ggml.TQ1_0
 	TQ2_0   = ggml.TQ2_0
+	Q8_K16  = ggml.Q8_K16
 )
 
 // ParseDType maps a type name such as "q8_0" or "F16" (any case) to its DType.

@@ -294,7 +294,7 @@ func vecDotType(t DType) DType {
 		return Q8_0
 	case Q4_1, Q5_1:
 		return Q8_1
-	case Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS:
+	case Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, Q8_K16:
 		return Q8_K
 	}
 	return t
@@ -305,11 +305,17 @@ func vecDotType(t DType) DType {
 type kernel func(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int)
 
 // kernelTable maps a weight type to its kernel (nil: unsupported); arrays
-// rather than maps keep the per-call lookup trivial.
-type kernelTable [BF16 + 1]kernel
+// rather than maps keep the per-call lookup trivial. Q8_K16, whose id is
+// out of GGML's range, has the slot after BF16's.
+type kernelTable [q8K16Slot + 1]kernel
+
+const q8K16Slot = BF16 + 1
 
 func (k *kernelTable) get(t DType) kernel {
-	if int(t) < len(k) {
+	switch {
+	case t == Q8_K16:
+		return k[q8K16Slot]
+	case t < q8K16Slot:
 		return k[t]
 	}
 	return nil
@@ -327,11 +333,19 @@ var portableKernels = kernelTable{
 	Q8_0:   genericTile(dotQ80Row),
 	IQ4_NL: genericTile(dotIQ4NLRow),
 	IQ4_XS: genericTile(dotIQ4XSRow),
-	Q2_K:   genericTile(dotQ2KRow),
-	Q3_K:   genericTile(dotQ3KRow),
-	Q4_K:   genericTile(dotQ4KRow),
-	Q5_K:   genericTile(dotQ5KRow),
-	Q6_K:   genericTile(dotQ6KRow),
+	// The IQ2 and IQ3 types compute through Widen; these are their
+	// references.
+	IQ2_XXS:   genericTile(dotIQRow(IQ2_XXS)),
+	IQ2_XS:    genericTile(dotIQRow(IQ2_XS)),
+	IQ2_S:     genericTile(dotIQRow(IQ2_S)),
+	IQ3_XXS:   genericTile(dotIQRow(IQ3_XXS)),
+	IQ3_S:     genericTile(dotIQRow(IQ3_S)),
+	q8K16Slot: genericTile(dotQ8K16Row),
+	Q2_K:      genericTile(dotQ2KRow),
+	Q3_K:      genericTile(dotQ3KRow),
+	Q4_K:      genericTile(dotQ4KRow),
+	Q5_K:      genericTile(dotQ5KRow),
+	Q6_K:      genericTile(dotQ6KRow),
 }
 
 // portableKernel is the reference kernel of type t (nil if unsupported).

@@ -25,10 +25,16 @@ func randVec(rng *rand.Rand, n int, std float64) []float32 {
 
 func randMatrix(t testing.TB, rng *rand.Rand, typ DType, rows, cols int) (Matrix, []float32) {
 	t.Helper()
-	w := randVec(rng, rows*cols, 0.15)
-	q, err := Quantize(typ, w)
-	if err != nil {
-		t.Fatal(err)
+	var q []byte
+	if isIQGrid(typ) {
+		// No quantizer (Quantize refuses them): random blocks, whose every
+		// bit pattern is valid, with a random d of the usual size.
+		q = randIQBlocks(rng, typ, rows*cols/qkK)
+	} else {
+		var err error
+		if q, err = Quantize(typ, randVec(rng, rows*cols, 0.15)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	m, err := NewMatrix(typ, rows, cols, q)
 	if err != nil {
@@ -54,10 +60,10 @@ func convertedActivations(typ DType, x []float32, cols, n int) ([]float64, *actB
 	a.prepare(vecDotType(typ), cols, n)
 	a.convertTokens(vecDotType(typ), x, 0, n)
 	for i := range x {
-		switch typ {
-		case Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, IQ4_NL:
+		switch vecDotType(typ) {
+		case Q8_0, Q8_1:
 			out[i] = float64(a.q[i]) * float64(a.d[i/qk80])
-		case Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS:
+		case Q8_K:
 			out[i] = float64(a.q[i]) * float64(a.d[i/qkK])
 		default:
 			out[i] = float64(a.f[i])
@@ -90,7 +96,8 @@ func newMatMulRef(typ DType, wd, x []float32, rows, cols, n int) *matMulRef {
 		xs := x[tok*cols : (tok+1)*cols]
 		// Per-element bound on the activation conversion error.
 		switch typ {
-		case Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, IQ4_NL, IQ4_XS, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K:
+		case Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, IQ4_NL, IQ4_XS, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,
+			IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, Q8_K16:
 			bs := typ.BlockSize()
 			for b := 0; b < cols/bs; b++ {
 				var amax float64
@@ -953,9 +960,9 @@ func TestWiden(t *testing.T) {
 	rng := rand.New(rand.NewPCG(21, 22))
 	p := NewPool(2)
 	defer p.Close()
-	for _, typ := range []DType{Q5_0, Q4_1, Q5_1, IQ4_NL} {
+	for _, typ := range []DType{Q5_0, Q4_1, Q5_1, IQ4_NL, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S} {
 		wt, _ := WidenedType(typ)
-		for _, shape := range [][2]int{{1, 32}, {9, 576}, {24, 896}, {67, 256}} {
+		for _, shape := range [][2]int{{1, 32}, {9, 576}, {24, 896}, {67, 256}, {13, 512}} {
 			rows, cols := shape[0], shape[1]
 			if cols%typ.BlockSize() != 0 {
 				continue

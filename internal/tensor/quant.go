@@ -207,6 +207,14 @@ func dequantize(t DType, dst []float32, src []byte) {
 		for b := 0; b < len(dst)/qkK; b++ {
 			dequantQ5KBlock(dst[b*qkK:(b+1)*qkK], src[b*q5KSize:(b+1)*q5KSize])
 		}
+	case IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S:
+		dequantIQ(t, dst, src)
+	case Q8_K16:
+		var b iqBlock
+		for k := 0; k < len(dst)/qkK; k++ {
+			b.readQ8K16(src[k*q8K16Size : (k+1)*q8K16Size])
+			b.dequant(dst[k*qkK : (k+1)*qkK])
+		}
 	case Q6_K:
 		for b := 0; b < len(dst)/qkK; b++ {
 			dequantQ6KBlock(dst[b*qkK:(b+1)*qkK], src[b*q6KSize:(b+1)*q6KSize])
@@ -354,6 +362,11 @@ func dequantQ6KBlock(y []float32, blk []byte) {
 	}
 }
 
+// Quantizable reports whether Quantize writes type t: every supported type
+// but the IQ2 and IQ3 types (and Q8_K16, which they widen to), which are
+// only read.
+func Quantizable(t DType) bool { return t.Supported() && !isIQGrid(t) && t != Q8_K16 }
+
 // Quantize converts src to type t (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0,
 // Q5_1, IQ4_NL, IQ4_XS, Q2_K, Q3_K, Q4_K, Q5_K or Q6_K) the way llama-quantize does without an importance matrix: GGML's
 // reference quantizers, reproduced operation for operation so the bytes are
@@ -361,6 +374,9 @@ func dequantQ6KBlock(y []float32, blk []byte) {
 func Quantize(t DType, src []float32) ([]byte, error) {
 	if !t.Supported() {
 		return nil, fmt.Errorf("tensor: quantize: type %v not supported", t)
+	}
+	if !Quantizable(t) {
+		return nil, fmt.Errorf("tensor: quantize: type %v is read, not written (the IQ2 and IQ3 types need an importance matrix)", t)
 	}
 	if len(src)%t.BlockSize() != 0 {
 		return nil, fmt.Errorf("tensor: quantize: %d elements is not a multiple of the %v block size %d", len(src), t, t.BlockSize())
@@ -1129,6 +1145,12 @@ func quantQ6KBlock(dst []byte, x []float32) {
 			L[16*j+ii] = int8(l + 32)
 		}
 	}
+	packQ6K(dst, &L)
+}
+
+// packQ6K writes Q6_K's low and high bits (ql, qh) of the 256 values L
+// (0-63, value+32) into the block dst.
+func packQ6K(dst []byte, L *[qkK]int8) {
 	ql := dst[0:128]
 	qh := dst[128:192]
 	for h := 0; h < 2; h++ {
