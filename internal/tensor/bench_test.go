@@ -20,6 +20,14 @@ func benchMatrix(b testing.TB, typ DType, rows, cols int) Matrix {
 	for i := range w {
 		w[i] = float32(rng.NormFloat64() * 0.02)
 	}
+	if typ == Q8_K16 {
+		iq := randIQBlocks(rng, IQ2_XS, rows*cols/qkK)
+		m, err := NewMatrix(IQ2_XS, rows, cols, iq)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return Widen(m)
+	}
 	q, err := Quantize(typ, w)
 	if err != nil {
 		b.Fatal(err)
@@ -36,7 +44,7 @@ func benchThreads() []int { return []int{1, 2} }
 // BenchmarkMatVec measures decode-shaped products (one token): the metric is
 // weight bytes streamed per second.
 func BenchmarkMatVec(b *testing.B) {
-	for _, typ := range allTypes {
+	for _, typ := range kernelTypes {
 		for _, s := range benchShapes {
 			if s.cols%typ.BlockSize() != 0 {
 				continue // e.g. k-quants need rows of 256
@@ -64,7 +72,7 @@ func BenchmarkMatVec(b *testing.B) {
 // GFLOP/s (2 flops per multiply-add).
 func BenchmarkMatMul(b *testing.B) {
 	const n = 64
-	for _, typ := range allTypes {
+	for _, typ := range kernelTypes {
 		for _, s := range benchShapes {
 			if s.cols%typ.BlockSize() != 0 {
 				continue

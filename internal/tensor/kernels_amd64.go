@@ -341,7 +341,7 @@ func halfPackedTokens(n int) int {
 
 type kFn func(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
 
-// kTiles drives the k-quant kernels (Q2_K to Q6_K) and IQ4_XS's: t[T] computes all rows of a range
+// kTiles drives the k-quant kernels (Q2_K to Q6_K), IQ4_XS's and Q8_K16's: t[T] computes all rows of a range
 // for T tokens.
 type kTiles struct{ t [5]kFn }
 
@@ -363,12 +363,14 @@ var (
 	q3KVNNI   = &kTiles{[5]kFn{nil, q3KVNNI_1, q3KVNNI_2, q3KVNNI_3, q3KVNNI_4}}
 	iq4XSVNNI = &kTiles{[5]kFn{nil, iq4XSVNNI_1, iq4XSVNNI_2, iq4XSVNNI_3, iq4XSVNNI_4}}
 	q6KVNNI   = &kTiles{[5]kFn{nil, q6KVNNI_1, q6KVNNI_2, q6KVNNI_3, q6KVNNI_4}}
+	q8K16VNNI = &kTiles{[5]kFn{nil, q8K16VNNI_1, q8K16VNNI_2, q8K16VNNI_3, q8K16VNNI_4}}
 	q4KAVX2   = &kTiles{[5]kFn{nil, q4KAVX2_1, q4KAVX2_2, q4KAVX2_3, q4KAVX2_4}}
 	q5KAVX2   = &kTiles{[5]kFn{nil, q5KAVX2_1, q5KAVX2_2, q5KAVX2_3, q5KAVX2_4}}
 	q2KAVX2   = &kTiles{[5]kFn{nil, q2KAVX2_1, q2KAVX2_2, q2KAVX2_3, q2KAVX2_4}}
 	q3KAVX2   = &kTiles{[5]kFn{nil, q3KAVX2_1, q3KAVX2_2, q3KAVX2_3, q3KAVX2_4}}
 	iq4XSAVX2 = &kTiles{[5]kFn{nil, iq4XSAVX2_1, iq4XSAVX2_2, iq4XSAVX2_3, iq4XSAVX2_4}}
 	q6KAVX2   = &kTiles{[5]kFn{nil, q6KAVX2_1, q6KAVX2_2, q6KAVX2_3, q6KAVX2_4}}
+	q8K16AVX2 = &kTiles{[5]kFn{nil, q8K16AVX2_1, q8K16AVX2_2, q8K16AVX2_3, q8K16AVX2_4}}
 )
 
 type bf16Fn func(w *byte, rowBytes, groups int, y *uint16, yStride int, steps int, dst *float32, ldBytes int)
@@ -502,11 +504,13 @@ var isaKernels = [isaVNNI + 1]kernelTable{
 		F32: f32FMA.run, F16: f16FMA.run, BF16: bf16FMA.run,
 		Q8_0: q80AVX2.run, Q4_0: q40AVX2.run,
 		IQ4_XS: iq4XSAVX2.run, Q2_K: q2KAVX2.run, Q3_K: q3KAVX2.run, Q4_K: q4KAVX2.run, Q5_K: q5KAVX2.run, Q6_K: q6KAVX2.run,
+		q8K16Slot: q8K16AVX2.run,
 	},
 	isaVNNI: {
 		F32: f32FMA.run, F16: f16VNNI.run, BF16: bf16VNNI,
 		Q8_0: q80VNNI.run, Q4_0: q40VNNI.run,
 		IQ4_XS: iq4XSVNNI.run, Q2_K: q2KVNNI.run, Q3_K: q3KVNNI.run, Q4_K: q4KVNNI.run, Q5_K: q5KVNNI.run, Q6_K: q6KVNNI.run,
+		q8K16Slot: q8K16VNNI.run,
 	},
 }
 

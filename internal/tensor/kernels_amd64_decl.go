@@ -616,6 +616,46 @@ func iq4XSAVX2_3(w *byte, rows int, y *int8, yStride int, d *float32, dStride in
 //go:noescape
 func iq4XSAVX2_4(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
 
+// q8K16VNNI_1 computes rows × 1 tokens of Q8_K16 weights × Q8_K activations (VNNI).
+//
+//go:noescape
+func q8K16VNNI_1(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
+// q8K16VNNI_2 computes rows × 2 tokens of Q8_K16 weights × Q8_K activations (VNNI).
+//
+//go:noescape
+func q8K16VNNI_2(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
+// q8K16VNNI_3 computes rows × 3 tokens of Q8_K16 weights × Q8_K activations (VNNI).
+//
+//go:noescape
+func q8K16VNNI_3(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
+// q8K16VNNI_4 computes rows × 4 tokens of Q8_K16 weights × Q8_K activations (VNNI).
+//
+//go:noescape
+func q8K16VNNI_4(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
+// q8K16AVX2_1 computes rows × 1 tokens of Q8_K16 weights × Q8_K activations (AVX2).
+//
+//go:noescape
+func q8K16AVX2_1(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
+// q8K16AVX2_2 computes rows × 2 tokens of Q8_K16 weights × Q8_K activations (AVX2).
+//
+//go:noescape
+func q8K16AVX2_2(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
+// q8K16AVX2_3 computes rows × 3 tokens of Q8_K16 weights × Q8_K activations (AVX2).
+//
+//go:noescape
+func q8K16AVX2_3(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
+// q8K16AVX2_4 computes rows × 4 tokens of Q8_K16 weights × Q8_K activations (AVX2).
+//
+//go:noescape
+func q8K16AVX2_4(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
 // bf16DP_1x1 computes a 1-row × 1-token tile of BF16 weights × BF16 activations over steps×16 columns (AVX512-BF16).
 //
 //go:noescape

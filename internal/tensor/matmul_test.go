@@ -13,7 +13,13 @@ import (
 	"time"
 )
 
-var allTypes = []DType{F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K}
+// allTypes are the types Quantize writes; kernelTypes add Q8_K16, which
+// has kernels but is only made by Widen; readTypes add the types only read.
+var (
+	allTypes    = []DType{F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K}
+	kernelTypes = append(allTypes[:len(allTypes):len(allTypes)], Q8_K16)
+	readTypes   = append(kernelTypes[:len(kernelTypes):len(kernelTypes)], IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S)
+)
 
 func randVec(rng *rand.Rand, n int, std float64) []float32 {
 	v := make([]float32, n)
@@ -25,6 +31,12 @@ func randVec(rng *rand.Rand, n int, std float64) []float32 {
 
 func randMatrix(t testing.TB, rng *rand.Rand, typ DType, rows, cols int) (Matrix, []float32) {
 	t.Helper()
+	if typ == Q8_K16 {
+		// Made only by Widen: of an IQ2_XS matrix, whose values span
+		// Q8_K16's (|q| ≤ 43, odd scales up to 31).
+		m, wd := randMatrix(t, rng, IQ2_XS, rows, cols)
+		return Widen(m), wd
+	}
 	var q []byte
 	if isIQGrid(typ) {
 		// No quantizer (Quantize refuses them): random blocks, whose every
@@ -183,7 +195,7 @@ func TestMatMul(t *testing.T) {
 			p.Close()
 		}
 	}()
-	for _, typ := range allTypes {
+	for _, typ := range kernelTypes {
 		colsList := []int{32, 64, 96, 512}
 		if typ.BlockSize() == 256 {
 			colsList = []int{256, 512, 768}
@@ -213,7 +225,7 @@ func TestMatMulKernelsAgree(t *testing.T) {
 	rng := rand.New(rand.NewPCG(11, 12))
 	p := NewPool(2)
 	defer p.Close()
-	for _, typ := range allTypes {
+	for _, typ := range kernelTypes {
 		colsList := []int{32, 32 * 37, 4, 8, 12, 100}
 		switch typ.BlockSize() {
 		case 256:
@@ -318,7 +330,7 @@ func TestMatMulIntegerExactK(t *testing.T) {
 	defer p.Close()
 	const cols = 512
 	one := F32ToF16(1)
-	for _, typ := range []DType{Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS} {
+	for _, typ := range []DType{Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, Q8_K16} {
 		for _, rows := range []int{1, 5, 16} {
 			data := make([]byte, rows*typ.RowBytes(cols))
 			for b := 0; b < len(data)/typ.TypeSize(); b++ {
@@ -326,7 +338,15 @@ func TestMatMulIntegerExactK(t *testing.T) {
 				for i := range blk {
 					blk[i] = byte(rng.Uint32())
 				}
-				if typ == IQ4_XS {
+				if typ == Q8_K16 {
+					for i := 0; i < 256; i++ { // q+64 in [0, 127]
+						blk[i] &= 0x7f
+					}
+					for k := 256; k < 272; k++ {
+						blk[k] = byte(int8(rng.IntN(5) - 2))
+					}
+					binary.LittleEndian.PutUint32(blk[272:], math.Float32bits(1))
+				} else if typ == IQ4_XS {
 					binary.LittleEndian.PutUint16(blk[0:], one)
 					var h uint16
 					clear(blk[4:8])
@@ -427,7 +447,7 @@ func TestMatMulBatchInvariant(t *testing.T) {
 		cols int
 	}
 	var shapes []shape
-	for _, typ := range allTypes {
+	for _, typ := range kernelTypes {
 		switch typ.BlockSize() {
 		case 1:
 			shapes = append(shapes, shape{typ, 300}) // a column tail for the float kernels
@@ -502,7 +522,7 @@ func TestMatMulNoAllocs(t *testing.T) {
 	rng := rand.New(rand.NewPCG(13, 14))
 	p := NewPool(2)
 	defer p.Close()
-	for _, typ := range allTypes {
+	for _, typ := range kernelTypes {
 		m, _ := randMatrix(t, rng, typ, 64, 512)
 		for _, n := range []int{1, 16} {
 			x := randVec(rng, n*512, 1)

@@ -252,9 +252,9 @@ func floatKernel(a *asm, d *decl, typ string, R, T int) {
 // tile needs only 2·T accumulators, so the same loop serves AVX2 (16
 // registers) and AVX-512 (VNNI's vpdpwssd, embedded broadcasts, ternlog).
 func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
-	q6, q5, q2, q3, iq4 := typ == "q6K", typ == "q5K", typ == "q2K", typ == "q3K", typ == "iq4XS"
-	bsz := map[string]int{"q2K": 84, "q3K": 110, "q4K": 144, "q5K": 176, "q6K": 210, "iq4XS": 136}[typ]
-	typeName := map[string]string{"q2K": "Q2_K", "q3K": "Q3_K", "q4K": "Q4_K", "q5K": "Q5_K", "q6K": "Q6_K", "iq4XS": "IQ4_XS"}[typ]
+	q6, q5, q2, q3, iq4, q8 := typ == "q6K", typ == "q5K", typ == "q2K", typ == "q3K", typ == "iq4XS", typ == "q8K16"
+	bsz := map[string]int{"q2K": 84, "q3K": 110, "q4K": 144, "q5K": 176, "q6K": 210, "iq4XS": 136, "q8K16": 276}[typ]
+	typeName := map[string]string{"q2K": "Q2_K", "q3K": "Q3_K", "q4K": "Q4_K", "q5K": "Q5_K", "q6K": "Q6_K", "iq4XS": "IQ4_XS", "q8K16": "Q8_K16"}[typ]
 	qsOff := 16 // Q4_K's and Q5_K's 4-bit halves
 	if q5 {
 		qsOff = 48
@@ -289,7 +289,9 @@ func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
 	// Constants. VNNI: Y28 0x0f bytes, Y29 0x30 bytes (Q5_K: 0x10), X30 3f,
 	// X31 03 masks, X27 shift counts. AVX2: Y15 0x0f bytes, Y14 0x30 bytes
 	// (Q5_K: 0x10). IQ4_XS, both levels: Y14 0x0f bytes, Y15 its table.
-	if iq4 {
+	if q8 {
+		// Q8_K16's values need no masks.
+	} else if iq4 {
 		a.p("MOVL $0x0f0f0f0f, CX")
 		a.p("VMOVD CX, X14")
 		a.p("VPBROADCASTD X14, Y14")
@@ -361,7 +363,9 @@ func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
 	// scaleAcc adds (pairs of int16 in Yp) × (int16 scales) to sumi(t):
 	// VNNI: vpdpwssd with the scale from mem (broadcast if bcst);
 	// AVX2: vpmaddwd + vpaddd, scale loaded into Y13 first by the caller.
-	if iq4 {
+	if q8 {
+		q8K16Block(a, vnni, T, yAddr, dAddr, bsAddr, facc, sumi)
+	} else if iq4 {
 		iq4XSBlock(a, vnni, T, yAddr, dAddr, facc, sumi)
 	} else if q2 {
 		q2KBlock(a, vnni, T, yAddr, dAddr, bsAddr, facc, sumi)
@@ -793,6 +797,56 @@ func iq4XSBlock(a *asm, vnni bool, T int, yAddr func(off, t int) string, dAddr f
 	}
 }
 
+// q8K16Block emits the body of kKernel's block loop for Q8_K16: Q6_K's
+// products without the unpacking (the values are bytes q+64 already), per
+// pair of 16-value sub-blocks the scales spread by q6kShuf, then the +64
+// taken off with the activations' 16-value sums, and d, an f32 at 272,
+// times dy.
+func q8K16Block(a *asm, vnni bool, T int, yAddr func(off, t int) string, dAddr, bsAddr func(t int) string, facc, sumi func(t int) int) {
+	if vnni {
+		a.p("VMOVDQU32 256(SI), X18")
+		a.p("VPMOVSXBW X18, Y19")
+		a.p("VBROADCASTSS 272(SI), Y20")
+		for p := 0; p < 8; p++ {
+			a.p("VMOVDQU32 %d(SI), Y8", 32*p)
+			a.p("VPSHUFB q6kShuf<>+%d(SB), X18, X26", 16*p)
+			a.p("VPMOVSXBW X26, Y26")
+			for t := 0; t < T; t++ {
+				a.p("VPMADDUBSW %s, Y8, Y25", yAddr(32*p, t))
+				a.p("VPDPWSSD Y26, Y25, Y%d", sumi(t))
+			}
+		}
+		for t := 0; t < T; t++ {
+			a.p("VPMADDWD %s, Y19, Y24", bsAddr(t))
+			a.p("VPSLLD $6, Y24, Y24")
+			a.p("VPSUBD Y24, Y%d, Y%d", sumi(t), sumi(t))
+			dSteps(a, t, 272, 25, 20, 26, true, dAddr, facc, sumi)
+		}
+		return
+	}
+	a.p("VMOVDQU 256(SI), X9")
+	for p := 0; p < 8; p++ {
+		a.p("VMOVDQU %d(SI), Y8", 32*p)
+		a.p("VPSHUFB q6kShuf<>+%d(SB), X9, X12", 16*p)
+		a.p("VPMOVSXBW X12, Y12")
+		for t := 0; t < T; t++ {
+			a.p("VPMADDUBSW %s, Y8, Y13", yAddr(32*p, t))
+			a.p("VPMADDWD Y12, Y13, Y13")
+			a.p("VPADDD Y13, Y%d, Y%d", sumi(t), sumi(t))
+		}
+	}
+	a.p("VPMOVSXBW X9, Y12")
+	for t := 0; t < T; t++ {
+		a.p("VPMADDWD %s, Y12, Y13", bsAddr(t))
+		a.p("VPSLLD $6, Y13, Y13")
+		a.p("VPSUBD Y13, Y%d, Y%d", sumi(t), sumi(t))
+	}
+	a.p("VBROADCASTSS 272(SI), Y9")
+	for t := 0; t < T; t++ {
+		dSteps(a, t, 272, 13, 9, 12, true, dAddr, facc, sumi)
+	}
+}
+
 // iq4TableData emits IQ4_NL's and IQ4_XS's sixteen values (ggml's
 // kvalues_iq4nl) for vpshufb.
 func iq4TableData(a *asm) {
@@ -1035,7 +1089,7 @@ func main() {
 	k4ConstData(&a)
 	k3ConstData(&a)
 	iq4TableData(&a)
-	for _, typ := range []string{"q4K", "q6K", "q5K", "q2K", "q3K", "iq4XS"} {
+	for _, typ := range []string{"q4K", "q6K", "q5K", "q2K", "q3K", "iq4XS", "q8K16"} {
 		for _, vnni := range []bool{true, false} {
 			for T := 1; T <= 4; T++ {
 				kKernel(&a, &d, typ, vnni, T)
