@@ -65,6 +65,13 @@ type refProb struct {
 //	tiny-q3_k_m        5.4e-2      3.8e-2
 //	tiny-q2_k          2.5e-2      1.4e-2
 //	tiny-iq4_xs        5.2e-2      1.6e-2
+//	tiny-iq3_xxs       3.4e-2      2.4e-2
+//	tiny-iq3_m         4.5e-2      3.3e-2
+//	tiny-iq2_xxs       2.1e-2      2.3e-2
+//	tiny-iq2_xs        3.3e-2      2.6e-2
+//	tiny-iq2_m         4.3e-2      2.4e-2
+//	tiny-iq1_s         2.9e-2      3.3e-2
+//	tiny-iq1_m         3.5e-2      2.1e-2
 //
 // The difference to llama.cpp is of the size a single ulp of input noise
 // produces in the same file (at most 1.3× the worst of four draws). Each
@@ -85,11 +92,13 @@ var probTolerance = map[tensor.DType]float64{
 	tensor.Q3_K:    8e-2,
 	tensor.Q2_K:    4.5e-2,
 	tensor.IQ4_XS:  8e-2,
-	tensor.IQ3_XXS: 8e-2,
-	tensor.IQ3_S:   8e-2,
-	tensor.IQ2_XXS: 8e-2,
-	tensor.IQ2_XS:  8e-2,
-	tensor.IQ2_S:   8e-2,
+	tensor.IQ3_XXS: 5e-2,
+	tensor.IQ3_S:   6.5e-2,
+	tensor.IQ2_XXS: 3.5e-2,
+	tensor.IQ2_XS:  5e-2,
+	tensor.IQ2_S:   6.5e-2,
+	tensor.IQ1_S:   4.5e-2,
+	tensor.IQ1_M:   5.5e-2,
 	tensor.Q4_K:    4.5e-2,
 	tensor.Q5_K:    6.5e-2,
 	tensor.Q6_K:    4.5e-2,
@@ -105,7 +114,7 @@ var goldenModels = []string{
 	"tiny-qwen2-f32", "tiny-qwen2-q8_0",
 	// the repository's own (testdata/README.md)
 	"tiny-q5_0", "tiny-q5_k_m", "tiny-q4_1", "tiny-q5_1", "tiny-iq4_nl", "tiny-q3_k_m", "tiny-q2_k", "tiny-iq4_xs",
-	"tiny-iq3_xxs", "tiny-iq3_m", "tiny-iq2_xxs", "tiny-iq2_xs", "tiny-iq2_m",
+	"tiny-iq3_xxs", "tiny-iq3_m", "tiny-iq2_xxs", "tiny-iq2_xs", "tiny-iq2_m", "tiny-iq1_s", "tiny-iq1_m",
 }
 
 // modelPath is the path of test model name (no extension): the

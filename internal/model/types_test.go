@@ -11,7 +11,7 @@ import (
 )
 
 // TestUnsupportedTypeRefused: a file with a matrix of a type the kernels do
-// not compute (IQ1_S here, tiny-f32 with one matrix rewritten) is refused
+// not compute (TQ1_0 here, tiny-f32 with one matrix rewritten) is refused
 // at load with the type, the tensor and the supported types named.
 func TestUnsupportedTypeRefused(t *testing.T) {
 	src, err := gguf.Open(modelPath(t, "tiny-f32"))
@@ -26,7 +26,7 @@ func TestUnsupportedTypeRefused(t *testing.T) {
 	for _, tt := range src.Tensors {
 		typ, data := tt.Type, tt.Data
 		if tt.Name == "blk.0.ffn_up.weight" {
-			typ = tensor.IQ1_S
+			typ = tensor.TQ1_0
 			data = make([]byte, typ.RowBytes(tt.Cols())*tt.Rows())
 		}
 		if err := w.AddTensor(tt.Name, typ, tt.Dims, data); err != nil {
@@ -43,9 +43,9 @@ func TestUnsupportedTypeRefused(t *testing.T) {
 	}
 	_, err = model.Load(f)
 	if err == nil {
-		t.Fatal("a file with an IQ1_S matrix loaded")
+		t.Fatal("a file with a TQ1_0 matrix loaded")
 	}
-	for _, want := range []string{"blk.0.ffn_up.weight", "IQ1_S", "Q4_0, Q4_1, Q5_0, Q5_1", "Q3_K, Q4_K, Q5_K, Q6_K, IQ2_XXS, IQ2_XS, IQ3_XXS, IQ4_NL, IQ3_S, IQ2_S, IQ4_XS"} {
+	for _, want := range []string{"blk.0.ffn_up.weight", "TQ1_0", "Q4_0, Q4_1, Q5_0, Q5_1", "Q3_K, Q4_K, Q5_K, Q6_K, IQ2_XXS, IQ2_XS, IQ3_XXS, IQ1_S, IQ4_NL, IQ3_S, IQ2_S, IQ4_XS", "IQ1_M, BF16"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not name %q", err, want)
 		}

@@ -6,14 +6,15 @@ import (
 	"math/bits"
 )
 
-// The IQ2 and IQ3 types (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S) are the
-// importance-matrix quants of llama.cpp: each group of 4 or 8 weights is an
-// index into a grid of magnitude patterns, with one sign bit per weight and
-// a small odd scale per 16 or 32 weights. They are read, never written (no
-// Quantize: making them needs an importance matrix and a search of the
-// grid), and computed through a wider type (Widen): every value is
-// d·sc·q with small integers sc and q, which IQ3_S's and IQ3_XXS's fit
-// Q6_K's scales and values exactly and the IQ2 types' fit Q8_K16's.
+// The IQ1, IQ2 and IQ3 types (IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S,
+// IQ3_XXS, IQ3_S) are the importance-matrix quants of llama.cpp: each group
+// of 4 or 8 weights is an index into a grid of patterns, with one sign bit
+// per weight (IQ2, IQ3) or a shift of ±1/8 per group (IQ1), and a small odd
+// scale per 16 or 32 weights. They are read, never written (no Quantize:
+// making them needs an importance matrix and a search of the grid), and
+// computed through a wider type (Widen): every value is d·sc·q with small
+// integers sc and q, which the IQ1 and IQ3 types' fit Q6_K's scales and
+// values exactly and the IQ2 types' fit Q8_K16's.
 
 // Block sizes in bytes.
 const (
@@ -22,6 +23,8 @@ const (
 	iq2SSize   = 82
 	iq3XXSSize = 98
 	iq3SSize   = 110
+	iq1SSize   = 50
+	iq1MSize   = 56
 	q8K16Size  = 276
 )
 
@@ -39,7 +42,7 @@ func iqSigns(s uint32) uint8 {
 	return uint8(s) | uint8(bits.OnesCount32(s)&1)<<7
 }
 
-// iqBlock holds one block of 256 values of an IQ2 or IQ3 type as integers:
+// iqBlock holds one block of 256 values of an IQ1, IQ2 or IQ3 type as integers:
 // value i is d·sc[i/16]·q[i], exactly (every product fits a float32's
 // mantissa).
 type iqBlock struct {
@@ -48,7 +51,7 @@ type iqBlock struct {
 	q  [qkK]int8
 }
 
-// iqBlockSize is the bytes of one block of an IQ2 or IQ3 type.
+// iqBlockSize is the bytes of one block of an IQ1, IQ2 or IQ3 type.
 func iqBlockSize(t DType) int {
 	switch t {
 	case IQ2_XXS:
@@ -61,6 +64,10 @@ func iqBlockSize(t DType) int {
 		return iq3XXSSize
 	case IQ3_S:
 		return iq3SSize
+	case IQ1_S:
+		return iq1SSize
+	case IQ1_M:
+		return iq1MSize
 	}
 	return 0
 }
@@ -96,13 +103,42 @@ func put3Bit4(q []int8, code uint16, s uint8, odd bool) {
 	}
 }
 
+// put1Bit8 sets q[0:8] to eight IQ1 values of a grid code (2 bits each,
+// the value code−1) shifted by ±1/8 (neg: −), times 8: 8g±1.
+func put1Bit8(q []int8, code uint16, neg bool) {
+	delta := int8(1)
+	if neg {
+		delta = -1
+	}
+	for j := 0; j < 8; j++ {
+		q[j] = 8*(int8(code>>(2*j)&3)-1) + delta
+	}
+}
+
 // decode fills b from one block blk of type t, as ggml's
-// dequantize_row_iq* read it: the per-32 (IQ2_XXS, IQ3_XXS, IQ3_S) or
-// per-16 (IQ2_XS, IQ2_S) 4-bit scale s is the odd 2s+1, and the block's
-// constant factor (¼ of IQ2's 0.25·(0.5+s), ½ of IQ3_XXS's) goes into d.
+// dequantize_row_iq* read it: the per-32 (IQ1_S, IQ2_XXS, IQ3_XXS, IQ3_S)
+// or per-16 (IQ1_M, IQ2_XS, IQ2_S) 3- or 4-bit scale s is the odd 2s+1,
+// and the block's constant factor (¼ of IQ2's 0.25·(0.5+s), ½ of
+// IQ3_XXS's, IQ1's 1/8 of the shift) goes into d.
 func (b *iqBlock) decode(t DType, blk []byte) {
+	if t == IQ1_M {
+		b.decodeIQ1M(blk)
+		return
+	}
 	d := f16At(blk, 0)
 	switch t {
+	case IQ1_S:
+		b.d = d / 8
+		qs := blk[2:34]
+		for ib := 0; ib < 8; ib++ {
+			qh := binary.LittleEndian.Uint16(blk[34+2*ib:])
+			s := int8(2*(qh>>12&7) + 1)
+			b.sc[2*ib], b.sc[2*ib+1] = s, s
+			for l := 0; l < 4; l++ {
+				idx := uint16(qs[4*ib+l]) | (qh>>(3*l)&7)<<8
+				put1Bit8(b.q[32*ib+8*l:], iq1SCodes[idx], qh&0x8000 != 0)
+			}
+		}
 	case IQ2_XXS:
 		b.d = d / 8
 		for ib := 0; ib < 8; ib++ {
@@ -168,7 +204,33 @@ func (b *iqBlock) decode(t DType, blk []byte) {
 	}
 }
 
-// dequantIQ dequantizes len(dst) values of an IQ2 or IQ3 type.
+// decodeIQ1M is decode for IQ1_M, whose f16 d is spread over the top
+// nibbles of its four scale words.
+func (b *iqBlock) decodeIQ1M(blk []byte) {
+	qs, qh := blk[0:32], blk[32:48]
+	var sc [4]uint16
+	for i := range sc {
+		sc[i] = binary.LittleEndian.Uint16(blk[48+2*i:])
+	}
+	h := sc[0]>>12 | sc[1]>>8&0x00f0 | sc[2]>>4&0x0f00 | sc[3]&0xf000
+	b.d = F16ToF32(h) / 8
+	for ib := 0; ib < 8; ib++ {
+		w := sc[ib/2] >> (6 * (ib % 2))
+		b.sc[2*ib] = int8(2*(w&7) + 1)
+		b.sc[2*ib+1] = int8(2*(w>>3&7) + 1)
+		h0, h1 := uint16(qh[2*ib]), uint16(qh[2*ib+1])
+		idx := [4]uint16{
+			uint16(qs[4*ib]) | h0<<8&0x700, uint16(qs[4*ib+1]) | h0<<4&0x700,
+			uint16(qs[4*ib+2]) | h1<<8&0x700, uint16(qs[4*ib+3]) | h1<<4&0x700,
+		}
+		neg := [4]bool{h0&0x08 != 0, h0&0x80 != 0, h1&0x08 != 0, h1&0x80 != 0}
+		for l := 0; l < 4; l++ {
+			put1Bit8(b.q[32*ib+8*l:], iq1SCodes[idx[l]], neg[l])
+		}
+	}
+}
+
+// dequantIQ dequantizes len(dst) values of an IQ1, IQ2 or IQ3 type.
 func dequantIQ(t DType, dst []float32, src []byte) {
 	bs := iqBlockSize(t)
 	var b iqBlock
@@ -198,9 +260,12 @@ func (b *iqBlock) sum(y []int8) int32 {
 	return sumi
 }
 
-// dotIQRow is ggml_vec_dot_iq*_q8_K for the IQ2 and IQ3 types: per block,
+// dotIQRow is ggml_vec_dot_iq*_q8_K for the IQ1, IQ2 and IQ3 types: per block,
 // d·dy·bsum with ggml's constant factor (0.125, 0.25) folded into d, which
-// scales by a power of two and so changes no bits.
+// scales by a power of two and so changes no bits. IQ1's
+// d·dy·(sumi + sumi1/8), sumi1 the shifts' sums, is (d/8)·dy·bsum with
+// bsum = 8·sumi + sumi1: the same while sumi + sumi1/8 is exact in a
+// float32 (|sumi| < 2^20).
 func dotIQRow(t DType) func(row []byte, a *actBuf, tok int) float32 {
 	bs := iqBlockSize(t)
 	return func(row []byte, a *actBuf, tok int) float32 {
@@ -276,14 +341,14 @@ func (b *iqBlock) putQ6K(dst []byte) bool {
 	return true
 }
 
-// widenIQ converts a matrix of an IQ2 or IQ3 type to Q6_K when every block
-// fits one (IQ3_S always; IQ3_XXS unless a block's d/2 is not an f16, which
-// takes a subnormal d), else to Q8_K16.
+// widenIQ converts a matrix of an IQ type below 4 bits to Q6_K when every
+// block fits one (IQ3_S always; IQ3_XXS unless a block's d/2 is not an f16,
+// IQ1_S and IQ1_M unless d/8 is not: rare, tiny scales), else to Q8_K16.
 func widenIQ(m Matrix) Matrix {
 	bs := iqBlockSize(m.Type)
 	nb := m.Rows * m.Cols / qkK
 	var b iqBlock
-	if m.Type == IQ3_S || m.Type == IQ3_XXS {
+	if wt, _ := WidenedType(m.Type); wt == Q6_K {
 		out := Matrix{Type: Q6_K, Rows: m.Rows, Cols: m.Cols, Data: make([]byte, nb*q6KSize)}
 		ok := true
 		for k := 0; k < nb && ok; k++ {

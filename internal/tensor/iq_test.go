@@ -22,9 +22,22 @@ func randIQBlocks(rng *rand.Rand, t DType, n int) []byte {
 		if rng.IntN(2) == 0 {
 			d = -d
 		}
-		binary.LittleEndian.PutUint16(q[b*bs:], F32ToF16(d))
+		setIQD(t, q[b*bs:(b+1)*bs], F32ToF16(d))
 	}
 	return q
+}
+
+// setIQD sets the f16 d of a block: its first two bytes, or for IQ1_M the
+// top nibbles of its four scale words.
+func setIQD(t DType, blk []byte, h uint16) {
+	if t != IQ1_M {
+		binary.LittleEndian.PutUint16(blk, h)
+		return
+	}
+	for i := 0; i < 4; i++ {
+		w := binary.LittleEndian.Uint16(blk[48+2*i:])&0x0fff | (h>>(4*i)&0xf)<<12
+		binary.LittleEndian.PutUint16(blk[48+2*i:], w)
+	}
 }
 
 // TestIQGrids: the recoded grids, expanded back to ggml's bytes, have the
@@ -54,6 +67,15 @@ func TestIQGrids(t *testing.T) {
 		}
 		return out
 	}
+	expand1 := func(codes []uint16) []byte {
+		var out []byte
+		for _, c := range codes {
+			for j := 0; j < 8; j++ {
+				out = append(out, byte(int8(c>>(2*j)&3)-1))
+			}
+		}
+		return out
+	}
 	for _, tc := range []struct {
 		name  string
 		bytes []byte
@@ -64,6 +86,7 @@ func TestIQGrids(t *testing.T) {
 		{"iq2s_grid", expand2(iq2SCodes[:]), 0x123edd38a3b62b90},
 		{"iq3xxs_grid", expand3(iq3XXSCodes[:], false), 0xdfa5dc83d6a155d5},
 		{"iq3s_grid", expand3(iq3SCodes[:], true), 0xfa37020c25b44829},
+		{"iq1s_grid", expand1(iq1SCodes[:]), 0x6703ed863501ae2e},
 	} {
 		h := fnv.New64a()
 		h.Write(tc.bytes)
@@ -119,10 +142,22 @@ func TestIQDequantHandBuilt(t *testing.T) {
 			b[74+4+2] = 0x10  // value 4 negative
 			b[106+0] = 6 << 4 // sub-block 1's scale 6: db = 1+2·6
 		}, [8]float32{39, 65, 39, 91, -39, 13, 13, 13}},
+		{IQ1_S, func(b []byte) {
+			b[2+4+2] = 1000 & 0xff // grid point 1000: -1 0 -1 -1 0 0 0 0
+			// its top 3 bits at bits 6-8, scale 2 (dl = 5), shift −1/8
+			binary.LittleEndian.PutUint16(b[34+2:], (1000>>8)<<6|2<<12|0x8000)
+		}, [8]float32{-5.625, -0.625, -5.625, -5.625, -0.625, -0.625, -0.625, -0.625}},
+		{IQ1_M, func(b []byte) {
+			b[4+2] = 1500 & 0xff     // grid point 1500: 0 -1 -1 0 -1 0 -1 1
+			b[32+3] = 1500>>8 | 0x08 // its top 3 bits, shift −1/8
+			// sub-block 1's second scale (groups 2-3) 3: dl = 7; d's
+			// nibbles are set below
+			binary.LittleEndian.PutUint16(b[48:], 3<<9)
+		}, [8]float32{-0.875, -7.875, -7.875, -0.875, -7.875, -0.875, -7.875, 6.125}},
 	} {
 		blk := make([]byte, iqBlockSize(tc.typ))
-		binary.LittleEndian.PutUint16(blk, one)
 		tc.set(blk)
+		setIQD(tc.typ, blk, one)
 		y := make([]float32, qkK)
 		if err := Dequantize(tc.typ, y, blk); err != nil {
 			t.Fatal(err)
@@ -170,9 +205,9 @@ func TestWidenIQ3XXSSubnormal(t *testing.T) {
 	}
 }
 
-// TestQuantizeRefusesIQ: the IQ2 and IQ3 types are read, not written.
+// TestQuantizeRefusesIQ: the IQ1, IQ2 and IQ3 types are read, not written.
 func TestQuantizeRefusesIQ(t *testing.T) {
-	for _, typ := range []DType{IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, Q8_K16} {
+	for _, typ := range []DType{IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, Q8_K16} {
 		_, err := Quantize(typ, make([]float32, qkK))
 		if err == nil || !strings.Contains(err.Error(), "read, not written") {
 			t.Errorf("%v: Quantize error %v", typ, err)

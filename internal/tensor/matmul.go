@@ -294,7 +294,7 @@ func vecDotType(t DType) DType {
 		return Q8_0
 	case Q4_1, Q5_1:
 		return Q8_1
-	case Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, Q8_K16:
+	case Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, Q8_K16:
 		return Q8_K
 	}
 	return t
@@ -333,8 +333,10 @@ var portableKernels = kernelTable{
 	Q8_0:   genericTile(dotQ80Row),
 	IQ4_NL: genericTile(dotIQ4NLRow),
 	IQ4_XS: genericTile(dotIQ4XSRow),
-	// The IQ2 and IQ3 types compute through Widen; these are their
+	// The IQ1, IQ2 and IQ3 types compute through Widen; these are their
 	// references.
+	IQ1_S:     genericTile(dotIQRow(IQ1_S)),
+	IQ1_M:     genericTile(dotIQRow(IQ1_M)),
 	IQ2_XXS:   genericTile(dotIQRow(IQ2_XXS)),
 	IQ2_XS:    genericTile(dotIQRow(IQ2_XS)),
 	IQ2_S:     genericTile(dotIQRow(IQ2_S)),

@@ -18,7 +18,7 @@ import (
 var (
 	allTypes    = []DType{F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K}
 	kernelTypes = append(allTypes[:len(allTypes):len(allTypes)], Q8_K16)
-	readTypes   = append(kernelTypes[:len(kernelTypes):len(kernelTypes)], IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S)
+	readTypes   = append(kernelTypes[:len(kernelTypes):len(kernelTypes)], IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S)
 )
 
 func randVec(rng *rand.Rand, n int, std float64) []float32 {
@@ -109,7 +109,7 @@ func newMatMulRef(typ DType, wd, x []float32, rows, cols, n int) *matMulRef {
 		// Per-element bound on the activation conversion error.
 		switch typ {
 		case Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, IQ4_NL, IQ4_XS, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,
-			IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, Q8_K16:
+			IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, Q8_K16:
 			bs := typ.BlockSize()
 			for b := 0; b < cols/bs; b++ {
 				var amax float64
@@ -980,7 +980,7 @@ func TestWiden(t *testing.T) {
 	rng := rand.New(rand.NewPCG(21, 22))
 	p := NewPool(2)
 	defer p.Close()
-	for _, typ := range []DType{Q5_0, Q4_1, Q5_1, IQ4_NL, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S} {
+	for _, typ := range []DType{Q5_0, Q4_1, Q5_1, IQ4_NL, IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S} {
 		wt, _ := WidenedType(typ)
 		for _, shape := range [][2]int{{1, 32}, {9, 576}, {24, 896}, {67, 256}, {13, 512}} {
 			rows, cols := shape[0], shape[1]

@@ -347,9 +347,9 @@ func dequantizePackedHalf(t DType, dst []float32, blk []byte, r int) {
 
 // WidenedType is the type Widen converts weights of type t to, if it
 // converts them: Q5_0, Q4_1, Q5_1 and IQ4_NL to Q8_0, whose kernels are the
-// fastest there are; IQ3_S and IQ3_XXS to Q6_K and the IQ2 types to Q8_K16,
-// whose kernels stream them faster than any lookup in the types' grids
-// could decode them (IQ3_XXS to Q8_K16 instead in the rare matrix Q6_K
+// fastest there are; the IQ1 and IQ3 types to Q6_K and the IQ2 types to
+// Q8_K16, whose kernels stream them faster than any lookup in the types'
+// grids could decode them (to Q8_K16 instead in the rare matrix Q6_K
 // cannot hold exactly, see widenIQ). The products are the original type's
 // bit for bit (Q4_1's and Q5_1's with their block minima beside, see
 // Widen).
@@ -357,7 +357,7 @@ func WidenedType(t DType) (DType, bool) {
 	switch t {
 	case Q5_0, Q4_1, Q5_1, IQ4_NL:
 		return Q8_0, true
-	case IQ3_S, IQ3_XXS:
+	case IQ3_S, IQ3_XXS, IQ1_S, IQ1_M:
 		return Q6_K, true
 	case IQ2_XXS, IQ2_XS, IQ2_S:
 		return Q8_K16, true
@@ -396,10 +396,10 @@ func WidenedRowBytes(t DType, cols int) int {
 // so an F16 product of the minima with s1 has the same terms (MatMul adds
 // the two). About 36 bytes a block of 32 instead of 20 or 24.
 //
-// The IQ2 and IQ3 types' values are d·sc·q with small integers (iqBlock):
-// Q6_K holds IQ3_S's and IQ3_XXS's (210 bytes a block of 256 instead of 110
-// or 98) and Q8_K16 the IQ2 types' (276 instead of 66 to 82), each with the
-// integer sums of ggml's vec_dot_iq*_q8_K.
+// The IQ types' values below 4 bits are d·sc·q with small integers
+// (iqBlock): Q6_K holds the IQ1 and IQ3 types' (210 bytes a block of 256
+// instead of 50 to 110) and Q8_K16 the IQ2 types' (276 instead of 66 to
+// 82), each with the integer sums of ggml's vec_dot_iq*_q8_K.
 func Widen(m Matrix) Matrix {
 	wt, ok := WidenedType(m.Type)
 	if !ok || m.packed {

@@ -207,7 +207,7 @@ func dequantize(t DType, dst []float32, src []byte) {
 		for b := 0; b < len(dst)/qkK; b++ {
 			dequantQ5KBlock(dst[b*qkK:(b+1)*qkK], src[b*q5KSize:(b+1)*q5KSize])
 		}
-	case IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S:
+	case IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S:
 		dequantIQ(t, dst, src)
 	case Q8_K16:
 		var b iqBlock
@@ -363,8 +363,8 @@ func dequantQ6KBlock(y []float32, blk []byte) {
 }
 
 // Quantizable reports whether Quantize writes type t: every supported type
-// but the IQ2 and IQ3 types (and Q8_K16, which they widen to), which are
-// only read.
+// but the IQ1, IQ2 and IQ3 types (and Q8_K16, which they widen to), which
+// are only read.
 func Quantizable(t DType) bool { return t.Supported() && !isIQGrid(t) && t != Q8_K16 }
 
 // Quantize converts src to type t (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0,
@@ -376,7 +376,7 @@ func Quantize(t DType, src []float32) ([]byte, error) {
 		return nil, fmt.Errorf("tensor: quantize: type %v not supported", t)
 	}
 	if !Quantizable(t) {
-		return nil, fmt.Errorf("tensor: quantize: type %v is read, not written (the IQ2 and IQ3 types need an importance matrix)", t)
+		return nil, fmt.Errorf("tensor: quantize: type %v is read, not written (the IQ1, IQ2 and IQ3 types need an importance matrix)", t)
 	}
 	if len(src)%t.BlockSize() != 0 {
 		return nil, fmt.Errorf("tensor: quantize: %d elements is not a multiple of the %v block size %d", len(src), t, t.BlockSize())

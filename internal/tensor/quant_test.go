@@ -253,7 +253,7 @@ func TestDequantizeErrors(t *testing.T) {
 		n    int
 		size int
 	}{
-		{"unsupported", IQ1_S, 256, 1000},
+		{"unsupported", TQ1_0, 256, 1000},
 		{"unknown", DType(99), 32, 100},
 		{"partial block", Q8_0, 33, 100},
 		{"short source", Q4_K, 512, q4KSize*2 - 1},
