@@ -467,7 +467,7 @@ func openModelWithProgress(path, memory string, w io.Writer) (*model.File, error
 	if (memory == "auto" || memory == "") && mf.GGUF.Private() {
 		mf, placement, why = probePlacement(path, mf, why)
 	}
-	fmt.Fprintf(w, "kvserve: weights %s\n", placementLine(placement, why, mf.GGUF.Private(), mf.GGUF))
+	fmt.Fprintf(w, "kvserve: weights %s\n", placementLine(placement, why, mf.GGUF.Private(), mf.GGUF, mf.Model.ReleasedBytes))
 	return mf, nil
 }
 

@@ -181,7 +181,7 @@ func inspectFile(path string) (*modelInfo, error) {
 		if p == gguf.HugePages {
 			why += "; a decode pass timed on both at load keeps the faster"
 		}
-		info.Weights = placementLine(p, why, p == gguf.HugePages, f)
+		info.Weights = placementLine(p, why, p == gguf.HugePages, f, -1)
 	}
 	return info, nil
 }

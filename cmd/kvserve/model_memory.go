@@ -134,7 +134,7 @@ func autoPlacementWhy(size, avail int64, huge bool) string {
 // placementLine describes where a model's weights are and which kernels
 // compute with them: placement p, chosen for why, and whether the weights
 // did get a private copy, for file f.
-func placementLine(p gguf.Placement, why string, private bool, f *gguf.File) string {
+func placementLine(p gguf.Placement, why string, private bool, f *gguf.File, released int64) string {
 	types := matrixTypes(f)
 	where := "a read-only mapping of the file"
 	switch {
@@ -157,7 +157,15 @@ func placementLine(p gguf.Placement, why string, private bool, f *gguf.File) str
 	default:
 		k += ", " + strings.Join(packed, " and ") + " not packed (only private memory is)"
 	}
-	return fmt.Sprintf("in %s (%s); %s%s", where, why, k, widenedClause(f))
+	line := fmt.Sprintf("in %s (%s); %s%s", where, why, k, widenedClause(f))
+	switch {
+	case !private || widenedBytes(f) == 0:
+	case released >= 0:
+		line += fmt.Sprintf("; the private copy gave back %s of the widened matrices' original bytes", humanBytes(uint64(released)))
+	default:
+		line += "; the private copy gives back the widened matrices' original bytes at load"
+	}
+	return line
 }
 
 // widenedClause names the types of f's matrices that the model loader

@@ -124,3 +124,35 @@ func TestWidenedClause(t *testing.T) {
 		t.Errorf("tiny-q8_0: clause %q, %d bytes", c, n)
 	}
 }
+
+// TestPlacementLineReleased: the line says what a private copy gave back
+// of the widened matrices' original bytes (or that it will, before load),
+// and says nothing of it for a mapping or a file with nothing widened.
+func TestPlacementLineReleased(t *testing.T) {
+	f, err := gguf.Open(testshared.Own(t, "models", "tiny-iq2_xxs.gguf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	g, err := gguf.Open(testshared.Path(t, "models", "tiny-q8_0.gguf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	for _, tc := range []struct {
+		private  bool
+		f        *gguf.File
+		released int64
+		want     string
+	}{
+		{true, f, 3 << 20, "the private copy gave back 3.0 MiB of the widened matrices' original bytes"},
+		{true, f, -1, "the private copy gives back the widened matrices' original bytes at load"},
+		{false, f, 0, ""},
+		{true, g, 0, ""},
+	} {
+		line := placementLine(gguf.HugePages, "why", tc.private, tc.f, tc.released)
+		if tc.want == "" && strings.Contains(line, "private copy g") || !strings.Contains(line, tc.want) {
+			t.Errorf("private=%v released=%d: %q", tc.private, tc.released, line)
+		}
+	}
+}

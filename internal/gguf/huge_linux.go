@@ -20,6 +20,7 @@ const hugePageSize = 2 << 20
 // it read-only. release unmaps it; protect makes it writable or read-only
 // again.
 func readHuge(fd *os.File, size int) (data []byte, release func() error, protect func(writable bool) error, err error) {
+
 	// Over-allocate by one huge page so the data can start on a boundary:
 	// only whole, aligned 2 MiB ranges can be huge pages.
 	region, err := unix.Mmap(-1, 0, size+hugePageSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
@@ -53,6 +54,28 @@ func readHuge(fd *os.File, size int) (data []byte, release func() error, protect
 		return nil, nil, nil, err
 	}
 	return data, release, protect, nil
+}
+
+// discardHuge gives back the whole pages inside b, part of a region
+// readHuge made (MADV_DONTNEED: the kernel frees them, and a later read
+// finds zeros), and returns their bytes. A huge page b shares with a
+// neighbour is split, the neighbour's part kept in small pages.
+func discardHuge(b []byte) int64 {
+	if len(b) == 0 {
+		return 0
+	}
+	const page = 4096
+	start := uintptrOf(b)
+	lo := (start + page - 1) &^ (page - 1)
+	hi := (start + uintptr(len(b))) &^ (page - 1)
+	if hi <= lo {
+		return 0
+	}
+	inner := b[lo-start : hi-start]
+	if err := unix.Madvise(inner, unix.MADV_DONTNEED); err != nil {
+		return 0
+	}
+	return int64(len(inner))
 }
 
 // HugePagesAvailable reports whether the kernel hands out transparent huge

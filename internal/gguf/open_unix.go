@@ -36,10 +36,14 @@ func OpenPlaced(path string, p Placement) (*File, error) {
 	var data []byte
 	var release func() error
 	var protect func(bool) error
+	var discard func([]byte) int64
 	if p == HugePages {
 		data, release, protect, err = readHuge(fd, int(size))
 		if err != nil {
 			return nil, fmt.Errorf("gguf: read %s into huge pages: %w", path, err)
+		}
+		if data != nil {
+			discard = discardHuge
 		}
 	}
 	if data == nil { // Mapped, or no huge pages on this system
@@ -56,5 +60,6 @@ func OpenPlaced(path string, p Placement) (*File, error) {
 	}
 	f.closer = release
 	f.protect = protect
+	f.discard = discard
 	return f, nil
 }

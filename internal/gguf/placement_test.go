@@ -2,9 +2,11 @@ package gguf
 
 import (
 	"bytes"
+	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/kvserve/kvserve/internal/ggml"
 	"github.com/kvserve/kvserve/internal/testshared"
 )
 
@@ -84,5 +86,70 @@ func TestRewrite(t *testing.T) {
 	}
 	if huge.Tensors[0].Data[0] != want {
 		t.Fatal("the rewrite is not visible")
+	}
+}
+
+// TestRelease: a private copy gives back the whole pages inside a
+// released tensor, whose Data is then gone; its neighbours keep their
+// bytes. A mapping gives back nothing and keeps its tensors.
+func TestRelease(t *testing.T) {
+	const bigN = 2 << 20 // float32s: 8 MiB
+	w := &Writer{Alignment: DefaultAlignment}
+	w.Set("general.architecture", String("test"))
+	small := make([]byte, 4*16)
+	for i := range small {
+		small[i] = byte(i + 1)
+	}
+	big := make([]byte, 4*bigN)
+	for i := range big {
+		big[i] = byte(i)
+	}
+	for _, tc := range []struct {
+		name string
+		n    uint64
+		data []byte
+	}{{"a", 16, small}, {"big", bigN, big}, {"b", 16, small}} {
+		if err := w.AddTensor(tc.name, ggml.F32, []uint64{tc.n}, tc.data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var buf bytes.Buffer
+	if _, err := w.WriteTo(&buf); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "release.gguf")
+	if err := os.WriteFile(path, buf.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	mapped, err := OpenPlaced(path, Mapped)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mapped.Close()
+	if n := mapped.Release("big"); n != 0 || len(mapped.Tensors[1].Data) != len(big) {
+		t.Fatalf("a mapping gave back %d bytes, kept %d", n, len(mapped.Tensors[1].Data))
+	}
+	huge, err := OpenPlaced(path, HugePages)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer huge.Close()
+	if !huge.Private() {
+		t.Skip("no private copy on this system (huge pages unavailable)")
+	}
+	n := huge.Release("big", "missing")
+	if n < int64(len(big))-4096 || n > int64(len(big)) || n%4096 != 0 {
+		t.Fatalf("gave back %d bytes of an 8 MiB tensor, want its whole pages", n)
+	}
+	if huge.Tensors[1].Data != nil {
+		t.Fatal("a released tensor still has data")
+	}
+	for _, i := range []int{0, 2} {
+		if !bytes.Equal(huge.Tensors[i].Data, small) {
+			t.Fatalf("tensor %s lost its bytes", huge.Tensors[i].Name)
+		}
+	}
+	if again := huge.Release("big"); again != 0 {
+		t.Fatalf("released twice: %d bytes the second time", again)
 	}
 }

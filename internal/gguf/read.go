@@ -46,12 +46,33 @@ type File struct {
 	tensors map[string]int // tensor name → position in Tensors
 	closer  func() error
 	protect func(writable bool) error // for a private copy (Private)
+	discard func(b []byte) int64      // gives back a private copy's pages
 }
 
 // Private reports whether the tensor data is a private copy of the file
 // (the HugePages placement), which Rewrite may change in place, rather
 // than a read-only mapping of it.
 func (f *File) Private() bool { return f.protect != nil }
+
+// Release gives back the memory of the named tensors' data in a private
+// copy (Private), which the caller no longer reads (the model loader's
+// widened matrices, whose kernels read a wider copy): the whole pages
+// inside each. Their Data becomes nil, so a later reader finds nothing
+// rather than the zeros the kernel maps in its place. It returns the bytes
+// given back: 0 for a mapped file, whose pages are the page cache's.
+func (f *File) Release(names ...string) int64 {
+	if f.discard == nil {
+		return 0
+	}
+	var n int64
+	for _, name := range names {
+		if i, ok := f.tensors[name]; ok && f.Tensors[i].Data != nil {
+			n += f.discard(f.Tensors[i].Data)
+			f.Tensors[i].Data = nil
+		}
+	}
+	return n
+}
 
 // Rewrite runs fn with the tensor data of a private copy writable, and
 // makes it read-only again after. A file that is not Private cannot be

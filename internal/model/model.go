@@ -52,6 +52,10 @@ type Model struct {
 	// WidenedBytes is the memory of the copies of weights widened to a
 	// type with faster kernels (tensor.Widen), on top of the file's.
 	WidenedBytes int64
+	// ReleasedBytes is the memory of a private copy of the file
+	// (gguf.File.Private) given back after widening: the whole pages of
+	// the widened matrices' original bytes, which nothing reads again.
+	ReleasedBytes int64
 }
 
 // Load builds a Model from a parsed GGUF file. The file must stay open while
@@ -103,11 +107,18 @@ func Load(f *gguf.File) (*Model, error) {
 	for _, t := range f.Tensors {
 		m.WeightBytes += int64(len(t.Data))
 	}
-	m.widen()
+	sources := m.widen()
 	if f.Private() {
 		if err := f.Rewrite(m.pack); err != nil {
 			return nil, fmt.Errorf("model: pack weights: %w", err)
 		}
+		var names []string
+		for _, t := range f.Tensors {
+			if len(t.Data) > 0 && sources[&t.Data[0]] {
+				names = append(names, t.Name)
+			}
+		}
+		m.ReleasedBytes = f.Release(names...)
 	}
 	return m, nil
 }
@@ -115,16 +126,25 @@ func Load(f *gguf.File) (*Model, error) {
 // widen converts the weight matrices of a type without fast kernels of its
 // own to the type whose kernels compute its products (tensor.Widen), into
 // memory of their own, which, writable whatever the placement, is packed
-// for the kernels too; it adds the copies' size to WidenedBytes.
-func (m *Model) widen() {
+// for the kernels too; it adds the copies' size to WidenedBytes. It returns
+// the first bytes of the widened matrices' original data.
+func (m *Model) widen() map[*byte]bool {
 	var n atomic.Int64
+	var mu sync.Mutex
+	sources := map[*byte]bool{}
 	m.eachMatrix(func(w *tensor.Matrix) {
 		if wide := tensor.Widen(*w); wide.Type != w.Type {
 			n.Add(int64(wide.Bytes()))
+			if len(w.Data) > 0 {
+				mu.Lock()
+				sources[&w.Data[0]] = true
+				mu.Unlock()
+			}
 			*w = tensor.Pack(wide)
 		}
 	})
 	m.WidenedBytes = n.Load()
+	return sources
 }
 
 // pack rewrites the weight matrices in the layout the CPU's kernels read

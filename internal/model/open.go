@@ -37,7 +37,7 @@ func Open(path string, placement gguf.Placement, progress Progress) (*File, erro
 	}
 	mf := &File{GGUF: f, Model: m}
 	if progress != nil {
-		mf.pageSum = prefault(f, m.WeightBytes, progress)
+		mf.pageSum = prefault(f, progress)
 	}
 	return mf, nil
 }
@@ -45,10 +45,15 @@ func Open(path string, placement gguf.Placement, progress Progress) (*File, erro
 // Close releases the weights' memory.
 func (f *File) Close() error { return f.GGUF.Close() }
 
-// prefault reads one byte of every page of the tensor data.
-func prefault(f *gguf.File, total int64, progress Progress) byte {
+// prefault reads one byte of every page of the tensor data (what is left
+// of it: a private copy gives back its widened matrices', gguf.File.Release).
+func prefault(f *gguf.File, progress Progress) byte {
 	const page = 4096
 	const reportEvery = 64 << 20
+	var total int64
+	for _, t := range f.Tensors {
+		total += int64(len(t.Data))
+	}
 	var done, lastReport int64
 	var sink byte
 	for _, t := range f.Tensors {

@@ -111,14 +111,19 @@ func decodeLogits(t *testing.T, m *model.Model) [][]float32 {
 }
 
 // TestWidenedWeights: a file's Q5_0, Q4_1, Q5_1 and IQ4_NL matrices are
-// widened to Q8_0 at load (tensor.Widen), into memory of their own, so
-// packed for the CPU's Q8_0 kernels whatever the placement; the mapped and
-// the private placement then give the same logits.
+// widened to Q8_0 at load (tensor.Widen), IQ2_XXS's to Q8_K16 and IQ3_S's to
+// Q6_K, into memory of their own, so packed for the CPU's kernels whatever
+// the placement; the mapped and the private placement then give the same
+// logits, and the private copy has given back the original bytes (their
+// tensors' Data is gone).
 func TestWidenedWeights(t *testing.T) {
 	for _, tc := range []struct {
 		file string
 		typ  tensor.DType
-	}{{"tiny-q5_0", tensor.Q5_0}, {"tiny-q4_1", tensor.Q4_1}, {"tiny-q5_1", tensor.Q5_1}, {"tiny-iq4_nl", tensor.IQ4_NL}} {
+	}{
+		{"tiny-q5_0", tensor.Q5_0}, {"tiny-q4_1", tensor.Q4_1}, {"tiny-q5_1", tensor.Q5_1}, {"tiny-iq4_nl", tensor.IQ4_NL},
+		{"tiny-iq2_xxs", tensor.IQ2_XXS}, {"tiny-iq3_m", tensor.IQ3_S},
+	} {
 		path := modelPath(t, tc.file)
 		mapped, err := model.Open(path, gguf.Mapped, nil)
 		if err != nil {
@@ -155,6 +160,13 @@ func TestWidenedWeights(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer private.Close()
+		if private.GGUF.Private() {
+			for _, ts := range private.GGUF.Tensors {
+				if (ts.Type == tc.typ) != (ts.Data == nil) {
+					t.Fatalf("%s: private copy's %s (%v) has %d bytes after load", tc.file, ts.Name, ts.Type, len(ts.Data))
+				}
+			}
+		}
 		wantLogits, got := decodeLogits(t, m), decodeLogits(t, private.Model)
 		for i := range wantLogits {
 			if !slices.Equal(got[i], wantLogits[i]) {

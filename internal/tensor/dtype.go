@@ -28,7 +28,9 @@
 // of the same shape and float steps (asmgen/q40avx2.go), packed too. The
 // k-quants (Q2_K to Q6_K) have generated kernels of one row at a time
 // (asmgen's kKernel); Q5_0, Q4_1, Q5_1 and IQ4_NL have none of their own and
-// are widened to Q8_0 at load (Widen), with the same products.
+// are widened to Q8_0 at load (Widen), with the same products, and the IQ
+// types below 4 bits (IQ1_S to IQ3_S, read but never written) to Q6_K or to
+// kvserve's own Q8_K16, whose kernels are Q6_K's without the unpacking.
 package tensor
 
 import (

@@ -16,17 +16,9 @@ import (
 // integers sc and q, which the IQ1 and IQ3 types' fit Q6_K's scales and
 // values exactly and the IQ2 types' fit Q8_K16's.
 
-// Block sizes in bytes.
-const (
-	iq2XXSSize = 66
-	iq2XSSize  = 74
-	iq2SSize   = 82
-	iq3XXSSize = 98
-	iq3SSize   = 110
-	iq1SSize   = 50
-	iq1MSize   = 56
-	q8K16Size  = 276
-)
+// q8K16Size is the bytes of a Q8_K16 block (the kernels' offsets: values
+// at 0, scales at 256, d at 272).
+const q8K16Size = 276
 
 var (
 	// iq2Values are the IQ2 grids' three magnitudes.
@@ -51,29 +43,14 @@ type iqBlock struct {
 	q  [qkK]int8
 }
 
-// iqBlockSize is the bytes of one block of an IQ1, IQ2 or IQ3 type.
-func iqBlockSize(t DType) int {
-	switch t {
-	case IQ2_XXS:
-		return iq2XXSSize
-	case IQ2_XS:
-		return iq2XSSize
-	case IQ2_S:
-		return iq2SSize
-	case IQ3_XXS:
-		return iq3XXSSize
-	case IQ3_S:
-		return iq3SSize
-	case IQ1_S:
-		return iq1SSize
-	case IQ1_M:
-		return iq1MSize
-	}
-	return 0
-}
-
 // isIQGrid reports whether t is one of the grid types iqBlock decodes.
-func isIQGrid(t DType) bool { return iqBlockSize(t) != 0 }
+func isIQGrid(t DType) bool {
+	switch t {
+	case IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S:
+		return true
+	}
+	return false
+}
 
 // put2Bit8 sets q[0:8] to the eight magnitudes of a grid code (2 bits each,
 // into iq2Values) with the signs of s's bits.
@@ -232,7 +209,7 @@ func (b *iqBlock) decodeIQ1M(blk []byte) {
 
 // dequantIQ dequantizes len(dst) values of an IQ1, IQ2 or IQ3 type.
 func dequantIQ(t DType, dst []float32, src []byte) {
-	bs := iqBlockSize(t)
+	bs := t.TypeSize()
 	var b iqBlock
 	for k := 0; k < len(dst)/qkK; k++ {
 		b.decode(t, src[k*bs:(k+1)*bs])
@@ -267,7 +244,7 @@ func (b *iqBlock) sum(y []int8) int32 {
 // bsum = 8·sumi + sumi1: the same while sumi + sumi1/8 is exact in a
 // float32 (|sumi| < 2^20).
 func dotIQRow(t DType) func(row []byte, a *actBuf, tok int) float32 {
-	bs := iqBlockSize(t)
+	bs := t.TypeSize()
 	return func(row []byte, a *actBuf, tok int) float32 {
 		c := a.cols
 		nb := c / qkK
@@ -345,7 +322,7 @@ func (b *iqBlock) putQ6K(dst []byte) bool {
 // block fits one (IQ3_S always; IQ3_XXS unless a block's d/2 is not an f16,
 // IQ1_S and IQ1_M unless d/8 is not: rare, tiny scales), else to Q8_K16.
 func widenIQ(m Matrix) Matrix {
-	bs := iqBlockSize(m.Type)
+	bs := m.Type.TypeSize()
 	nb := m.Rows * m.Cols / qkK
 	var b iqBlock
 	if wt, _ := WidenedType(m.Type); wt == Q6_K {

@@ -12,7 +12,7 @@ import (
 // randIQBlocks returns n random blocks of an IQ2 or IQ3 type with a d of
 // either sign and the size real files have.
 func randIQBlocks(rng *rand.Rand, t DType, n int) []byte {
-	bs := iqBlockSize(t)
+	bs := t.TypeSize()
 	q := make([]byte, n*bs)
 	for i := range q {
 		q[i] = byte(rng.Uint32())
@@ -155,7 +155,7 @@ func TestIQDequantHandBuilt(t *testing.T) {
 			binary.LittleEndian.PutUint16(b[48:], 3<<9)
 		}, [8]float32{-0.875, -7.875, -7.875, -0.875, -7.875, -0.875, -7.875, 6.125}},
 	} {
-		blk := make([]byte, iqBlockSize(tc.typ))
+		blk := make([]byte, tc.typ.TypeSize())
 		tc.set(blk)
 		setIQD(tc.typ, blk, one)
 		y := make([]float32, qkK)
@@ -178,7 +178,7 @@ func TestWidenIQ3XXSSubnormal(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	rows, cols := 4, 512
 	data := randIQBlocks(rng, IQ3_XXS, rows*cols/qkK)
-	binary.LittleEndian.PutUint16(data[3*iq3XXSSize:], 0x0003) // 3·2^-24
+	binary.LittleEndian.PutUint16(data[3*IQ3_XXS.TypeSize():], 0x0003) // 3·2^-24
 	m, err := NewMatrix(IQ3_XXS, rows, cols, data)
 	if err != nil {
 		t.Fatal(err)
@@ -199,7 +199,7 @@ func TestWidenIQ3XXSSubnormal(t *testing.T) {
 		}
 	}
 	// A normal d halves exactly: Q6_K.
-	binary.LittleEndian.PutUint16(data[3*iq3XXSSize:], F32ToF16(0.001))
+	binary.LittleEndian.PutUint16(data[3*IQ3_XXS.TypeSize():], F32ToF16(0.001))
 	if m, _ := NewMatrix(IQ3_XXS, rows, cols, data); Widen(m).Type != Q6_K {
 		t.Fatal("IQ3_XXS with normal scales not widened to Q6_K")
 	}
