@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"github.com/kvserve/kvserve/internal/kv"
 	"github.com/spf13/pflag"
@@ -315,16 +314,6 @@ func diskTierDir(dataDir string) string { return filepath.Join(dataDir, "kv") }
 // defaultDiskBytes is the disk tier's budget when not set: a tenth of the
 // free space, at most 32 GiB (it fills only as blocks leave memory).
 func defaultDiskBytes(free int64) int64 { return max(0, min(free/10, 32<<30)) }
-
-// diskFree is the space free for unprivileged users on path's filesystem
-// (0 when unknown).
-func diskFree(path string) int64 {
-	var st syscall.Statfs_t
-	if err := syscall.Statfs(path, &st); err != nil {
-		return 0
-	}
-	return int64(st.Bavail) * st.Bsize
-}
 
 func diskTierString(b int64, sim bool, st kv.DiskStats) string {
 	switch {
