@@ -92,14 +92,18 @@ func put1Bit8(q []int8, code uint16, neg bool) {
 	}
 }
 
-// decode fills b from one block blk of type t, as ggml's
+// decode fills b from one block blk of type t (or of Q8_K16), as ggml's
 // dequantize_row_iq* read it: the per-32 (IQ1_S, IQ2_XXS, IQ3_XXS, IQ3_S)
 // or per-16 (IQ1_M, IQ2_XS, IQ2_S) 3- or 4-bit scale s is the odd 2s+1,
 // and the block's constant factor (¼ of IQ2's 0.25·(0.5+s), ½ of
 // IQ3_XXS's, IQ1's 1/8 of the shift) goes into d.
 func (b *iqBlock) decode(t DType, blk []byte) {
-	if t == IQ1_M {
+	switch t {
+	case IQ1_M:
 		b.decodeIQ1M(blk)
+		return
+	case Q8_K16:
+		b.readQ8K16(blk)
 		return
 	}
 	d := f16At(blk, 0)
@@ -207,7 +211,8 @@ func (b *iqBlock) decodeIQ1M(blk []byte) {
 	}
 }
 
-// dequantIQ dequantizes len(dst) values of an IQ1, IQ2 or IQ3 type.
+// dequantIQ dequantizes len(dst) values of an IQ1, IQ2 or IQ3 type or of
+// Q8_K16.
 func dequantIQ(t DType, dst []float32, src []byte) {
 	bs := t.TypeSize()
 	var b iqBlock
@@ -237,7 +242,8 @@ func (b *iqBlock) sum(y []int8) int32 {
 	return sumi
 }
 
-// dotIQRow is ggml_vec_dot_iq*_q8_K for the IQ1, IQ2 and IQ3 types: per block,
+// dotIQRow is ggml_vec_dot_iq*_q8_K for the IQ1, IQ2 and IQ3 types, and the
+// product of Q8_K16 with the same integer sums and float steps: per block,
 // d·dy·bsum with ggml's constant factor (0.125, 0.25) folded into d, which
 // scales by a power of two and so changes no bits. IQ1's
 // d·dy·(sumi + sumi1/8), sumi1 the shifts' sums, is (d/8)·dy·bsum with
@@ -342,20 +348,4 @@ func widenIQ(m Matrix) Matrix {
 		b.putQ8K16(out.Data[k*q8K16Size : (k+1)*q8K16Size])
 	}
 	return out
-}
-
-// dotQ8K16Row is the product of a Q8_K16 row: the same integer sums and
-// float steps as dotIQRow on the type it was widened from.
-func dotQ8K16Row(row []byte, a *actBuf, tok int) float32 {
-	c := a.cols
-	nb := c / qkK
-	q := a.q[tok*c : (tok+1)*c]
-	dy := a.d[tok*nb : (tok+1)*nb]
-	var b iqBlock
-	var sum float32
-	for k := 0; k < nb; k++ {
-		b.readQ8K16(row[k*q8K16Size : (k+1)*q8K16Size])
-		sum += b.d * dy[k] * float32(b.sum(q[k*qkK:(k+1)*qkK]))
-	}
-	return sum
 }

@@ -342,7 +342,7 @@ var portableKernels = kernelTable{
 	IQ2_S:     genericTile(dotIQRow(IQ2_S)),
 	IQ3_XXS:   genericTile(dotIQRow(IQ3_XXS)),
 	IQ3_S:     genericTile(dotIQRow(IQ3_S)),
-	q8K16Slot: genericTile(dotQ8K16Row),
+	q8K16Slot: genericTile(dotIQRow(Q8_K16)),
 	Q2_K:      genericTile(dotQ2KRow),
 	Q3_K:      genericTile(dotQ3KRow),
 	Q4_K:      genericTile(dotQ4KRow),

@@ -207,14 +207,8 @@ func dequantize(t DType, dst []float32, src []byte) {
 		for b := 0; b < len(dst)/qkK; b++ {
 			dequantQ5KBlock(dst[b*qkK:(b+1)*qkK], src[b*q5KSize:(b+1)*q5KSize])
 		}
-	case IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S:
+	case IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, Q8_K16:
 		dequantIQ(t, dst, src)
-	case Q8_K16:
-		var b iqBlock
-		for k := 0; k < len(dst)/qkK; k++ {
-			b.readQ8K16(src[k*q8K16Size : (k+1)*q8K16Size])
-			b.dequant(dst[k*qkK : (k+1)*qkK])
-		}
 	case Q6_K:
 		for b := 0; b < len(dst)/qkK; b++ {
 			dequantQ6KBlock(dst[b*qkK:(b+1)*qkK], src[b*q6KSize:(b+1)*q6KSize])
