@@ -34,6 +34,7 @@ func TestKill9Ledger(t *testing.T) {
 		mu        sync.Mutex
 		completed = map[string]seen{} // by X-Request-Id
 		started   = map[string]bool{}
+		streaming = map[string]time.Time{} // first chunk, until the end
 	)
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
@@ -68,6 +69,11 @@ func TestKill9Ledger(t *testing.T) {
 					if !ok {
 						continue
 					}
+					mu.Lock()
+					if _, ok := streaming[id]; !ok {
+						streaming[id] = time.Now()
+					}
+					mu.Unlock()
 					if line == "[DONE]" {
 						done = true
 						break
@@ -85,16 +91,24 @@ func TestKill9Ledger(t *testing.T) {
 				}
 				mu.Lock()
 				completed[id] = seen{u.PromptTokens, u.PromptTokensDetails.CachedTokens, u.CompletionTokens}
+				delete(streaming, id)
 				mu.Unlock()
 			}
 		})
 	}
+	// Kill once 12 have completed and a request has streamed for a while:
+	// its open record, which the ledger commits without making the
+	// request wait, is on disk by then.
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		mu.Lock()
 		n := len(completed)
+		inFlight := false
+		for _, first := range streaming {
+			inFlight = inFlight || time.Since(first) > 100*time.Millisecond
+		}
 		mu.Unlock()
-		if n >= 12 {
+		if n >= 12 && inFlight {
 			break
 		}
 		if time.Now().After(deadline) {
