@@ -20,7 +20,6 @@ const hugePageSize = 2 << 20
 // it read-only. release unmaps it; protect makes it writable or read-only
 // again.
 func readHuge(fd *os.File, size int) (data []byte, release func() error, protect func(writable bool) error, err error) {
-
 	// Over-allocate by one huge page so the data can start on a boundary:
 	// only whole, aligned 2 MiB ranges can be huge pages.
 	region, err := unix.Mmap(-1, 0, size+hugePageSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
@@ -56,11 +55,11 @@ func readHuge(fd *os.File, size int) (data []byte, release func() error, protect
 	return data, release, protect, nil
 }
 
-// discardHuge gives back the whole pages inside b, part of a region
+// discardPages gives back the whole pages inside b, part of a region
 // readHuge made (MADV_DONTNEED: the kernel frees them, and a later read
 // finds zeros), and returns their bytes. A huge page b shares with a
 // neighbour is split, the neighbour's part kept in small pages.
-func discardHuge(b []byte) int64 {
+func discardPages(b []byte) int64 {
 	if len(b) == 0 {
 		return 0
 	}

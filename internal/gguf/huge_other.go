@@ -10,8 +10,8 @@ func readHuge(*os.File, int) ([]byte, func() error, func(bool) error, error) {
 	return nil, nil, nil, nil
 }
 
-// discardHuge gives nothing back: there are no huge-page copies here.
-func discardHuge([]byte) int64 { return 0 }
+// discardPages gives nothing back: there are no huge-page copies here.
+func discardPages([]byte) int64 { return 0 }
 
 // HugePagesAvailable reports false: huge pages are used on Linux only.
 func HugePagesAvailable() bool { return false }

@@ -43,7 +43,7 @@ func OpenPlaced(path string, p Placement) (*File, error) {
 			return nil, fmt.Errorf("gguf: read %s into huge pages: %w", path, err)
 		}
 		if data != nil {
-			discard = discardHuge
+			discard = discardPages
 		}
 	}
 	if data == nil { // Mapped, or no huge pages on this system

@@ -56,26 +56,29 @@ func TestOpenPlacedSameBytes(t *testing.T) {
 	}
 }
 
+// openPlaced opens path placed as p, closed when the test ends.
+func openPlaced(t *testing.T, path string, p Placement) *File {
+	t.Helper()
+	f, err := OpenPlaced(path, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f
+}
+
 // TestRewrite: a private copy can be rewritten in place, the change seen
 // through its tensors; a read-only mapping refuses without calling fn.
 func TestRewrite(t *testing.T) {
 	path := testshared.Path(t, "models", "tiny-f32.gguf")
-	mapped, err := OpenPlaced(path, Mapped)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer mapped.Close()
+	mapped := openPlaced(t, path, Mapped)
 	if mapped.Private() {
 		t.Fatal("a mapping reports a private copy")
 	}
 	if err := mapped.Rewrite(func() { t.Fatal("fn called on a read-only mapping") }); err == nil {
 		t.Fatal("rewriting a mapping succeeded")
 	}
-	huge, err := OpenPlaced(path, HugePages)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer huge.Close()
+	huge := openPlaced(t, path, HugePages)
 	if !huge.Private() {
 		t.Skip("no private copy on this system (huge pages unavailable)")
 	}
@@ -121,19 +124,11 @@ func TestRelease(t *testing.T) {
 	if err := os.WriteFile(path, buf.Bytes(), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	mapped, err := OpenPlaced(path, Mapped)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer mapped.Close()
+	mapped := openPlaced(t, path, Mapped)
 	if n := mapped.Release("big"); n != 0 || len(mapped.Tensors[1].Data) != len(big) {
 		t.Fatalf("a mapping gave back %d bytes, kept %d", n, len(mapped.Tensors[1].Data))
 	}
-	huge, err := OpenPlaced(path, HugePages)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer huge.Close()
+	huge := openPlaced(t, path, HugePages)
 	if !huge.Private() {
 		t.Skip("no private copy on this system (huge pages unavailable)")
 	}
