@@ -28,6 +28,13 @@ func benchMatrix(b testing.TB, typ DType, rows, cols int) Matrix {
 		}
 		return Widen(m)
 	}
+	if isIQGrid(typ) { // streamed (stream.go)
+		m, err := NewMatrix(typ, rows, cols, randIQBlocks(rng, typ, rows*cols/qkK))
+		if err != nil {
+			b.Fatal(err)
+		}
+		return m
+	}
 	q, err := Quantize(typ, w)
 	if err != nil {
 		b.Fatal(err)

@@ -13,7 +13,7 @@ func FuzzDequantize(f *testing.F) {
 	f.Add(uint8(3), make([]byte, q80Size*2))
 	f.Add(uint8(5), make([]byte, q4KSize))
 	f.Fuzz(func(t *testing.T, sel uint8, data []byte) {
-		typ := readTypes[int(sel)%len(readTypes)]
+		typ := kernelTypes[int(sel)%len(kernelTypes)]
 		bs, ts := typ.BlockSize(), typ.TypeSize()
 		nBlocks := len(data) / ts
 		n := nBlocks * bs

@@ -498,8 +498,9 @@ var (
 	}
 )
 
-// isaKernels holds the kernel of each weight type at each level (read-only).
-var isaKernels = [isaVNNI + 1]kernelTable{
+// isaKernels holds the kernel of each weight type at each level (read-only),
+// the types Widen converts streamed (stream.go).
+var isaKernels = withStreamKernels([isaVNNI + 1]kernelTable{
 	isaAVX2: {
 		F32: f32FMA.run, F16: f16FMA.run, BF16: bf16FMA.run,
 		Q8_0: q80AVX2.run, Q4_0: q40AVX2.run,
@@ -512,6 +513,19 @@ var isaKernels = [isaVNNI + 1]kernelTable{
 		IQ4_XS: iq4XSVNNI.run, Q2_K: q2KVNNI.run, Q3_K: q3KVNNI.run, Q4_K: q4KVNNI.run, Q5_K: q5KVNNI.run, Q6_K: q6KVNNI.run,
 		q8K16Slot: q8K16VNNI.run,
 	},
+})
+
+// withStreamKernels adds to k, at each level, the streaming kernel of every
+// type Widen converts, over its streamType's kernel there.
+func withStreamKernels(k [isaVNNI + 1]kernelTable) [isaVNNI + 1]kernelTable {
+	for i := isaAVX2; i <= isaVNNI; i++ {
+		for t := range q8K16Slot {
+			if wt, ok := streamType(t); ok {
+				k[i][t] = streamKernel(t, k[i].get(wt))
+			}
+		}
+	}
+	return k
 }
 
 // kernelAt returns the kernel of type t at level i, falling back to lower

@@ -333,8 +333,8 @@ var portableKernels = kernelTable{
 	Q8_0:   genericTile(dotQ80Row),
 	IQ4_NL: genericTile(dotIQ4NLRow),
 	IQ4_XS: genericTile(dotIQ4XSRow),
-	// The IQ1, IQ2 and IQ3 types compute through Widen; these are their
-	// references.
+	// The IQ1, IQ2 and IQ3 types compute through Widen, or streamed
+	// (stream.go) at the assembly levels; these are their references.
 	IQ1_S:     genericTile(dotIQRow(IQ1_S)),
 	IQ1_M:     genericTile(dotIQRow(IQ1_M)),
 	IQ2_XXS:   genericTile(dotIQRow(IQ2_XXS)),

@@ -13,12 +13,12 @@ import (
 	"time"
 )
 
-// allTypes are the types Quantize writes; kernelTypes add Q8_K16, which
-// has kernels but is only made by Widen; readTypes add the types only read.
+// allTypes are the types Quantize writes; kernelTypes, every type with
+// kernels, add Q8_K16, only made by Widen, and the types only read (whose
+// kernels at the assembly levels stream them, stream.go).
 var (
 	allTypes    = []DType{F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K}
-	kernelTypes = append(allTypes[:len(allTypes):len(allTypes)], Q8_K16)
-	readTypes   = append(kernelTypes[:len(kernelTypes):len(kernelTypes)], IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S)
+	kernelTypes = append(allTypes[:len(allTypes):len(allTypes)], Q8_K16, IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S)
 )
 
 func randVec(rng *rand.Rand, n int, std float64) []float32 {

@@ -412,39 +412,16 @@ func Widen(m Matrix) Matrix {
 	nb := m.Rows * m.Cols / qk80
 	out.Data = make([]byte, nb*q80Size)
 	bs := m.Type.TypeSize()
-	switch m.Type {
-	case Q5_0:
-		for b := 0; b < nb; b++ {
-			in := m.Data[b*bs : (b+1)*bs]
-			o := out.Data[b*q80Size : (b+1)*q80Size]
-			o[0], o[1] = in[0], in[1]
-			for j := 0; j < qk80; j++ {
-				o[2+j] = byte(q50Value(in, j))
-			}
-		}
-	case IQ4_NL:
-		for b := 0; b < nb; b++ {
-			in := m.Data[b*bs : (b+1)*bs]
-			o := out.Data[b*q80Size : (b+1)*q80Size]
-			o[0], o[1] = in[0], in[1]
-			for j := 0; j < 16; j++ {
-				o[2+j] = byte(kvaluesIQ4NL[in[2+j]&0xf])
-				o[18+j] = byte(kvaluesIQ4NL[in[2+j]>>4])
-			}
-		}
-	default: // Q4_1, Q5_1
+	for b := 0; b < nb; b++ {
+		widenQ80Block(m.Type, out.Data[b*q80Size:(b+1)*q80Size], m.Data[b*bs:(b+1)*bs])
+	}
+	if m.Type == Q4_1 || m.Type == Q5_1 {
 		mc := minsCols(m.Cols)
 		mins := Matrix{Type: F16, Rows: m.Rows, Cols: mc, Data: make([]byte, 2*mc*m.Rows)}
 		rowBlocks := m.Cols / qk80
 		for b := 0; b < nb; b++ {
-			in := m.Data[b*bs : (b+1)*bs]
-			o := out.Data[b*q80Size : (b+1)*q80Size]
-			o[0], o[1] = in[0], in[1]
 			mo := 2 * (b/rowBlocks*mc + b%rowBlocks)
-			mins.Data[mo], mins.Data[mo+1] = in[2], in[3]
-			for j := 0; j < qk80; j++ {
-				o[2+j] = minBlockValue(m.Type, in, j)
-			}
+			mins.Data[mo], mins.Data[mo+1] = m.Data[b*bs+2], m.Data[b*bs+3]
 		}
 		out.mins = &mins
 	}

@@ -1,0 +1,162 @@
+package tensor
+
+import (
+	"encoding/binary"
+	"sync"
+)
+
+// Streamed matrices: a type Widen converts (WidenedType) can also be
+// computed in its own bytes, each work item widening its rows a few at a
+// time into scratch that stays in cache and running the widened type's
+// kernel on them. The model loader leaves a matrix so when widening every
+// matrix would not fit in memory: it runs in the file's size, at the cost
+// of decoding its rows again for every product (and every group of up to
+// maxTokChunk prompt tokens).
+//
+// Every type streams to the widest of its targets, which holds all of its
+// values exactly: the IQ types to Q8_K16 (whose kernels need no unpacking),
+// Q5_0, IQ4_NL, Q4_1 and Q5_1 to Q8_0 (Q4_1's and Q5_1's minima added per
+// block from the activations' block sums, as ggml_vec_dot_q4_1_q8_1 does).
+
+// streamType is the type a streamed matrix of type t is computed as, and
+// whether t streams.
+func streamType(t DType) (DType, bool) {
+	if _, ok := WidenedType(t); !ok {
+		return t, false
+	}
+	if isIQGrid(t) {
+		return Q8_K16, true
+	}
+	return Q8_0, true
+}
+
+// streamScratchBytes is how much of its rows a streaming work item widens at
+// a time: with the item's activations, within a core's L2.
+const streamScratchBytes = 64 << 10
+
+// streamScratch is one work item's scratch: rows widened, and the Matrix
+// viewing them (kept here so that passing it to a kernel allocates
+// nothing).
+type streamScratch struct {
+	m    Matrix
+	buf  []byte
+	mins []float32 // Q4_1, Q5_1: the rows' block minima
+}
+
+// streamScratches are the scratch of the items in flight; a pool rather
+// than per-thread slots because kernels do not know their thread.
+var streamScratches = sync.Pool{New: func() any { return new(streamScratch) }}
+
+// streamKernel computes a matrix of type t (streamed) with inner, the
+// kernel of its streamType on this level.
+func streamKernel(t DType, inner kernel) kernel {
+	wt, _ := streamType(t)
+	return func(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int) {
+		s := streamScratches.Get().(*streamScratch)
+		defer streamScratches.Put(s)
+		rb, wrb := w.RowBytes(), wt.RowBytes(w.Cols)
+		step := max(8, streamScratchBytes/wrb/8*8)
+		for r := r0; r < r1; r += step {
+			n := min(step, r1-r)
+			s.buf = growBytes(s.buf, n*wrb)
+			s.m = Matrix{Type: wt, Rows: n, Cols: w.Cols, Data: s.buf[:n*wrb]}
+			s.widenRows(t, w.Data[r*rb:(r+n)*rb], w.Cols)
+			inner(dst[r:], ld, &s.m, 0, n, a, t0, t1)
+			if t == Q4_1 || t == Q5_1 {
+				s.addMins(dst[r:], ld, n, w.Cols, a, t0, t1)
+			}
+		}
+		s.m = Matrix{}
+	}
+}
+
+// widenRows writes rows src of type t and cols values each into s.m (of
+// t's streamType), and for Q4_1 and Q5_1 their block minima into s.mins.
+func (s *streamScratch) widenRows(t DType, src []byte, cols int) {
+	dst := s.m.Data
+	if isIQGrid(t) {
+		bs := t.TypeSize()
+		for k := range len(src) / bs {
+			widenIQBlockQ8K16(t, dst[k*q8K16Size:(k+1)*q8K16Size], src[k*bs:(k+1)*bs])
+		}
+		return
+	}
+	bs := t.TypeSize()
+	nb := len(src) / bs
+	if t == Q4_1 || t == Q5_1 {
+		s.mins = growF32(s.mins, nb)
+		for b := range nb {
+			s.mins[b] = f16At(src[b*bs:], 2)
+		}
+	}
+	for b := range nb {
+		widenQ80Block(t, dst[b*q80Size:(b+1)*q80Size], src[b*bs:(b+1)*bs])
+	}
+}
+
+// addMins adds to rows [0, n) of dst (tokens [t0, t1)) the minima's part of
+// Q4_1's and Q5_1's product: per block, m·s1, s1 the activations' Q8_1
+// block sum (ggml_vec_dot_q4_1_q8_1's summs).
+func (s *streamScratch) addMins(dst []float32, ld, n, cols int, a *actBuf, t0, t1 int) {
+	nb := cols / qk80
+	for r := range n {
+		m := s.mins[r*nb : (r+1)*nb]
+		for t := t0; t < t1; t++ {
+			s1 := a.s1[t*nb : (t+1)*nb]
+			var sum float32
+			for b, v := range m {
+				sum += v * s1[b]
+			}
+			dst[t*ld+r] += sum
+		}
+	}
+}
+
+// widenQ80Block writes a block of 32 values of Q5_0, IQ4_NL, Q4_1 or Q5_1
+// as a Q8_0 block of the same d (Q4_1's and Q5_1's without their minimum,
+// whose q, 0-31, fit a byte as they are), eight values a word: the low
+// nibbles of the 16 bytes of values are values 0-15, the high ones 16-31;
+// Q5_0's and Q5_1's fifth bits (bit j of qh, value j's) become 0x10 bytes
+// through signMasks. A Q5_0 value is q−16: the nibble alone where the fifth
+// bit is set, the nibble with 0xf0 (−16 in a byte) where it is not.
+func widenQ80Block(t DType, o, in []byte) {
+	o = o[:q80Size]
+	o[0], o[1] = in[0], in[1]
+	const lo4, hi4, bit4 = 0x0f0f0f0f0f0f0f0f, 0xf0f0f0f0f0f0f0f0, 0x1010101010101010
+	switch t {
+	case Q5_0:
+		qh := binary.LittleEndian.Uint32(in[2:])
+		x0, x1 := binary.LittleEndian.Uint64(in[6:]), binary.LittleEndian.Uint64(in[14:])
+		binary.LittleEndian.PutUint64(o[2:], x0&lo4|hi4&^signMasks[qh&0xff])
+		binary.LittleEndian.PutUint64(o[10:], x1&lo4|hi4&^signMasks[qh>>8&0xff])
+		binary.LittleEndian.PutUint64(o[18:], x0>>4&lo4|hi4&^signMasks[qh>>16&0xff])
+		binary.LittleEndian.PutUint64(o[26:], x1>>4&lo4|hi4&^signMasks[qh>>24])
+	case Q5_1:
+		qh := binary.LittleEndian.Uint32(in[4:])
+		x0, x1 := binary.LittleEndian.Uint64(in[8:]), binary.LittleEndian.Uint64(in[16:])
+		binary.LittleEndian.PutUint64(o[2:], x0&lo4|bit4&signMasks[qh&0xff])
+		binary.LittleEndian.PutUint64(o[10:], x1&lo4|bit4&signMasks[qh>>8&0xff])
+		binary.LittleEndian.PutUint64(o[18:], x0>>4&lo4|bit4&signMasks[qh>>16&0xff])
+		binary.LittleEndian.PutUint64(o[26:], x1>>4&lo4|bit4&signMasks[qh>>24])
+	case Q4_1:
+		x0, x1 := binary.LittleEndian.Uint64(in[4:]), binary.LittleEndian.Uint64(in[12:])
+		binary.LittleEndian.PutUint64(o[2:], x0&lo4)
+		binary.LittleEndian.PutUint64(o[10:], x1&lo4)
+		binary.LittleEndian.PutUint64(o[18:], x0>>4&lo4)
+		binary.LittleEndian.PutUint64(o[26:], x1>>4&lo4)
+	case IQ4_NL:
+		for j := range 16 {
+			v := iq4NLPairs[in[2+j]]
+			o[2+j], o[18+j] = byte(v), byte(v>>8)
+		}
+	}
+}
+
+// iq4NLPairs[b] holds the IQ4_NL values of byte b's low nibble (low byte)
+// and high nibble (high byte) (read-only).
+var iq4NLPairs = func() (p [256]uint16) {
+	for b := range p {
+		p[b] = uint16(uint8(kvaluesIQ4NL[b&0xf])) | uint16(uint8(kvaluesIQ4NL[b>>4]))<<8
+	}
+	return p
+}()

@@ -1,0 +1,58 @@
+package tensor
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// TestStreamedAsWidened checks that a matrix computed in its own bytes
+// (streamed, at every assembly level) gives what its widened copy gives:
+// bit for bit where both run the same kernel (the IQ2 types on Q8_K16,
+// Q5_0 and IQ4_NL on Q8_0, packed or not), else within the kernels'
+// rounding, as TestMatMulKernelsAgree checks it (the IQ1 and IQ3 types
+// widen to Q6_K; Q4_1's and Q5_1's minima are summed in another order).
+// The shapes cross the scratch's row steps.
+func TestStreamedAsWidened(t *testing.T) {
+	rng := rand.New(rand.NewPCG(43, 44))
+	p := NewPool(2)
+	defer p.Close()
+	levels := availableISAs()[1:]
+	if len(levels) == 0 {
+		t.Skip("no assembly kernels in this build: the portable kernels compute every type as it is")
+	}
+	for _, typ := range []DType{Q5_0, Q4_1, Q5_1, IQ4_NL, IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S} {
+		st, _ := streamType(typ)
+		wt, _ := WidenedType(typ)
+		for _, shape := range [][2]int{{1, 256}, {67, 1024}, {130, 4096}} {
+			rows, cols := shape[0], shape[1]
+			m, wd := randMatrix(t, rng, typ, rows, cols)
+			for _, n := range []int{1, 3, 5, 70} {
+				x := randVec(rng, n*cols, 1)
+				ref := newMatMulRef(typ, wd, x, rows, cols, n)
+				for _, level := range levels {
+					got := make([]float32, n*rows)
+					p.matMul(got, m, x, n, kernelAt(typ, level))
+					label := fmt.Sprintf("%v %v %dx%d n=%d", level, typ, rows, cols, n)
+					ref.check(t, label, got, rows)
+					if st != wt || hasMins(typ) {
+						continue
+					}
+					for _, w := range []Matrix{Widen(m), Pack(Widen(m))} {
+						if w.Packed() && level != cpuISA {
+							continue // packed for this CPU's kernels only
+						}
+						want := make([]float32, n*rows)
+						p.matMul(want, w, x, n, kernelAt(wt, level))
+						for i := range want {
+							if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+								t.Fatalf("%s packed=%v: output %d is %v streamed, %v widened", label, w.Packed(), i, got[i], want[i])
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}
