@@ -205,6 +205,56 @@ func TestGolden(t *testing.T) {
 	}
 }
 
+// TestGoldenStreamed runs the golden cases of the files with matrices of a
+// type the loader widens (tensor.Widen) with none widened (a WidenLimit of
+// 0): computed in their own bytes, streamed, they must match llama.cpp
+// within streamedTolerance times the type's tolerance.
+//
+// Streamed, the IQ1 and IQ3 types run Q8_K16's kernels instead of Q6_K's,
+// and Q4_1's and Q5_1's minima are summed in another order: the same
+// integer sums, other float steps. On these tiny random models that alone
+// moves the top-5 probabilities (teacher-forced, streamed against widened)
+// by up to 5.3e-2 (IQ1_M; IQ3_M 3.8e-2, IQ1_S 2.4e-2, IQ3_XXS 2.2e-2, Q4_1
+// 1.6e-2, Q5_1 1.4e-2), more than an ulp of input noise does (TestNoiseFloor:
+// IQ1_M 3.5e-2 over 24 draws): IQ1_M streamed is 5.9e-2 from llama.cpp.
+const streamedTolerance = 1.25
+
+func TestGoldenStreamed(t *testing.T) {
+	pool := tensor.NewPool(2)
+	defer pool.Close()
+	for _, name := range goldenModels {
+		ref, path := goldenFiles(t, name)
+		f, err := gguf.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := model.LoadWith(f, model.Options{WidenLimit: 0})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Widening.Streamed() == 0 {
+			f.Close()
+			continue
+		}
+		t.Run(name, func(t *testing.T) {
+			if m.WidenedBytes != 0 {
+				t.Fatalf("%d bytes widened with a limit of 0", m.WidenedBytes)
+			}
+			tol := streamedTolerance * probTolerance[weightType(t, path)]
+			r, err := model.NewRunner(m, pool, 128, tensor.F16)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var worst float64
+			for ci, c := range ref.Cases {
+				worst = max(worst, checkCase(t, r, ci, c, tol))
+			}
+			t.Logf("%s, %d matrices streamed: worst top-5 probability difference %.2e (tolerance %.1e)", name, m.Widening.Streamed(), worst, tol)
+		})
+		f.Close()
+	}
+}
+
 // checkCase runs one reference case twice: free-running greedy generation,
 // which must reproduce the reference tokens up to the first near-tie, and
 // teacher-forced on the reference tokens, where every position's top-5

@@ -22,7 +22,6 @@ import (
 	"runtime"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"unsafe"
 
 	"github.com/kvserve/kvserve/internal/gguf"
@@ -52,15 +51,24 @@ type Model struct {
 	// WidenedBytes is the memory of the copies of weights widened to a
 	// type with faster kernels (tensor.Widen), on top of the file's.
 	WidenedBytes int64
+	// Widening says which matrices were widened, which left in their own
+	// bytes (streamed) for the memory limit given.
+	Widening Widening
 	// ReleasedBytes is the memory of a private copy of the file
 	// (gguf.File.Private) given back after widening: the whole pages of
 	// the widened matrices' original bytes, which nothing reads again.
 	ReleasedBytes int64
 }
 
-// Load builds a Model from a parsed GGUF file. The file must stay open while
-// the model is used: the weights are views of it.
+// Load builds a Model from a parsed GGUF file, every matrix of a type Widen
+// converts widened. The file must stay open while the model is used: the
+// weights are views of it.
 func Load(f *gguf.File) (*Model, error) {
+	return LoadWith(f, Options{WidenLimit: NoWidenLimit})
+}
+
+// LoadWith is Load with options.
+func LoadWith(f *gguf.File, o Options) (*Model, error) {
 	cfg, err := ReadConfig(f)
 	if err != nil {
 		return nil, err
@@ -107,7 +115,8 @@ func Load(f *gguf.File) (*Model, error) {
 	for _, t := range f.Tensors {
 		m.WeightBytes += int64(len(t.Data))
 	}
-	sources := m.widen()
+	m.Widening = PlanWidening(f, o.WidenLimit)
+	sources := m.widen(f, m.Widening)
 	if f.Private() {
 		if err := f.Rewrite(m.pack); err != nil {
 			return nil, fmt.Errorf("model: pack weights: %w", err)
@@ -121,30 +130,6 @@ func Load(f *gguf.File) (*Model, error) {
 		m.ReleasedBytes = f.Release(names...)
 	}
 	return m, nil
-}
-
-// widen converts the weight matrices of a type without fast kernels of its
-// own to the type whose kernels compute its products (tensor.Widen), into
-// memory of their own, which, writable whatever the placement, is packed
-// for the kernels too; it adds the copies' size to WidenedBytes. It returns
-// the first bytes of the widened matrices' original data.
-func (m *Model) widen() map[*byte]bool {
-	var n atomic.Int64
-	var mu sync.Mutex
-	sources := map[*byte]bool{}
-	m.eachMatrix(func(w *tensor.Matrix) {
-		if wide := tensor.Widen(*w); wide.Type != w.Type {
-			n.Add(int64(wide.Bytes()))
-			if len(w.Data) > 0 {
-				mu.Lock()
-				sources[&w.Data[0]] = true
-				mu.Unlock()
-			}
-			*w = tensor.Pack(wide)
-		}
-	})
-	m.WidenedBytes = n.Load()
-	return sources
 }
 
 // pack rewrites the weight matrices in the layout the CPU's kernels read

@@ -24,13 +24,18 @@ type Progress func(done, total int64)
 // copy in transparent huge pages, faster to stream through). When progress
 // is not nil, Open also pages the weights in before returning, reporting as
 // it goes, so that the first request does not pay for reading the file from
-// disk.
+// disk. Every matrix of a type Widen converts is widened (Load).
 func Open(path string, placement gguf.Placement, progress Progress) (*File, error) {
+	return OpenWith(path, placement, progress, Options{WidenLimit: NoWidenLimit})
+}
+
+// OpenWith is Open with Load's options (LoadWith).
+func OpenWith(path string, placement gguf.Placement, progress Progress, o Options) (*File, error) {
 	f, err := gguf.OpenPlaced(path, placement)
 	if err != nil {
 		return nil, err
 	}
-	m, err := Load(f)
+	m, err := LoadWith(f, o)
 	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("load %s: %w", path, err)

@@ -1,0 +1,164 @@
+package model
+
+import (
+	"cmp"
+	"math"
+	"slices"
+	"strings"
+	"sync/atomic"
+
+	"github.com/kvserve/kvserve/internal/gguf"
+	"github.com/kvserve/kvserve/internal/tensor"
+)
+
+// Options are Load's choices beyond the file.
+type Options struct {
+	// WidenLimit bounds the memory of the copies of widened matrices
+	// (tensor.Widen; see PlanWidening): 0 widens none, NoWidenLimit all.
+	WidenLimit int64
+}
+
+// NoWidenLimit widens every matrix of a type Widen converts.
+const NoWidenLimit = math.MaxInt64
+
+// Widening is which of a file's weight matrices Load widens (tensor.Widen)
+// within a memory limit; the others are computed in their own bytes,
+// streamed (slower: their rows are widened again for every product).
+type Widening struct {
+	// Limit is the limit the plan was made for.
+	Limit int64
+	// Names are the tensors widened.
+	Names map[string]bool
+	// Types lists, per type of the file's matrices that Widen converts (in
+	// the file's order), what becomes of them.
+	Types []WidenedType
+}
+
+// WidenedType is what a Widening does with the matrices of one type.
+type WidenedType struct {
+	Type tensor.DType
+	// Widened and WidenedBytes count the matrices widened and the memory of
+	// their copies.
+	Widened      int
+	WidenedBytes int64
+	// Streamed counts the matrices left in their own bytes,
+	// StreamedBytes their size and StreamedWideBytes what widening them
+	// would take.
+	Streamed          int
+	StreamedBytes     int64
+	StreamedWideBytes int64
+}
+
+// Bytes is the memory of all widened copies.
+func (w Widening) Bytes() int64 {
+	var n int64
+	for _, t := range w.Types {
+		n += t.WidenedBytes
+	}
+	return n
+}
+
+// Streamed counts the matrices left in their own bytes.
+func (w Widening) Streamed() int {
+	n := 0
+	for _, t := range w.Types {
+		n += t.Streamed
+	}
+	return n
+}
+
+// PlanWidening chooses which of f's weight matrices to widen within limit
+// bytes of copies. Widening only pays for a matrix the kernels multiply
+// with: a token embedding apart from the output projection (its rows are
+// only looked up) stays as it is. The others go in order of the least
+// memory a byte of theirs takes widened (Q5_0's copy is half as large again,
+// IQ2_XXS's four times: a limit then keeps the most matrices at full
+// speed), in the file's order among equals, each one that still fits.
+func PlanWidening(f *gguf.File, limit int64) Widening {
+	_, hasOutput := f.Tensor("output.weight")
+	type cand struct {
+		t          *gguf.Tensor
+		own, wide  int64
+		byTypeSlot int
+	}
+	w := Widening{Limit: limit, Names: map[string]bool{}}
+	var cands []cand
+	for i := range f.Tensors {
+		t := &f.Tensors[i]
+		if len(t.Dims) != 2 || !isWeightMatrix(t.Name) || t.Name == "token_embd.weight" && hasOutput {
+			continue
+		}
+		if _, ok := tensor.WidenedType(t.Type); !ok {
+			continue
+		}
+		slot := slices.IndexFunc(w.Types, func(wt WidenedType) bool { return wt.Type == t.Type })
+		if slot < 0 {
+			slot = len(w.Types)
+			w.Types = append(w.Types, WidenedType{Type: t.Type})
+		}
+		wide := int64(tensor.WidenedRowBytes(t.Type, t.Cols())) * int64(t.Rows())
+		cands = append(cands, cand{t, int64(t.Size()), wide, slot})
+	}
+	slices.SortStableFunc(cands, func(a, b cand) int {
+		// a.wide/a.own < b.wide/b.own, without division
+		return cmp.Compare(float64(a.wide)*float64(b.own), float64(b.wide)*float64(a.own))
+	})
+	left := limit
+	for _, c := range cands {
+		wt := &w.Types[c.byTypeSlot]
+		if c.wide <= left {
+			left -= c.wide
+			w.Names[c.t.Name] = true
+			wt.Widened++
+			wt.WidenedBytes += c.wide
+			continue
+		}
+		wt.Streamed++
+		wt.StreamedBytes += c.own
+		wt.StreamedWideBytes += c.wide
+	}
+	return w
+}
+
+// isWeightMatrix reports whether a tensor of the name is one Load reads as
+// a weight matrix.
+func isWeightMatrix(name string) bool {
+	switch name {
+	case "token_embd.weight", "output.weight":
+		return true
+	}
+	if !strings.HasPrefix(name, "blk.") {
+		return false
+	}
+	for _, s := range []string{".attn_q.weight", ".attn_k.weight", ".attn_v.weight", ".attn_output.weight", ".ffn_gate.weight", ".ffn_up.weight", ".ffn_down.weight"} {
+		if strings.HasSuffix(name, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// widen converts the weight matrices plan names to the type whose kernels
+// compute their products (tensor.Widen), into memory of their own, which,
+// writable whatever the placement, is packed for the kernels too; it adds
+// the copies' size to WidenedBytes. It returns the first bytes of the
+// widened matrices' original data.
+func (m *Model) widen(f *gguf.File, plan Widening) map[*byte]bool {
+	sources := map[*byte]bool{}
+	for name := range plan.Names {
+		if t, ok := f.Tensor(name); ok && len(t.Data) > 0 {
+			sources[&t.Data[0]] = true
+		}
+	}
+	var n atomic.Int64
+	m.eachMatrix(func(w *tensor.Matrix) {
+		if len(w.Data) == 0 || !sources[&w.Data[0]] { // read-only here
+			return
+		}
+		wide := tensor.Widen(*w)
+		n.Add(int64(wide.Bytes()))
+		*w = tensor.Pack(wide)
+	})
+	m.WidenedBytes = n.Load()
+	return sources
+}
