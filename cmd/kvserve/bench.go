@@ -22,7 +22,8 @@ func newBenchCmd() *cobra.Command {
 }
 
 func newBenchModelCmd() *cobra.Command {
-	var modelPath, modelMemory string
+	var modelPath string
+	var weights weightsMemory
 	var asJSON bool
 	var o enginebench.SpeedOptions
 	cmd := &cobra.Command{
@@ -30,7 +31,7 @@ func newBenchModelCmd() *cobra.Command {
 		Short: "Forward-pass speed like llama-bench: prefill of -p tokens in one pass (pp), -n tokens decoded one by one (tg), after -d tokens of context",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			mf, err := openModelWithProgress(modelPath, modelMemory, cmd.ErrOrStderr())
+			mf, err := openModelWithProgress(modelPath, weights, 0, cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
@@ -64,7 +65,7 @@ func newBenchModelCmd() *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVarP(&modelPath, "model", "m", "", "GGUF model file (required)")
-	modelMemoryFlag(f, &modelMemory)
+	weightsMemoryFlags(f, &weights)
 	f.IntVarP(&o.Prompt, "prompt", "p", 512, "prefill tokens (pp)")
 	f.IntVarP(&o.Generate, "n", "n", 128, "decoded tokens (tg)")
 	f.IntVarP(&o.Depth, "depth", "d", 0, "tokens already in the context before pp and tg (llama-bench's -d)")
@@ -78,7 +79,8 @@ func newBenchModelCmd() *cobra.Command {
 }
 
 func newBenchEngineCmd() *cobra.Command {
-	var modelPath, modelMemory, scenario, cpuProfile string
+	var modelPath, scenario, cpuProfile string
+	var weights weightsMemory
 	var asJSON bool
 	var o enginebench.Options
 	var names []string
@@ -100,7 +102,7 @@ func newBenchEngineCmd() *cobra.Command {
 				}
 				scenarios = []enginebench.Scenario{s}
 			}
-			mf, err := openModelWithProgress(modelPath, modelMemory, cmd.ErrOrStderr())
+			mf, err := openModelWithProgress(modelPath, weights, 0, cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
@@ -143,7 +145,7 @@ func newBenchEngineCmd() *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVarP(&modelPath, "model", "m", "", "GGUF model file (required)")
-	modelMemoryFlag(f, &modelMemory)
+	weightsMemoryFlags(f, &weights)
 	f.StringVar(&scenario, "scenario", "", "run only this scenario")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile to this file (for developers)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object per scenario")

@@ -24,7 +24,7 @@ import (
 // as a server is.
 type engineOptions struct {
 	modelPath       string
-	modelMemory     string
+	weights         weightsMemory
 	modelID         string
 	kvMemory        byteSize
 	kvHostMemory    hostSize
@@ -50,7 +50,7 @@ type engineOptions struct {
 // addEngineFlags defines the model and engine flags on f.
 func addEngineFlags(f *pflag.FlagSet, o *engineOptions) {
 	f.StringVarP(&o.modelPath, "model", "m", "", "GGUF model file (default: a synthetic random-weight model, generated into the data directory)")
-	modelMemoryFlag(f, &o.modelMemory)
+	weightsMemoryFlags(f, &o.weights)
 	f.StringVar(&o.modelID, "model-id", "", "model name clients use (default: the file name without .gguf)")
 	f.Var(&o.kvMemory, "kv-cache-memory", "KV cache size, e.g. 4GiB; auto: 25% of MemAvailable, within [256MiB, 4GiB]")
 	f.Float64Var(&o.maxPinned, "kv-max-pinned", 0.5, "share of the KV cache pins may hold (retention pinned, context caches); a request that would pin more gets 429")
@@ -97,9 +97,9 @@ func (o *engineOptions) validate() error {
 	if o.computeNice < 0 || o.computeNice > 20 {
 		return fmt.Errorf("--compute-nice %d: want 0 (off), 1-19 (nice) or 20 (SCHED_IDLE)", o.computeNice)
 	}
-	if o.modelMemory != "auto" {
-		if _, err := gguf.ParsePlacement(o.modelMemory); err != nil {
-			return fmt.Errorf("--model-memory %q: want auto, mmap or hugepages", o.modelMemory)
+	if o.weights.placement != "auto" {
+		if _, err := gguf.ParsePlacement(o.weights.placement); err != nil {
+			return fmt.Errorf("--model-memory %q: want auto, mmap or hugepages", o.weights.placement)
 		}
 	}
 	return nil
@@ -137,6 +137,18 @@ type engineEnv struct {
 	reg            prometheus.Registerer
 	log            *slog.Logger
 	stderr         io.Writer // what the user is told (nil: nothing)
+}
+
+// reservedMemory is the memory the engine keeps besides the model, which
+// --widen-memory auto leaves to it: the KV cache's (the default's, sized
+// before the model takes its share), and the host tier's when it is given
+// (by default it takes a share of what the model leaves).
+func (o *engineOptions) reservedMemory() int64 {
+	kv := int64(o.kvMemory)
+	if kv == 0 {
+		kv = defaultKVMemory(memAvailable())
+	}
+	return kv + max(0, int64(o.kvHostMemory))
 }
 
 // newServedEngine builds the forward pass --engine names and the engine on

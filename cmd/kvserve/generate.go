@@ -29,7 +29,7 @@ import (
 
 type generateOptions struct {
 	modelPath    string
-	modelMemory  string
+	weights      weightsMemory
 	prompt       string
 	promptTokens string
 	system       string
@@ -55,7 +55,7 @@ func newGenerateCmd() *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVarP(&o.modelPath, "model", "m", "", "GGUF model file (required)")
-	modelMemoryFlag(f, &o.modelMemory)
+	weightsMemoryFlags(f, &o.weights)
 	f.StringVarP(&o.prompt, "prompt", "p", "", "prompt text")
 	f.StringVar(&o.promptTokens, "prompt-tokens", "", "prompt as comma-separated token ids, used as given (no BOS added)")
 	f.BoolVar(&o.chat, "chat", false, "render the prompt as a user message with the model's chat template")
@@ -101,7 +101,7 @@ func runGenerate(cmd *cobra.Command, o *generateOptions) error {
 	if err := o.check(); err != nil {
 		return err
 	}
-	mf, err := openModelWithProgress(o.modelPath, o.modelMemory, stderr)
+	mf, err := openModelWithProgress(o.modelPath, o.weights, 0, stderr)
 	if err != nil {
 		return err
 	}
@@ -435,14 +435,17 @@ func parseTokenList(s string, vocab int) ([]int32, error) {
 	return ids, nil
 }
 
-// openModelWithProgress opens a model with its weights placed as the
-// --model-memory setting says, showing a progress bar on w while the
-// weights are read or paged in when they are large enough for it to matter.
-func openModelWithProgress(path, memory string, w io.Writer) (*model.File, error) {
-	placement, why, err := modelPlacementWhy(path, memory)
+// openModelWithProgress opens a model with its weights placed and widened
+// as the --model-memory and --widen-memory settings say, for a command that
+// keeps reserved bytes of memory besides (its KV cache), showing a progress
+// bar on w while the weights are read or paged in when they are large
+// enough for it to matter.
+func openModelWithProgress(path string, memory weightsMemory, reserved int64, w io.Writer) (*model.File, error) {
+	plan, err := planWeights(path, memory, reserved)
 	if err != nil {
 		return nil, err
 	}
+	placement, why := plan.placement, plan.why
 	var bar *progressbar.ProgressBar
 	progress := func(done, total int64) {
 		if total < 256<<20 {
@@ -457,17 +460,17 @@ func openModelWithProgress(path, memory string, w io.Writer) (*model.File, error
 		}
 		_ = bar.Set64(done)
 	}
-	mf, err := model.Open(path, placement, progress)
+	mf, err := model.OpenWith(path, placement, progress, model.Options{WidenLimit: plan.widenLimit})
 	if bar != nil {
 		_ = bar.Finish()
 	}
 	if err != nil {
 		return nil, err
 	}
-	if (memory == "auto" || memory == "") && mf.GGUF.Private() {
-		mf, placement, why = probePlacement(path, mf, why)
+	if (memory.placement == "auto" || memory.placement == "") && mf.GGUF.Private() {
+		mf, placement, why = probePlacement(path, mf, why, plan.widenLimit)
 	}
-	fmt.Fprintf(w, "kvserve: weights %s\n", placementLine(placement, why, mf.GGUF.Private(), mf.GGUF, mf.Model.ReleasedBytes))
+	fmt.Fprintf(w, "kvserve: weights %s\n", placementLine(placement, why, mf.GGUF.Private(), mf.GGUF, mf.Model.Widening, plan.widenWhy, mf.Model.ReleasedBytes))
 	return mf, nil
 }
 

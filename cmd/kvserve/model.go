@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kvserve/kvserve/internal/gguf"
+	"github.com/kvserve/kvserve/internal/model"
 	"github.com/kvserve/kvserve/internal/synth"
 )
 
@@ -177,11 +178,12 @@ func inspectFile(path string) (*modelInfo, error) {
 	info.FileBytes = st.Size()
 	// Where `--model-memory auto` would put the weights on this machine,
 	// and the kernels that would compute with them.
-	if p, why, err := modelPlacementWhy(path, "auto"); err == nil {
-		if p == gguf.HugePages {
-			why += "; a decode pass timed on both at load keeps the faster"
+	// For kvserve serve's defaults: a KV cache of the default size.
+	if p, err := planWeights(path, weightsMemory{placement: "auto"}, defaultKVMemory(memAvailable())); err == nil {
+		if p.placement == gguf.HugePages {
+			p.why += "; a decode pass timed on both at load keeps the faster"
 		}
-		info.Weights = placementLine(p, why, p == gguf.HugePages, f, -1)
+		info.Weights = placementLine(p.placement, p.why, p.placement == gguf.HugePages, f, model.PlanWidening(f, p.widenLimit), p.widenWhy, -1)
 	}
 	return info, nil
 }

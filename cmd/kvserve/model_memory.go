@@ -15,43 +15,79 @@ import (
 	"github.com/kvserve/kvserve/internal/tensor"
 )
 
-// modelMemoryFlag registers --model-memory, where a command keeps the
-// model's weights.
-func modelMemoryFlag(f *pflag.FlagSet, p *string) {
-	f.StringVar(p, "model-memory", "auto", "where the weights live: mmap (a shared read-only mapping of the file), hugepages (a private copy in transparent huge pages, its weights packed for the CPU's kernels: faster decoding, the whole file in RAM), auto (hugepages when the kernel offers them and the file takes at most half of MemAvailable, unless a decode pass timed at load on both is faster on the mapping; else mmap)")
+// weightsMemory is where a command keeps a model's weights and how much
+// memory their widened copies may take: --model-memory and --widen-memory.
+type weightsMemory struct {
+	placement string
+	widen     hostSize // 0: auto, -1: none
 }
 
-// modelPlacement resolves a --model-memory setting for the model at path.
-func modelPlacement(path, setting string) (gguf.Placement, error) {
-	p, _, err := modelPlacementWhy(path, setting)
-	return p, err
+// weightsMemoryFlags registers --model-memory and --widen-memory.
+func weightsMemoryFlags(f *pflag.FlagSet, w *weightsMemory) {
+	f.StringVar(&w.placement, "model-memory", "auto", "where the weights live: mmap (a shared read-only mapping of the file), hugepages (a private copy in transparent huge pages, its weights packed for the CPU's kernels: faster decoding, the whole file in RAM), auto (hugepages when the kernel offers them and the file takes at most half of MemAvailable, unless a decode pass timed at load on both is faster on the mapping; else mmap)")
+	f.Var(&w.widen, "widen-memory", "memory the widened copies of weights may take (the matrices of Q5_0, Q4_1, Q5_1, IQ4_NL and the IQ types below 4 bits are widened at load to types with faster kernels, 1.5-4.2 times their size; those that do not fit are computed in their own bytes, slower), e.g. 2GiB; auto: what MemAvailable leaves beside the file, the KV cache and an eighth of it; 0: none")
 }
 
-// modelPlacementWhy is modelPlacement with the reason for its choice, for
-// the line a command prints when it loads a model and `model info`.
-func modelPlacementWhy(path, setting string) (gguf.Placement, string, error) {
-	if setting == "auto" || setting == "" {
-		st, err := os.Stat(path)
-		if err != nil {
-			return 0, "", fmt.Errorf("open %s: %w", path, err)
-		}
-		f, err := gguf.Open(path)
-		if err != nil {
-			return 0, "", err
-		}
-		// Widened copies take memory in either placement, on top of a
-		// private copy's.
-		size := st.Size() + widenedBytes(f)
-		f.Close()
-		avail, huge := memAvailable(), gguf.HugePagesAvailable()
-		p := autoPlacement(size, avail, huge)
-		return p, autoPlacementWhy(size, avail, huge), nil
-	}
-	p, err := gguf.ParsePlacement(setting)
+// weightsPlan is where a command puts a model's weights and why, and the
+// limit of their widened copies' memory (model.Options) and why.
+type weightsPlan struct {
+	placement  gguf.Placement
+	why        string
+	widenLimit int64
+	widenWhy   string
+}
+
+// planWeights resolves w for the model at path, for a command that keeps
+// reserved bytes of memory besides (its KV cache), for the line a command
+// prints when it loads a model and `model info`.
+func planWeights(path string, w weightsMemory, reserved int64) (weightsPlan, error) {
+	var p weightsPlan
+	st, err := os.Stat(path)
 	if err != nil {
-		return 0, "", fmt.Errorf("--model-memory %q: want auto, mmap or hugepages", setting)
+		return p, fmt.Errorf("open %s: %w", path, err)
 	}
-	return p, "--model-memory " + setting, nil
+	avail := memAvailable()
+	p.widenLimit, p.widenWhy = widenLimit(w.widen, st.Size(), reserved, avail)
+	if w.placement != "auto" && w.placement != "" {
+		if p.placement, err = gguf.ParsePlacement(w.placement); err != nil {
+			return p, fmt.Errorf("--model-memory %q: want auto, mmap or hugepages", w.placement)
+		}
+		p.why = "--model-memory " + w.placement
+		return p, nil
+	}
+	f, err := gguf.Open(path)
+	if err != nil {
+		return p, err
+	}
+	// Widened copies take memory in either placement, on top of a
+	// private copy's.
+	size := st.Size() + model.PlanWidening(f, p.widenLimit).Bytes()
+	f.Close()
+	huge := gguf.HugePagesAvailable()
+	p.placement, p.why = autoPlacement(size, avail, huge), autoPlacementWhy(size, avail, huge)
+	return p, nil
+}
+
+// widenLimit resolves --widen-memory for a file of fileBytes when a command
+// keeps reserved bytes besides and avail bytes are available (0: unknown),
+// and says why. auto leaves an eighth of the available memory to the rest
+// (activations, the runtime, the page cache's other users); with the
+// available memory unknown it widens everything, as before the limit.
+func widenLimit(setting hostSize, fileBytes, reserved, avail int64) (int64, string) {
+	switch {
+	case setting < 0:
+		return 0, "--widen-memory 0"
+	case setting > 0:
+		return int64(setting), "--widen-memory " + setting.String()
+	case avail <= 0:
+		return model.NoWidenLimit, "--widen-memory auto, the available memory unknown"
+	}
+	limit := max(0, avail-fileBytes-reserved-avail/8)
+	why := fmt.Sprintf("--widen-memory auto: %s available, less the file's %s", humanBytes(uint64(avail)), humanBytes(uint64(fileBytes)))
+	if reserved > 0 {
+		why += fmt.Sprintf(", the KV cache's %s", humanBytes(uint64(reserved)))
+	}
+	return limit, why + " and an eighth for the rest"
 }
 
 // probePlacement is --model-memory auto's check of its choice of a private
@@ -64,8 +100,12 @@ func modelPlacementWhy(path, setting string) (gguf.Placement, string, error) {
 // reading. The probe reads the first probeBytes of the layers' weights:
 // once on the mapping to page them in, then probeRounds times on each
 // placement, alternated, the fastest pass of each compared.
-func probePlacement(path string, private *model.File, why string) (*model.File, gguf.Placement, string) {
-	mapped, err := model.Open(path, gguf.Mapped, nil)
+//
+// The mapping is loaded with the copy's widening limit (the same matrices
+// widened): auto made a private copy only if the file and its widened copies
+// take at most half of the available memory, so both fit for the probe.
+func probePlacement(path string, private *model.File, why string, widenLimit int64) (*model.File, gguf.Placement, string) {
+	mapped, err := model.OpenWith(path, gguf.Mapped, nil, model.Options{WidenLimit: widenLimit})
 	if err != nil {
 		return private, gguf.HugePages, why + "; probe skipped: " + err.Error()
 	}
@@ -132,9 +172,11 @@ func autoPlacementWhy(size, avail int64, huge bool) string {
 }
 
 // placementLine describes where a model's weights are and which kernels
-// compute with them: placement p, chosen for why, and whether the weights
-// did get a private copy, for file f.
-func placementLine(p gguf.Placement, why string, private bool, f *gguf.File, released int64) string {
+// compute with them: placement p, chosen for why, whether the weights did
+// get a private copy, for file f whose matrices are widened as w says (for
+// the limit limitWhy explains), and what the private copy gave back
+// (released; negative: not loaded yet).
+func placementLine(p gguf.Placement, why string, private bool, f *gguf.File, w model.Widening, limitWhy string, released int64) string {
 	types := matrixTypes(f)
 	where := "a read-only mapping of the file"
 	switch {
@@ -157,9 +199,9 @@ func placementLine(p gguf.Placement, why string, private bool, f *gguf.File, rel
 	default:
 		k += ", " + strings.Join(packed, " and ") + " not packed (only private memory is)"
 	}
-	line := fmt.Sprintf("in %s (%s); %s%s", where, why, k, widenedClause(f))
+	line := fmt.Sprintf("in %s (%s); %s%s", where, why, k, widenedClause(w, limitWhy))
 	switch {
-	case !private || widenedBytes(f) == 0:
+	case !private || w.Bytes() == 0:
 	case released >= 0:
 		line += fmt.Sprintf("; the private copy gave back %s of the widened matrices' original bytes", humanBytes(uint64(released)))
 	default:
@@ -168,51 +210,37 @@ func placementLine(p gguf.Placement, why string, private bool, f *gguf.File, rel
 	return line
 }
 
-// widenedClause names the types of f's matrices that the model loader
-// widens to a type with faster kernels (tensor.Widen), and the memory the
-// copies take besides the file's, or is empty.
-func widenedClause(f *gguf.File) string {
+// widenedClause says, for each type of a file's matrices that the model
+// loader widens to a type with faster kernels (tensor.Widen), what w does
+// with them: the copies' memory besides the file's, and the matrices left
+// in their own bytes beyond the limit (limitWhy says whose); or is empty.
+func widenedClause(w model.Widening, limitWhy string) string {
 	var parts []string
-	for _, t := range matrixTypes(f) {
-		wt, ok := tensor.WidenedType(t)
-		if !ok {
-			continue
-		}
-		n := widenedBytesOf(f, t)
-		how := "widened to " + wt.String()
-		if tensor.WidenedRowBytes(t, 256) > wt.RowBytes(256) { // Q4_1, Q5_1
+	for _, wt := range w.Types {
+		t := wt.Type
+		to, _ := tensor.WidenedType(t)
+		how := "widened to " + to.String()
+		if tensor.WidenedRowBytes(t, 256) > to.RowBytes(256) { // Q4_1, Q5_1
 			how += " with its blocks' minima beside"
 		}
-		if tensor.Packable(wt) {
+		if tensor.Packable(to) {
 			how += " and packed"
 		}
-		parts = append(parts, fmt.Sprintf("%v %s in %s of memory of its own (the same products, faster kernels)", t, how, humanBytes(uint64(n))))
+		switch {
+		case wt.Streamed == 0:
+			parts = append(parts, fmt.Sprintf("%v %s in %s of memory of its own (the same products, faster kernels)", t, how, humanBytes(uint64(wt.WidenedBytes))))
+		case wt.Widened == 0:
+			parts = append(parts, fmt.Sprintf("%v computed in its own bytes, streamed (slower: each product widens its rows again): widening it would take %s, more than the limit (%s)",
+				t, humanBytes(uint64(wt.StreamedWideBytes)), limitWhy))
+		default:
+			parts = append(parts, fmt.Sprintf("%v: %d matrices %s in %s of memory of their own (the same products, faster kernels), %d (%s) computed in their own bytes, streamed (slower: each product widens their rows again), widening them would take %s more than the limit (%s)",
+				t, wt.Widened, how, humanBytes(uint64(wt.WidenedBytes)), wt.Streamed, humanBytes(uint64(wt.StreamedBytes)), humanBytes(uint64(wt.StreamedWideBytes)), limitWhy))
+		}
 	}
 	if len(parts) == 0 {
 		return ""
 	}
 	return "; " + strings.Join(parts, ", ")
-}
-
-// widenedBytes is the memory the widened copies of f's matrices take.
-func widenedBytes(f *gguf.File) int64 {
-	var n int64
-	for _, t := range matrixTypes(f) {
-		n += widenedBytesOf(f, t)
-	}
-	return n
-}
-
-// widenedBytesOf is the memory the widened copies of f's matrices of type
-// t take (0 if t is not widened).
-func widenedBytesOf(f *gguf.File, t tensor.DType) int64 {
-	var n int64
-	for _, ts := range f.Tensors {
-		if len(ts.Dims) == 2 && ts.Type == t {
-			n += int64(tensor.WidenedRowBytes(t, ts.Cols())) * int64(ts.Rows())
-		}
-	}
-	return n
 }
 
 // autoPlacement is --model-memory auto's choice for a file of size bytes

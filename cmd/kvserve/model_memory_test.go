@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kvserve/kvserve/internal/gguf"
+	"github.com/kvserve/kvserve/internal/model"
 	"github.com/kvserve/kvserve/internal/testshared"
 )
 
@@ -57,7 +58,7 @@ func TestAutoPlacementProbe(t *testing.T) {
 	}
 	path := testshared.Path(t, "models", "tiny-q8_0.gguf")
 	var out strings.Builder
-	mf, err := openModelWithProgress(path, "auto", &out)
+	mf, err := openModelWithProgress(path, weightsMemory{placement: "auto"}, 0, &out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +67,7 @@ func TestAutoPlacementProbe(t *testing.T) {
 		t.Errorf("auto's line names no probe: %q", out.String())
 	}
 	out.Reset()
-	mf, err = openModelWithProgress(path, "hugepages", &out)
+	mf, err = openModelWithProgress(path, weightsMemory{placement: "hugepages"}, 0, &out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,43 +77,59 @@ func TestAutoPlacementProbe(t *testing.T) {
 	}
 }
 
+// TestModelPlacementSetting: explicit settings are taken as they are, a
+// wrong one refused, and a missing file is an error whatever the setting.
 func TestModelPlacementSetting(t *testing.T) {
+	path := testshared.Path(t, "models", "tiny-q8_0.gguf")
 	missing := filepath.Join(t.TempDir(), "missing.gguf")
 	for _, tc := range []struct {
-		setting string
-		want    gguf.Placement
-		ok      bool
-	}{{"mmap", gguf.Mapped, true}, {"hugepages", gguf.HugePages, true}, {"huge", 0, false}, {"auto", 0, false}} {
-		got, err := modelPlacement(missing, tc.setting)
-		if (err == nil) != tc.ok || (tc.ok && got != tc.want) {
-			t.Errorf("modelPlacement(%q) = %v, %v", tc.setting, got, err)
+		path, setting string
+		want          gguf.Placement
+		ok            bool
+	}{
+		{path, "mmap", gguf.Mapped, true}, {path, "hugepages", gguf.HugePages, true}, {path, "huge", 0, false},
+		{missing, "mmap", 0, false}, {missing, "auto", 0, false},
+	} {
+		p, err := planWeights(tc.path, weightsMemory{placement: tc.setting}, 0)
+		if (err == nil) != tc.ok || (tc.ok && p.placement != tc.want) {
+			t.Errorf("planWeights(%s, %q) = %v, %v", filepath.Base(tc.path), tc.setting, p.placement, err)
 		}
 	}
 }
 
 // TestWidenedClause: the load line names the matrices widened to Q8_0
-// and their memory (tiny-q5_0: 4,096 rows 256 wide, 272 bytes each as
-// Q8_0, and the two ffn_down's 512 rows 512 wide, 544 bytes; tiny-q5_1 the
-// same and 2 bytes a block of 32 for its minima), and nothing for a file
-// without.
+// and their memory (tiny-q5_0: 3,584 rows 256 wide, 272 bytes each as
+// Q8_0, and the two ffn_down's 512 rows 512 wide, 544 bytes; its token
+// embedding apart from the output, only looked up, stays as it is;
+// tiny-q5_1 the same and 2 bytes a block of 32 for its minima), those
+// left in their own bytes beyond the limit, and nothing for a file without.
 func TestWidenedClause(t *testing.T) {
 	for _, tc := range []struct {
-		file, how, size string
-		bytes           int64
+		file  string
+		limit int64
+		bytes int64
+		says  []string
 	}{
-		{"tiny-q5_0.gguf", "Q5_0 widened to Q8_0", "1.3 MiB", 4096*272 + 512*544},
-		{"tiny-q5_1.gguf", "Q5_1 widened to Q8_0 with its blocks' minima beside", "1.4 MiB", 4096*(272+16) + 512*(544+32)},
+		{"tiny-q5_0.gguf", model.NoWidenLimit, 3584*272 + 512*544, []string{"Q5_0 widened to Q8_0 and packed in 1.2 MiB of memory of its own"}},
+		{"tiny-q5_1.gguf", model.NoWidenLimit, 3584*(272+16) + 512*(544+32), []string{"Q5_1 widened to Q8_0 with its blocks' minima beside and packed in 1.3 MiB"}},
+		{"tiny-q5_0.gguf", 0, 0, []string{"Q5_0 computed in its own bytes, streamed", "widening it would take 1.2 MiB, more than the limit (why)"}},
+		// The first matrices that fit, in the file's order.
+		{"tiny-q5_0.gguf", 512 * 544, 512 * 544, []string{"Q5_0: 6 matrices widened to Q8_0 and packed in 272.0 KiB", "8 (616.0 KiB) computed in their own bytes, streamed", "widening them would take 952.0 KiB more than the limit (why)"}},
 	} {
 		f, err := gguf.Open(testshared.Own(t, "models", tc.file))
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer f.Close()
-		if widenedBytes(f) != tc.bytes {
-			t.Errorf("%s: widened bytes %d, want %d", tc.file, widenedBytes(f), tc.bytes)
+		w := model.PlanWidening(f, tc.limit)
+		if w.Bytes() != tc.bytes {
+			t.Errorf("%s limit %d: widened bytes %d, want %d", tc.file, tc.limit, w.Bytes(), tc.bytes)
 		}
-		if c := widenedClause(f); !strings.Contains(c, tc.how) || !strings.Contains(c, " in "+tc.size) {
-			t.Errorf("%s: clause %q", tc.file, c)
+		c := widenedClause(w, "why")
+		for _, s := range tc.says {
+			if !strings.Contains(c, s) {
+				t.Errorf("%s limit %d: clause %q does not say %q", tc.file, tc.limit, c, s)
+			}
 		}
 	}
 	g, err := gguf.Open(testshared.Path(t, "models", "tiny-q8_0.gguf"))
@@ -120,8 +137,33 @@ func TestWidenedClause(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer g.Close()
-	if c, n := widenedClause(g), widenedBytes(g); c != "" || n != 0 {
-		t.Errorf("tiny-q8_0: clause %q, %d bytes", c, n)
+	if w := model.PlanWidening(g, model.NoWidenLimit); widenedClause(w, "why") != "" || w.Bytes() != 0 {
+		t.Errorf("tiny-q8_0: clause %q, %d bytes", widenedClause(w, "why"), w.Bytes())
+	}
+}
+
+// TestWidenLimit: --widen-memory as given, none, everything where the
+// available memory is unknown, and auto: what is left beside the file, the
+// reserved memory and an eighth, never below zero.
+func TestWidenLimit(t *testing.T) {
+	const gib = 1 << 30
+	for _, tc := range []struct {
+		setting               hostSize
+		file, reserved, avail int64
+		want                  int64
+		says                  string
+	}{
+		{2 * gib, 9 * gib, 4 * gib, 16 * gib, 2 * gib, "--widen-memory 2GiB"},
+		{-1, 1 * gib, 0, 16 * gib, 0, "--widen-memory 0"},
+		{0, 1 * gib, 0, 0, model.NoWidenLimit, "unknown"},
+		{0, 9 * gib, 4 * gib, 16 * gib, 1 * gib, "16.00 GiB available, less the file's 9.00 GiB, the KV cache's 4.00 GiB and an eighth"},
+		{0, 1 * gib, 0, 8 * gib, 6 * gib, "less the file's 1.00 GiB and an eighth"},
+		{0, 15 * gib, 4 * gib, 16 * gib, 0, "available"},
+	} {
+		got, says := widenLimit(tc.setting, tc.file, tc.reserved, tc.avail)
+		if got != tc.want || !strings.Contains(says, tc.says) {
+			t.Errorf("widenLimit(%v, %d, %d, %d) = %d, %q; want %d, %q", tc.setting.String(), tc.file, tc.reserved, tc.avail, got, says, tc.want, tc.says)
+		}
 	}
 }
 
@@ -150,7 +192,7 @@ func TestPlacementLineReleased(t *testing.T) {
 		{false, f, 0, ""},
 		{true, g, 0, ""},
 	} {
-		line := placementLine(gguf.HugePages, "why", tc.private, tc.f, tc.released)
+		line := placementLine(gguf.HugePages, "why", tc.private, tc.f, model.PlanWidening(tc.f, model.NoWidenLimit), "limit", tc.released)
 		if tc.want == "" && strings.Contains(line, "private copy g") || !strings.Contains(line, tc.want) {
 			t.Errorf("private=%v released=%d: %q", tc.private, tc.released, line)
 		}

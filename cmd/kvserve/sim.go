@@ -34,11 +34,12 @@ func newSimCmd() *cobra.Command {
 
 func newSimCalibrateCmd() *cobra.Command {
 	var (
-		modelPath, modelMemory, out, kvType string
-		threads, maxBatchTokens             int
-		copts                               sim.CalibrateOptions
-		showPasses                          bool
-		passFiles                           []string
+		modelPath, out, kvType  string
+		weights                 weightsMemory
+		threads, maxBatchTokens int
+		copts                   sim.CalibrateOptions
+		showPasses              bool
+		passFiles               []string
 	)
 	cmd := &cobra.Command{
 		Use:   "calibrate --model FILE.gguf -o profile.json [flags]",
@@ -62,7 +63,7 @@ on a quiet machine.`,
 				return fmt.Errorf("sim calibrate: %w", err)
 			}
 			stderr := cmd.ErrOrStderr()
-			mf, err := openModelWithProgress(modelPath, modelMemory, stderr)
+			mf, err := openModelWithProgress(modelPath, weights, 0, stderr)
 			if err != nil {
 				return err
 			}
@@ -115,7 +116,7 @@ on a quiet machine.`,
 	}
 	f := cmd.Flags()
 	f.StringVarP(&modelPath, "model", "m", "", "GGUF model file (required)")
-	modelMemoryFlag(f, &modelMemory)
+	weightsMemoryFlags(f, &weights)
 	f.StringVarP(&out, "output", "o", "", "profile file to write (required)")
 	f.IntVarP(&threads, "threads", "t", 0, "compute threads (default: all cores)")
 	f.IntVar(&maxBatchTokens, "max-batch-tokens", 512, "tokens per forward pass, as served")

@@ -50,11 +50,12 @@ type measuredTCO struct {
 
 func newSimulateTCOCmd() *cobra.Command {
 	var (
-		priceBook, fast, strong, modelPath, modelMemory, dataDir, lengths string
-		s                                                                 = tco.Seed
-		measure, asJSON                                                   bool
-		perHour                                                           float64
-		threads                                                           int
+		priceBook, fast, strong, modelPath, dataDir, lengths string
+		weights                                              weightsMemory
+		s                                                    = tco.Seed
+		measure, asJSON                                      bool
+		perHour                                              float64
+		threads                                              int
 	)
 	cmd := &cobra.Command{
 		Use:   "tco",
@@ -97,7 +98,7 @@ shape of the saving, not as a forecast of seconds.`,
 				if err != nil {
 					return err
 				}
-				rep.Measured, err = measureTCO(cmd, modelPath, modelMemory, dataDir, lens, threads, perHour, s)
+				rep.Measured, err = measureTCO(cmd, modelPath, weights, dataDir, lens, threads, perHour, s)
 				if err != nil {
 					return err
 				}
@@ -122,7 +123,7 @@ shape of the saving, not as a forecast of seconds.`,
 	f.Float64Var(&s.CacheHours, "cache-hours", s.CacheHours, "how long the cache is kept before it is written again")
 	f.BoolVar(&measure, "measure", false, "also time the engine on this machine and scale the measurement up")
 	f.StringVarP(&modelPath, "model", "m", "", "GGUF model to measure (default: the data directory's synthetic SmolLM2-135M-shaped model, generated if missing)")
-	modelMemoryFlag(f, &modelMemory)
+	weightsMemoryFlags(f, &weights)
 	f.StringVar(&dataDir, "data-dir", "", "data directory holding the synthetic model (default as for serve)")
 	f.StringVar(&lengths, "measure-lengths", "1024,2048,4096", "document lengths to time (at least two; each must fit the model's context)")
 	f.IntVarP(&threads, "threads", "t", 0, "compute threads (default: all cores)")
@@ -148,7 +149,7 @@ func parseLengths(s string) ([]int, error) {
 
 // measureTCO times the engine on documents of the given lengths and
 // scales the fit up to s.
-func measureTCO(cmd *cobra.Command, modelPath, modelMemory, dataDir string, lengths []int, threads int, perHour float64, s tco.Scenario) (*measuredTCO, error) {
+func measureTCO(cmd *cobra.Command, modelPath string, weights weightsMemory, dataDir string, lengths []int, threads int, perHour float64, s tco.Scenario) (*measuredTCO, error) {
 	stderr := cmd.ErrOrStderr()
 	if modelPath == "" {
 		if dataDir == "" {
@@ -159,7 +160,7 @@ func measureTCO(cmd *cobra.Command, modelPath, modelMemory, dataDir string, leng
 			return nil, err
 		}
 	}
-	mf, err := openModelWithProgress(modelPath, modelMemory, stderr)
+	mf, err := openModelWithProgress(modelPath, weights, 0, stderr)
 	if err != nil {
 		return nil, err
 	}

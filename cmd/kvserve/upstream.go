@@ -41,7 +41,7 @@ func addUpstreamFlags(f *pflag.FlagSet, o *upstreamOptions) {
 
 // upstreamEngineFlags are the engine flags an external engine has no use
 // for: given with --upstream they are refused, not ignored.
-var upstreamEngineFlags = []string{"model-memory", "kv-cache-memory", "kv-max-pinned", "kv-max-pinned-per-tenant",
+var upstreamEngineFlags = []string{"model-memory", "widen-memory", "kv-cache-memory", "kv-max-pinned", "kv-max-pinned-per-tenant",
 	"kv-max-persistent-per-tenant", "kv-eviction", "kv-host-memory", "kv-disk", "kv-cache-type", "max-batch-tokens",
 	"max-running", "max-waiting", "threads", "compute-nice", "no-prefix-cache", "engine", "sim-profile", "sim-seed",
 	"record-passes", "kv-copy"}
