@@ -14,22 +14,19 @@ import (
 // 64−v is 0x80−(64+v), which no byte borrows from another (64+v ≤ 0x80), so
 // one word's eight values take a load, a subtraction and a select.
 
-// q8Grid2 makes an IQ2 grid's table: per point, its eight magnitudes as
-// Q8_K16 bytes.
-func q8Grid2(codes []uint16) []uint64 {
-	g := make([]uint64, len(codes))
+// q8Grid2 writes an IQ2 grid's table into g: per point, its eight
+// magnitudes as Q8_K16 bytes.
+func q8Grid2(g []uint64, codes []uint16) {
 	for i, c := range codes {
 		for j := range 8 {
 			g[i] |= uint64(64+iq2Values[c>>(2*j)&3]) << (8 * j)
 		}
 	}
-	return g
 }
 
-// q8Grid3 makes an IQ3 grid's table: per point, its four magnitudes (from
-// iq3XXSValues, or odd: IQ3_S's 2c+1) as Q8_K16 bytes.
-func q8Grid3(codes []uint16, odd bool) []uint32 {
-	g := make([]uint32, len(codes))
+// q8Grid3 writes an IQ3 grid's table into g: per point, its four
+// magnitudes (from iq3XXSValues, or odd: IQ3_S's 2c+1) as Q8_K16 bytes.
+func q8Grid3(g []uint32, codes []uint16, odd bool) {
 	for i, c := range codes {
 		for j := range 4 {
 			k := c >> (3 * j) & 7
@@ -40,19 +37,18 @@ func q8Grid3(codes []uint16, odd bool) []uint32 {
 			g[i] |= uint32(64+int(v)) << (8 * j)
 		}
 	}
-	return g
 }
 
-// The tables (read-only).
+// The tables (read-only), arrays so that an index masked to their size
+// needs no bounds check.
 var (
-	q8GridIQ2XXS = q8Grid2(iq2XXSCodes[:])
-	q8GridIQ2XS  = q8Grid2(iq2XSCodes[:])
-	q8GridIQ2S   = q8Grid2(iq2SCodes[:])
-	q8GridIQ3XXS = q8Grid3(iq3XXSCodes[:], false)
-	q8GridIQ3S   = q8Grid3(iq3SCodes[:], true)
+	q8GridIQ2XXS = func() (g [256]uint64) { q8Grid2(g[:], iq2XXSCodes[:]); return }()
+	q8GridIQ2XS  = func() (g [512]uint64) { q8Grid2(g[:], iq2XSCodes[:]); return }()
+	q8GridIQ2S   = func() (g [1024]uint64) { q8Grid2(g[:], iq2SCodes[:]); return }()
+	q8GridIQ3XXS = func() (g [256]uint32) { q8Grid3(g[:], iq3XXSCodes[:], false); return }()
+	q8GridIQ3S   = func() (g [512]uint32) { q8Grid3(g[:], iq3SCodes[:], true); return }()
 	// q8GridIQ1 holds IQ1's points as bytes 64+8(g−1), before the shift.
-	q8GridIQ1 = func() []uint64 {
-		g := make([]uint64, len(iq1SCodes))
+	q8GridIQ1 = func() (g [2048]uint64) {
 		for i, c := range iq1SCodes {
 			for j := range 8 {
 				g[i] |= uint64(64+8*(int(c>>(2*j)&3)-1)) << (8 * j)
@@ -125,7 +121,7 @@ func widenIQBlockQ8K16(t DType, dst, blk []byte) {
 			sc[2*ib], sc[2*ib+1] = 2*(s&0xf)+1, 2*(s>>4)+1
 			for l := range 4 {
 				idx := uint16(qs[4*ib+l]) | uint16(qh[ib])<<(8-2*l)&0x300
-				v := signed(q8GridIQ2S[idx], signMasks[signs[4*ib+l]])
+				v := signed(q8GridIQ2S[idx&1023], signMasks[signs[4*ib+l]])
 				binary.LittleEndian.PutUint64(q[32*ib+8*l:], v)
 			}
 		}
@@ -150,7 +146,7 @@ func widenIQBlockQ8K16(t DType, dst, blk []byte) {
 			h := uint16(qh[ib])
 			for l := range 4 {
 				i0, i1 := uint16(qs[8*ib+2*l])|(h>>(2*l)&1)<<8, uint16(qs[8*ib+2*l+1])|(h>>(2*l+1)&1)<<8
-				p := uint64(q8GridIQ3S[i0]) | uint64(q8GridIQ3S[i1])<<32
+				p := uint64(q8GridIQ3S[i0&511]) | uint64(q8GridIQ3S[i1&511])<<32
 				binary.LittleEndian.PutUint64(q[32*ib+8*l:], signed(p, signMasks[signs[4*ib+l]]))
 			}
 		}
@@ -167,7 +163,7 @@ func widenIQBlockQ8K16(t DType, dst, blk []byte) {
 			}
 			for l := range 4 {
 				idx := uint16(qs[4*ib+l]) | (qh>>(3*l)&7)<<8
-				binary.LittleEndian.PutUint64(q[32*ib+8*l:], q8GridIQ1[idx]+delta)
+				binary.LittleEndian.PutUint64(q[32*ib+8*l:], q8GridIQ1[idx&2047]+delta)
 			}
 		}
 	case IQ1_M:
@@ -187,7 +183,7 @@ func widenIQBlockQ8K16(t DType, dst, blk []byte) {
 				if h&8 != 0 {
 					delta = -delta
 				}
-				binary.LittleEndian.PutUint64(q[32*ib+8*l:], q8GridIQ1[idx]+delta)
+				binary.LittleEndian.PutUint64(q[32*ib+8*l:], q8GridIQ1[idx&2047]+delta)
 			}
 		}
 	default:

@@ -57,7 +57,7 @@ const q80PrefetchRows = 16
 // q80RowLayout says the Q8_0 conversion must fill the row layout.
 const q80RowLayout = true
 
-func (k *q80Rows) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int) {
+func (k *q80Rows) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int, _ *streamScratch) {
 	nb := w.Cols / qk80
 	rb := w.RowBytes()
 	// Rows in packed blocks (work items start at multiples of 16 rows).
@@ -121,7 +121,7 @@ type eightRows struct {
 	avx2Layout bool
 }
 
-func (k *eightRows) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int) {
+func (k *eightRows) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int, _ *streamScratch) {
 	nb := w.Cols / 32
 	rb := w.RowBytes()
 	pr1 := r0
@@ -198,7 +198,7 @@ type floatTiles struct {
 // halfFn is a kernel on packed F16 or BF16 weights (asmgen/floatpacked.go).
 type halfFn func(w *byte, blockBytes, blocks int, y unsafe.Pointer, yStride int, steps int, dst *float32, ldBytes int)
 
-func (k *floatTiles) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int) {
+func (k *floatTiles) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int, _ *streamScratch) {
 	cols := w.Cols
 	ys := a.f
 	if k.typ == F32 {
@@ -345,7 +345,7 @@ type kFn func(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, 
 // for T tokens.
 type kTiles struct{ t [5]kFn }
 
-func (k *kTiles) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int) {
+func (k *kTiles) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int, _ *streamScratch) {
 	cols := w.Cols
 	nb := cols / qkK
 	rb := w.RowBytes()
@@ -386,7 +386,7 @@ type bf16Tiles struct {
 	z      [5]halfFn
 }
 
-func (k *bf16Tiles) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int) {
+func (k *bf16Tiles) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int, _ *streamScratch) {
 	cols := w.Cols
 	steps := cols / 16
 	rb := w.RowBytes()

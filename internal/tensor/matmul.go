@@ -302,7 +302,7 @@ func vecDotType(t DType) DType {
 
 // A kernel computes dst[t*ld+r] for rows [r0,r1) of w and tokens [t0,t1) of
 // the converted activations a (or x for F32 weights).
-type kernel func(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int)
+type kernel func(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int, s *streamScratch)
 
 // kernelTable maps a weight type to its kernel (nil: unsupported); arrays
 // rather than maps keep the per-call lookup trivial. Q8_K16, whose id is
@@ -357,7 +357,7 @@ func portableKernel(t DType) kernel { return portableKernels.get(t) }
 type rowDot func(row []byte, a *actBuf, tok int) float32
 
 func genericTile(dot rowDot) kernel {
-	return func(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int) {
+	return func(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int, _ *streamScratch) {
 		for r := r0; r < r1; r++ {
 			row := w.Row(r)
 			for t := t0; t < t1; t++ {
@@ -723,8 +723,8 @@ type matmulPart struct {
 }
 
 // runItem computes work item it of the job, a tile of rows × tokens of
-// one of its products.
-func (j *matmulJob) runItem(p *Pool, it int) {
+// one of its products, on thread id.
+func (j *matmulJob) runItem(p *Pool, it, id int) {
 	for i := range j.parts[:j.nparts] {
 		pt := &j.parts[i]
 		if it >= pt.items {
@@ -736,7 +736,7 @@ func (j *matmulJob) runItem(p *Pool, it int) {
 		r1 := min(r0+pt.rowChunk, pt.w.Rows)
 		t0 := tc * pt.tokChunk
 		t1 := min(t0+pt.tokChunk, j.n)
-		pt.kern(pt.dst, pt.w.Rows, &pt.w, r0, r1, pt.act, t0, t1)
+		pt.kern(pt.dst, pt.w.Rows, &pt.w, r0, r1, pt.act, t0, t1, &p.scratch[id])
 		return
 	}
 }

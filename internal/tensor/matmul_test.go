@@ -861,7 +861,7 @@ func TestPoolYieldsDuringLongJobs(t *testing.T) {
 	dst := make([]float32, n*w.Rows)
 	var ran atomic.Bool
 	items, firstSeen := 0, -1
-	busy := func(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int) {
+	busy := func(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int, _ *streamScratch) {
 		if firstSeen < 0 && ran.Load() {
 			firstSeen = items
 		}
@@ -992,9 +992,13 @@ func TestWiden(t *testing.T) {
 			if w.Type != wt || w.Rows != rows || w.Cols != cols || len(w.Data) != rows*wt.RowBytes(cols) || w.Bytes() != rows*WidenedRowBytes(typ, cols) {
 				t.Fatalf("%v %dx%d: widened to %v %dx%d, %d bytes", typ, rows, cols, w.Type, w.Rows, w.Cols, w.Bytes())
 			}
-			// Every row as the original's, bit for bit, packed or not.
+			// Every row as the original's, bit for bit, packed or not,
+			// with no allocation (an embedding lookup).
 			row := make([]float32, cols)
 			for _, v := range []Matrix{w, Pack(Widen(m))} {
+				if a := testing.AllocsPerRun(5, func() { v.DequantizeRow(row, rows-1) }); a != 0 {
+					t.Fatalf("%v %dx%d packed=%v: %v allocations per DequantizeRow", typ, rows, cols, v.Packed(), a)
+				}
 				for r := 0; r < rows; r++ {
 					v.DequantizeRow(row, r)
 					for c, x := range row {

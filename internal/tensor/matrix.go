@@ -85,14 +85,28 @@ func (m Matrix) DequantizeRow(dst []float32, row int) {
 	}
 	if m.mins != nil {
 		// d·q + m, as dequantize_row_q4_1 and _q5_1 round it.
-		mins := make([]float32, m.mins.Cols)
-		m.mins.DequantizeRow(mins, row)
-		for b, mb := range mins[:m.Cols/qk80] {
+		for b := range m.Cols / qk80 {
+			mb := m.mins.halfAt(row, b)
 			for i := range dst[b*qk80 : (b+1)*qk80] {
 				dst[b*qk80+i] += mb
 			}
 		}
 	}
+}
+
+// halfAt is value (row, col) of an F16 or BF16 matrix, packed or not.
+func (m Matrix) halfAt(row, col int) float32 {
+	var off int
+	if m.packed && row < m.packedRows() {
+		off = row&^7*m.RowBytes() + halfPackedOffset(m.Type, m.RowBytes(), row&7, col)
+	} else {
+		off = row*m.RowBytes() + 2*col
+	}
+	h := binary.LittleEndian.Uint16(m.Data[off:])
+	if m.Type == F16 {
+		return F16ToF32(h)
+	}
+	return BF16ToF32(h)
 }
 
 // minsCols is the row length of a widened matrix's minima (Widen) for

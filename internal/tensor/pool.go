@@ -71,6 +71,8 @@ type Pool struct {
 	s1      []float32
 	act2    actBuf
 	minsOut [maxMatMuls][]float32
+	// scratch is each thread's for the streamed kernels (stream.go).
+	scratch []streamScratch
 }
 
 type cacheLinePad [64]byte
@@ -171,7 +173,8 @@ func NewPoolWith(o PoolOptions) *Pool {
 	if threads <= 0 {
 		threads = runtime.NumCPU()
 	}
-	p := &Pool{threads: threads, nice: max(o.Nice, 0), workers: make([]poolWorker, threads-1), spinLimit: spinLimit}
+	p := &Pool{threads: threads, nice: max(o.Nice, 0), workers: make([]poolWorker, threads-1), spinLimit: spinLimit,
+		scratch: make([]streamScratch, threads)}
 	if o.spinLimit > 0 {
 		p.spinLimit = o.spinLimit
 	}
@@ -355,7 +358,7 @@ func (p *Pool) runItem(i, id int) {
 			p.fn(lo, hi)
 		}
 	case jobMatMul:
-		p.mm.runItem(p, i)
+		p.mm.runItem(p, i, id)
 	case jobConvert:
 		p.mm.convert(p, i, id)
 	}

@@ -1,9 +1,6 @@
 package tensor
 
-import (
-	"encoding/binary"
-	"sync"
-)
+import "encoding/binary"
 
 // Streamed matrices: a type Widen converts (WidenedType) can also be
 // computed in its own bytes, each work item widening its rows a few at a
@@ -34,26 +31,22 @@ func streamType(t DType) (DType, bool) {
 // a time: with the item's activations, within a core's L2.
 const streamScratchBytes = 64 << 10
 
-// streamScratch is one work item's scratch: rows widened, and the Matrix
+// streamScratch is a thread's scratch for the streamed kernels (every
+// kernel takes it; the Pool has one a thread): rows widened, and the Matrix
 // viewing them (kept here so that passing it to a kernel allocates
 // nothing).
 type streamScratch struct {
 	m    Matrix
 	buf  []byte
-	mins []float32 // Q4_1, Q5_1: the rows' block minima
+	mins []float32    // Q4_1, Q5_1: the rows' block minima
+	_    cacheLinePad // the threads' scratch side by side share no line
 }
-
-// streamScratches are the scratch of the items in flight; a pool rather
-// than per-thread slots because kernels do not know their thread.
-var streamScratches = sync.Pool{New: func() any { return new(streamScratch) }}
 
 // streamKernel computes a matrix of type t (streamed) with inner, the
 // kernel of its streamType on this level.
 func streamKernel(t DType, inner kernel) kernel {
 	wt, _ := streamType(t)
-	return func(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int) {
-		s := streamScratches.Get().(*streamScratch)
-		defer streamScratches.Put(s)
+	return func(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int, s *streamScratch) {
 		rb, wrb := w.RowBytes(), wt.RowBytes(w.Cols)
 		step := max(8, streamScratchBytes/wrb/8*8)
 		for r := r0; r < r1; r += step {
@@ -61,7 +54,7 @@ func streamKernel(t DType, inner kernel) kernel {
 			s.buf = growBytes(s.buf, n*wrb)
 			s.m = Matrix{Type: wt, Rows: n, Cols: w.Cols, Data: s.buf[:n*wrb]}
 			s.widenRows(t, w.Data[r*rb:(r+n)*rb], w.Cols)
-			inner(dst[r:], ld, &s.m, 0, n, a, t0, t1)
+			inner(dst[r:], ld, &s.m, 0, n, a, t0, t1, nil)
 			if t == Q4_1 || t == Q5_1 {
 				s.addMins(dst[r:], ld, n, w.Cols, a, t0, t1)
 			}
