@@ -60,8 +60,8 @@ type Model struct {
 	ReleasedBytes int64
 }
 
-// Load builds a Model from a parsed GGUF file, every matrix of a type Widen
-// converts widened. The file must stay open while the model is used: the
+// Load builds a Model from a parsed GGUF file, with no limit to widening
+// (PlanWidening). The file must stay open while the model is used: the
 // weights are views of it.
 func Load(f *gguf.File) (*Model, error) {
 	return LoadWith(f, Options{WidenLimit: NoWidenLimit})

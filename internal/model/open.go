@@ -24,7 +24,7 @@ type Progress func(done, total int64)
 // copy in transparent huge pages, faster to stream through). When progress
 // is not nil, Open also pages the weights in before returning, reporting as
 // it goes, so that the first request does not pay for reading the file from
-// disk. Every matrix of a type Widen converts is widened (Load).
+// disk. Widening has no limit (Load).
 func Open(path string, placement gguf.Placement, progress Progress) (*File, error) {
 	return OpenWith(path, placement, progress, Options{WidenLimit: NoWidenLimit})
 }
