@@ -192,14 +192,7 @@ func TestGolden(t *testing.T) {
 			m, closeFn := loadModel(t, path)
 			defer closeFn()
 			tol := probTolerance[weightType(t, path)]
-			r, err := model.NewRunner(m, pool, 128, tensor.F16)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var worst float64
-			for ci, c := range ref.Cases {
-				worst = max(worst, checkCase(t, r, ci, c, tol))
-			}
+			worst := checkCases(t, m, pool, ref, tol)
 			t.Logf("%s: worst top-5 probability difference %.2e (tolerance %.1e)", name, worst, tol)
 		})
 	}
@@ -241,18 +234,26 @@ func TestGoldenStreamed(t *testing.T) {
 				t.Fatalf("%d bytes widened with a limit of 0", m.WidenedBytes)
 			}
 			tol := streamedTolerance * probTolerance[weightType(t, path)]
-			r, err := model.NewRunner(m, pool, 128, tensor.F16)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var worst float64
-			for ci, c := range ref.Cases {
-				worst = max(worst, checkCase(t, r, ci, c, tol))
-			}
+			worst := checkCases(t, m, pool, ref, tol)
 			t.Logf("%s, %d matrices streamed: worst top-5 probability difference %.2e (tolerance %.1e)", name, m.Widening.Streamed(), worst, tol)
 		})
 		f.Close()
 	}
+}
+
+// checkCases runs every reference case of ref on m (checkCase) and returns
+// the largest probability difference.
+func checkCases(t *testing.T, m *model.Model, pool *tensor.Pool, ref refFile, tol float64) float64 {
+	t.Helper()
+	r, err := model.NewRunner(m, pool, 128, tensor.F16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var worst float64
+	for ci, c := range ref.Cases {
+		worst = max(worst, checkCase(t, r, ci, c, tol))
+	}
+	return worst
 }
 
 // checkCase runs one reference case twice: free-running greedy generation,
