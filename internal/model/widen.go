@@ -25,8 +25,6 @@ const NoWidenLimit = math.MaxInt64
 // within a memory limit; the others are computed in their own bytes,
 // streamed (slower: their rows are widened again for every product).
 type Widening struct {
-	// Limit is the limit the plan was made for.
-	Limit int64
 	// Names are the tensors widened.
 	Names map[string]bool
 	// Types lists, per type of the file's matrices that Widen converts (in
@@ -81,7 +79,7 @@ func PlanWidening(f *gguf.File, limit int64) Widening {
 		own, wide  int64
 		byTypeSlot int
 	}
-	w := Widening{Limit: limit, Names: map[string]bool{}}
+	w := Widening{Names: map[string]bool{}}
 	var cands []cand
 	for i := range f.Tensors {
 		t := &f.Tensors[i]
