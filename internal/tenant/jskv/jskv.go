@@ -287,7 +287,7 @@ func Open(ctx context.Context, nc *nats.Conn, o Options) (*Store, error) {
 	// between them unseen. It lives as long as the store, not ctx: the
 	// client ends a watch when the context it was made with ends.
 	wctx, stop := context.WithCancel(context.Background())
-	w, err := kv.Watch(wctx, headKey, jetstream.UpdatesOnly())
+	w, err := watchHead(ctx, wctx, kv, o.Timeout)
 	if err != nil {
 		stop()
 		return nil, fmt.Errorf("jskv: watching the head of %s: %w", o.Bucket, err)
@@ -302,6 +302,27 @@ func Open(ctx context.Context, nc *nats.Conn, o Options) (*Store, error) {
 		log.Warn("jskv: purging orphaned snapshots", "bucket", o.Bucket, "err", err)
 	}
 	return s, nil
+}
+
+// watchHead starts the watch of the head key, made with wctx, trying again
+// until timeout has passed or ctx ends. The client creates a watch's
+// consumer with its own fixed five-second wait, not the store's Timeout,
+// and a replicated consumer can take longer than that to be agreed on by
+// its servers under load; a consumer whose creation timed out is
+// ephemeral and removed by its server once inactive.
+func watchHead(ctx, wctx context.Context, kv jetstream.KeyValue, timeout time.Duration) (jetstream.KeyWatcher, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		w, err := kv.Watch(wctx, headKey, jetstream.UpdatesOnly())
+		if err == nil || !isTimeout(err) || time.Now().After(deadline) || ctx.Err() != nil {
+			return w, err
+		}
+	}
+}
+
+// isTimeout reports whether err is a request that got no answer in time.
+func isTimeout(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)
 }
 
 // openBucket returns the bucket, creating it if needed, and sets its
