@@ -371,7 +371,22 @@ var (
 	iq4XSAVX2 = &kTiles{[5]kFn{nil, iq4XSAVX2_1, iq4XSAVX2_2, iq4XSAVX2_3, iq4XSAVX2_4}}
 	q6KAVX2   = &kTiles{[5]kFn{nil, q6KAVX2_1, q6KAVX2_2, q6KAVX2_3, q6KAVX2_4}}
 	q8K16AVX2 = &kTiles{[5]kFn{nil, q8K16AVX2_1, q8K16AVX2_2, q8K16AVX2_3, q8K16AVX2_4}}
+	// IQ2_XXS in its own bytes (VNNI level with VBMI; asmgen/iqdirect.go).
+	iq2XXSVNNI = &kTiles{[5]kFn{nil, iq2XXSVNNI_1, iq2XXSVNNI_2, iq2XXSVNNI_3, iq2XXSVNNI_4}}
 )
+
+// hasVBMI reports whether the CPU has AVX512-VBMI (vpermb,
+// vpmultishiftqb), which the direct IQ kernels need beyond the VNNI level.
+var hasVBMI = cpuISA == isaVNNI && cpu.X86.HasAVX512VBMI
+
+// directKernel returns the kernel computing streamed type t in its own
+// bytes at level i, or nil where there is none.
+func directKernel(t DType, i isa) kernel {
+	if t == IQ2_XXS && i == isaVNNI && hasVBMI {
+		return iq2XXSVNNI.run
+	}
+	return nil
+}
 
 type bf16Fn func(w *byte, rowBytes, groups int, y *uint16, yStride int, steps int, dst *float32, ldBytes int)
 
@@ -516,12 +531,13 @@ var isaKernels = withStreamKernels([isaVNNI + 1]kernelTable{
 })
 
 // withStreamKernels adds to k, at each level, the streaming kernel of every
-// type Widen converts, over its streamType's kernel there.
+// type Widen converts, over its streamType's kernel there and its direct
+// kernel where it has one.
 func withStreamKernels(k [isaVNNI + 1]kernelTable) [isaVNNI + 1]kernelTable {
 	for i := isaAVX2; i <= isaVNNI; i++ {
 		for t := range q8K16Slot {
 			if wt, ok := streamType(t); ok {
-				k[i][t] = streamKernel(t, k[i].get(wt))
+				k[i][t] = streamKernel(t, k[i].get(wt), directKernel(t, i))
 			}
 		}
 	}

@@ -656,6 +656,26 @@ func q8K16AVX2_3(w *byte, rows int, y *int8, yStride int, d *float32, dStride in
 //go:noescape
 func q8K16AVX2_4(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
 
+// iq2XXSVNNI_1 computes rows × 1 tokens of IQ2_XXS weights × Q8_K activations (VNNI).
+//
+//go:noescape
+func iq2XXSVNNI_1(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
+// iq2XXSVNNI_2 computes rows × 2 tokens of IQ2_XXS weights × Q8_K activations (VNNI).
+//
+//go:noescape
+func iq2XXSVNNI_2(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
+// iq2XXSVNNI_3 computes rows × 3 tokens of IQ2_XXS weights × Q8_K activations (VNNI).
+//
+//go:noescape
+func iq2XXSVNNI_3(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
+// iq2XXSVNNI_4 computes rows × 4 tokens of IQ2_XXS weights × Q8_K activations (VNNI).
+//
+//go:noescape
+func iq2XXSVNNI_4(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
 // bf16DP_1x1 computes a 1-row × 1-token tile of BF16 weights × BF16 activations over steps×16 columns (AVX512-BF16).
 //
 //go:noescape

@@ -10,6 +10,11 @@ import "encoding/binary"
 // of decoding its rows again for every product (and every group of up to
 // maxTokChunk prompt tokens).
 //
+// Where the CPU has a direct kernel for the type (asmgen/iqdirect.go), a
+// product of up to directTokens tokens (decode) builds each 32 values'
+// widened bytes in registers instead, from the grid tables, at a fraction
+// of the widening's cost: the same bytes, so the same products.
+//
 // Every type streams to the widest of its targets, which holds all of its
 // values exactly: the IQ types to Q8_K16 (whose kernels need no unpacking),
 // Q5_0, IQ4_NL, Q4_1 and Q5_1 to Q8_0 (Q4_1's and Q5_1's minima added per
@@ -42,11 +47,23 @@ type streamScratch struct {
 	_    cacheLinePad // the threads' scratch side by side share no line
 }
 
+// directTokens is the most tokens for which a streamed matrix whose type
+// has a direct kernel (one computing it in its own bytes) is computed so:
+// the direct kernel decodes the weights again for every four tokens, the
+// widening once for all of a work item's (BenchmarkStreamedDirect; a
+// prompt's prefill is faster widened).
+const directTokens = 16
+
 // streamKernel computes a matrix of type t (streamed) with inner, the
-// kernel of its streamType on this level.
-func streamKernel(t DType, inner kernel) kernel {
+// kernel of its streamType on this level, or with direct (nil where there
+// is none) for up to directTokens tokens.
+func streamKernel(t DType, inner, direct kernel) kernel {
 	wt, _ := streamType(t)
 	return func(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int, s *streamScratch) {
+		if direct != nil && t1-t0 <= directTokens {
+			direct(dst, ld, w, r0, r1, a, t0, t1, s)
+			return
+		}
 		rb, wrb := w.RowBytes(), wt.RowBytes(w.Cols)
 		step := max(8, streamScratchBytes/wrb/8*8)
 		for r := r0; r < r1; r += step {

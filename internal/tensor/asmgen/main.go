@@ -253,8 +253,9 @@ func floatKernel(a *asm, d *decl, typ string, R, T int) {
 // registers) and AVX-512 (VNNI's vpdpwssd, embedded broadcasts, ternlog).
 func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
 	q6, q5, q2, q3, iq4, q8 := typ == "q6K", typ == "q5K", typ == "q2K", typ == "q3K", typ == "iq4XS", typ == "q8K16"
-	bsz := map[string]int{"q2K": 84, "q3K": 110, "q4K": 144, "q5K": 176, "q6K": 210, "iq4XS": 136, "q8K16": 276}[typ]
-	typeName := map[string]string{"q2K": "Q2_K", "q3K": "Q3_K", "q4K": "Q4_K", "q5K": "Q5_K", "q6K": "Q6_K", "iq4XS": "IQ4_XS", "q8K16": "Q8_K16"}[typ]
+	iq2xxs := typ == "iq2XXS" // VNNI level only, with VBMI
+	bsz := map[string]int{"q2K": 84, "q3K": 110, "q4K": 144, "q5K": 176, "q6K": 210, "iq4XS": 136, "q8K16": 276, "iq2XXS": 66}[typ]
+	typeName := map[string]string{"q2K": "Q2_K", "q3K": "Q3_K", "q4K": "Q4_K", "q5K": "Q5_K", "q6K": "Q6_K", "iq4XS": "IQ4_XS", "q8K16": "Q8_K16", "iq2XXS": "IQ2_XXS"}[typ]
 	qsOff := 16 // Q4_K's and Q5_K's 4-bit halves
 	if q5 {
 		qsOff = 48
@@ -264,8 +265,12 @@ func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
 		isa = "VNNI"
 	}
 	name := fmt.Sprintf("%s%s_%d", typ, isa, T)
+	frame := "$64-88"
+	if iq2xxs {
+		frame = "$96-88" // sign patterns at 0, scales at 64
+	}
 	sig := "(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)"
-	text(a, d, fmt.Sprintf("%s computes rows × %d tokens of %s weights × Q8_K activations (%s).", name, T, typeName, isa), name, sig, "$64-88")
+	text(a, d, fmt.Sprintf("%s computes rows × %d tokens of %s weights × Q8_K activations (%s).", name, T, typeName, isa), name, sig, frame)
 	a.p("MOVQ w+0(FP), SI")
 	a.p("MOVQ yStride+24(FP), R10")
 	a.p("LEAQ (R10)(R10*2), R11")
@@ -291,6 +296,8 @@ func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
 	// (Q5_K: 0x10). IQ4_XS, both levels: Y14 0x0f bytes, Y15 its table.
 	if q8 {
 		// Q8_K16's values need no masks.
+	} else if iq2xxs {
+		iq2XXSConsts(a)
 	} else if iq4 {
 		a.p("MOVL $0x0f0f0f0f, CX")
 		a.p("VMOVD CX, X14")
@@ -365,6 +372,8 @@ func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
 	// AVX2: vpmaddwd + vpaddd, scale loaded into Y13 first by the caller.
 	if q8 {
 		q8K16Block(a, vnni, T, yAddr, dAddr, bsAddr, facc, sumi)
+	} else if iq2xxs {
+		iq2XXSBlock(a, T, yAddr, dAddr, bsAddr, facc, sumi)
 	} else if iq4 {
 		iq4XSBlock(a, vnni, T, yAddr, dAddr, facc, sumi)
 	} else if q2 {
@@ -809,19 +818,9 @@ func q8K16Block(a *asm, vnni bool, T int, yAddr func(off, t int) string, dAddr, 
 		a.p("VBROADCASTSS 272(SI), Y20")
 		for p := 0; p < 8; p++ {
 			a.p("VMOVDQU32 %d(SI), Y8", 32*p)
-			a.p("VPSHUFB q6kShuf<>+%d(SB), X18, X26", 16*p)
-			a.p("VPMOVSXBW X26, Y26")
-			for t := 0; t < T; t++ {
-				a.p("VPMADDUBSW %s, Y8, Y25", yAddr(32*p, t))
-				a.p("VPDPWSSD Y26, Y25, Y%d", sumi(t))
-			}
+			q8K16Products(a, p, T, yAddr, sumi)
 		}
-		for t := 0; t < T; t++ {
-			a.p("VPMADDWD %s, Y19, Y24", bsAddr(t))
-			a.p("VPSLLD $6, Y24, Y24")
-			a.p("VPSUBD Y24, Y%d, Y%d", sumi(t), sumi(t))
-			dSteps(a, t, 272, 25, 20, 26, true, dAddr, facc, sumi)
-		}
+		q8K16Finish(a, T, dAddr, bsAddr, facc, sumi)
 		return
 	}
 	a.p("VMOVDQU 256(SI), X9")
@@ -844,6 +843,30 @@ func q8K16Block(a *asm, vnni bool, T int, yAddr func(off, t int) string, dAddr, 
 	a.p("VBROADCASTSS 272(SI), Y9")
 	for t := 0; t < T; t++ {
 		dSteps(a, t, 272, 13, 9, 12, true, dAddr, facc, sumi)
+	}
+}
+
+// q8K16Products emits, at the VNNI level, the products of values 32p to
+// 32p+31 of a Q8_K16 block, their bytes in Y8 and the block's scales in
+// X18, for T tokens into sumi.
+func q8K16Products(a *asm, p, T int, yAddr func(off, t int) string, sumi func(t int) int) {
+	a.p("VPSHUFB q6kShuf<>+%d(SB), X18, X26", 16*p)
+	a.p("VPMOVSXBW X26, Y26")
+	for t := 0; t < T; t++ {
+		a.p("VPMADDUBSW %s, Y8, Y25", yAddr(32*p, t))
+		a.p("VPDPWSSD Y26, Y25, Y%d", sumi(t))
+	}
+}
+
+// q8K16Finish emits, at the VNNI level, the end of a Q8_K16 block: the +64
+// taken off with the activations' 16-value sums (the scales as int16 in
+// Y19), then d (Y20) times dy into facc.
+func q8K16Finish(a *asm, T int, dAddr, bsAddr func(t int) string, facc, sumi func(t int) int) {
+	for t := 0; t < T; t++ {
+		a.p("VPMADDWD %s, Y19, Y24", bsAddr(t))
+		a.p("VPSLLD $6, Y24, Y24")
+		a.p("VPSUBD Y24, Y%d, Y%d", sumi(t), sumi(t))
+		dSteps(a, t, 272, 25, 20, 26, true, dAddr, facc, sumi)
 	}
 }
 
@@ -1089,12 +1112,16 @@ func main() {
 	k4ConstData(&a)
 	k3ConstData(&a)
 	iq4TableData(&a)
+	iq2XXSData(&a)
 	for _, typ := range []string{"q4K", "q6K", "q5K", "q2K", "q3K", "iq4XS", "q8K16"} {
 		for _, vnni := range []bool{true, false} {
 			for T := 1; T <= 4; T++ {
 				kKernel(&a, &d, typ, vnni, T)
 			}
 		}
+	}
+	for T := 1; T <= 4; T++ {
+		kKernel(&a, &d, "iq2XXS", true, T)
 	}
 	for _, R := range []int{1, 4} {
 		for T := 1; T <= 4; T++ {

@@ -1,0 +1,44 @@
+//go:build amd64 && !purego
+
+package tensor
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+)
+
+// BenchmarkStreamedDirect compares, per token count, a streamed type's
+// direct kernel (its own bytes) with widening its rows to scratch first:
+// what directTokens is chosen by. Metric: ns per weight block per token.
+func BenchmarkStreamedDirect(b *testing.B) {
+	const rows, cols = 2048, 8192
+	for _, typ := range []DType{IQ2_XXS} {
+		direct := directKernel(typ, cpuISA)
+		if direct == nil {
+			b.Logf("%v: no direct kernel on this CPU (%v)", typ, cpuISA)
+			continue
+		}
+		wt, _ := streamType(typ)
+		widen := streamKernel(typ, kernelAt(wt, cpuISA), nil)
+		m := benchMatrix(b, typ, rows, cols)
+		for _, n := range []int{1, 2, 4, 8, 16, 32, 64} {
+			x := randVec(rand.New(rand.NewPCG(3, 4)), n*cols, 1)
+			dst := make([]float32, n*rows)
+			for _, k := range []struct {
+				name string
+				k    kernel
+			}{{"direct", direct}, {"widen", widen}} {
+				b.Run(fmt.Sprintf("%v/n%d/%s", typ, n, k.name), func(b *testing.B) {
+					p := NewPool(1)
+					defer p.Close()
+					for b.Loop() {
+						p.matMul(dst, m, x, n, k.k)
+					}
+					blocks := float64(rows*cols/qkK) * float64(n)
+					b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/blocks, "ns/block-token")
+				})
+			}
+		}
+	}
+}
