@@ -371,8 +371,17 @@ var (
 	iq4XSAVX2 = &kTiles{[5]kFn{nil, iq4XSAVX2_1, iq4XSAVX2_2, iq4XSAVX2_3, iq4XSAVX2_4}}
 	q6KAVX2   = &kTiles{[5]kFn{nil, q6KAVX2_1, q6KAVX2_2, q6KAVX2_3, q6KAVX2_4}}
 	q8K16AVX2 = &kTiles{[5]kFn{nil, q8K16AVX2_1, q8K16AVX2_2, q8K16AVX2_3, q8K16AVX2_4}}
-	// IQ2_XXS in its own bytes (VNNI level with VBMI; asmgen/iqdirect.go).
-	iq2XXSVNNI = &kTiles{[5]kFn{nil, iq2XXSVNNI_1, iq2XXSVNNI_2, iq2XXSVNNI_3, iq2XXSVNNI_4}}
+	// The IQ1, IQ2 and IQ3 types in their own bytes (VNNI level with VBMI;
+	// asmgen/iqdirect.go).
+	iqDirectKernels = map[DType]*kTiles{
+		IQ2_XXS: {[5]kFn{nil, iq2XXSVNNI_1, iq2XXSVNNI_2, iq2XXSVNNI_3, iq2XXSVNNI_4}},
+		IQ2_XS:  {[5]kFn{nil, iq2XSVNNI_1, iq2XSVNNI_2, iq2XSVNNI_3, iq2XSVNNI_4}},
+		IQ2_S:   {[5]kFn{nil, iq2SVNNI_1, iq2SVNNI_2, iq2SVNNI_3, iq2SVNNI_4}},
+		IQ3_XXS: {[5]kFn{nil, iq3XXSVNNI_1, iq3XXSVNNI_2, iq3XXSVNNI_3, iq3XXSVNNI_4}},
+		IQ3_S:   {[5]kFn{nil, iq3SVNNI_1, iq3SVNNI_2, iq3SVNNI_3, iq3SVNNI_4}},
+		IQ1_S:   {[5]kFn{nil, iq1SVNNI_1, iq1SVNNI_2, iq1SVNNI_3, iq1SVNNI_4}},
+		IQ1_M:   {[5]kFn{nil, iq1MVNNI_1, iq1MVNNI_2, iq1MVNNI_3, iq1MVNNI_4}},
+	}
 )
 
 // hasVBMI reports whether the CPU has AVX512-VBMI (vpermb,
@@ -382,8 +391,8 @@ var hasVBMI = cpuISA == isaVNNI && cpu.X86.HasAVX512VBMI
 // directKernel returns the kernel computing streamed type t in its own
 // bytes at level i, or nil where there is none.
 func directKernel(t DType, i isa) kernel {
-	if t == IQ2_XXS && i == isaVNNI && hasVBMI {
-		return iq2XXSVNNI.run
+	if k := iqDirectKernels[t]; k != nil && i == isaVNNI && hasVBMI {
+		return k.run
 	}
 	return nil
 }

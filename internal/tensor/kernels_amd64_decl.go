@@ -676,6 +676,126 @@ func iq2XXSVNNI_3(w *byte, rows int, y *int8, yStride int, d *float32, dStride i
 //go:noescape
 func iq2XXSVNNI_4(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
 
+// iq2XSVNNI_1 computes rows × 1 tokens of IQ2_XS weights × Q8_K activations (VNNI).
+//
+//go:noescape
+func iq2XSVNNI_1(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
+// iq2XSVNNI_2 computes rows × 2 tokens of IQ2_XS weights × Q8_K activations (VNNI).
+//
+//go:noescape
+func iq2XSVNNI_2(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
+// iq2XSVNNI_3 computes rows × 3 tokens of IQ2_XS weights × Q8_K activations (VNNI).
+//
+//go:noescape
+func iq2XSVNNI_3(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
+// iq2XSVNNI_4 computes rows × 4 tokens of IQ2_XS weights × Q8_K activations (VNNI).
+//
+//go:noescape
+func iq2XSVNNI_4(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
+// iq2SVNNI_1 computes rows × 1 tokens of IQ2_S weights × Q8_K activations (VNNI).
+//
+//go:noescape
+func iq2SVNNI_1(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
+// iq2SVNNI_2 computes rows × 2 tokens of IQ2_S weights × Q8_K activations (VNNI).
+//
+//go:noescape
+func iq2SVNNI_2(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
+// iq2SVNNI_3 computes rows × 3 tokens of IQ2_S weights × Q8_K activations (VNNI).
+//
+//go:noescape
+func iq2SVNNI_3(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
+// iq2SVNNI_4 computes rows × 4 tokens of IQ2_S weights × Q8_K activations (VNNI).
+//
+//go:noescape
+func iq2SVNNI_4(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
+// iq3XXSVNNI_1 computes rows × 1 tokens of IQ3_XXS weights × Q8_K activations (VNNI).
+//
+//go:noescape
+func iq3XXSVNNI_1(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
+// iq3XXSVNNI_2 computes rows × 2 tokens of IQ3_XXS weights × Q8_K activations (VNNI).
+//
+//go:noescape
+func iq3XXSVNNI_2(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
+// iq3XXSVNNI_3 computes rows × 3 tokens of IQ3_XXS weights × Q8_K activations (VNNI).
+//
+//go:noescape
+func iq3XXSVNNI_3(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
+// iq3XXSVNNI_4 computes rows × 4 tokens of IQ3_XXS weights × Q8_K activations (VNNI).
+//
+//go:noescape
+func iq3XXSVNNI_4(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
+// iq3SVNNI_1 computes rows × 1 tokens of IQ3_S weights × Q8_K activations (VNNI).
+//
+//go:noescape
+func iq3SVNNI_1(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
+// iq3SVNNI_2 computes rows × 2 tokens of IQ3_S weights × Q8_K activations (VNNI).
+//
+//go:noescape
+func iq3SVNNI_2(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
+// iq3SVNNI_3 computes rows × 3 tokens of IQ3_S weights × Q8_K activations (VNNI).
+//
+//go:noescape
+func iq3SVNNI_3(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
+// iq3SVNNI_4 computes rows × 4 tokens of IQ3_S weights × Q8_K activations (VNNI).
+//
+//go:noescape
+func iq3SVNNI_4(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
+// iq1SVNNI_1 computes rows × 1 tokens of IQ1_S weights × Q8_K activations (VNNI).
+//
+//go:noescape
+func iq1SVNNI_1(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
+// iq1SVNNI_2 computes rows × 2 tokens of IQ1_S weights × Q8_K activations (VNNI).
+//
+//go:noescape
+func iq1SVNNI_2(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
+// iq1SVNNI_3 computes rows × 3 tokens of IQ1_S weights × Q8_K activations (VNNI).
+//
+//go:noescape
+func iq1SVNNI_3(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
+// iq1SVNNI_4 computes rows × 4 tokens of IQ1_S weights × Q8_K activations (VNNI).
+//
+//go:noescape
+func iq1SVNNI_4(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
+// iq1MVNNI_1 computes rows × 1 tokens of IQ1_M weights × Q8_K activations (VNNI).
+//
+//go:noescape
+func iq1MVNNI_1(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
+// iq1MVNNI_2 computes rows × 2 tokens of IQ1_M weights × Q8_K activations (VNNI).
+//
+//go:noescape
+func iq1MVNNI_2(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
+// iq1MVNNI_3 computes rows × 3 tokens of IQ1_M weights × Q8_K activations (VNNI).
+//
+//go:noescape
+func iq1MVNNI_3(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
+// iq1MVNNI_4 computes rows × 4 tokens of IQ1_M weights × Q8_K activations (VNNI).
+//
+//go:noescape
+func iq1MVNNI_4(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
 // bf16DP_1x1 computes a 1-row × 1-token tile of BF16 weights × BF16 activations over steps×16 columns (AVX512-BF16).
 //
 //go:noescape

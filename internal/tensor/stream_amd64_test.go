@@ -13,7 +13,7 @@ import (
 // what directTokens is chosen by. Metric: ns per weight block per token.
 func BenchmarkStreamedDirect(b *testing.B) {
 	const rows, cols = 2048, 8192
-	for _, typ := range []DType{IQ2_XXS} {
+	for _, typ := range []DType{IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M} {
 		direct := directKernel(typ, cpuISA)
 		if direct == nil {
 			b.Logf("%v: no direct kernel on this CPU (%v)", typ, cpuISA)
@@ -22,7 +22,7 @@ func BenchmarkStreamedDirect(b *testing.B) {
 		wt, _ := streamType(typ)
 		widen := streamKernel(typ, kernelAt(wt, cpuISA), nil)
 		m := benchMatrix(b, typ, rows, cols)
-		for _, n := range []int{1, 2, 4, 8, 16, 32, 64} {
+		for _, n := range []int{1, 4, 16, 64} {
 			x := randVec(rand.New(rand.NewPCG(3, 4)), n*cols, 1)
 			dst := make([]float32, n*rows)
 			for _, k := range []struct {

@@ -8,12 +8,14 @@ import (
 )
 
 // TestStreamedAsWidened checks that a matrix computed in its own bytes
-// (streamed, at every assembly level) gives what its widened copy gives:
-// bit for bit where both run the same kernel (the IQ2 types on Q8_K16,
-// Q5_0 and IQ4_NL on Q8_0, packed or not), else within the kernels'
-// rounding, as TestMatMulKernelsAgree checks it (the IQ1 and IQ3 types
-// widen to Q6_K; Q4_1's and Q5_1's minima are summed in another order).
-// The shapes cross the scratch's row steps.
+// (streamed, at every assembly level, by the direct kernels up to
+// directTokens tokens where the CPU has them) gives what its widened copy
+// gives: bit for bit where both run the same kernel (the IQ2 types on
+// Q8_K16, Q5_0 and IQ4_NL on Q8_0, packed or not), else within the
+// kernels' rounding, as TestMatMulKernelsAgree checks it (the IQ1 and IQ3
+// types widen to Q6_K; Q4_1's and Q5_1's minima are summed in another
+// order), and the IQ1 and IQ3 types bit for bit against their rows widened
+// to Q8_K16. The shapes cross the scratch's row steps.
 func TestStreamedAsWidened(t *testing.T) {
 	rng := rand.New(rand.NewPCG(43, 44))
 	p := NewPool(2)
@@ -28,7 +30,7 @@ func TestStreamedAsWidened(t *testing.T) {
 		for _, shape := range [][2]int{{1, 256}, {67, 1024}, {130, 4096}} {
 			rows, cols := shape[0], shape[1]
 			m, wd := randMatrix(t, rng, typ, rows, cols)
-			for _, n := range []int{1, 3, 5, 70} {
+			for _, n := range []int{1, 2, 3, 4, 5, 70} {
 				x := randVec(rng, n*cols, 1)
 				ref := newMatMulRef(typ, wd, x, rows, cols, n)
 				for _, level := range levels {
@@ -37,6 +39,13 @@ func TestStreamedAsWidened(t *testing.T) {
 					label := fmt.Sprintf("%v %v %dx%d n=%d", level, typ, rows, cols, n)
 					ref.check(t, label, got, rows)
 					if st != wt || hasMins(typ) {
+						if st == Q8_K16 {
+							// The IQ1 and IQ3 types: against their rows
+							// widened to Q8_K16, their streamed form.
+							want := make([]float32, n*rows)
+							p.matMul(want, widenedQ8K16(typ, m), x, n, kernelAt(Q8_K16, level))
+							sameBitsOrFail(t, label, got, want)
+						}
 						continue
 					}
 					for _, w := range []Matrix{Widen(m), Pack(Widen(m))} {
@@ -53,6 +62,26 @@ func TestStreamedAsWidened(t *testing.T) {
 					}
 				}
 			}
+		}
+	}
+}
+
+// widenedQ8K16 returns IQ matrix m with every block widened to Q8_K16.
+func widenedQ8K16(t DType, m Matrix) Matrix {
+	w := Matrix{Type: Q8_K16, Rows: m.Rows, Cols: m.Cols, Data: make([]byte, m.Rows*Q8_K16.RowBytes(m.Cols))}
+	bs := t.TypeSize()
+	for k := range len(m.Data) / bs {
+		widenIQBlockQ8K16(t, w.Data[k*q8K16Size:(k+1)*q8K16Size], m.Data[k*bs:(k+1)*bs])
+	}
+	return w
+}
+
+// sameBitsOrFail fails t unless got and want hold the same bits.
+func sameBitsOrFail(t *testing.T, label string, got, want []float32) {
+	t.Helper()
+	for i := range want {
+		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+			t.Fatalf("%s: output %d is %v streamed, %v widened to Q8_K16", label, i, got[i], want[i])
 		}
 	}
 }

@@ -253,9 +253,12 @@ func floatKernel(a *asm, d *decl, typ string, R, T int) {
 // registers) and AVX-512 (VNNI's vpdpwssd, embedded broadcasts, ternlog).
 func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
 	q6, q5, q2, q3, iq4, q8 := typ == "q6K", typ == "q5K", typ == "q2K", typ == "q3K", typ == "iq4XS", typ == "q8K16"
-	iq2xxs := typ == "iq2XXS" // VNNI level only, with VBMI
-	bsz := map[string]int{"q2K": 84, "q3K": 110, "q4K": 144, "q5K": 176, "q6K": 210, "iq4XS": 136, "q8K16": 276, "iq2XXS": 66}[typ]
-	typeName := map[string]string{"q2K": "Q2_K", "q3K": "Q3_K", "q4K": "Q4_K", "q5K": "Q5_K", "q6K": "Q6_K", "iq4XS": "IQ4_XS", "q8K16": "Q8_K16", "iq2XXS": "IQ2_XXS"}[typ]
+	iqd, direct := iqDirects[typ] // VNNI level only, with VBMI (iqdirect.go)
+	bsz := map[string]int{"q2K": 84, "q3K": 110, "q4K": 144, "q5K": 176, "q6K": 210, "iq4XS": 136, "q8K16": 276}[typ]
+	typeName := map[string]string{"q2K": "Q2_K", "q3K": "Q3_K", "q4K": "Q4_K", "q5K": "Q5_K", "q6K": "Q6_K", "iq4XS": "IQ4_XS", "q8K16": "Q8_K16"}[typ]
+	if direct {
+		bsz, typeName = iqd.size, iqd.typeName
+	}
 	qsOff := 16 // Q4_K's and Q5_K's 4-bit halves
 	if q5 {
 		qsOff = 48
@@ -266,8 +269,8 @@ func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
 	}
 	name := fmt.Sprintf("%s%s_%d", typ, isa, T)
 	frame := "$64-88"
-	if iq2xxs {
-		frame = "$96-88" // sign patterns at 0, scales at 64
+	if direct {
+		frame = iqFrame
 	}
 	sig := "(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)"
 	text(a, d, fmt.Sprintf("%s computes rows × %d tokens of %s weights × Q8_K activations (%s).", name, T, typeName, isa), name, sig, frame)
@@ -296,8 +299,8 @@ func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
 	// (Q5_K: 0x10). IQ4_XS, both levels: Y14 0x0f bytes, Y15 its table.
 	if q8 {
 		// Q8_K16's values need no masks.
-	} else if iq2xxs {
-		iq2XXSConsts(a)
+	} else if direct {
+		iqDirectConsts(a, typ)
 	} else if iq4 {
 		a.p("MOVL $0x0f0f0f0f, CX")
 		a.p("VMOVD CX, X14")
@@ -372,8 +375,8 @@ func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
 	// AVX2: vpmaddwd + vpaddd, scale loaded into Y13 first by the caller.
 	if q8 {
 		q8K16Block(a, vnni, T, yAddr, dAddr, bsAddr, facc, sumi)
-	} else if iq2xxs {
-		iq2XXSBlock(a, T, yAddr, dAddr, bsAddr, facc, sumi)
+	} else if direct {
+		iqDirectBlock(a, typ, T, yAddr, dAddr, bsAddr, facc, sumi)
 	} else if iq4 {
 		iq4XSBlock(a, vnni, T, yAddr, dAddr, facc, sumi)
 	} else if q2 {
@@ -1112,7 +1115,7 @@ func main() {
 	k4ConstData(&a)
 	k3ConstData(&a)
 	iq4TableData(&a)
-	iq2XXSData(&a)
+	iqDirectData(&a)
 	for _, typ := range []string{"q4K", "q6K", "q5K", "q2K", "q3K", "iq4XS", "q8K16"} {
 		for _, vnni := range []bool{true, false} {
 			for T := 1; T <= 4; T++ {
@@ -1120,8 +1123,10 @@ func main() {
 			}
 		}
 	}
-	for T := 1; T <= 4; T++ {
-		kKernel(&a, &d, "iq2XXS", true, T)
+	for _, typ := range iqDirectOrder {
+		for T := 1; T <= 4; T++ {
+			kKernel(&a, &d, typ, true, T)
+		}
 	}
 	for _, R := range []int{1, 4} {
 		for T := 1; T <= 4; T++ {
