@@ -14,7 +14,7 @@ import (
 // need AVX512-VBMI (vpmultishiftqb, vpermb, vpermi2b) beyond the VNNI level.
 //
 // Per block, a prologue takes the block's scales to Q8_K16's sixteen (X18),
-// its d to Y20, and lays out in the frame what each 32 values need: the
+// its d to Y20, and lays out in registers what each 32 values need: the
 // grid indices (as words where they have more than eight bits), the sign
 // patterns (vpermi2b looks the 7-bit indices up in the 128 patterns of
 // seven stored bits and their parity; IQ2_S and IQ3_S store theirs), IQ1's
@@ -29,30 +29,26 @@ type iqDirect struct {
 	size     int    // bytes of a block
 	grid     string // the Go table of its grid points
 	point    int    // bytes of a grid point: 8 values (8) or 4 (4)
-	perSub16 bool   // a scale per 16 values, else per 32
 	dScale   string // d is the f16 times this (hex f32 bits), "" for 1
 }
 
 var iqDirects = map[string]iqDirect{
-	"iq2XXS": {"IQ2_XXS", 66, "q8GridIQ2XXS", 8, false, "0x3e000000"},
-	"iq2XS":  {"IQ2_XS", 74, "q8GridIQ2XS", 8, true, "0x3e000000"},
-	"iq2S":   {"IQ2_S", 82, "q8GridIQ2S", 8, true, "0x3e000000"},
-	"iq3XXS": {"IQ3_XXS", 98, "q8GridIQ3XXS", 4, false, "0x3e800000"},
-	"iq3S":   {"IQ3_S", 110, "q8GridIQ3S", 4, false, ""},
-	"iq1S":   {"IQ1_S", 50, "q8GridIQ1", 8, false, "0x3e000000"},
-	"iq1M":   {"IQ1_M", 56, "q8GridIQ1", 8, true, "0x3e000000"},
+	"iq2XXS": {"IQ2_XXS", 66, "q8GridIQ2XXS", 8, "0x3e000000"},
+	"iq2XS":  {"IQ2_XS", 74, "q8GridIQ2XS", 8, "0x3e000000"},
+	"iq2S":   {"IQ2_S", 82, "q8GridIQ2S", 8, "0x3e000000"},
+	"iq3XXS": {"IQ3_XXS", 98, "q8GridIQ3XXS", 4, "0x3e800000"},
+	"iq3S":   {"IQ3_S", 110, "q8GridIQ3S", 4, ""},
+	"iq1S":   {"IQ1_S", 50, "q8GridIQ1", 8, "0x3e000000"},
+	"iq1M":   {"IQ1_M", 56, "q8GridIQ1", 8, "0x3e000000"},
 }
 
 // iqDirectOrder is the order the kernels are emitted in.
 var iqDirectOrder = []string{"iq2XXS", "iq2XS", "iq2S", "iq3XXS", "iq3S", "iq1S", "iq1M"}
 
-// The frame of a direct kernel: what the prologue lays out at 0 (up to 192
-// bytes) and, for types with a scale per 32 values, the scales as dwords
-// s | s<<16 at iqScaleFrame.
-const (
-	iqFrame      = "$256-88"
-	iqScaleFrame = 224
-)
+// iqFrame is a direct kernel's frame: none (what the prologue lays out
+// stays in registers: loading part of a vector just stored waits for the
+// store to retire).
+const iqFrame = "$0-88"
 
 // iqDirectConsts loads the block loop's constants: Y21 d's factor, R8 the
 // grid, Y28 0x80 bytes, Z30:Z31 the sign patterns, and per type (Z22,
@@ -102,15 +98,12 @@ func iqDirectConsts(a *asm, typ string) {
 
 // iqDirectBlock emits the body of kKernel's block loop for a direct type:
 // its prologue, the 32 values' bytes into Y8 in turn, Q8_K16's products on
-// them. R14 and the frame are scratch.
+// them. R14, R9 (bsStride, loaded again after), Z10-Z13 are scratch.
 func iqDirectBlock(a *asm, typ string, T int, yAddr func(off, t int) string, dAddr, bsAddr func(t int) string, facc, sumi func(t int) int) {
 	q := iqDirects[typ]
 	zeroPartials(a, T)
 	iqPrologue(a, typ)
 	a.p("VPMOVSXBW X18, Y19")
-	if !q.perSub16 {
-		a.p("VMOVDQU32 Y19, %d(SP)", iqScaleFrame) // as dwords s | s<<16, one a sub-block
-	}
 	if typ == "iq1M" {
 		// d's f16 is the top nibbles of the four scale words.
 		a.p("MOVQ 48(SI), R14")
@@ -126,18 +119,15 @@ func iqDirectBlock(a *asm, typ string, T int, yAddr func(off, t int) string, dAd
 	}
 	for p := 0; p < 8; p++ {
 		iqChunk(a, typ, p)
-		if q.perSub16 {
-			a.p("VPSHUFB q6kShuf<>+%d(SB), X18, X26", 16*p)
-			a.p("VPMOVSXBW X26, Y26")
-		} else {
-			a.p("VPBROADCASTD %d(SP), Y26", iqScaleFrame+4*p) // the sub-block's scale, both words
-		}
+		a.p("VPSHUFB q6kShuf<>+%d(SB), X18, X26", 16*p)
+		a.p("VPMOVSXBW X26, Y26")
 		for t := 0; t < T; t++ {
 			a.p("VPMADDUBSW %s, Y8, Y25", yAddr(32*p, t))
 			a.p("VPDPWSSD Y26, Y25, Y%d", partial(T, t, p))
 		}
 	}
 	sumPartials(a, T)
+	a.p("MOVQ bsStride+56(FP), R9") // the chunks' scratch
 	q8K16Finish(a, T, dAddr, bsAddr, facc, sumi)
 }
 
@@ -163,31 +153,31 @@ func iqPrologue(a *asm, typ string) {
 	switch typ {
 	case "iq2XXS":
 		// Eight qwords: four grid indices, then aux (four 7-bit sign
-		// indices at 7l, the scale at 28). Signs to 8p, bytes 0-3.
+		// indices at 7l, the scale at 28). Sign patterns to Z11.
 		a.p("VMOVDQU8 2(SI), Z16")
 		a.p("VPMULTISHIFTQB Z16, Z29, Z17")
 		a.p("VPERMB Z17, Z27, Z18") // the scales' nibbles in X18
 		a.p("VPERMB iqScales<>(SB), X18, X18")
 		a.p("VPERMI2B Z31, Z30, Z17")
-		a.p("VMOVDQU64 Z17, 0(SP)")
+		a.p("VMOVDQA64 Z17, Z11") // signs: bytes 0-3 of qword p
 	case "iq2XS":
-		// 32 words: a 9-bit grid index, a 7-bit sign index. Signs to 4p.
+		// 32 words: a 9-bit grid index, a 7-bit sign index. Sign
+		// patterns to Z11.
 		a.p("VMOVDQU16 2(SI), Z16")
 		a.p("VPSRLW $9, Z16, Z17")
 		a.p("VPMOVWB Z17, Y17")
 		a.p("VPERMI2B Z31, Z30, Z17")
-		a.p("VMOVDQU8 Y17, 0(SP)")
+		a.p("VMOVDQA64 Z17, Z11") // signs: dword p
 		iqScalesNibbles(a, 66, false)
 	case "iq2S":
-		// Grid indices: qs | two bits of qh[k/4] at 8, as words at 2k.
+		// Grid indices: qs | two bits of qh[k/4] at 8, as words in Z12.
 		a.p("VMOVQ 66(SI), X17")
 		a.p("VPERMB Y17, Y27, Y16") // qh[k/4]
 		a.p("VPMOVZXBW Y16, Z16")
 		a.p("VPSLLVW iqShift2S<>(SB), Z16, Z16")
 		a.p("VPANDD Z29, Z16, Z16")
 		a.p("VPMOVZXBW 2(SI), Z17")
-		a.p("VPORD Z17, Z16, Z16")
-		a.p("VMOVDQU16 Z16, 0(SP)")
+		a.p("VPORD Z17, Z16, Z12")
 		iqScalesNibbles(a, 74, false)
 	case "iq3XXS":
 		// aux words: four 7-bit sign indices and the scale at 28. Signs
@@ -195,12 +185,12 @@ func iqPrologue(a *asm, typ string) {
 		a.p("VMOVDQU8 66(SI), Y16")
 		a.p("VPMULTISHIFTQB Y16, Y29, Y17")
 		a.p("VPERMI2B Z31, Z30, Z17")
-		a.p("VMOVDQU8 Y17, 0(SP)")
+		a.p("VMOVDQA64 Z17, Z11")           // signs: dword p
 		a.p("VPMULTISHIFTQB Y16, Y27, Y18") // each aux's scale twice
 		a.p("VPMOVQD Y18, X18")
 		a.p("VPERMB iqScales<>(SB), X18, X18")
 	case "iq3S":
-		// Grid indices: qs | bit k%8 of qh[k/8] at 8, as words at 2k.
+		// Grid indices: qs | bit k%8 of qh[k/8] at 8, as words in Z12:Z13.
 		a.p("VMOVQ 66(SI), X17")
 		for h := 0; h < 2; h++ {
 			a.p("VPERMB Y17, Y%d, Y16", 22+h) // qh[k/8]
@@ -208,32 +198,30 @@ func iqPrologue(a *asm, typ string) {
 			a.p("VPSLLVW iqShift3S<>(SB), Z16, Z16")
 			a.p("VPANDD Z29, Z16, Z16")
 			a.p("VPMOVZXBW %d(SI), Z10", 2+32*h)
-			a.p("VPORD Z10, Z16, Z16")
-			a.p("VMOVDQU16 Z16, %d(SP)", 64*h)
+			a.p("VPORD Z10, Z16, Z%d", 12+h)
 		}
 		iqScalesNibbles(a, 106, true)
 	case "iq1S":
-		// Grid indices: qs | three bits of qh[k/4] at 8, as words at 2k;
-		// the scale at 12 of qh, the delta's sign at 15: ±1 bytes at 128.
+		// Grid indices: qs | three bits of qh[k/4] at 8, as words in Z12;
+		// the scale at 12 of qh, the delta's sign at 15: ±1 bytes in X11.
 		a.p("VMOVDQU8 34(SI), X17")
 		a.p("VPERMW Z17, Z22, Z16") // qh[k/4]
 		a.p("VPSRLVW iqShift1S<>(SB), Z16, Z16")
 		a.p("VPANDD Z29, Z16, Z16")
 		a.p("VPSLLW $8, Z16, Z16")
 		a.p("VPMOVZXBW 2(SI), Z10")
-		a.p("VPORD Z10, Z16, Z16")
-		a.p("VMOVDQU16 Z16, 0(SP)")
+		a.p("VPORD Z10, Z16, Z12")
 		a.p("VPSRAW $15, X17, X16")
 		a.p("VPORD X23, X16, X16") // 1 or −1
 		a.p("VPMOVWB X16, X16")
-		a.p("VMOVQ X16, 128(SP)")
+		a.p("VMOVDQA64 X16, X11") // deltas: byte p
 		a.p("VPSRLW $12, X17, X18")
 		a.p("VPMOVWB X18, X18")
 		a.p("VPUNPCKLBW X18, X18, X18")
 		a.p("VPERMB iqScales1<>(SB), X18, X18")
 	case "iq1M":
 		// qh's nibbles in order, h_k: grid indices qs | (h_k & 7) at 8 as
-		// words at 2k, the deltas 1 − (h_k & 8)/4 as bytes at 128; the
+		// words in Z12, the deltas 1 − (h_k & 8)/4 as bytes in Y11; the
 		// scales three bits each, in order, in the words at 48.
 		a.p("VMOVDQU8 32(SI), X17")
 		a.p("VPSRLW $4, X17, X16")
@@ -244,12 +232,11 @@ func iqPrologue(a *asm, typ string) {
 		a.p("VPANDD Z29, Z16, Z16")
 		a.p("VPSLLW $8, Z16, Z16")
 		a.p("VPMOVZXBW 0(SI), Z17")
-		a.p("VPORD Z17, Z16, Z16")
-		a.p("VMOVDQU16 Z16, 0(SP)")
+		a.p("VPORD Z17, Z16, Z12")
 		a.p("VPANDD Y22, Y10, Y11")
 		a.p("VPSRLW $2, Y11, Y11")
 		a.p("VPSUBB Y11, Y23, Y11")
-		a.p("VMOVDQU Y11, 128(SP)")
+		// deltas: byte k of Y11
 		a.p("VPBROADCASTQ 48(SI), X16")
 		a.p("VPMULTISHIFTQB X16, X27, X18")
 		a.p("VPERMB iqScales1<>(SB), X18, X18")
@@ -275,9 +262,9 @@ func iqChunk(a *asm, typ string, p int) {
 	case "iq3XXS":
 		idx = func(i int) { a.p("MOVBLZX %d(SI), R14", 2+8*p+i) }
 	case "iq3S":
-		idx = func(i int) { a.p("MOVWLZX %d(SP), R14", 16*p+2*i) }
-	default: // iq2S, iq1S, iq1M: words at 2k
-		idx = func(i int) { a.p("MOVWLZX %d(SP), R14", 8*p+2*i) }
+		idx = wordIndex(a, 12+p/4, p%4, 0)
+	default: // iq2S, iq1S, iq1M
+		idx = wordIndex(a, 12, p/2, p%2)
 	}
 	if q.point == 8 {
 		for h := 0; h < 2; h++ {
@@ -303,24 +290,77 @@ func iqChunk(a *asm, typ string, p int) {
 	a.p("VINSERTI128 $1, X9, Y8, Y8")
 	switch typ {
 	case "iq1S":
-		a.p("VPBROADCASTB %d(SP), Y9", 128+p)
+		if p == 0 {
+			a.p("VPBROADCASTB X11, Y9")
+		} else {
+			a.p("VPSRLDQ $%d, X11, X9", p)
+			a.p("VPBROADCASTB X9, Y9")
+		}
 		a.p("VPADDB Y9, Y8, Y8")
 		return
 	case "iq1M":
-		a.p("VPBROADCASTD %d(SP), Y9", 128+4*p)
-		a.p("VPSHUFB iqSpread1M<>(SB), Y9, Y9")
+		a.p("VMOVDQU8 iqSpread1M<>+%d(SB), Y9", 32*p)
+		a.p("VPERMB Y11, Y9, Y9")
 		a.p("VPADDB Y9, Y8, Y8")
 		return
 	case "iq2XXS":
-		a.p("KMOVD %d(SP), K1", 8*p)
+		signsQword(a, p/2, p%2)
 	case "iq2S":
 		a.p("KMOVD %d(SI), K1", 34+4*p)
 	case "iq3S":
 		a.p("KMOVD %d(SI), K1", 74+4*p)
 	default: // iq2XS, iq3XXS
-		a.p("KMOVD %d(SP), K1", 4*p)
+		if p%2 == 0 {
+			signsQword(a, p/4, p/2%2)
+		} else {
+			a.p("SHRQ $32, R9")
+			a.p("KMOVD R9, K1")
+		}
 	}
 	a.p("VPSUBB Y8, Y28, K1, Y8")
+}
+
+// signsQword moves qword q of 128-bit lane lane of the sign patterns (Z11)
+// to R9 and its low half to K1.
+func signsQword(a *asm, lane, q int) {
+	src := 11
+	if lane > 0 {
+		src = 10
+		a.p("VEXTRACTI32X4 $%d, Z11, X10", lane)
+	}
+	if q == 0 {
+		a.p("VMOVQ X%d, R9", src)
+	} else {
+		a.p("VPEXTRQ $1, X%d, R9", src)
+	}
+	a.p("KMOVD R9, K1")
+}
+
+// wordIndex returns a chunk's idx for grid indices held as words in
+// register Z[reg], from qword q0 of its 128-bit lane lane on: each qword
+// moved to R9 and its words taken in turn. (From a register, not the frame:
+// loading words of a vector just stored waits for the store to retire.)
+func wordIndex(a *asm, reg, lane, q0 int) func(i int) {
+	return func(i int) {
+		if i%4 != 0 {
+			a.p("SHRQ $16, R9")
+			a.p("MOVWLZX R9, R14")
+			return
+		}
+		src := reg
+		if lane > 0 {
+			src = 10
+			if i == 0 {
+				a.p("VEXTRACTI32X4 $%d, Z%d, X10", lane, reg)
+			}
+		}
+		if q := q0 + i/4; q == 0 {
+			a.p("VMOVQ X%d, R9", src)
+		} else {
+			a.p("VPEXTRQ $1, X%d, R9", src)
+		}
+		a.p("MOVWLZX R9, R14")
+	}
 }
 
 // partial returns the register of token t's integer sums that sub-block p
@@ -428,8 +468,10 @@ func iqDirectData(a *asm) {
 	}
 	dataBytes(a, "iqScaleShift1M", b)
 	b = nil
-	for i := range 32 {
-		b = append(b, byte(i/8%2+2*(i/16)))
+	for p := range 8 {
+		for i := range 32 {
+			b = append(b, byte(4*p+i/8)) // chunk p's byte i: group 4p+i/8's delta
+		}
 	}
 	dataBytes(a, "iqSpread1M", b)
 }
