@@ -119,12 +119,7 @@ func iqDirectBlock(a *asm, typ string, T int, yAddr func(off, t int) string, dAd
 	}
 	for p := 0; p < 8; p++ {
 		iqChunk(a, typ, p)
-		a.p("VPSHUFB q6kShuf<>+%d(SB), X18, X26", 16*p)
-		a.p("VPMOVSXBW X26, Y26")
-		for t := 0; t < T; t++ {
-			a.p("VPMADDUBSW %s, Y8, Y25", yAddr(32*p, t))
-			a.p("VPDPWSSD Y26, Y25, Y%d", partial(T, t, p))
-		}
+		q8K16Products(a, p, T, yAddr, func(t int) int { return partial(T, t, p) })
 	}
 	sumPartials(a, T)
 	a.p("MOVQ bsStride+56(FP), R9") // the chunks' scratch
@@ -180,8 +175,8 @@ func iqPrologue(a *asm, typ string) {
 		a.p("VPORD Z17, Z16, Z12")
 		iqScalesNibbles(a, 74, false)
 	case "iq3XXS":
-		// aux words: four 7-bit sign indices and the scale at 28. Signs
-		// to 4p.
+		// aux words: four 7-bit sign indices and the scale at 28. Sign
+		// patterns to Z11.
 		a.p("VMOVDQU8 66(SI), Y16")
 		a.p("VPMULTISHIFTQB Y16, Y29, Y17")
 		a.p("VPERMI2B Z31, Z30, Z17")

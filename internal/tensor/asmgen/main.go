@@ -851,13 +851,13 @@ func q8K16Block(a *asm, vnni bool, T int, yAddr func(off, t int) string, dAddr, 
 
 // q8K16Products emits, at the VNNI level, the products of values 32p to
 // 32p+31 of a Q8_K16 block, their bytes in Y8 and the block's scales in
-// X18, for T tokens into sumi.
-func q8K16Products(a *asm, p, T int, yAddr func(off, t int) string, sumi func(t int) int) {
+// X18, for T tokens into sum(t) (sumi, or a partial sum's register).
+func q8K16Products(a *asm, p, T int, yAddr func(off, t int) string, sum func(t int) int) {
 	a.p("VPSHUFB q6kShuf<>+%d(SB), X18, X26", 16*p)
 	a.p("VPMOVSXBW X26, Y26")
 	for t := 0; t < T; t++ {
 		a.p("VPMADDUBSW %s, Y8, Y25", yAddr(32*p, t))
-		a.p("VPDPWSSD Y26, Y25, Y%d", sumi(t))
+		a.p("VPDPWSSD Y26, Y25, Y%d", sum(t))
 	}
 }
 
