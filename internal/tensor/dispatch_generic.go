@@ -93,3 +93,7 @@ const packedF16ReadsHalf = false
 
 // zmmRowStep is unused here (nothing is packed).
 func zmmRowStep(DType) int { return 0 }
+
+// directKernel returns no kernel: the portable kernels compute every type
+// in its own bytes.
+func directKernel(DType, isa) (kernel, int) { return nil, 0 }

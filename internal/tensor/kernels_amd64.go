@@ -389,12 +389,80 @@ var (
 var hasVBMI = cpuISA == isaVNNI && cpu.X86.HasAVX512VBMI
 
 // directKernel returns the kernel computing streamed type t in its own
-// bytes at level i, or nil where there is none.
-func directKernel(t DType, i isa) kernel {
-	if k := iqDirectKernels[t]; k != nil && i == isaVNNI && hasVBMI {
-		return k.run
+// bytes at level i and the most tokens it takes, or nil where there is
+// none.
+func directKernel(t DType, i isa) (kernel, int) {
+	if i != isaVNNI {
+		return nil, 0
 	}
-	return nil
+	if k := iqDirectKernels[t]; k != nil && hasVBMI {
+		return k.run, directTokens
+	}
+	if k := q80DirectKernels[t]; k != nil {
+		return k.run, math.MaxInt
+	}
+	return nil, 0
+}
+
+// q8DirectFn is a direct kernel of a type streamed to Q8_0
+// (asmgen/q80direct.go).
+type q8DirectFn func(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, s1 *float32)
+
+// q80Direct drives the direct kernels of Q5_0, IQ4_NL, Q4_1 and Q5_1 (VNNI
+// level): k[T] computes all rows of a range for T tokens, in the weights'
+// own bytes, with the float steps of the Q8_0 kernels on the rows widened
+// (and, with mins, of addMins): k[1] and k[2] without a transpose
+// (decode), the others transposing each block for all T (prompts: the
+// work items' rows stay in cache while the kernels pass over them once per
+// len(k)-1 tokens). They are faster than widening the rows to scratch for
+// any number of tokens (BenchmarkStreamedDirect), so they take them all.
+type q80Direct struct {
+	k    []q8DirectFn
+	mins bool // Q4_1, Q5_1: reads the activations' Q8_1 block sums
+}
+
+func (k *q80Direct) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int, s *streamScratch) {
+	nb := w.Cols / qk80
+	rb := w.RowBytes()
+	for t := t0; t < t1; {
+		T := min(len(k.k)-1, t1-t)
+		var s1 *float32
+		if k.mins {
+			s1 = s.blockMajorS1(a, t, T, nb)
+		}
+		k.k[T](&w.Data[r0*rb], rb, q80PrefetchRows*rb, r1-r0, &a.g[t*q80BlockBytes], a.gs, nb, &dst[t*ld+r0], ld*4, s1)
+		t += T
+	}
+}
+
+// blockMajorS1 returns the Q8_1 block sums of tokens [t, t+T) of a, nb
+// blocks each, block-major (block b's token i at b·T + i), as the direct
+// kernels read them: a's own for one token, else copied into s.
+func (s *streamScratch) blockMajorS1(a *actBuf, t, T, nb int) *float32 {
+	if T == 1 {
+		return &a.s1[t*nb]
+	}
+	s.s1 = growF32(s.s1, nb*T)
+	for i := range T {
+		for b, v := range a.s1[(t+i)*nb : (t+i+1)*nb] {
+			s.s1[b*T+i] = v
+		}
+	}
+	return &s.s1[0]
+}
+
+// q80DirectKernels are the direct kernels of the types streamed to Q8_0.
+var q80DirectKernels = map[DType]*q80Direct{
+	Q5_0: {k: []q8DirectFn{nil, q50VNNIN_1, q50VNNIN_2,
+		q50VNNIR_3, q50VNNIR_4, q50VNNIR_5, q50VNNIR_6, q50VNNIR_7, q50VNNIR_8, q50VNNIR_9,
+		q50VNNIR_10, q50VNNIR_11, q50VNNIR_12, q50VNNIR_13, q50VNNIR_14, q50VNNIR_15, q50VNNIR_16}},
+	IQ4_NL: {k: []q8DirectFn{nil, iq4NLVNNIN_1, iq4NLVNNIN_2,
+		iq4NLVNNIR_3, iq4NLVNNIR_4, iq4NLVNNIR_5, iq4NLVNNIR_6, iq4NLVNNIR_7, iq4NLVNNIR_8, iq4NLVNNIR_9,
+		iq4NLVNNIR_10, iq4NLVNNIR_11, iq4NLVNNIR_12, iq4NLVNNIR_13, iq4NLVNNIR_14, iq4NLVNNIR_15, iq4NLVNNIR_16}},
+	Q4_1: {k: []q8DirectFn{nil, q41VNNIN_1, q41VNNIN_2,
+		q41VNNIR_3, q41VNNIR_4, q41VNNIR_5, q41VNNIR_6, q41VNNIR_7, q41VNNIR_8}, mins: true},
+	Q5_1: {k: []q8DirectFn{nil, q51VNNIN_1, q51VNNIN_2,
+		q51VNNIR_3, q51VNNIR_4, q51VNNIR_5, q51VNNIR_6, q51VNNIR_7, q51VNNIR_8}, mins: true},
 }
 
 type bf16Fn func(w *byte, rowBytes, groups int, y *uint16, yStride int, steps int, dst *float32, ldBytes int)
@@ -546,7 +614,8 @@ func withStreamKernels(k [isaVNNI + 1]kernelTable) [isaVNNI + 1]kernelTable {
 	for i := isaAVX2; i <= isaVNNI; i++ {
 		for t := range q8K16Slot {
 			if wt, ok := streamType(t); ok {
-				k[i][t] = streamKernel(t, k[i].get(wt), directKernel(t, i))
+				direct, maxTokens := directKernel(t, i)
+				k[i][t] = streamKernel(t, k[i].get(wt), direct, maxTokens)
 			}
 		}
 	}

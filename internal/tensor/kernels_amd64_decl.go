@@ -376,6 +376,246 @@ func q80AVX2P_3(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks
 //go:noescape
 func q80AVX2P_4(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
 
+// q50VNNIN_1 computes rows × 1 tokens of Q5_0 weights × Q8_0 activations, eight rows at a time, in the weights' own bytes (VNNI).
+//
+//go:noescape
+func q50VNNIN_1(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, s1 *float32)
+
+// q50VNNIN_2 computes rows × 2 tokens of Q5_0 weights × Q8_0 activations, eight rows at a time, in the weights' own bytes (VNNI).
+//
+//go:noescape
+func q50VNNIN_2(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, s1 *float32)
+
+// q50VNNIR_3 computes rows × 3 tokens of Q5_0 weights × Q8_0 activations, eight rows at a time, in the weights' own bytes (VNNI).
+//
+//go:noescape
+func q50VNNIR_3(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, s1 *float32)
+
+// q50VNNIR_4 computes rows × 4 tokens of Q5_0 weights × Q8_0 activations, eight rows at a time, in the weights' own bytes (VNNI).
+//
+//go:noescape
+func q50VNNIR_4(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, s1 *float32)
+
+// q50VNNIR_5 computes rows × 5 tokens of Q5_0 weights × Q8_0 activations, eight rows at a time, in the weights' own bytes (VNNI).
+//
+//go:noescape
+func q50VNNIR_5(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, s1 *float32)
+
+// q50VNNIR_6 computes rows × 6 tokens of Q5_0 weights × Q8_0 activations, eight rows at a time, in the weights' own bytes (VNNI).
+//
+//go:noescape
+func q50VNNIR_6(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, s1 *float32)
+
+// q50VNNIR_7 computes rows × 7 tokens of Q5_0 weights × Q8_0 activations, eight rows at a time, in the weights' own bytes (VNNI).
+//
+//go:noescape
+func q50VNNIR_7(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, s1 *float32)
+
+// q50VNNIR_8 computes rows × 8 tokens of Q5_0 weights × Q8_0 activations, eight rows at a time, in the weights' own bytes (VNNI).
+//
+//go:noescape
+func q50VNNIR_8(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, s1 *float32)
+
+// q50VNNIR_9 computes rows × 9 tokens of Q5_0 weights × Q8_0 activations, eight rows at a time, in the weights' own bytes (VNNI).
+//
+//go:noescape
+func q50VNNIR_9(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, s1 *float32)
+
+// q50VNNIR_10 computes rows × 10 tokens of Q5_0 weights × Q8_0 activations, eight rows at a time, in the weights' own bytes (VNNI).
+//
+//go:noescape
+func q50VNNIR_10(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, s1 *float32)
+
+// q50VNNIR_11 computes rows × 11 tokens of Q5_0 weights × Q8_0 activations, eight rows at a time, in the weights' own bytes (VNNI).
+//
+//go:noescape
+func q50VNNIR_11(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, s1 *float32)
+
+// q50VNNIR_12 computes rows × 12 tokens of Q5_0 weights × Q8_0 activations, eight rows at a time, in the weights' own bytes (VNNI).
+//
+//go:noescape
+func q50VNNIR_12(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, s1 *float32)
+
+// q50VNNIR_13 computes rows × 13 tokens of Q5_0 weights × Q8_0 activations, eight rows at a time, in the weights' own bytes (VNNI).
+//
+//go:noescape
+func q50VNNIR_13(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, s1 *float32)
+
+// q50VNNIR_14 computes rows × 14 tokens of Q5_0 weights × Q8_0 activations, eight rows at a time, in the weights' own bytes (VNNI).
+//
+//go:noescape
+func q50VNNIR_14(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, s1 *float32)
+
+// q50VNNIR_15 computes rows × 15 tokens of Q5_0 weights × Q8_0 activations, eight rows at a time, in the weights' own bytes (VNNI).
+//
+//go:noescape
+func q50VNNIR_15(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, s1 *float32)
+
+// q50VNNIR_16 computes rows × 16 tokens of Q5_0 weights × Q8_0 activations, eight rows at a time, in the weights' own bytes (VNNI).
+//
+//go:noescape
+func q50VNNIR_16(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, s1 *float32)
+
+// iq4NLVNNIN_1 computes rows × 1 tokens of IQ4_NL weights × Q8_0 activations, eight rows at a time, in the weights' own bytes (VNNI).
+//
+//go:noescape
+func iq4NLVNNIN_1(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, s1 *float32)
+
+// iq4NLVNNIN_2 computes rows × 2 tokens of IQ4_NL weights × Q8_0 activations, eight rows at a time, in the weights' own bytes (VNNI).
+//
+//go:noescape
+func iq4NLVNNIN_2(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, s1 *float32)
+
+// iq4NLVNNIR_3 computes rows × 3 tokens of IQ4_NL weights × Q8_0 activations, eight rows at a time, in the weights' own bytes (VNNI).
+//
+//go:noescape
+func iq4NLVNNIR_3(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, s1 *float32)
+
+// iq4NLVNNIR_4 computes rows × 4 tokens of IQ4_NL weights × Q8_0 activations, eight rows at a time, in the weights' own bytes (VNNI).
+//
+//go:noescape
+func iq4NLVNNIR_4(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, s1 *float32)
+
+// iq4NLVNNIR_5 computes rows × 5 tokens of IQ4_NL weights × Q8_0 activations, eight rows at a time, in the weights' own bytes (VNNI).
+//
+//go:noescape
+func iq4NLVNNIR_5(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, s1 *float32)
+
+// iq4NLVNNIR_6 computes rows × 6 tokens of IQ4_NL weights × Q8_0 activations, eight rows at a time, in the weights' own bytes (VNNI).
+//
+//go:noescape
+func iq4NLVNNIR_6(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, s1 *float32)
+
+// iq4NLVNNIR_7 computes rows × 7 tokens of IQ4_NL weights × Q8_0 activations, eight rows at a time, in the weights' own bytes (VNNI).
+//
+//go:noescape
+func iq4NLVNNIR_7(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, s1 *float32)
+
+// iq4NLVNNIR_8 computes rows × 8 tokens of IQ4_NL weights × Q8_0 activations, eight rows at a time, in the weights' own bytes (VNNI).
+//
+//go:noescape
+func iq4NLVNNIR_8(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, s1 *float32)
+
+// iq4NLVNNIR_9 computes rows × 9 tokens of IQ4_NL weights × Q8_0 activations, eight rows at a time, in the weights' own bytes (VNNI).
+//
+//go:noescape
+func iq4NLVNNIR_9(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, s1 *float32)
+
+// iq4NLVNNIR_10 computes rows × 10 tokens of IQ4_NL weights × Q8_0 activations, eight rows at a time, in the weights' own bytes (VNNI).
+//
+//go:noescape
+func iq4NLVNNIR_10(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, s1 *float32)
+
+// iq4NLVNNIR_11 computes rows × 11 tokens of IQ4_NL weights × Q8_0 activations, eight rows at a time, in the weights' own bytes (VNNI).
+//
+//go:noescape
+func iq4NLVNNIR_11(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, s1 *float32)
+
+// iq4NLVNNIR_12 computes rows × 12 tokens of IQ4_NL weights × Q8_0 activations, eight rows at a time, in the weights' own bytes (VNNI).
+//
+//go:noescape
+func iq4NLVNNIR_12(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, s1 *float32)
+
+// iq4NLVNNIR_13 computes rows × 13 tokens of IQ4_NL weights × Q8_0 activations, eight rows at a time, in the weights' own bytes (VNNI).
+//
+//go:noescape
+func iq4NLVNNIR_13(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, s1 *float32)
+
+// iq4NLVNNIR_14 computes rows × 14 tokens of IQ4_NL weights × Q8_0 activations, eight rows at a time, in the weights' own bytes (VNNI).
+//
+//go:noescape
+func iq4NLVNNIR_14(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, s1 *float32)
+
+// iq4NLVNNIR_15 computes rows × 15 tokens of IQ4_NL weights × Q8_0 activations, eight rows at a time, in the weights' own bytes (VNNI).
+//
+//go:noescape
+func iq4NLVNNIR_15(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, s1 *float32)
+
+// iq4NLVNNIR_16 computes rows × 16 tokens of IQ4_NL weights × Q8_0 activations, eight rows at a time, in the weights' own bytes (VNNI).
+//
+//go:noescape
+func iq4NLVNNIR_16(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, s1 *float32)
+
+// q41VNNIN_1 computes rows × 1 tokens of Q4_1 weights × Q8_0 activations, eight rows at a time, in the weights' own bytes (VNNI).
+//
+//go:noescape
+func q41VNNIN_1(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, s1 *float32)
+
+// q41VNNIN_2 computes rows × 2 tokens of Q4_1 weights × Q8_0 activations, eight rows at a time, in the weights' own bytes (VNNI).
+//
+//go:noescape
+func q41VNNIN_2(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, s1 *float32)
+
+// q41VNNIR_3 computes rows × 3 tokens of Q4_1 weights × Q8_0 activations, eight rows at a time, in the weights' own bytes (VNNI).
+//
+//go:noescape
+func q41VNNIR_3(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, s1 *float32)
+
+// q41VNNIR_4 computes rows × 4 tokens of Q4_1 weights × Q8_0 activations, eight rows at a time, in the weights' own bytes (VNNI).
+//
+//go:noescape
+func q41VNNIR_4(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, s1 *float32)
+
+// q41VNNIR_5 computes rows × 5 tokens of Q4_1 weights × Q8_0 activations, eight rows at a time, in the weights' own bytes (VNNI).
+//
+//go:noescape
+func q41VNNIR_5(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, s1 *float32)
+
+// q41VNNIR_6 computes rows × 6 tokens of Q4_1 weights × Q8_0 activations, eight rows at a time, in the weights' own bytes (VNNI).
+//
+//go:noescape
+func q41VNNIR_6(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, s1 *float32)
+
+// q41VNNIR_7 computes rows × 7 tokens of Q4_1 weights × Q8_0 activations, eight rows at a time, in the weights' own bytes (VNNI).
+//
+//go:noescape
+func q41VNNIR_7(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, s1 *float32)
+
+// q41VNNIR_8 computes rows × 8 tokens of Q4_1 weights × Q8_0 activations, eight rows at a time, in the weights' own bytes (VNNI).
+//
+//go:noescape
+func q41VNNIR_8(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, s1 *float32)
+
+// q51VNNIN_1 computes rows × 1 tokens of Q5_1 weights × Q8_0 activations, eight rows at a time, in the weights' own bytes (VNNI).
+//
+//go:noescape
+func q51VNNIN_1(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, s1 *float32)
+
+// q51VNNIN_2 computes rows × 2 tokens of Q5_1 weights × Q8_0 activations, eight rows at a time, in the weights' own bytes (VNNI).
+//
+//go:noescape
+func q51VNNIN_2(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, s1 *float32)
+
+// q51VNNIR_3 computes rows × 3 tokens of Q5_1 weights × Q8_0 activations, eight rows at a time, in the weights' own bytes (VNNI).
+//
+//go:noescape
+func q51VNNIR_3(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, s1 *float32)
+
+// q51VNNIR_4 computes rows × 4 tokens of Q5_1 weights × Q8_0 activations, eight rows at a time, in the weights' own bytes (VNNI).
+//
+//go:noescape
+func q51VNNIR_4(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, s1 *float32)
+
+// q51VNNIR_5 computes rows × 5 tokens of Q5_1 weights × Q8_0 activations, eight rows at a time, in the weights' own bytes (VNNI).
+//
+//go:noescape
+func q51VNNIR_5(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, s1 *float32)
+
+// q51VNNIR_6 computes rows × 6 tokens of Q5_1 weights × Q8_0 activations, eight rows at a time, in the weights' own bytes (VNNI).
+//
+//go:noescape
+func q51VNNIR_6(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, s1 *float32)
+
+// q51VNNIR_7 computes rows × 7 tokens of Q5_1 weights × Q8_0 activations, eight rows at a time, in the weights' own bytes (VNNI).
+//
+//go:noescape
+func q51VNNIR_7(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, s1 *float32)
+
+// q51VNNIR_8 computes rows × 8 tokens of Q5_1 weights × Q8_0 activations, eight rows at a time, in the weights' own bytes (VNNI).
+//
+//go:noescape
+func q51VNNIR_8(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, s1 *float32)
+
 // q4KVNNI_1 computes rows × 1 tokens of Q4_K weights × Q8_K activations (VNNI).
 //
 //go:noescape

@@ -44,6 +44,7 @@ type streamScratch struct {
 	m    Matrix
 	buf  []byte
 	mins []float32    // Q4_1, Q5_1: the rows' block minima
+	s1   []float32    // Q4_1, Q5_1: the activations' block sums for the direct kernels
 	_    cacheLinePad // the threads' scratch side by side share no line
 }
 
@@ -56,11 +57,11 @@ const directTokens = 16
 
 // streamKernel computes a matrix of type t (streamed) with inner, the
 // kernel of its streamType on this level, or with direct (nil where there
-// is none) for up to directTokens tokens.
-func streamKernel(t DType, inner, direct kernel) kernel {
+// is none) for up to directMax tokens.
+func streamKernel(t DType, inner, direct kernel, directMax int) kernel {
 	wt, _ := streamType(t)
 	return func(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int, s *streamScratch) {
-		if direct != nil && t1-t0 <= directTokens {
+		if direct != nil && t1-t0 <= directMax {
 			direct(dst, ld, w, r0, r1, a, t0, t1, s)
 			return
 		}
@@ -115,7 +116,9 @@ func (s *streamScratch) addMins(dst []float32, ld, n, cols int, a *actBuf, t0, t
 			s1 := a.s1[t*nb : (t+1)*nb]
 			var sum float32
 			for b, v := range m {
-				sum += v * s1[b]
+				// Rounded before the sum (never fused): the direct
+				// kernels' steps.
+				sum += float32(v * s1[b])
 			}
 			dst[t*ld+r] += sum
 		}

@@ -10,19 +10,23 @@ import (
 
 // BenchmarkStreamedDirect compares, per token count, a streamed type's
 // direct kernel (its own bytes) with widening its rows to scratch first:
-// what directTokens is chosen by. Metric: ns per weight block per token.
+// what directTokens and q80Direct's maxTokens are chosen by. Metric: ns per 256
+// weights per token.
 func BenchmarkStreamedDirect(b *testing.B) {
 	const rows, cols = 2048, 8192
-	for _, typ := range []DType{IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M} {
-		direct := directKernel(typ, cpuISA)
+	for _, typ := range []DType{IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M, Q5_0, IQ4_NL, Q4_1, Q5_1} {
+		direct, maxTokens := directKernel(typ, cpuISA)
 		if direct == nil {
 			b.Logf("%v: no direct kernel on this CPU (%v)", typ, cpuISA)
 			continue
 		}
 		wt, _ := streamType(typ)
-		widen := streamKernel(typ, kernelAt(wt, cpuISA), nil)
+		widen := streamKernel(typ, kernelAt(wt, cpuISA), nil, 0)
 		m := benchMatrix(b, typ, rows, cols)
-		for _, n := range []int{1, 4, 16, 64} {
+		for _, n := range []int{1, 2, 4, 8, 16, 64} {
+			if n/4 > maxTokens {
+				continue // far past where the widening path is faster
+			}
 			x := randVec(rand.New(rand.NewPCG(3, 4)), n*cols, 1)
 			dst := make([]float32, n*rows)
 			for _, k := range []struct {

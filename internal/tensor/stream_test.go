@@ -15,7 +15,9 @@ import (
 // kernels' rounding, as TestMatMulKernelsAgree checks it (the IQ1 and IQ3
 // types widen to Q6_K; Q4_1's and Q5_1's minima are summed in another
 // order), and the IQ1 and IQ3 types bit for bit against their rows widened
-// to Q8_K16. The shapes cross the scratch's row steps.
+// to Q8_K16. Where the CPU has a direct kernel for the type, it is checked
+// bit for bit against the widening path (rows widened to scratch). The
+// shapes cross the scratch's row steps.
 func TestStreamedAsWidened(t *testing.T) {
 	rng := rand.New(rand.NewPCG(43, 44))
 	p := NewPool(2)
@@ -38,6 +40,13 @@ func TestStreamedAsWidened(t *testing.T) {
 					p.matMul(got, m, x, n, kernelAt(typ, level))
 					label := fmt.Sprintf("%v %v %dx%d n=%d", level, typ, rows, cols, n)
 					ref.check(t, label, got, rows)
+					if direct, maxTokens := directKernel(typ, level); direct != nil && n <= maxTokens {
+						// The direct kernel against the rows widened to
+						// scratch, its streamType's kernel on them.
+						want := make([]float32, n*rows)
+						p.matMul(want, m, x, n, streamKernel(typ, kernelAt(st, level), nil, 0))
+						sameBitsOrFail(t, label+" direct", got, want)
+					}
 					if st != wt || hasMins(typ) {
 						if st == Q8_K16 {
 							// The IQ1 and IQ3 types: against their rows
@@ -81,7 +90,7 @@ func sameBitsOrFail(t *testing.T, label string, got, want []float32) {
 	t.Helper()
 	for i := range want {
 		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
-			t.Fatalf("%s: output %d is %v streamed, %v widened to Q8_K16", label, i, got[i], want[i])
+			t.Fatalf("%s: output %d is %v streamed, %v widened", label, i, got[i], want[i])
 		}
 	}
 }

@@ -873,14 +873,17 @@ func q8K16Finish(a *asm, T int, dAddr, bsAddr func(t int) string, facc, sumi fun
 	}
 }
 
+// iq4Values are IQ4_NL's and IQ4_XS's sixteen values (ggml's
+// kvalues_iq4nl).
+var iq4Values = [16]int8{-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}
+
 // iq4TableData emits IQ4_NL's and IQ4_XS's sixteen values (ggml's
 // kvalues_iq4nl) for vpshufb.
 func iq4TableData(a *asm) {
-	v := []int8{-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}
 	for h := 0; h < 2; h++ {
 		var w uint64
 		for i := 0; i < 8; i++ {
-			w |= uint64(uint8(v[8*h+i])) << (8 * i)
+			w |= uint64(uint8(iq4Values[8*h+i])) << (8 * i)
 		}
 		fmt.Fprintf(&a.b, "DATA iq4Table<>+%d(SB)/8, $0x%016x\n", 8*h, w)
 	}
@@ -1116,6 +1119,15 @@ func main() {
 	k3ConstData(&a)
 	iq4TableData(&a)
 	iqDirectData(&a)
+	q80DirectData(&a)
+	for _, y := range q80DirectTypes {
+		for T := 1; T <= 2; T++ {
+			q80DirectKernel(&a, &d, y, T)
+		}
+		for T := 3; T <= q80DirectRowsTokens(y); T++ {
+			q80DirectRowsKernel(&a, &d, y, T)
+		}
+	}
 	for _, typ := range []string{"q4K", "q6K", "q5K", "q2K", "q3K", "iq4XS", "q8K16"} {
 		for _, vnni := range []bool{true, false} {
 			for T := 1; T <= 4; T++ {

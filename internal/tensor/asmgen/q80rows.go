@@ -60,16 +60,20 @@ func q80RowAddr(off, r int) string {
 
 // q80RowScale adds row r's f16 block scale to the packed scales: rows 0-3
 // in AX, 4-7 in BX. R9 is scratch.
-func q80RowScale(a *asm, r int) {
+func q80RowScale(a *asm, r int) { q80RowHalf(a, 0, r) }
+
+// q80RowHalf adds the f16 at byte off of row r's block to the packed
+// halves: rows 0-3 in AX, 4-7 in BX. R9 is scratch.
+func q80RowHalf(a *asm, off, r int) {
 	reg := "AX"
 	if r >= 4 {
 		reg = "BX"
 	}
 	if r%4 == 0 {
-		a.p("MOVWLZX %s, %s", q80RowAddr(0, r), reg)
+		a.p("MOVWLZX %s, %s", q80RowAddr(off, r), reg)
 		return
 	}
-	a.p("MOVWLZX %s, R9", q80RowAddr(0, r))
+	a.p("MOVWLZX %s, R9", q80RowAddr(off, r))
 	a.p("SHLQ $%d, R9", 16*(r%4))
 	a.p("ORQ R9, %s", reg)
 }
@@ -97,21 +101,27 @@ func q80RowPrefetch(a *asm) {
 }
 
 // q80RowTokens runs T tokens over the block's transposed weights Y0..Y7 and
-// scales Y8, the tokens' fields at t·40 from R14. Y9-Y14 are scratch. With
-// q4 the weights are Q4_0's unsigned nibbles (q+8), which the offset
-// −8·Σy (the row layout's −128·Σy shifted right by 4, exact) corrects.
+// scales Y8, the tokens' fields at t·40 from R14. Y9-Y14 are scratch. The
+// weights are unsigned, which the row layout's offset −128·Σy shifted
+// right by shift (exact) corrects: by 0 for Q8_0's (q+128), by 4 for Q4_0's
+// nibbles (q+8); none where shift < 0. after, if not nil, follows token t's
+// float steps, Y(td) free for it.
 //
 // A token's eight vpdpbusd alternate between two registers, added at the
 // end (an exact integer sum): one chain of eight dependent vpdpbusd per
 // token needs more tokens in flight than the scheduler holds.
-func q80RowTokens(a *asm, T int, q4 bool) {
+func q80RowTokens(a *asm, T, shift int, after func(t, td int)) {
 	for t := 0; t < T; t++ {
 		ti := 9 + 3*(t%2)
 		tj, td := ti+1, ti+2
 		base := q80BlockBytes * t
-		a.p("VPBROADCASTD %d(R14), Y%d", base+q80BlockOffset, ti)
-		if q4 {
-			a.p("VPSRAD $4, Y%d, Y%d", ti, ti)
+		if shift < 0 {
+			a.p("VPXOR Y%d, Y%d, Y%d", ti, ti, ti)
+		} else {
+			a.p("VPBROADCASTD %d(R14), Y%d", base+q80BlockOffset, ti)
+		}
+		if shift > 0 {
+			a.p("VPSRAD $%d, Y%d, Y%d", shift, ti, ti)
 		}
 		a.p("VPXOR Y%d, Y%d, Y%d", tj, tj, tj)
 		for k := 0; k < 8; k++ {
@@ -125,7 +135,18 @@ func q80RowTokens(a *asm, T int, q4 bool) {
 		a.p("VCVTDQ2PS Y%d, Y%d", ti, ti)
 		a.p("VMULPS.BCST %d(R14), Y8, Y%d", base+q80BlockScale, td)
 		a.p("VFMADD231PS Y%d, Y%d, Y%d", td, ti, 16+t)
+		if after != nil {
+			after(t, td)
+		}
 	}
+}
+
+// q80Shift is q80RowTokens' shift for Q8_0 weights or, with q4, Q4_0's.
+func q80Shift(q4 bool) int {
+	if q4 {
+		return 4
+	}
+	return 0
 }
 
 // q80RowsKernel generates q80VNNIR_T, the 8-row × T-token kernel. With q4
@@ -197,7 +218,7 @@ func q80RowsKernel(a *asm, d *decl, T int, q4 bool) {
 		}
 	}
 	q80Scales(a, 8)
-	q80RowTokens(a, T, q4)
+	q80RowTokens(a, T, q80Shift(q4), nil)
 	q80RowsClose(a, name, T, 16, bsz)
 }
 
@@ -265,7 +286,7 @@ func q80PackedKernel(a *asm, d *decl, T int, q4 bool) {
 		}
 		a.p("VCVTPH2PS 256(DI), Y8")
 	}
-	q80RowTokens(a, T, q4)
+	q80RowTokens(a, T, q80Shift(q4), nil)
 	a.p("ADDQ $%d, DI", blk)
 	a.p("ADDQ R11, R14")
 	a.p("DECQ CX")
@@ -397,11 +418,21 @@ func q80RowBlockStart(a *asm, name string, acc, T int) {
 // eight rows, at dst + t·ld (through lane mask K1 for a last block of fewer
 // rows), then moves to the next row block or returns.
 func q80RowsClose(a *asm, name string, T, acc, blockBytes int) {
+	q80RowsCloseThen(a, name, T, acc, blockBytes, "R11", nil)
+}
+
+// q80RowsCloseThen is q80RowsClose with the activations' block stride
+// read from strideOp, and end, if not nil, emitted after the last block,
+// before the stores.
+func q80RowsCloseThen(a *asm, name string, T, acc, blockBytes int, strideOp string, end func()) {
 	a.p("ADDQ $%d, DI", blockBytes)
 	a.p("ADDQ $%d, R12", blockBytes)
-	a.p("ADDQ R11, R14")
+	a.p("ADDQ %s, R14", strideOp)
 	a.p("DECQ CX")
 	a.p("JNZ %s_block", name)
+	if end != nil {
+		end()
+	}
 	a.p("MOVQ DX, R10")
 	a.p("MOVQ ldBytes+64(FP), R9")
 	a.p("CMPQ R15, $8")

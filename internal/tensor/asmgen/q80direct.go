@@ -1,0 +1,306 @@
+package main
+
+import "fmt"
+
+// Direct decode kernels for the streamed types that widen to Q8_0 (Q5_0,
+// IQ4_NL, Q4_1, Q5_1; tensor/stream.go): the natural-rows kernel of Q8_0
+// (q80NaturalRowsKernel) on each block's 32 values unpacked in registers
+// from the file's own bytes, for one or two tokens. Streamed decode
+// otherwise widens every row to scratch for each token, which took longer
+// than the product itself.
+//
+// The unpacked bytes u are unsigned, and the offset of the activations'
+// row layout (−128·Σy) corrects them to the values the widening writes:
+// Q5_0's q−16 as u = q (−16·Σy, the offset shifted right by 3, exact),
+// IQ4_NL's table values as u = value+128 (−128·Σy), Q4_1's and Q5_1's q as
+// they are (no offset). So each block's integer sum S equals the widened
+// block's, and the float steps are Q8_0's: the results are the widened
+// path's bit for bit. Q4_1's and Q5_1's minima add m·s1 per block (s1 the
+// activations' Q8_1 block sums) in a second accumulator, a product then a
+// sum, blocks in order, added to the first at the end: the steps of the
+// widened path's addMins.
+type q80DirectType struct {
+	name   string // the kernels' prefix
+	typ    string // ggml's name
+	size   int    // bytes a block
+	qs, qh int    // offsets of the 16 nibble bytes and of the fifth bits (qh < 0: none)
+	// shift: the offset −128·Σy shifted right by this much corrects u
+	// (−1: no offset).
+	shift int
+	mins  bool // an f16 minimum at byte 2
+	table bool // IQ4_NL's values by vpshufb
+}
+
+var q80DirectTypes = []q80DirectType{
+	{name: "q50", typ: "Q5_0", size: 22, qs: 6, qh: 2, shift: 3},
+	{name: "iq4NL", typ: "IQ4_NL", size: 18, qs: 2, qh: -1, shift: 0, table: true},
+	{name: "q41", typ: "Q4_1", size: 20, qs: 4, qh: -1, shift: -1, mins: true},
+	{name: "q51", typ: "Q5_1", size: 24, qs: 8, qh: 4, shift: -1, mins: true},
+}
+
+// q80DirectSig is q80RowsSig with the activations' Q8_1 block sums s1 of
+// the T tokens, block-major (block b's token t at b·T + t), read by the
+// types with minima only.
+const q80DirectSig = "(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, s1 *float32)"
+
+// q80DirectKernel generates <name>VNNIN_T, T ≤ 2, for type y.
+//
+// Registers as q80NaturalRowsKernel's, with Y22 the 0x0f bytes, Y23 the
+// 0x10 bytes (fifth bits) or IQ4_NL's values+128, Y26 unpacking scratch,
+// Y27 the rows' minima, Y30+t token t's minima accumulators. GPRs as
+// there, with BX the block's s1.
+func q80DirectKernel(a *asm, d *decl, y q80DirectType, T int) {
+	name := fmt.Sprintf("%sVNNIN_%d", y.name, T)
+	text(a, d, fmt.Sprintf("%s computes rows × %d tokens of %s weights × Q8_0 activations, eight rows at a time, in the weights' own bytes (VNNI).", name, T, y.typ), name, q80DirectSig, "$0-80")
+	sum := func(t, r int) int { return 8*t + r }
+	q80RowsArgs(a)
+	a.p("VPBROADCASTD q40Mask<>(SB), Y22")
+	switch {
+	case y.table:
+		a.p("VBROADCASTI32X4 iq4UTable<>(SB), Y23")
+	case y.qh >= 0:
+		a.p("VPBROADCASTD q5Bit<>(SB), Y23")
+	}
+	q80RowBlockStart(a, name, 24, T)
+	if y.mins {
+		a.p("MOVQ s1+72(FP), BX")
+		for t := 0; t < T; t++ {
+			a.p("VPXORD Y%d, Y%d, Y%d", 30+t, 30+t, 30+t)
+		}
+	}
+
+	a.label(name + "_block")
+	for t := 0; t < T; t++ {
+		a.p("VMOVDQU64 %d(R14), Y%d", q80BlockBytes*t, 20+t)
+		for r := 0; r < 8; r++ {
+			a.p("VPXOR Y%d, Y%d, Y%d", sum(t, r), sum(t, r), sum(t, r))
+		}
+	}
+	a.p("VPXORD X28, X28, X28")
+	if y.mins {
+		a.p("VPXORD X27, X27, X27")
+	}
+	// row unpacks row r's values (low nibbles 0-15, high ones 16-31: the
+	// order of the activations) and adds its products and scales.
+	row := func(r int) {
+		w := 16 + r%4
+		a.p("VMOVDQU64 %s, X%d", q80RowAddr(y.qs, r), w)
+		a.p("VPSRLW $4, X%d, X26", w)
+		a.p("VINSERTI32X4 $1, X26, Y%d, Y%d", w, w)
+		a.p("VPANDD Y22, Y%d, Y%d", w, w)
+		switch {
+		case y.table:
+			a.p("VPSHUFB Y%d, Y23, Y%d", w, w)
+		case y.qh >= 0:
+			a.p("KMOVD %s, K2", q80RowAddr(y.qh, r))
+			a.p("VPADDB Y23, Y%d, K2, Y%d", w, w)
+		}
+		a.p("VPINSRW $%d, %s, X28, X28", r, q80RowAddr(0, r))
+		if y.mins {
+			a.p("VPINSRW $%d, %s, X27, X27", r, q80RowAddr(2, r))
+		}
+		for t := 0; t < T; t++ {
+			a.p("VPDPBUSD Y%d, Y%d, Y%d", 20+t, w, sum(t, r))
+		}
+	}
+	a.p("CMPQ R15, $8")
+	a.p("JL %s_part", name)
+	for r := 0; r < 8; r++ {
+		row(r)
+	}
+	a.p("JMP %s_loaded", name)
+	// A last row block of fewer than eight rows: the missing rows' sums,
+	// scales and minima stay zero, in lanes never stored.
+	a.label(name + "_part")
+	for r := 0; r < 8; r++ {
+		if r > 0 {
+			a.p("CMPQ R15, $%d", r)
+			a.p("JLE %s_loaded", name)
+		}
+		row(r)
+	}
+	a.label(name + "_loaded")
+	// Blocks of fewer than 64 bytes: each row's line requested every
+	// other block.
+	a.p("TESTQ $1, CX")
+	a.p("JZ %s_nopf", name)
+	q80RowPrefetch(a)
+	a.label(name + "_nopf")
+	a.p("VCVTPH2PS X28, Y28")
+	if y.mins {
+		a.p("VCVTPH2PS X27, Y27")
+	}
+	for t := 0; t < T; t++ {
+		s := func(r int) int { return sum(t, r) }
+		for p := 0; p < 4; p++ {
+			a.p("VPHADDD Y%d, Y%d, Y%d", s(2*p+1), s(2*p), s(2*p))
+		}
+		a.p("VPHADDD Y%d, Y%d, Y%d", s(2), s(0), s(0))
+		a.p("VPHADDD Y%d, Y%d, Y%d", s(6), s(4), s(4))
+		a.p("VPERM2I128 $0x20, Y%d, Y%d, Y%d", s(4), s(0), s(1))
+		a.p("VPERM2I128 $0x31, Y%d, Y%d, Y%d", s(4), s(0), s(3))
+		a.p("VPADDD Y%d, Y%d, Y%d", s(3), s(1), s(1))
+		off := fmt.Sprintf("%d(R14)", q80BlockBytes*t+q80BlockOffset)
+		switch y.shift {
+		case 0:
+			a.p("VPADDD.BCST %s, Y%d, Y%d", off, s(1), s(1))
+		case -1:
+		default:
+			a.p("VPBROADCASTD %s, Y29", off)
+			a.p("VPSRAD $%d, Y29, Y29", y.shift)
+			a.p("VPADDD Y29, Y%d, Y%d", s(1), s(1))
+		}
+		a.p("VCVTDQ2PS Y%d, Y%d", s(1), s(1))
+		a.p("VMULPS.BCST %d(R14), Y28, Y29", q80BlockBytes*t+q80BlockScale)
+		a.p("VFMADD231PS Y29, Y%d, Y%d", s(1), 24+t)
+		if y.mins {
+			a.p("VMULPS.BCST %d(BX), Y27, Y29", 4*t)
+			a.p("VADDPS Y29, Y%d, Y%d", 30+t, 30+t)
+		}
+	}
+	var end func()
+	if y.mins {
+		a.p("ADDQ $%d, BX", 4*T)
+		end = func() {
+			for t := 0; t < T; t++ {
+				a.p("VADDPS Y%d, Y%d, Y%d", 30+t, 24+t, 24+t)
+			}
+		}
+	}
+	q80RowsCloseThen(a, name, T, 24, y.size, "R11", end)
+}
+
+// q80DirectRowsKernel generates <name>VNNIR_T, 3 ≤ T ≤ 16 (8 for the
+// types with minima), for type y: q80RowsKernel on the block's rows
+// unpacked as q80DirectKernel unpacks them, the unpacking and transpose
+// shared by T tokens (prompts), with the same integer sums and float
+// steps.
+//
+// Registers as q80RowsKernel's, with Y1 the 0x10 bytes or IQ4_NL's
+// values+128 during the load (set again each block: the transpose writes
+// Y1), Y15 the rows' minima (gathered after the transpose through AX and
+// BX, as the scales are), Y24+t token t's minima accumulators. GPRs as
+// there, with R11 the block's s1 (the activations' block stride read from
+// the frame).
+func q80DirectRowsKernel(a *asm, d *decl, y q80DirectType, T int) {
+	name := fmt.Sprintf("%sVNNIR_%d", y.name, T)
+	text(a, d, fmt.Sprintf("%s computes rows × %d tokens of %s weights × Q8_0 activations, eight rows at a time, in the weights' own bytes (VNNI).", name, T, y.typ), name, q80DirectSig, "$0-80")
+	q80RowsArgs(a)
+	q80RowBlockStart(a, name, 16, T)
+	strideOp := "R11"
+	if y.mins {
+		strideOp = "blockStride+40(FP)"
+		a.p("MOVQ s1+72(FP), R11")
+		for t := 0; t < T; t++ {
+			a.p("VPXORD Y%d, Y%d, Y%d", 24+t, 24+t, 24+t)
+		}
+	}
+	// load puts row r's 32 values in Y(8+r) (Y0 scratch) and adds its
+	// scale.
+	load := func(r int) {
+		v := 8 + r
+		a.p("VMOVDQU %s, X%d", q80RowAddr(y.qs, r), v)
+		a.p("VPSRLW $4, X%d, X0", v)
+		a.p("VINSERTI128 $1, X0, Y%d, Y%d", v, v)
+		a.p("VPANDD.BCST q40Mask<>(SB), Y%d, Y%d", v, v)
+		switch {
+		case y.table:
+			a.p("VPSHUFB Y%d, Y1, Y%d", v, v)
+		case y.qh >= 0:
+			a.p("KMOVD %s, K2", q80RowAddr(y.qh, r))
+			a.p("VPADDB Y1, Y%d, K2, Y%d", v, v)
+		}
+		q80RowScale(a, r)
+	}
+	// rows emits, for each row that exists (all eight, or fewer in a
+	// last row block, after part), each(r), then jumps to label done.
+	rows := func(tag string, each func(r int), part func(), done string) {
+		a.p("CMPQ R15, $8")
+		a.p("JL %s_%spart", name, tag)
+		for r := 0; r < 8; r++ {
+			each(r)
+		}
+		a.p("JMP %s", done)
+		a.label(fmt.Sprintf("%s_%spart", name, tag))
+		if part != nil {
+			part()
+		}
+		for r := 0; r < 8; r++ {
+			if r > 0 {
+				a.p("CMPQ R15, $%d", r)
+				a.p("JLE %s", done)
+			}
+			each(r)
+		}
+	}
+
+	a.label(name + "_block")
+	switch {
+	case y.table:
+		a.p("VBROADCASTI32X4 iq4UTable<>(SB), Y1")
+	case y.qh >= 0:
+		a.p("VPBROADCASTD q5Bit<>(SB), Y1")
+	}
+	a.p("XORL BX, BX")
+	// The missing rows of a last row block stay zero (with zero scales
+	// and minima they add exactly zero, to lanes never stored).
+	rows("", load, func() {
+		for r := 1; r < 8; r++ {
+			a.p("VPXOR Y%d, Y%d, Y%d", 8+r, 8+r, 8+r)
+		}
+	}, name+"_loaded")
+	a.label(name + "_loaded")
+	a.p("TESTQ $1, CX")
+	a.p("JZ %s_nopf", name)
+	q80RowPrefetch(a)
+	a.label(name + "_nopf")
+	q80Transpose(a)
+	q80Scales(a, 8)
+	var after func(t, td int)
+	if y.mins {
+		a.p("XORL BX, BX")
+		rows("min", func(r int) { q80RowHalf(a, 2, r) }, nil, name+"_mins")
+		a.label(name + "_mins")
+		a.p("VMOVQ AX, X15")
+		a.p("VPINSRQ $1, BX, X15, X15")
+		a.p("VCVTPH2PS X15, Y15")
+		after = func(t, td int) {
+			a.p("VMULPS.BCST %d(R11), Y15, Y%d", 4*t, td)
+			a.p("VADDPS Y%d, Y%d, Y%d", td, 24+t, 24+t)
+		}
+	}
+	q80RowTokens(a, T, y.shift, after)
+	var end func()
+	if y.mins {
+		a.p("ADDQ $%d, R11", 4*T)
+		end = func() {
+			for t := 0; t < T; t++ {
+				a.p("VADDPS Y%d, Y%d, Y%d", 24+t, 16+t, 16+t)
+			}
+		}
+	}
+	q80RowsCloseThen(a, name, T, 16, y.size, strideOp, end)
+}
+
+// q80DirectRowsTokens is the most tokens of type y's rows kernels: the
+// minima's accumulators take half of the registers.
+func q80DirectRowsTokens(y q80DirectType) int {
+	if y.mins {
+		return 8
+	}
+	return 16
+}
+
+// q80DirectData emits the direct kernels' constants: the fifth bits' 0x10
+// bytes and IQ4_NL's values plus 128 (unsigned, for vpdpbusd).
+func q80DirectData(a *asm) {
+	a.b.WriteString("DATA q5Bit<>+0(SB)/4, $0x10101010\nGLOBL q5Bit<>(SB), RODATA|NOPTR, $4\n\n")
+	for h := 0; h < 2; h++ {
+		var w uint64
+		for i := 0; i < 8; i++ {
+			w |= uint64(uint8(iq4Values[8*h+i])^0x80) << (8 * i)
+		}
+		fmt.Fprintf(&a.b, "DATA iq4UTable<>+%d(SB)/8, $0x%016x\n", 8*h, w)
+	}
+	a.b.WriteString("GLOBL iq4UTable<>(SB), RODATA|NOPTR, $16\n\n")
+}
