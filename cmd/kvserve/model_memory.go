@@ -230,17 +230,26 @@ func widenedClause(w model.Widening, limitWhy string) string {
 		case wt.Streamed == 0:
 			parts = append(parts, fmt.Sprintf("%v %s in %s of memory of its own (the same products, faster kernels)", t, how, humanBytes(uint64(wt.WidenedBytes))))
 		case wt.Widened == 0:
-			parts = append(parts, fmt.Sprintf("%v computed in its own bytes, streamed (slower: each product widens its rows again): widening it would take %s, more than the limit (%s)",
-				t, humanBytes(uint64(wt.StreamedWideBytes)), limitWhy))
+			parts = append(parts, fmt.Sprintf("%v computed in its own bytes, streamed (%s): widening it would take %s, more than the limit (%s)",
+				t, streamedHow(t, "its"), humanBytes(uint64(wt.StreamedWideBytes)), limitWhy))
 		default:
-			parts = append(parts, fmt.Sprintf("%v: %d matrices %s in %s of memory of their own (the same products, faster kernels), %d (%s) computed in their own bytes, streamed (slower: each product widens their rows again), widening them would take %s more than the limit (%s)",
-				t, wt.Widened, how, humanBytes(uint64(wt.WidenedBytes)), wt.Streamed, humanBytes(uint64(wt.StreamedBytes)), humanBytes(uint64(wt.StreamedWideBytes)), limitWhy))
+			parts = append(parts, fmt.Sprintf("%v: %d matrices %s in %s of memory of their own (the same products, faster kernels), %d (%s) computed in their own bytes, streamed (%s), widening them would take %s more than the limit (%s)",
+				t, wt.Widened, how, humanBytes(uint64(wt.WidenedBytes)), wt.Streamed, humanBytes(uint64(wt.StreamedBytes)), streamedHow(t, "their"), humanBytes(uint64(wt.StreamedWideBytes)), limitWhy))
 		}
 	}
 	if len(parts) == 0 {
 		return ""
 	}
 	return "; " + strings.Join(parts, ", ")
+}
+
+// streamedHow says how this CPU computes streamed matrices of type t, whose
+// rows are named by the possessive its (one matrix) or their.
+func streamedHow(t tensor.DType, its string) string {
+	if tensor.StreamedDirect(t) {
+		return "by a kernel that unpacks " + its + " blocks in registers"
+	}
+	return "slower: each product widens " + its + " rows again"
 }
 
 // autoPlacement is --model-memory auto's choice for a file of size bytes

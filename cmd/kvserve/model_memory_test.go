@@ -8,6 +8,7 @@ import (
 
 	"github.com/kvserve/kvserve/internal/gguf"
 	"github.com/kvserve/kvserve/internal/model"
+	"github.com/kvserve/kvserve/internal/tensor"
 	"github.com/kvserve/kvserve/internal/testshared"
 )
 
@@ -126,6 +127,17 @@ func TestWidenedClause(t *testing.T) {
 			t.Errorf("%s limit %d: widened bytes %d, want %d", tc.file, tc.limit, w.Bytes(), tc.bytes)
 		}
 		c := widenedClause(w, "why")
+		if w.Streamed() > 0 {
+			// How this CPU computes them: a direct kernel, or widening
+			// their rows again.
+			how := "widens"
+			if tensor.StreamedDirect(tensor.Q5_0) {
+				how = "unpacks"
+			}
+			if !strings.Contains(c, how) {
+				t.Errorf("%s limit %d: clause %q does not say the streamed matrices' kernel (%q)", tc.file, tc.limit, c, how)
+			}
+		}
 		for _, s := range tc.says {
 			if !strings.Contains(c, s) {
 				t.Errorf("%s limit %d: clause %q does not say %q", tc.file, tc.limit, c, s)

@@ -23,7 +23,8 @@ const NoWidenLimit = math.MaxInt64
 
 // Widening is which of a file's weight matrices Load widens (tensor.Widen)
 // within a memory limit; the others are computed in their own bytes,
-// streamed (slower: their rows are widened again for every product).
+// streamed (see tensor.StreamedDirect: on CPUs without a direct kernel for
+// the type their rows are widened again for every product).
 type Widening struct {
 	// Names are the tensors widened.
 	Names map[string]bool

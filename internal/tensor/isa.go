@@ -24,6 +24,15 @@ func kernelFor(t DType) kernel { return kernelAt(t, cpuISA) }
 // this build has, chosen by CPU feature at start-up).
 func Kernels() string { return cpuISA.String() }
 
+// StreamedDirect reports whether this CPU computes a streamed matrix of
+// type t (one left in its own bytes, not widened) with a direct kernel that
+// unpacks each block in registers, rather than widening its rows into
+// scratch for every product.
+func StreamedDirect(t DType) bool {
+	k, _ := directKernel(t, cpuISA)
+	return k != nil
+}
+
 // Packable reports whether Pack rewrites weights of type t on this CPU:
 // whether they are faster in private memory than in a read-only mapping of
 // the file, beyond the huge pages.

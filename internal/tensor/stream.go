@@ -10,10 +10,13 @@ import "encoding/binary"
 // of decoding its rows again for every product (and every group of up to
 // maxTokChunk prompt tokens).
 //
-// Where the CPU has a direct kernel for the type (asmgen/iqdirect.go), a
-// product of up to directTokens tokens (decode) builds each 32 values'
-// widened bytes in registers instead, from the grid tables, at a fraction
-// of the widening's cost: the same bytes, so the same products.
+// Where the CPU has a direct kernel for the type, it builds each block's
+// widened bytes in registers instead, at a fraction of the widening's
+// cost: the same bytes, so the same products. The IQ types' kernels
+// (asmgen/iqdirect.go) build them from the grid tables for products of up
+// to directTokens tokens (decode); Q5_0's, IQ4_NL's, Q4_1's and Q5_1's
+// (asmgen/q80direct.go) unpack their nibbles for any number of tokens,
+// taking them a few at a time.
 //
 // Every type streams to the widest of its targets, which holds all of its
 // values exactly: the IQ types to Q8_K16 (whose kernels need no unpacking),
