@@ -103,23 +103,7 @@ func q80DirectKernel(a *asm, d *decl, y q80DirectType, T int) {
 			a.p("VPDPBUSD Y%d, Y%d, Y%d", 20+t, w, sum(t, r))
 		}
 	}
-	a.p("CMPQ R15, $8")
-	a.p("JL %s_part", name)
-	for r := 0; r < 8; r++ {
-		row(r)
-	}
-	a.p("JMP %s_loaded", name)
-	// A last row block of fewer than eight rows: the missing rows' sums,
-	// scales and minima stay zero, in lanes never stored.
-	a.label(name + "_part")
-	for r := 0; r < 8; r++ {
-		if r > 0 {
-			a.p("CMPQ R15, $%d", r)
-			a.p("JLE %s_loaded", name)
-		}
-		row(r)
-	}
-	a.label(name + "_loaded")
+	q80EightRows(a, name, row)
 	// Blocks of fewer than 64 bytes: each row's line requested every
 	// other block.
 	a.p("TESTQ $1, CX")

@@ -347,23 +347,7 @@ func q80NaturalRowsKernel(a *asm, d *decl, T int) {
 			a.p("VPDPBUSD Y%d, Y%d, Y%d", 20+t, w, sum(t, r))
 		}
 	}
-	a.p("CMPQ R15, $8")
-	a.p("JL %s_part", name)
-	for r := 0; r < 8; r++ {
-		row(r)
-	}
-	a.p("JMP %s_loaded", name)
-	// A last row block of fewer than eight rows: the missing rows' sums
-	// and scales stay zero, in lanes never stored.
-	a.label(name + "_part")
-	for r := 0; r < 8; r++ {
-		if r > 0 {
-			a.p("CMPQ R15, $%d", r)
-			a.p("JLE %s_loaded", name)
-		}
-		row(r)
-	}
-	a.label(name + "_loaded")
+	q80EightRows(a, name, row)
 	q80RowPrefetch(a)
 	a.p("VCVTPH2PS X28, Y28")
 	for t := 0; t < T; t++ {
@@ -497,4 +481,26 @@ func q80Scales(a *asm, dst int) {
 	a.p("VMOVQ AX, X%d", dst)
 	a.p("VPINSRQ $1, BX, X%d, X%d", dst, dst)
 	a.p("VCVTPH2PS X%d, Y%d", dst, dst)
+}
+
+// q80EightRows emits row for each of a block's eight rows (R15 the rows
+// left), straight through where all eight exist. In a last row block of
+// fewer, the missing rows' sums, scales and minima stay zero, in lanes
+// never stored.
+func q80EightRows(a *asm, name string, row func(r int)) {
+	a.p("CMPQ R15, $8")
+	a.p("JL %s_part", name)
+	for r := 0; r < 8; r++ {
+		row(r)
+	}
+	a.p("JMP %s_loaded", name)
+	a.label(name + "_part")
+	for r := 0; r < 8; r++ {
+		if r > 0 {
+			a.p("CMPQ R15, $%d", r)
+			a.p("JLE %s_loaded", name)
+		}
+		row(r)
+	}
+	a.label(name + "_loaded")
 }
