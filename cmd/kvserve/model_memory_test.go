@@ -139,6 +139,9 @@ func TestWidenedClause(t *testing.T) {
 			}
 		}
 		for _, s := range tc.says {
+			if !tensor.Packable(tensor.Q8_0) { // the portable kernels read Q8_0 as it is
+				s = strings.Replace(s, " and packed", "", 1)
+			}
 			if !strings.Contains(c, s) {
 				t.Errorf("%s limit %d: clause %q does not say %q", tc.file, tc.limit, c, s)
 			}
