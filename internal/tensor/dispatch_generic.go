@@ -97,3 +97,6 @@ func zmmRowStep(DType) int { return 0 }
 // directKernel returns no kernel: the portable kernels compute every type
 // in its own bytes.
 func directKernel(DType, isa) (kernel, int) { return nil, 0 }
+
+// directPacker: none in the portable build.
+func directPacker(DType, isa) rowPacker { return nil }

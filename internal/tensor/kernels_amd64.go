@@ -399,9 +399,32 @@ func directKernel(t DType, i isa) (kernel, int) {
 		return k.run, directTokens
 	}
 	if k := q80DirectKernels[t]; k != nil {
+		if k.pack != nil {
+			return k.run, directPackTokens
+		}
 		return k.run, math.MaxInt
 	}
 	return nil, 0
+}
+
+// directPacker returns the function that writes rows of streamed type t
+// as packed Q8_0 blocks at level i (the layout Pack makes of its widened
+// rows), or nil where there is none: a prompt's streamed rows are then
+// unpacked once per work item for the packed kernels, rather than once per
+// 16 tokens by the direct kernels.
+func directPacker(t DType, i isa) rowPacker {
+	if i != isaVNNI {
+		return nil
+	}
+	k := q80DirectKernels[t]
+	if k == nil || k.pack == nil {
+		return nil
+	}
+	return func(dst, src []byte, rowBytes, rowBlocks, cols int) {
+		_ = src[8*rowBlocks*rowBytes-1]
+		_ = dst[8*rowBlocks*cols/qk80*q80Size-1]
+		k.pack(&src[0], rowBytes, q80PrefetchRows*rowBytes, rowBlocks, cols/qk80, &dst[0])
+	}
 }
 
 // q8DirectFn is a direct kernel of a type streamed to Q8_0
@@ -414,11 +437,16 @@ type q8DirectFn func(w *byte, rowBytes, prefetch, rows int, act *byte, blockStri
 // (and, with mins, of addMins): k[1] and k[2] without a transpose
 // (decode), the others transposing each block for all T (prompts: the
 // work items' rows stay in cache while the kernels pass over them once per
-// len(k)-1 tokens). They are faster than widening the rows to scratch for
-// any number of tokens (BenchmarkStreamedDirect), so they take them all.
+// len(k)-1 tokens). They are faster than widening the rows to scratch in
+// Go for any number of tokens (BenchmarkStreamedDirect): Q4_1 and Q5_1
+// take them all, Q5_0 and IQ4_NL up to directPackTokens, past which their
+// rows are packed (pack) for the packed Q8_0 kernels.
 type q80Direct struct {
 	k    []q8DirectFn
 	mins bool // Q4_1, Q5_1: reads the activations' Q8_1 block sums
+	// pack writes rows as packed Q8_0 blocks (directPacker); nil for the
+	// types with minima, which the packed layout has no room for.
+	pack func(w *byte, rowBytes, prefetch, rowBlocks, blocks int, dst *byte)
 }
 
 func (k *q80Direct) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int, s *streamScratch) {
@@ -455,10 +483,10 @@ func (s *streamScratch) blockMajorS1(a *actBuf, t, T, nb int) *float32 {
 var q80DirectKernels = map[DType]*q80Direct{
 	Q5_0: {k: []q8DirectFn{nil, q50VNNIN_1, q50VNNIN_2,
 		q50VNNIR_3, q50VNNIR_4, q50VNNIR_5, q50VNNIR_6, q50VNNIR_7, q50VNNIR_8, q50VNNIR_9,
-		q50VNNIR_10, q50VNNIR_11, q50VNNIR_12, q50VNNIR_13, q50VNNIR_14, q50VNNIR_15, q50VNNIR_16}},
+		q50VNNIR_10, q50VNNIR_11, q50VNNIR_12, q50VNNIR_13, q50VNNIR_14, q50VNNIR_15, q50VNNIR_16}, pack: q50VNNIW},
 	IQ4_NL: {k: []q8DirectFn{nil, iq4NLVNNIN_1, iq4NLVNNIN_2,
 		iq4NLVNNIR_3, iq4NLVNNIR_4, iq4NLVNNIR_5, iq4NLVNNIR_6, iq4NLVNNIR_7, iq4NLVNNIR_8, iq4NLVNNIR_9,
-		iq4NLVNNIR_10, iq4NLVNNIR_11, iq4NLVNNIR_12, iq4NLVNNIR_13, iq4NLVNNIR_14, iq4NLVNNIR_15, iq4NLVNNIR_16}},
+		iq4NLVNNIR_10, iq4NLVNNIR_11, iq4NLVNNIR_12, iq4NLVNNIR_13, iq4NLVNNIR_14, iq4NLVNNIR_15, iq4NLVNNIR_16}, pack: iq4NLVNNIW},
 	Q4_1: {k: []q8DirectFn{nil, q41VNNIN_1, q41VNNIN_2,
 		q41VNNIR_3, q41VNNIR_4, q41VNNIR_5, q41VNNIR_6, q41VNNIR_7, q41VNNIR_8}, mins: true},
 	Q5_1: {k: []q8DirectFn{nil, q51VNNIN_1, q51VNNIN_2,
@@ -615,7 +643,7 @@ func withStreamKernels(k [isaVNNI + 1]kernelTable) [isaVNNI + 1]kernelTable {
 		for t := range q8K16Slot {
 			if wt, ok := streamType(t); ok {
 				direct, maxTokens := directKernel(t, i)
-				k[i][t] = streamKernel(t, k[i].get(wt), direct, maxTokens)
+				k[i][t] = streamKernel(t, k[i].get(wt), direct, maxTokens, directPacker(t, i))
 			}
 		}
 	}

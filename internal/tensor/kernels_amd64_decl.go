@@ -456,6 +456,11 @@ func q50VNNIR_15(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, 
 //go:noescape
 func q50VNNIR_16(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, s1 *float32)
 
+// q50VNNIW writes rowBlocks × 8 rows of Q5_0 weights as packed Q8_0 blocks, unpacked in registers (VNNI).
+//
+//go:noescape
+func q50VNNIW(w *byte, rowBytes, prefetch, rowBlocks, blocks int, dst *byte)
+
 // iq4NLVNNIN_1 computes rows × 1 tokens of IQ4_NL weights × Q8_0 activations, eight rows at a time, in the weights' own bytes (VNNI).
 //
 //go:noescape
@@ -535,6 +540,11 @@ func iq4NLVNNIR_15(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride
 //
 //go:noescape
 func iq4NLVNNIR_16(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, s1 *float32)
+
+// iq4NLVNNIW writes rowBlocks × 8 rows of IQ4_NL weights as packed Q8_0 blocks, unpacked in registers (VNNI).
+//
+//go:noescape
+func iq4NLVNNIW(w *byte, rowBytes, prefetch, rowBlocks, blocks int, dst *byte)
 
 // q41VNNIN_1 computes rows × 1 tokens of Q4_1 weights × Q8_0 activations, eight rows at a time, in the weights' own bytes (VNNI).
 //

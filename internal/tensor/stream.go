@@ -15,8 +15,11 @@ import "encoding/binary"
 // cost: the same bytes, so the same products. The IQ types' kernels
 // (asmgen/iqdirect.go) build them from the grid tables for products of up
 // to directTokens tokens (decode); Q5_0's, IQ4_NL's, Q4_1's and Q5_1's
-// (asmgen/q80direct.go) unpack their nibbles for any number of tokens,
-// taking them a few at a time.
+// (asmgen/q80direct.go) unpack their nibbles, Q4_1's and Q5_1's for any
+// number of tokens, a few at a time. Past directPackTokens, Q5_0's and
+// IQ4_NL's rows are unpacked in registers into scratch in the packed Q8_0
+// layout (directPacker) once per work item, and the packed kernels pass
+// over them once per 16 tokens, as over a widened copy.
 //
 // Every type streams to the widest of its targets, which holds all of its
 // values exactly: the IQ types to Q8_K16 (whose kernels need no unpacking),
@@ -51,17 +54,29 @@ type streamScratch struct {
 	_    cacheLinePad // the threads' scratch side by side share no line
 }
 
-// directTokens is the most tokens for which a streamed matrix whose type
-// has a direct kernel (one computing it in its own bytes) is computed so:
-// the direct kernel decodes the weights again for every four tokens, the
-// widening once for all of a work item's (BenchmarkStreamedDirect; a
-// prompt's prefill is faster widened).
+// directTokens is the most tokens for which a streamed matrix of an IQ
+// type is computed by its direct kernel: past that the kernels' decoding
+// again for every four tokens costs more than widening once for all of a
+// work item's (BenchmarkStreamedDirect).
 const directTokens = 16
+
+// directPackTokens is the most tokens for which a streamed Q5_0 or IQ4_NL
+// matrix is computed by its direct kernels: past that, unpacking and
+// transposing each block again for every 16 tokens costs more than packing
+// the rows once for all of a work item's (BenchmarkStreamedDirect; at 32
+// they were even).
+const directPackTokens = 32
+
+// rowPacker writes rowBlocks blocks of eight rows of src (rowBytes each,
+// cols values) to dst in the packed layout of their streamType's kernels
+// (Pack's of the rows widened).
+type rowPacker func(dst, src []byte, rowBytes, rowBlocks, cols int)
 
 // streamKernel computes a matrix of type t (streamed) with inner, the
 // kernel of its streamType on this level, or with direct (nil where there
-// is none) for up to directMax tokens.
-func streamKernel(t DType, inner, direct kernel, directMax int) kernel {
+// is none) for up to directMax tokens. pack, where not nil, writes the rows
+// inner takes in blocks of eight packed, the rest widened.
+func streamKernel(t DType, inner, direct kernel, directMax int, pack rowPacker) kernel {
 	wt, _ := streamType(t)
 	return func(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int, s *streamScratch) {
 		if direct != nil && t1-t0 <= directMax {
@@ -74,7 +89,16 @@ func streamKernel(t DType, inner, direct kernel, directMax int) kernel {
 			n := min(step, r1-r)
 			s.buf = growBytes(s.buf, n*wrb)
 			s.m = Matrix{Type: wt, Rows: n, Cols: w.Cols, Data: s.buf[:n*wrb]}
-			s.widenRows(t, w.Data[r*rb:(r+n)*rb], w.Cols)
+			src := w.Data[r*rb : (r+n)*rb]
+			packed := 0
+			if pack != nil {
+				packed = n &^ 7
+				if packed > 0 {
+					pack(s.m.Data, src, rb, packed/8, w.Cols)
+					s.m.packed = true
+				}
+			}
+			s.widenRows(t, s.m.Data[packed*wrb:], src[packed*rb:], w.Cols)
 			inner(dst[r:], ld, &s.m, 0, n, a, t0, t1, nil)
 			if t == Q4_1 || t == Q5_1 {
 				s.addMins(dst[r:], ld, n, w.Cols, a, t0, t1)
@@ -84,10 +108,9 @@ func streamKernel(t DType, inner, direct kernel, directMax int) kernel {
 	}
 }
 
-// widenRows writes rows src of type t and cols values each into s.m (of
+// widenRows writes rows src of type t and cols values each into dst (as
 // t's streamType), and for Q4_1 and Q5_1 their block minima into s.mins.
-func (s *streamScratch) widenRows(t DType, src []byte, cols int) {
-	dst := s.m.Data
+func (s *streamScratch) widenRows(t DType, dst, src []byte, cols int) {
 	if isIQGrid(t) {
 		bs := t.TypeSize()
 		for k := range len(src) / bs {

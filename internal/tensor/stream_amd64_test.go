@@ -9,11 +9,12 @@ import (
 )
 
 // BenchmarkStreamedDirect compares, per token count, a streamed type's
-// direct kernel (its own bytes) with widening its rows to scratch first:
-// what directTokens and q80Direct's maxTokens are chosen by. Metric: ns per 256
+// direct kernel (its own bytes) with widening its rows to scratch first,
+// and where the type has a packer with packing them to scratch by it: what
+// directTokens and directPackTokens are chosen by. Metric: ns per 256
 // weights per token.
 func BenchmarkStreamedDirect(b *testing.B) {
-	const rows, cols = 2048, 8192
+	const rows, cols = 8192, 2048 // a work item of up to 64 tokens (matmul.go's plan)
 	for _, typ := range []DType{IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M, Q5_0, IQ4_NL, Q4_1, Q5_1} {
 		direct, maxTokens := directKernel(typ, cpuISA)
 		if direct == nil {
@@ -21,18 +22,25 @@ func BenchmarkStreamedDirect(b *testing.B) {
 			continue
 		}
 		wt, _ := streamType(typ)
-		widen := streamKernel(typ, kernelAt(wt, cpuISA), nil, 0)
+		inner := kernelAt(wt, cpuISA)
+		kernels := []struct {
+			name string
+			k    kernel
+		}{{"direct", direct}, {"widen", streamKernel(typ, inner, nil, 0, nil)}}
+		if pack := directPacker(typ, cpuISA); pack != nil {
+			kernels = append(kernels, struct {
+				name string
+				k    kernel
+			}{"pack", streamKernel(typ, inner, nil, 0, pack)})
+		}
 		m := benchMatrix(b, typ, rows, cols)
-		for _, n := range []int{1, 2, 4, 8, 16, 64} {
+		for _, n := range []int{1, 2, 4, 8, 16, 32, 64} {
 			if n/4 > maxTokens {
 				continue // far past where the widening path is faster
 			}
 			x := randVec(rand.New(rand.NewPCG(3, 4)), n*cols, 1)
 			dst := make([]float32, n*rows)
-			for _, k := range []struct {
-				name string
-				k    kernel
-			}{{"direct", direct}, {"widen", widen}} {
+			for _, k := range kernels {
 				b.Run(fmt.Sprintf("%v/n%d/%s", typ, n, k.name), func(b *testing.B) {
 					p := NewPool(1)
 					defer p.Close()

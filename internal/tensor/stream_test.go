@@ -1,6 +1,7 @@
 package tensor
 
 import (
+	"bytes"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -44,7 +45,7 @@ func TestStreamedAsWidened(t *testing.T) {
 						// The direct kernel against the rows widened to
 						// scratch, its streamType's kernel on them.
 						want := make([]float32, n*rows)
-						p.matMul(want, m, x, n, streamKernel(typ, kernelAt(st, level), nil, 0))
+						p.matMul(want, m, x, n, streamKernel(typ, kernelAt(st, level), nil, 0, nil))
 						sameBitsOrFail(t, label+" direct", got, want)
 					}
 					if st != wt || hasMins(typ) {
@@ -92,5 +93,40 @@ func sameBitsOrFail(t *testing.T, label string, got, want []float32) {
 		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
 			t.Fatalf("%s: output %d is %v streamed, %v widened", label, i, got[i], want[i])
 		}
+	}
+}
+
+// TestDirectPacker checks that the packer of a streamed type writes, byte
+// for byte, the packed layout of its rows widened (Pack(Widen)), through
+// rows of several blocks of eight with a row stride wider than one row.
+func TestDirectPacker(t *testing.T) {
+	rng := rand.New(rand.NewPCG(45, 46))
+	tested := 0
+	for _, typ := range []DType{Q5_0, IQ4_NL, Q4_1, Q5_1, IQ2_XXS} {
+		pack := directPacker(typ, cpuISA)
+		if pack == nil {
+			continue
+		}
+		tested++
+		for _, shape := range [][2]int{{8, 32}, {24, 1024}, {16, 4096}} {
+			rows, cols := shape[0], shape[1]
+			m, _ := randMatrix(t, rng, typ, rows, cols)
+			want := Pack(Widen(m))
+			if !want.Packed() {
+				t.Fatalf("%v: Pack does not pack its widened rows on this CPU", typ)
+			}
+			got := make([]byte, len(want.Data))
+			pack(got, m.Data, m.RowBytes(), rows/8, cols)
+			if !bytes.Equal(got, want.Data) {
+				i := 0
+				for got[i] == want.Data[i] {
+					i++
+				}
+				t.Fatalf("%v %dx%d: byte %d is %#x packed from its own bytes, %#x widened and packed", typ, rows, cols, i, got[i], want.Data[i])
+			}
+		}
+	}
+	if tested == 0 {
+		t.Skipf("no direct packer on this CPU (%v)", cpuISA)
 	}
 }

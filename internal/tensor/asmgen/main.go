@@ -1127,6 +1127,9 @@ func main() {
 		for T := 3; T <= q80DirectRowsTokens(y); T++ {
 			q80DirectRowsKernel(&a, &d, y, T)
 		}
+		if !y.mins {
+			q80DirectPackKernel(&a, &d, y)
+		}
 	}
 	for _, typ := range []string{"q4K", "q6K", "q5K", "q2K", "q3K", "iq4XS", "q8K16"} {
 		for _, vnni := range []bool{true, false} {

@@ -179,23 +179,7 @@ func q80DirectRowsKernel(a *asm, d *decl, y q80DirectType, T int) {
 			a.p("VPXORD Y%d, Y%d, Y%d", 24+t, 24+t, 24+t)
 		}
 	}
-	// load puts row r's 32 values in Y(8+r) (Y0 scratch) and adds its
-	// scale.
-	load := func(r int) {
-		v := 8 + r
-		a.p("VMOVDQU %s, X%d", q80RowAddr(y.qs, r), v)
-		a.p("VPSRLW $4, X%d, X0", v)
-		a.p("VINSERTI128 $1, X0, Y%d, Y%d", v, v)
-		a.p("VPANDD.BCST q40Mask<>(SB), Y%d, Y%d", v, v)
-		switch {
-		case y.table:
-			a.p("VPSHUFB Y%d, Y1, Y%d", v, v)
-		case y.qh >= 0:
-			a.p("KMOVD %s, K2", q80RowAddr(y.qh, r))
-			a.p("VPADDB Y1, Y%d, K2, Y%d", v, v)
-		}
-		q80RowScale(a, r)
-	}
+	load := func(r int) { q80DirectLoad(a, y, r) }
 	// rows emits, for each row that exists (all eight, or fewer in a
 	// last row block, after part), each(r), then jumps to label done.
 	rows := func(tag string, each func(r int), part func(), done string) {
@@ -219,12 +203,7 @@ func q80DirectRowsKernel(a *asm, d *decl, y q80DirectType, T int) {
 	}
 
 	a.label(name + "_block")
-	switch {
-	case y.table:
-		a.p("VBROADCASTI32X4 iq4UTable<>(SB), Y1")
-	case y.qh >= 0:
-		a.p("VPBROADCASTD q5Bit<>(SB), Y1")
-	}
+	q80DirectLoadConst(a, y)
 	a.p("XORL BX, BX")
 	// The missing rows of a last row block stay zero (with zero scales
 	// and minima they add exactly zero, to lanes never stored).
@@ -266,6 +245,104 @@ func q80DirectRowsKernel(a *asm, d *decl, y q80DirectType, T int) {
 	q80RowsCloseThen(a, name, T, 16, y.size, strideOp, end)
 }
 
+// q80DirectLoad puts row r's 32 values, unpacked, in Y(8+r) (Y0 scratch,
+// Y1 as q80DirectLoadConst sets it) and adds its scale to AX or BX
+// (q80RowScale).
+func q80DirectLoad(a *asm, y q80DirectType, r int) {
+	v := 8 + r
+	a.p("VMOVDQU %s, X%d", q80RowAddr(y.qs, r), v)
+	a.p("VPSRLW $4, X%d, X0", v)
+	a.p("VINSERTI128 $1, X0, Y%d, Y%d", v, v)
+	a.p("VPANDD.BCST q40Mask<>(SB), Y%d, Y%d", v, v)
+	switch {
+	case y.table:
+		a.p("VPSHUFB Y%d, Y1, Y%d", v, v)
+	case y.qh >= 0:
+		a.p("KMOVD %s, K2", q80RowAddr(y.qh, r))
+		a.p("VPADDB Y1, Y%d, K2, Y%d", v, v)
+	}
+	q80RowScale(a, r)
+}
+
+// q80DirectLoadConst sets Y1 for q80DirectLoad: the 0x10 bytes or
+// IQ4_NL's values+128 (again each block, as the transpose writes Y1).
+func q80DirectLoadConst(a *asm, y q80DirectType) {
+	switch {
+	case y.table:
+		a.p("VBROADCASTI32X4 iq4UTable<>(SB), Y1")
+	case y.qh >= 0:
+		a.p("VPBROADCASTD q5Bit<>(SB), Y1")
+	}
+}
+
+// q80DirectPackKernel generates <name>VNNIW for a type y without minima:
+// rowBlocks blocks of eight rows of y, blocks blocks each, written to dst
+// as Q8_0 rows widened and then packed (tensor.Pack's layout for the VNNI
+// kernels: per block 272 bytes, the vectors k = 0..7 holding dword k of the
+// eight rows xor 0x80, then their eight f16 scales). A prompt's streamed
+// rows are unpacked so once per work item, for the packed kernels to pass
+// over them once per 16 tokens, where the rows kernels above unpack them
+// again for every 16. The bytes are the widening's (u, as the load leaves
+// it, is IQ4_NL's value xor 0x80 already and Q5_0's q, whose value q−16
+// xor 0x80 is q+0x70).
+//
+// Arguments: w *byte, rowBytes, prefetch, rowBlocks, blocks int, dst
+// *byte, prefetch as the rows kernels' (q80RowPrefetch: the source rows
+// come from DRAM, eight streams the hardware prefetcher does not follow).
+// Registers: Y8-Y15 the rows, then Y0-Y15 the transpose; Y1 the load's
+// constant; Y16 Q5_0's 0x70 bytes. GPRs as q80RowsKernel's, with DX the
+// store cursor.
+func q80DirectPackKernel(a *asm, d *decl, y q80DirectType) {
+	name := y.name + "VNNIW"
+	text(a, d, fmt.Sprintf("%s writes rowBlocks × 8 rows of %s weights as packed Q8_0 blocks, unpacked in registers (VNNI).", name, y.typ), name,
+		"(w *byte, rowBytes, prefetch, rowBlocks, blocks int, dst *byte)", "$0-48")
+	if y.mins {
+		panic("asmgen: the packed Q8_0 layout has no minima")
+	}
+	a.p("MOVQ w+0(FP), SI")
+	a.p("MOVQ rowBytes+8(FP), R8")
+	a.p("LEAQ (R8)(R8*2), R13")
+	a.p("MOVQ prefetch+16(FP), R10")
+	a.p("MOVQ rowBlocks+24(FP), R15")
+	a.p("MOVQ dst+40(FP), DX")
+	if y.qh >= 0 {
+		a.p("VPBROADCASTD q50Packed<>(SB), Y16")
+	}
+	a.label(name + "_rows")
+	a.p("MOVQ SI, DI")
+	a.p("LEAQ (SI)(R8*4), R12")
+	a.p("MOVQ blocks+32(FP), CX")
+	a.label(name + "_block")
+	q80DirectLoadConst(a, y)
+	for r := 0; r < 8; r++ {
+		q80DirectLoad(a, y, r)
+	}
+	a.p("TESTQ $1, CX")
+	a.p("JZ %s_nopf", name)
+	q80RowPrefetch(a)
+	a.label(name + "_nopf")
+	q80Transpose(a)
+	for k := 0; k < 8; k++ {
+		if y.qh >= 0 {
+			a.p("VPADDB Y16, Y%d, Y%d", k, k)
+		}
+		a.p("VMOVDQU Y%d, %d(DX)", k, 32*k)
+	}
+	a.p("MOVQ AX, %d(DX)", q80PackedBlock-16)
+	a.p("MOVQ BX, %d(DX)", q80PackedBlock-8)
+	a.p("ADDQ $%d, DX", q80PackedBlock)
+	a.p("ADDQ $%d, DI", y.size)
+	a.p("ADDQ $%d, R12", y.size)
+	a.p("DECQ CX")
+	a.p("JNZ %s_block", name)
+	a.p("LEAQ (SI)(R8*8), SI")
+	a.p("DECQ R15")
+	a.p("JNZ %s_rows", name)
+	a.p("VZEROUPPER")
+	a.p("RET")
+	a.b.WriteString("\n")
+}
+
 // q80DirectRowsTokens is the most tokens of type y's rows kernels: the
 // minima's accumulators take half of the registers.
 func q80DirectRowsTokens(y q80DirectType) int {
@@ -276,9 +353,11 @@ func q80DirectRowsTokens(y q80DirectType) int {
 }
 
 // q80DirectData emits the direct kernels' constants: the fifth bits' 0x10
-// bytes and IQ4_NL's values plus 128 (unsigned, for vpdpbusd).
+// bytes, Q5_0's packed offset (q80DirectPackKernel) and IQ4_NL's values
+// plus 128 (unsigned, for vpdpbusd).
 func q80DirectData(a *asm) {
 	a.b.WriteString("DATA q5Bit<>+0(SB)/4, $0x10101010\nGLOBL q5Bit<>(SB), RODATA|NOPTR, $4\n\n")
+	a.b.WriteString("DATA q50Packed<>+0(SB)/4, $0x70707070\nGLOBL q50Packed<>(SB), RODATA|NOPTR, $4\n\n")
 	for h := 0; h < 2; h++ {
 		var w uint64
 		for i := 0; i < 8; i++ {
