@@ -25,7 +25,7 @@ type weightsMemory struct {
 // weightsMemoryFlags registers --model-memory and --widen-memory.
 func weightsMemoryFlags(f *pflag.FlagSet, w *weightsMemory) {
 	f.StringVar(&w.placement, "model-memory", "auto", "where the weights live: mmap (a shared read-only mapping of the file), hugepages (a private copy in transparent huge pages, its weights packed for the CPU's kernels: faster decoding, the whole file in RAM), auto (hugepages when the kernel offers them and the file takes at most half of MemAvailable, unless a decode pass timed at load on both is faster on the mapping; else mmap)")
-	f.Var(&w.widen, "widen-memory", "memory the widened copies of weights may take (the matrices of Q5_0, Q4_1, Q5_1, IQ4_NL and the IQ types below 4 bits are widened at load to types with faster kernels, 1.5-4.2 times their size; those that do not fit are computed in their own bytes, slower), e.g. 2GiB; auto: what MemAvailable leaves beside the file, the KV cache and an eighth of it; 0: none")
+	f.Var(&w.widen, "widen-memory", "memory the widened copies of weights may take (the matrices of Q5_0, Q4_1, Q5_1, IQ4_NL and the IQ types below 4 bits are widened at load to types with faster kernels, 1.5-4.2 times their size; those that do not fit are computed in their own bytes, slower; IQ4_NL's are not widened on CPUs whose kernels compute it as fast in its own bytes, as the load line says), e.g. 2GiB; auto: what MemAvailable leaves beside the file, the KV cache and an eighth of it; 0: none")
 }
 
 // weightsPlan is where a command puts a model's weights and why, and the
@@ -213,7 +213,8 @@ func placementLine(p gguf.Placement, why string, private bool, f *gguf.File, w m
 // widenedClause says, for each type of a file's matrices that the model
 // loader widens to a type with faster kernels (tensor.Widen), what w does
 // with them: the copies' memory besides the file's, and the matrices left
-// in their own bytes beyond the limit (limitWhy says whose); or is empty.
+// in their own bytes beyond the limit (limitWhy says whose) or because they
+// are as fast there; or is empty.
 func widenedClause(w model.Widening, limitWhy string) string {
 	var parts []string
 	for _, wt := range w.Types {
@@ -227,6 +228,9 @@ func widenedClause(w model.Widening, limitWhy string) string {
 			how += " and packed"
 		}
 		switch {
+		case wt.Own:
+			parts = append(parts, fmt.Sprintf("%v computed in its own bytes, streamed (%s): on this CPU as fast as widened, which would take %s",
+				t, streamedHow(t, "its"), humanBytes(uint64(wt.StreamedWideBytes))))
 		case wt.Streamed == 0:
 			parts = append(parts, fmt.Sprintf("%v %s in %s of memory of its own (the same products, faster kernels)", t, how, humanBytes(uint64(wt.WidenedBytes))))
 		case wt.Widened == 0:

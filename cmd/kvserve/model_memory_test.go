@@ -103,7 +103,8 @@ func TestModelPlacementSetting(t *testing.T) {
 // Q8_0, and the two ffn_down's 512 rows 512 wide, 544 bytes; its token
 // embedding apart from the output, only looked up, stays as it is;
 // tiny-q5_1 the same and 2 bytes a block of 32 for its minima), those
-// left in their own bytes beyond the limit, and nothing for a file without.
+// left in their own bytes beyond the limit, IQ4_NL's left so where this CPU
+// computes them as fast, and nothing for a file without.
 func TestWidenedClause(t *testing.T) {
 	for _, tc := range []struct {
 		file  string
@@ -146,6 +147,21 @@ func TestWidenedClause(t *testing.T) {
 				t.Errorf("%s limit %d: clause %q does not say %q", tc.file, tc.limit, c, s)
 			}
 		}
+	}
+	// IQ4_NL (as tiny-q5_0's shapes): left in its own bytes whatever the
+	// limit where this CPU computes it as fast there, else widened.
+	iq, err := gguf.Open(testshared.Own(t, "models", "tiny-iq4_nl.gguf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer iq.Close()
+	w := model.PlanWidening(iq, model.NoWidenLimit)
+	c, want, bytes := widenedClause(w, "why"), "IQ4_NL widened to Q8_0", int64(3584*272+512*544)
+	if tensor.StreamedPreferred(tensor.IQ4_NL) {
+		want, bytes = "IQ4_NL computed in its own bytes, streamed (by a kernel that unpacks its blocks in registers): on this CPU as fast as widened, which would take 1.2 MiB", 0
+	}
+	if w.Bytes() != bytes || !strings.Contains(c, want) {
+		t.Errorf("tiny-iq4_nl: %d bytes widened, clause %q; want %d, %q", w.Bytes(), c, bytes, want)
 	}
 	g, err := gguf.Open(testshared.Path(t, "models", "tiny-q8_0.gguf"))
 	if err != nil {

@@ -46,6 +46,10 @@ type WidenedType struct {
 	Streamed          int
 	StreamedBytes     int64
 	StreamedWideBytes int64
+	// Own is set where this CPU computes the type as fast in its own bytes
+	// (tensor.StreamedPreferred): all its matrices are streamed, whatever
+	// the limit.
+	Own bool
 }
 
 // Bytes is the memory of all widened copies.
@@ -72,7 +76,9 @@ func (w Widening) Streamed() int {
 // only looked up) stays as it is. The others go in order of the least
 // memory a byte of theirs takes widened (Q5_0's copy is half as large again,
 // IQ2_XXS's four times: a limit then keeps the most matrices at full
-// speed), in the file's order among equals, each one that still fits.
+// speed), in the file's order among equals, each one that still fits. A
+// type this CPU computes as fast in its own bytes (tensor.StreamedPreferred)
+// is never widened.
 func PlanWidening(f *gguf.File, limit int64) Widening {
 	_, hasOutput := f.Tensor("output.weight")
 	type cand struct {
@@ -93,9 +99,15 @@ func PlanWidening(f *gguf.File, limit int64) Widening {
 		slot := slices.IndexFunc(w.Types, func(wt WidenedType) bool { return wt.Type == t.Type })
 		if slot < 0 {
 			slot = len(w.Types)
-			w.Types = append(w.Types, WidenedType{Type: t.Type})
+			w.Types = append(w.Types, WidenedType{Type: t.Type, Own: tensor.StreamedPreferred(t.Type)})
 		}
 		wide := int64(tensor.WidenedRowBytes(t.Type, t.Cols())) * int64(t.Rows())
+		if wt := &w.Types[slot]; wt.Own {
+			wt.Streamed++
+			wt.StreamedBytes += int64(t.Size())
+			wt.StreamedWideBytes += wide
+			continue
+		}
 		cands = append(cands, cand{t, int64(t.Size()), wide, slot})
 	}
 	slices.SortStableFunc(cands, func(a, b cand) int {

@@ -33,6 +33,20 @@ func StreamedDirect(t DType) bool {
 	return k != nil
 }
 
+// StreamedPreferred reports whether this CPU computes a matrix of type t
+// (one Widen converts) at least as fast in its own bytes as widened, for
+// one token and for a prompt's, so that widening it would only take memory:
+// IQ4_NL where it has a direct kernel and a packer (directPacker). Its
+// decode then reads 18 bytes a block of 32 where the widened copy's reads
+// 34, and a prompt's rows, unpacked once per work item, go through the
+// widened copy's packed kernels. Q5_0's prompts are slower so (its unpacking
+// costs more, for a copy only half as large again), as are Q4_1's and
+// Q5_1's, whose minima keep them on their rows kernels: those stay widened
+// within the limit (docs/performance.md has the measurements).
+func StreamedPreferred(t DType) bool {
+	return t == IQ4_NL && StreamedDirect(t) && directPacker(t, cpuISA) != nil
+}
+
 // Packable reports whether Pack rewrites weights of type t on this CPU:
 // whether they are faster in private memory than in a read-only mapping of
 // the file, beyond the huge pages.
