@@ -1,6 +1,9 @@
 package main
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // Direct decode kernels for the streamed types that widen to Q8_0 (Q5_0,
 // IQ4_NL, Q4_1, Q5_1; tensor/stream.go): the natural-rows kernel of Q8_0
@@ -84,17 +87,7 @@ func q80DirectKernel(a *asm, d *decl, y q80DirectType, T int) {
 	// order of the activations) and adds its products and scales.
 	row := func(r int) {
 		w := 16 + r%4
-		a.p("VMOVDQU64 %s, X%d", q80RowAddr(y.qs, r), w)
-		a.p("VPSRLW $4, X%d, X26", w)
-		a.p("VINSERTI32X4 $1, X26, Y%d, Y%d", w, w)
-		a.p("VPANDD Y22, Y%d, Y%d", w, w)
-		switch {
-		case y.table:
-			a.p("VPSHUFB Y%d, Y23, Y%d", w, w)
-		case y.qh >= 0:
-			a.p("KMOVD %s, K2", q80RowAddr(y.qh, r))
-			a.p("VPADDB Y23, Y%d, K2, Y%d", w, w)
-		}
+		q80DirectUnpack(a, y, r, w, 26, "Y22", 23)
 		a.p("VPINSRW $%d, %s, X28, X28", r, q80RowAddr(0, r))
 		if y.mins {
 			a.p("VPINSRW $%d, %s, X27, X27", r, q80RowAddr(2, r))
@@ -249,19 +242,34 @@ func q80DirectRowsKernel(a *asm, d *decl, y q80DirectType, T int) {
 // Y1 as q80DirectLoadConst sets it) and adds its scale to AX or BX
 // (q80RowScale).
 func q80DirectLoad(a *asm, y q80DirectType, r int) {
-	v := 8 + r
-	a.p("VMOVDQU %s, X%d", q80RowAddr(y.qs, r), v)
-	a.p("VPSRLW $4, X%d, X0", v)
-	a.p("VINSERTI128 $1, X0, Y%d, Y%d", v, v)
-	a.p("VPANDD.BCST q40Mask<>(SB), Y%d, Y%d", v, v)
+	q80DirectUnpack(a, y, r, 8+r, 0, "q40Mask<>(SB)", 1)
+	q80RowScale(a, r)
+}
+
+// q80DirectUnpack puts row r's 32 values (low nibbles 0-15, high ones
+// 16-31: the order of the activations) in Y(v) as u (q80DirectKernel), through
+// scratch Y(tmp): the nibbles masked by mask (a register, or memory
+// broadcast), then IQ4_NL's table or Q5's fifth bits (K2) from Y(konst).
+// Registers from Y16 on take the EVEX forms of the load and insert.
+func q80DirectUnpack(a *asm, y q80DirectType, r, v, tmp int, mask string, konst int) {
+	load, insert, and := "VMOVDQU", "VINSERTI128", "VPANDD"
+	if v >= 16 {
+		load, insert = "VMOVDQU64", "VINSERTI32X4"
+	}
+	if strings.HasSuffix(mask, "(SB)") {
+		and = "VPANDD.BCST"
+	}
+	a.p("%s %s, X%d", load, q80RowAddr(y.qs, r), v)
+	a.p("VPSRLW $4, X%d, X%d", v, tmp)
+	a.p("%s $1, X%d, Y%d, Y%d", insert, tmp, v, v)
+	a.p("%s %s, Y%d, Y%d", and, mask, v, v)
 	switch {
 	case y.table:
-		a.p("VPSHUFB Y%d, Y1, Y%d", v, v)
+		a.p("VPSHUFB Y%d, Y%d, Y%d", v, konst, v)
 	case y.qh >= 0:
 		a.p("KMOVD %s, K2", q80RowAddr(y.qh, r))
-		a.p("VPADDB Y1, Y%d, K2, Y%d", v, v)
+		a.p("VPADDB Y%d, Y%d, K2, Y%d", konst, v, v)
 	}
-	q80RowScale(a, r)
 }
 
 // q80DirectLoadConst sets Y1 for q80DirectLoad: the 0x10 bytes or
