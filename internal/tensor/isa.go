@@ -36,7 +36,7 @@ func StreamedDirect(t DType) bool {
 // StreamedPreferred reports whether this CPU computes a matrix of type t
 // (one Widen converts) at least as fast in its own bytes as widened, for
 // one token and for a prompt's, so that widening it would only take memory:
-// IQ4_NL where it has a direct kernel and a packer (directPacker). Its
+// IQ4_NL where it has a packer (directPacker; only beside a direct kernel). Its
 // decode then reads 18 bytes a block of 32 where the widened copy's reads
 // 34, and a prompt's rows, unpacked once per work item, go through the
 // widened copy's packed kernels. Q5_0's prompts are slower so (its unpacking
@@ -44,7 +44,7 @@ func StreamedDirect(t DType) bool {
 // Q5_1's, whose minima keep them on their rows kernels: those stay widened
 // within the limit (docs/performance.md has the measurements).
 func StreamedPreferred(t DType) bool {
-	return t == IQ4_NL && StreamedDirect(t) && directPacker(t, cpuISA) != nil
+	return t == IQ4_NL && directPacker(t, cpuISA) != nil
 }
 
 // Packable reports whether Pack rewrites weights of type t on this CPU:
