@@ -199,6 +199,9 @@ func placementLine(p gguf.Placement, why string, private bool, f *gguf.File, w m
 	default:
 		k += ", " + strings.Join(packed, " and ") + " not packed (only private memory is)"
 	}
+	if amx := tensor.AMX(); amx != "" {
+		k += "; " + amx
+	}
 	line := fmt.Sprintf("in %s (%s); %s%s", where, why, k, widenedClause(w, limitWhy))
 	switch {
 	case !private || w.Bytes() == 0:

@@ -100,3 +100,7 @@ func directKernel(DType, isa) (kernel, int) { return nil, 0 }
 
 // directPacker: none in the portable build.
 func directPacker(DType, isa) rowPacker { return nil }
+
+// AMX says whether the tile unit computes products here: never in the
+// portable build.
+func AMX() string { return "" }

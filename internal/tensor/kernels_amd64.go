@@ -45,6 +45,9 @@ type q8RowsFn func(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride
 type q80Rows struct {
 	t [17]q8RowsFn
 	p [17]q8PackedFn // on packed weights (Pack)
+	// amx, if not nil, says whether 16 tokens of packed weights go to
+	// q80AMXP_16 (the same results): amxChoice's decision.
+	amx func() bool
 }
 
 // q8PackedFn is a Q8_0 kernel on packed weights (see asmgen/q80rows.go).
@@ -68,9 +71,16 @@ func (k *q80Rows) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t
 		}
 		pr1 = max(r0, min(r1, w.packedRows()))
 	}
+	var amx *amxScratch // on the stack: the kernel keeps no pointer
+	if pr1 > r0 && t1-t0 >= 16 && k.amx != nil && k.amx() {
+		amx = new(amxScratch)
+	}
 	for t := t0; t < t1; {
 		T := min(16, t1-t)
-		if pr1 > r0 {
+		switch {
+		case pr1 > r0 && T == 16 && amx != nil:
+			q80AMXP_16(&w.Data[r0*rb], (pr1-r0)/8, &a.g[t*q80BlockBytes], a.gs, nb, &dst[t*ld+r0], ld*4, &amx[0])
+		case pr1 > r0:
 			k.p[T](&w.Data[r0*rb], q80PackedPrefetchRows*rb, (pr1-r0)/8, &a.g[t*q80BlockBytes], a.gs, nb, &dst[t*ld+r0], ld*4)
 		}
 		if r1 > pr1 {
@@ -175,6 +185,7 @@ var q80VNNI = &q80Rows{
 	p: [17]q8PackedFn{nil, q80VNNIP_1, q80VNNIP_2,
 		q80VNNIP_3, q80VNNIP_4, q80VNNIP_5, q80VNNIP_6, q80VNNIP_7, q80VNNIP_8, q80VNNIP_9,
 		q80VNNIP_10, q80VNNIP_11, q80VNNIP_12, q80VNNIP_13, q80VNNIP_14, q80VNNIP_15, q80VNNIP_16},
+	amx: func() bool { return amxChoice().use },
 }
 
 type floatFn func(w *byte, rowBytes, groups int, y *float32, yStride int, steps int, dst *float32, ldBytes int)

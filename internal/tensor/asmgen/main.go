@@ -1105,6 +1105,8 @@ func main() {
 			q80PackedKernel(&a, &d, T, q4)
 		}
 	}
+	amxQ80CfgData(&a)
+	q80AMXPackedKernel(&a, &d)
 	q40AVX2Data(&a)
 	for _, q8 := range []bool{false, true} {
 		for T := 1; T <= 2; T++ {
