@@ -14,34 +14,39 @@ import (
 	"testing"
 )
 
-// TestAMXPackedQ80 compares the AMX kernel of 16-token packed Q8_0
-// products with the VNNI kernels bit for bit, through matMul, on shapes
-// with odd numbers of row blocks, of column blocks (the kernel takes them
-// in pairs) and of tokens (16-token passes and a VNNI tail), and a tail
-// of unpacked rows. It runs only where the CPU has AMX-INT8 and the OS
-// grants the tiles, and says so when not.
-func TestAMXPackedQ80(t *testing.T) {
+// TestAMXPacked compares the AMX kernels of 16-token products of packed
+// Q8_0 and Q4_0 weights with the VNNI kernels bit for bit, through
+// matMul, on shapes with odd numbers of row blocks, of column blocks (the
+// kernels take them in pairs) and of tokens (16-token passes and a VNNI
+// tail), and a tail of unpacked rows. It runs only where the CPU has
+// AMX-INT8 and the OS grants the tiles, and says so when not.
+func TestAMXPacked(t *testing.T) {
 	if err := amxPermit(); err != nil {
 		t.Skipf("AMX kernels not run: this machine cannot use them (%v)", err)
 	}
 	t.Logf("AMX-INT8 granted; %s", AMX())
-	withAMX := (&q80Rows{t: q80VNNI.t, p: q80VNNI.p, amx: func() bool { return true }}).run
-	without := (&q80Rows{t: q80VNNI.t, p: q80VNNI.p}).run
+	forced := func(x *amxPacked) *amxPacked { f := *x; f.force = true; return &f }
+	kernels := map[DType][2]kernel{ // VNNI, AMX
+		Q8_0: {(&q80Rows{t: q80VNNI.t, p: q80VNNI.p}).run, (&q80Rows{t: q80VNNI.t, p: q80VNNI.p, amx: forced(q80AMX)}).run},
+		Q4_0: {(&eightRows{n: q40VNNI.n, p: q40VNNI.p}).run, (&eightRows{n: q40VNNI.n, p: q40VNNI.p, amx: forced(q40AMX)}).run},
+	}
 	rng := rand.New(rand.NewPCG(41, 42))
 	p := NewPool(2)
 	defer p.Close()
-	for _, cols := range []int{32, 64, 96, 576, 32 * 37} {
-		for _, rows := range []int{8, 13, 24, 67, 200} {
-			m, _ := randMatrix(t, rng, Q8_0, rows, cols)
-			m = Pack(m)
-			for _, n := range []int{16, 17, 32, 35, 70} {
-				x := randVec(rng, n*cols, 1)
-				want, got := make([]float32, n*rows), make([]float32, n*rows)
-				p.matMul(want, m, x, n, without)
-				p.matMul(got, m, x, n, withAMX)
-				for i := range want {
-					if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
-						t.Fatalf("%dx%d, %d tokens: output %d (token %d, row %d) = %v, want %v (VNNI)", rows, cols, n, i, i/rows, i%rows, got[i], want[i])
+	for _, typ := range []DType{Q8_0, Q4_0} {
+		for _, cols := range []int{32, 64, 96, 576, 32 * 37} {
+			for _, rows := range []int{8, 13, 24, 67, 200} {
+				m, _ := randMatrix(t, rng, typ, rows, cols)
+				m = Pack(m)
+				for _, n := range []int{16, 17, 32, 35, 70} {
+					x := randVec(rng, n*cols, 1)
+					want, got := make([]float32, n*rows), make([]float32, n*rows)
+					p.matMul(want, m, x, n, kernels[typ][0])
+					p.matMul(got, m, x, n, kernels[typ][1])
+					for i := range want {
+						if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+							t.Fatalf("%v %dx%d, %d tokens: output %d (token %d, row %d) = %v, want %v (VNNI)", typ, rows, cols, n, i, i/rows, i%rows, got[i], want[i])
+						}
 					}
 				}
 			}
@@ -51,10 +56,10 @@ func TestAMXPackedQ80(t *testing.T) {
 
 // TestAMXEncoding checks the bytes asmgen writes for the AMX instructions
 // (Go's assembler has no mnemonics for them) with GNU objdump, where it is
-// installed: each instruction of q80AMXP_16 that objdump decodes as a
+// installed: each instruction of an AMX kernel that objdump decodes as a
 // tile instruction must be the one the generator's comment names. This
-// runs on any amd64 machine; executing the kernel needs AMX
-// (TestAMXPackedQ80).
+// runs on any amd64 machine; executing the kernels needs AMX
+// (TestAMXPacked).
 func TestAMXEncoding(t *testing.T) {
 	objdump, err := exec.LookPath("objdump")
 	if err != nil {
@@ -64,40 +69,55 @@ func TestAMXEncoding(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// reflect gives the ABI wrapper, which calls the assembly (the test
-	// binary has no symbol table to look it up by name).
-	wrapper := uint64(reflect.ValueOf(q80AMXP_16).Pointer())
-	start := uint64(0)
-	out, err := exec.Command(objdump, "-d", fmt.Sprintf("--start-address=%#x", wrapper), fmt.Sprintf("--stop-address=%#x", wrapper+512), exe).CombinedOutput()
-	if err == nil {
-		for _, line := range strings.Split(string(out), "\n") {
-			if i := strings.Index(line, "\tcall "); i >= 0 {
-				// "call 0x6293e0" stripped, "call 6293e0 <name>" not
-				fmt.Sscanf(strings.TrimPrefix(strings.TrimSpace(line[i+6:]), "0x"), "%x", &start)
-				break
-			}
-		}
-	}
-	if start == 0 {
-		t.Fatalf("no call to the assembly in q80AMXP_16's wrapper at %#x", wrapper)
-	}
-	out, err = exec.Command(objdump, "-d", "--no-show-raw-insn", "-M", "intel",
-		fmt.Sprintf("--start-address=%#x", start), fmt.Sprintf("--stop-address=%#x", start+4096), exe).Output()
-	if err != nil {
-		t.Fatalf("objdump: %v", err)
-	}
 	src, err := os.ReadFile("kernels_amd64.s")
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The comments of the generator, in order, for q80AMXP_16.
-	var want []string
-	body := src[bytes.Index(src, []byte("TEXT ·q80AMXP_16(SB)")):]
-	body = body[:bytes.Index(body, []byte("\tRET"))]
-	for _, line := range strings.Split(string(body), "\n") {
-		if i := strings.Index(line, "// "); i >= 0 && strings.HasPrefix(strings.TrimSpace(line), "BYTE") {
-			want = append(want, normalizeIntel(line[i+3:]))
+	for name, fn := range map[string]any{"q80AMXP_16": q80AMXP_16, "q40AMXP_16": q40AMXP_16} {
+		got := decodedTileInsts(t, objdump, exe, fn)
+		// The generator's comments, in order.
+		var want []string
+		body := src[bytes.Index(src, []byte("TEXT ·"+name+"(SB)")):]
+		body = body[:bytes.Index(body, []byte("\tRET"))]
+		for _, line := range strings.Split(string(body), "\n") {
+			if i := strings.Index(line, "// "); i >= 0 && strings.HasPrefix(strings.TrimSpace(line), "BYTE") {
+				want = append(want, normalizeIntel(line[i+3:]))
+			}
 		}
+		if len(want) == 0 || !reflect.DeepEqual(got, want) {
+			t.Fatalf("objdump decodes %s's tile instructions as\n%s\nthe generator meant\n%s", name, strings.Join(got, "\n"), strings.Join(want, "\n"))
+		}
+		t.Logf("%s: %d AMX instructions decoded as written", name, len(got))
+	}
+}
+
+// decodedTileInsts returns the tile instructions objdump finds in the
+// assembly function fn of the running test binary exe, up to its first
+// RET, in normalizeIntel's form.
+func decodedTileInsts(t *testing.T, objdump, exe string, fn any) []string {
+	t.Helper()
+	// reflect gives the ABI wrapper, which calls the assembly (the test
+	// binary has no symbol table to look it up by name).
+	wrapper := uint64(reflect.ValueOf(fn).Pointer())
+	start := uint64(0)
+	out, err := exec.Command(objdump, "-d", fmt.Sprintf("--start-address=%#x", wrapper), fmt.Sprintf("--stop-address=%#x", wrapper+512), exe).Output()
+	if err != nil {
+		t.Fatalf("objdump: %v", err)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if i := strings.Index(line, "\tcall "); i >= 0 {
+			// "call 0x6293e0" stripped, "call 6293e0 <name>" not
+			fmt.Sscanf(strings.TrimPrefix(strings.TrimSpace(line[i+6:]), "0x"), "%x", &start)
+			break
+		}
+	}
+	if start == 0 {
+		t.Fatalf("no call to the assembly in the wrapper at %#x", wrapper)
+	}
+	out, err = exec.Command(objdump, "-d", "--no-show-raw-insn", "-M", "intel",
+		fmt.Sprintf("--start-address=%#x", start), fmt.Sprintf("--stop-address=%#x", start+8192), exe).Output()
+	if err != nil {
+		t.Fatalf("objdump: %v", err)
 	}
 	var got []string
 	for _, line := range strings.Split(string(out), "\n") {
@@ -113,10 +133,7 @@ func TestAMXEncoding(t *testing.T) {
 			break
 		}
 	}
-	if len(want) == 0 || !reflect.DeepEqual(got, want) {
-		t.Fatalf("objdump decodes q80AMXP_16's tile instructions as\n%s\nthe generator meant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
-	}
-	t.Logf("%d AMX instructions decoded as written", len(got))
+	return got
 }
 
 // normalizeIntel reduces an Intel-syntax instruction to a canonical form:

@@ -45,9 +45,7 @@ type q8RowsFn func(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride
 type q80Rows struct {
 	t [17]q8RowsFn
 	p [17]q8PackedFn // on packed weights (Pack)
-	// amx, if not nil, says whether 16 tokens of packed weights go to
-	// q80AMXP_16 (the same results): amxChoice's decision.
-	amx func() bool
+	amx *amxPacked // 16 tokens of packed weights, where it is used
 }
 
 // q8PackedFn is a Q8_0 kernel on packed weights (see asmgen/q80rows.go).
@@ -71,15 +69,15 @@ func (k *q80Rows) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t
 		}
 		pr1 = max(r0, min(r1, w.packedRows()))
 	}
-	var amx *amxScratch // on the stack: the kernel keeps no pointer
-	if pr1 > r0 && t1-t0 >= 16 && k.amx != nil && k.amx() {
-		amx = new(amxScratch)
+	var amx *amxScratch
+	if pr1 > r0 && t1-t0 >= 16 && k.amx.on() {
+		amx = new(amxScratch) // on the stack: the kernels keep no pointer
 	}
 	for t := t0; t < t1; {
 		T := min(16, t1-t)
 		switch {
 		case pr1 > r0 && T == 16 && amx != nil:
-			q80AMXP_16(&w.Data[r0*rb], (pr1-r0)/8, &a.g[t*q80BlockBytes], a.gs, nb, &dst[t*ld+r0], ld*4, &amx[0])
+			k.amx.kernel(dst, ld, w, r0, (pr1-r0)/8, a, t, amx)
 		case pr1 > r0:
 			k.p[T](&w.Data[r0*rb], q80PackedPrefetchRows*rb, (pr1-r0)/8, &a.g[t*q80BlockBytes], a.gs, nb, &dst[t*ld+r0], ld*4)
 		}
@@ -129,6 +127,7 @@ type eightRows struct {
 	// avx2Layout: p reads the packed layout Pack makes at the AVX2 level
 	// only (Q8_0's differs at the VNNI level; Q4_0's is the same).
 	avx2Layout bool
+	amx        *amxPacked // 16 tokens of packed weights, where it is used
 }
 
 func (k *eightRows) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int, _ *streamScratch) {
@@ -142,9 +141,17 @@ func (k *eightRows) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf,
 		pr1 = max(r0, min(r1, w.packedRows()))
 	}
 	if pr1 > r0 {
+		var amx *amxScratch
+		if t1-t0 >= 16 && k.amx.on() {
+			amx = new(amxScratch) // on the stack: the kernels keep no pointer
+		}
 		for t := t0; t < t1; {
 			T := min(len(k.p)-1, t1-t)
-			k.p[T](&w.Data[r0*rb], q80PackedPrefetchRows*rb, (pr1-r0)/8, &a.g[t*q80BlockBytes], a.gs, nb, &dst[t*ld+r0], ld*4)
+			if T == 16 && amx != nil {
+				k.amx.kernel(dst, ld, w, r0, (pr1-r0)/8, a, t, amx)
+			} else {
+				k.p[T](&w.Data[r0*rb], q80PackedPrefetchRows*rb, (pr1-r0)/8, &a.g[t*q80BlockBytes], a.gs, nb, &dst[t*ld+r0], ld*4)
+			}
 			t += T
 		}
 	}
@@ -175,6 +182,7 @@ var (
 			q40VNNIR_10, q40VNNIR_11, q40VNNIR_12, q40VNNIR_13, q40VNNIR_14, q40VNNIR_15, q40VNNIR_16},
 		p: []q8PackedFn{nil, q40VNNIP_1, q40VNNIP_2, q40VNNIP_3, q40VNNIP_4, q40VNNIP_5, q40VNNIP_6, q40VNNIP_7, q40VNNIP_8,
 			q40VNNIP_9, q40VNNIP_10, q40VNNIP_11, q40VNNIP_12, q40VNNIP_13, q40VNNIP_14, q40VNNIP_15, q40VNNIP_16},
+		amx: q40AMX,
 	}
 )
 
@@ -185,7 +193,7 @@ var q80VNNI = &q80Rows{
 	p: [17]q8PackedFn{nil, q80VNNIP_1, q80VNNIP_2,
 		q80VNNIP_3, q80VNNIP_4, q80VNNIP_5, q80VNNIP_6, q80VNNIP_7, q80VNNIP_8, q80VNNIP_9,
 		q80VNNIP_10, q80VNNIP_11, q80VNNIP_12, q80VNNIP_13, q80VNNIP_14, q80VNNIP_15, q80VNNIP_16},
-	amx: func() bool { return amxChoice().use },
+	amx: q80AMX,
 }
 
 type floatFn func(w *byte, rowBytes, groups int, y *float32, yStride int, steps int, dst *float32, ldBytes int)

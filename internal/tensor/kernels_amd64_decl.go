@@ -321,6 +321,11 @@ func q40VNNIP_16(w *byte, prefetch, rowBlocks int, act *byte, blockStride, block
 //go:noescape
 func q80AMXP_16(w *byte, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, scratch *byte)
 
+// q40AMXP_16 computes rowBlocks × 8 rows × 16 tokens of packed Q4_0 weights × Q8_0 activations on the AMX tiles; the tiles must be permitted (requestAMX).
+//
+//go:noescape
+func q40AMXP_16(w *byte, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, scratch *byte)
+
 // q40AVX2N_1 computes rows × 1 tokens of Q4_0 weights × Q8_0 activations, eight rows at a time (AVX2).
 //
 //go:noescape

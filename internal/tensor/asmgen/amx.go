@@ -154,32 +154,43 @@ func amxQ80CfgData(a *asm) {
 }
 
 // amxQ80Sig: the packed kernels' arguments without the prefetch distance,
-// with scratch for two blocks' sums (1,024 bytes).
+// with scratch (amxScratchBytes).
 const amxQ80Sig = "(w *byte, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, scratch *byte)"
 
-// q80AMXPackedKernel generates q80AMXP_16: rowBlocks × 8 rows × 16 tokens
-// of packed Q8_0 weights (the VNNI level's layout, q+128) × Q8_0
-// activations (the row layout), the float steps of q80VNNIP_16 exactly.
+// amxScratchBytes: per block in flight, its tile of sums (16 × 32 bytes)
+// and, for Q4_0, its weights unpacked (8 × 32 bytes).
+const amxScratchBytes = 2 * (512 + 256)
+
+// q80AMXPackedKernel generates q80AMXP_16 (or, with q4, q40AMXP_16):
+// rowBlocks × 8 rows × 16 tokens of packed Q8_0 weights (the VNNI level's
+// layout, q+128; Q4_0's, q+8 in nibbles) × Q8_0 activations (the row
+// layout), the float steps of q80VNNIP_16 (q40VNNIP_16) exactly.
 //
 // Per block, TILELOADD takes the 16 tokens' 32 values as A (rows 40 bytes
 // apart in the row layout) and the packed block's eight dword vectors as B
 // (B's row k, dword r: values 4k..4k+3 of row r: the layout vpdpbusd's
-// transposed operand has, which is AMX's too); TDPBSUD sums them into C,
-// token t's row r at dword (t, r): Σ y·(w+128). Stored to scratch, a
-// token's eight sums get the offset −128·Σy (exact), then the float steps
-// of q80RowTokens: S to f32, D = dw·dy, acc = fma(S, D, acc), blocks in
-// order. Two blocks are in flight on separate tiles and scratch halves,
-// so the tile unit works on one while the vector unit scales the other.
+// transposed operand has, which is AMX's too; Q4_0's nibbles unpacked to
+// it in scratch first); TDPBSUD sums them into C, token t's row r at dword
+// (t, r): Σ y·u with u the unsigned weights. Stored to scratch, a token's
+// eight sums get the offset −128·Σy (Q4_0: shifted right by 4, −8·Σy;
+// exact), then the float steps of q80RowTokens: S to f32, D = dw·dy, acc =
+// fma(S, D, acc), blocks in order. Two blocks are in flight on separate
+// tiles and scratch, so the tile unit works on one while the vector unit
+// scales the other.
 //
-// Registers: Y8 (Y15) the block's (the next block's) scales; Y9-Y14
-// per-token scratch; Y16+t token t's accumulators. GPRs: DI the row
-// block's weights at the current block, R14 (R12) the block's (next
-// block's) activations, R11 blockStride, CX blocks left, DX the row
-// block's outputs, R9 ldBytes, R13 the store cursor, SI scratch, R8 40
-// (A's stride), R10 32 (B's and C's), R15 row blocks left.
-func q80AMXPackedKernel(a *asm, d *decl) {
-	name := "q80AMXP_16"
-	text(a, d, name+" computes rowBlocks × 8 rows × 16 tokens of packed Q8_0 weights × Q8_0 activations on the AMX tiles; the tiles must be permitted (requestAMX).", name, amxQ80Sig, "$0-64")
+// Registers: Y0-Y7 the unpacked nibbles and Y8 their mask (Q4_0); Y8
+// (Y15) the block's (the next block's) scales; Y9-Y14 per-token scratch;
+// Y16+t token t's accumulators. GPRs: DI the row block's weights at the
+// current block, R14 (R12) the block's (next block's) activations, R11
+// blockStride, CX blocks left, DX the row block's outputs, R9 ldBytes, R13
+// the store cursor, SI scratch, R8 40 (A's stride), R10 32 (B's and C's),
+// R15 row blocks left.
+func q80AMXPackedKernel(a *asm, d *decl, q4 bool) {
+	name, typ, blk := "q80AMXP_16", "Q8_0", q80PackedBlock
+	if q4 {
+		name, typ, blk = "q40AMXP_16", "Q4_0", q40PackedBlock
+	}
+	text(a, d, fmt.Sprintf("%s computes rowBlocks × 8 rows × 16 tokens of packed %s weights × Q8_0 activations on the AMX tiles; the tiles must be permitted (requestAMX).", name, typ), name, amxQ80Sig, "$0-64")
 	a.p("MOVQ w+0(FP), DI")
 	a.p("MOVQ rowBlocks+8(FP), R15")
 	a.p("MOVQ blockStride+24(FP), R11")
@@ -200,11 +211,11 @@ func q80AMXPackedKernel(a *asm, d *decl) {
 	a.p("JL %s_one", name)
 	a.label(name + "_pair")
 	a.p("LEAQ (R14)(R11*1), R12")
-	amxProducts(a, 0, "R14", 0)
-	amxProducts(a, amxTiles, "R12", q80PackedBlock)
-	amxScale(a, 0, "R14", 0, 8)
-	amxScale(a, amxTiles, "R12", q80PackedBlock, 15)
-	a.p("ADDQ $%d, DI", 2*q80PackedBlock)
+	amxProducts(a, q4, 0, "R14", 0)
+	amxProducts(a, q4, amxTiles, "R12", blk)
+	amxScale(a, q4, 0, "R14", 0, 8)
+	amxScale(a, q4, amxTiles, "R12", blk, 15)
+	a.p("ADDQ $%d, DI", 2*blk)
 	a.p("LEAQ (R12)(R11*1), R14")
 	a.p("SUBQ $2, CX")
 	a.p("CMPQ CX, $2")
@@ -212,9 +223,9 @@ func q80AMXPackedKernel(a *asm, d *decl) {
 	a.label(name + "_one")
 	a.p("TESTQ CX, CX")
 	a.p("JZ %s_store", name)
-	amxProducts(a, 0, "R14", 0)
-	amxScale(a, 0, "R14", 0, 8)
-	a.p("ADDQ $%d, DI", q80PackedBlock)
+	amxProducts(a, q4, 0, "R14", 0)
+	amxScale(a, q4, 0, "R14", 0, 8)
+	a.p("ADDQ $%d, DI", blk)
 	a.label(name + "_store")
 	a.p("MOVQ DX, R13")
 	q80StoreTokens(a, 16, 16, "", "R13")
@@ -227,29 +238,60 @@ func q80AMXPackedKernel(a *asm, d *decl) {
 	a.b.WriteString("\n")
 }
 
-// amxProducts loads the block at wOff(DI) and the activations at (act)
-// into tiles s+A and s+B and sums their products into s+C.
-func amxProducts(a *asm, s byte, act string, wOff int) {
+// amxHalf is the offset in scratch of the sums of tile set s (0 or
+// amxTiles), and amxUnpacked that of its unpacked Q4_0 weights.
+func amxHalf(s byte) int     { return 512 * int(s/amxTiles) }
+func amxUnpacked(s byte) int { return 1024 + 256*int(s/amxTiles) }
+
+// amxProducts loads the block at wOff(DI) (Q4_0: unpacked to scratch
+// first) and the activations at (act) into tiles s+B and s+A and sums
+// their products into s+C.
+func amxProducts(a *asm, q4 bool, s byte, act string, wOff int) {
 	ta, tb, tc := s+amxTileA, s+amxTileB, s+amxTileC
 	amxInst(a, fmt.Sprintf("tileloadd tmm%d, %s", ta, amxMem(act, "R8", 0)), tileloaddBytes(ta, act, "R8", 0))
-	amxInst(a, fmt.Sprintf("tileloadd tmm%d, %s", tb, amxMem("DI", "R10", wOff)), tileloaddBytes(tb, "DI", "R10", wOff))
+	if q4 {
+		// Vector m holds bytes 4m..4m+3 of the rows' nibble bytes: its low
+		// nibbles are values 4m.. (dword m), its high ones 16+4m.. (dword
+		// m+4).
+		a.p("VPBROADCASTD q40Mask<>(SB), Y8")
+		for m := 0; m < 4; m++ {
+			a.p("VMOVDQU %d(DI), Y%d", wOff+32*m, m+4)
+			a.p("VPAND Y8, Y%d, Y%d", m+4, m)
+			a.p("VPSRLW $4, Y%d, Y%d", m+4, m+4)
+			a.p("VPAND Y8, Y%d, Y%d", m+4, m+4)
+		}
+		u := amxUnpacked(s)
+		for k := 0; k < 8; k++ {
+			a.p("VMOVDQU Y%d, %d(SI)", k, u+32*k)
+		}
+		amxInst(a, fmt.Sprintf("tileloadd tmm%d, %s", tb, amxMem("SI", "R10", u)), tileloaddBytes(tb, "SI", "R10", u))
+	} else {
+		amxInst(a, fmt.Sprintf("tileloadd tmm%d, %s", tb, amxMem("DI", "R10", wOff)), tileloaddBytes(tb, "DI", "R10", wOff))
+	}
 	amxInst(a, fmt.Sprintf("tilezero tmm%d", tc), tilezeroBytes(tc))
 	amxInst(a, fmt.Sprintf("tdpbsud tmm%d, tmm%d, tmm%d", tc, ta, tb), tdpbsudBytes(tc, ta, tb))
 }
 
-// amxScale stores tile s+C to its half of scratch and runs the float steps
-// of the 16 tokens over it: the activations at (act), the block's scales
-// at wOff+256(DI) converted into Y(sc).
-func amxScale(a *asm, s byte, act string, wOff, sc int) {
+// amxScale stores tile s+C to its scratch and runs the float steps of the
+// 16 tokens over it: the activations at (act), the block's scales at
+// wOff(DI) past its values converted into Y(sc).
+func amxScale(a *asm, q4 bool, s byte, act string, wOff, sc int) {
 	tc := s + amxTileC
-	half := 512 * int(s/amxTiles)
+	half := amxHalf(s)
 	amxInst(a, fmt.Sprintf("tilestored %s, tmm%d", amxMem("SI", "R10", half), tc), tilestoredBytes(tc, "SI", "R10", half))
-	a.p("VCVTPH2PS %d(DI), Y%d", wOff+q80PackedScale, sc)
+	scales := q80PackedScale
+	if q4 {
+		scales = 128
+	}
+	a.p("VCVTPH2PS %d(DI), Y%d", wOff+scales, sc)
 	for t := 0; t < 16; t++ {
 		ti := 9 + 2*(t%3)
 		td := ti + 1
 		base := q80BlockBytes * t
 		a.p("VPBROADCASTD %d(%s), Y%d", base+q80BlockOffset, act, ti)
+		if q4 {
+			a.p("VPSRAD $4, Y%d, Y%d", ti, ti)
+		}
 		a.p("VPADDD %d(SI), Y%d, Y%d", half+32*t, ti, ti)
 		a.p("VCVTDQ2PS Y%d, Y%d", ti, ti)
 		a.p("VMULPS.BCST %d(%s), Y%d, Y%d", base+q80BlockScale, act, sc, td)

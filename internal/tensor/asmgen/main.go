@@ -1106,8 +1106,10 @@ func main() {
 		}
 	}
 	amxQ80CfgData(&a)
-	q80AMXPackedKernel(&a, &d)
 	q40AVX2Data(&a)
+	for _, q4 := range []bool{false, true} {
+		q80AMXPackedKernel(&a, &d, q4)
+	}
 	for _, q8 := range []bool{false, true} {
 		for T := 1; T <= 2; T++ {
 			q40AVX2RowsKernel(&a, &d, T, q8)
