@@ -43,9 +43,9 @@ type q8RowsFn func(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride
 // the same order, so results depend neither on T (batch invariance) nor on
 // the packing.
 type q80Rows struct {
-	t [17]q8RowsFn
-	p [17]q8PackedFn // on packed weights (Pack)
-	amx *amxPacked // 16 tokens of packed weights, where it is used
+	t   [17]q8RowsFn
+	p   [17]q8PackedFn // on packed weights (Pack)
+	amx *amxPacked     // 16 tokens of packed weights, where it is used
 }
 
 // q8PackedFn is a Q8_0 kernel on packed weights (see asmgen/q80rows.go).
