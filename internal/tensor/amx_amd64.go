@@ -59,7 +59,7 @@ func (x *amxPacked) on() bool { return x != nil && (x.force || amxChoice().use[x
 
 // amxScratch is the AMX kernels' scratch: per block in flight, its tile of
 // sums and Q4_0's unpacked weights (asmgen/amx.go).
-type amxScratch [1536]byte
+type amxScratch [amxScratchBytes]byte
 
 // kernel computes rows [r0, r0+8·rowBlocks) of packed w for the 16 tokens
 // from t.

@@ -316,6 +316,9 @@ func q40VNNIP_15(w *byte, prefetch, rowBlocks int, act *byte, blockStride, block
 //go:noescape
 func q40VNNIP_16(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
 
+// amxScratchBytes is the scratch the AMX kernels take (asmgen/amx.go).
+const amxScratchBytes = 1536
+
 // q80AMXP_16 computes rowBlocks × 8 rows × 16 tokens of packed Q8_0 weights × Q8_0 activations on the AMX tiles; the tiles must be permitted (requestAMX).
 //
 //go:noescape

@@ -157,9 +157,20 @@ func amxQ80CfgData(a *asm) {
 // with scratch (amxScratchBytes).
 const amxQ80Sig = "(w *byte, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, scratch *byte)"
 
-// amxScratchBytes: per block in flight, its tile of sums (16 × 32 bytes)
-// and, for Q4_0, its weights unpacked (8 × 32 bytes).
-const amxScratchBytes = 2 * (512 + 256)
+// The kernels' scratch: per block in flight, its tile of sums (16 tokens
+// × 8 rows' dwords) and, for Q4_0, its weights unpacked (8 dword vectors):
+// the sums of both blocks first, then the unpacked weights. Package tensor
+// sizes its buffer by amxScratchBytes, which amxScratchDecl declares there.
+const (
+	amxSumsBytes     = 16 * 32
+	amxUnpackedBytes = 8 * 32
+	amxScratchBytes  = 2 * (amxSumsBytes + amxUnpackedBytes)
+)
+
+// amxScratchDecl declares amxScratchBytes in the generated Go file.
+func amxScratchDecl(d *decl) {
+	fmt.Fprintf(&d.b, "// amxScratchBytes is the scratch the AMX kernels take (asmgen/amx.go).\nconst amxScratchBytes = %d\n\n", amxScratchBytes)
+}
 
 // q80AMXPackedKernel generates q80AMXP_16 (or, with q4, q40AMXP_16):
 // rowBlocks × 8 rows × 16 tokens of packed Q8_0 weights (the VNNI level's
@@ -240,8 +251,10 @@ func q80AMXPackedKernel(a *asm, d *decl, q4 bool) {
 
 // amxHalf is the offset in scratch of the sums of tile set s (0 or
 // amxTiles), and amxUnpacked that of its unpacked Q4_0 weights.
-func amxHalf(s byte) int     { return 512 * int(s/amxTiles) }
-func amxUnpacked(s byte) int { return 1024 + 256*int(s/amxTiles) }
+func amxHalf(s byte) int { return amxSumsBytes * int(s/amxTiles) }
+func amxUnpacked(s byte) int {
+	return 2*amxSumsBytes + amxUnpackedBytes*int(s/amxTiles)
+}
 
 // amxProducts loads the block at wOff(DI) (Q4_0: unpacked to scratch
 // first) and the activations at (act) into tiles s+B and s+A and sums

@@ -1107,6 +1107,7 @@ func main() {
 	}
 	amxQ80CfgData(&a)
 	q40AVX2Data(&a)
+	amxScratchDecl(&d)
 	for _, q4 := range []bool{false, true} {
 		q80AMXPackedKernel(&a, &d, q4)
 	}
