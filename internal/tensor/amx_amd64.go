@@ -12,12 +12,13 @@ import (
 )
 
 // AMX: the tile unit of Intel Xeons since Sapphire Rapids. Its INT8 dot
-// products take the 16-token products of packed Q8_0 and Q4_0 weights
-// (prompts, and batches of 16 sequences and more), the per-block float
-// steps staying the VNNI kernels' (q80AMXP_16, q40AMXP_16: bit-identical
-// results, so batch invariance holds). Whether they are used is measured,
-// not assumed: amxChoice times them against the VNNI kernels once per
-// process.
+// products take the 16-token products of Q8_0 and Q4_0 weights (prompts,
+// and batches of 16 sequences and more), packed (q80AMXP_16, q40AMXP_16)
+// or as the file has them (q80AMXR_16, q40AMXR_16: the mapped file's
+// weights), the per-block float steps staying the VNNI kernels' (bit-
+// identical results, so batch invariance holds). Whether they are used is
+// measured, not assumed: amxChoice times each against its VNNI kernel
+// once per process.
 //
 // Not on the tiles: the k-quants, F16 and BF16, whose VNNI kernels keep
 // partial sums in lanes that a tile's whole-row dot products cannot
@@ -40,22 +41,60 @@ var amxPermit = sync.OnceValue(func() error {
 
 var errNoAMX = fmt.Errorf("the CPU has no AMX-INT8 (or no AVX512-VNNI)")
 
-// amxPacked is an AMX kernel of 16 tokens on packed weights of type typ
-// (Q8_0: q80AMXP_16, Q4_0: q40AMXP_16), slot its place in amxDecision.use.
-type amxPacked struct {
+// amxKernel is an AMX kernel of 16 tokens on weights of type typ, packed
+// (Q8_0: q80AMXP_16, Q4_0: q40AMXP_16) or, with rows, as the file has them
+// (q80AMXR_16, q40AMXR_16); slot is its place in amxDecision.use.
+type amxKernel struct {
 	typ  DType
+	rows bool
 	slot int
 	// force: used whatever amxChoice decided (tests).
 	force bool
 }
 
 var (
-	q80AMX = &amxPacked{typ: Q8_0, slot: 0}
-	q40AMX = &amxPacked{typ: Q4_0, slot: 1}
+	q80AMX     = &amxKernel{typ: Q8_0, slot: 0}
+	q40AMX     = &amxKernel{typ: Q4_0, slot: 1}
+	q80AMXRows = &amxKernel{typ: Q8_0, rows: true, slot: 2}
+	q40AMXRows = &amxKernel{typ: Q4_0, rows: true, slot: 3}
+	amxKernels = [...]*amxKernel{q80AMX, q40AMX, q80AMXRows, q40AMXRows}
 )
 
 // on says whether x computes 16-token products: amxChoice's decision.
-func (x *amxPacked) on() bool { return x != nil && (x.force || amxChoice().use[x.slot]) }
+func (x *amxKernel) on() bool { return x != nil && (x.force || amxChoice().use[x.slot]) }
+
+// amxRowsFor is the row kernel for weights of type t, nil if none.
+func amxRowsFor(t DType) *amxKernel {
+	switch t {
+	case Q8_0:
+		return q80AMXRows
+	case Q4_0:
+		return q40AMXRows
+	}
+	return nil
+}
+
+// amxIndexable says whether the row kernels' dword gather and scatter
+// indices (15 rows or 15 tokens on) reach rows rowBytes and outputs
+// ldBytes apart.
+func amxIndexable(rowBytes, ldBytes int) bool {
+	return 15*rowBytes < 1<<31 && 15*ldBytes < 1<<31
+}
+
+// amxTiled says whether the conversion for products of ws on n tokens
+// fills the tile layout: where one of them has 16 unpacked rows or more
+// that a row kernel in use takes.
+func amxTiled(ws []Matrix, n int) bool {
+	if n < 16 {
+		return false
+	}
+	for _, w := range ws {
+		if !w.packed && w.Rows >= 16 && amxRowsFor(w.Type).on() && amxIndexable(w.RowBytes(), 4*w.Rows) {
+			return true
+		}
+	}
+	return false
+}
 
 // amxScratch is the AMX kernels' scratch: per block in flight, its tile of
 // sums and Q4_0's unpacked weights (asmgen/amx.go).
@@ -63,7 +102,7 @@ type amxScratch [amxScratchBytes]byte
 
 // kernel computes rows [r0, r0+8·rowBlocks) of packed w for the 16 tokens
 // from t.
-func (x *amxPacked) kernel(dst []float32, ld int, w *Matrix, r0, rowBlocks int, a *actBuf, t int, s *amxScratch) {
+func (x *amxKernel) kernel(dst []float32, ld int, w *Matrix, r0, rowBlocks int, a *actBuf, t int, s *amxScratch) {
 	p, act, out := &w.Data[r0*w.RowBytes()], &a.g[t*q80BlockBytes], &dst[t*ld+r0]
 	if x.typ == Q4_0 { // direct calls: a func value would move s to the heap
 		q40AMXP_16(p, rowBlocks, act, a.gs, w.Cols/32, out, ld*4, &s[0])
@@ -72,40 +111,57 @@ func (x *amxPacked) kernel(dst []float32, ld int, w *Matrix, r0, rowBlocks int, 
 	q80AMXP_16(p, rowBlocks, act, a.gs, w.Cols/32, out, ld*4, &s[0])
 }
 
-// amxDecision is what amxChoice found: whether the tiles are used for
-// Q8_0 and Q4_0, and the probe's times of each kernel.
+// rowsKernel computes rows [r0, r0+16·rowTiles) of w as the file has them
+// for the 16 tokens from t, from a's tile layout.
+func (x *amxKernel) rowsKernel(dst []float32, ld int, w *Matrix, r0, rowTiles int, a *actBuf, t int, s *amxScratch) {
+	rb := w.RowBytes()
+	p, act, out := &w.Data[r0*rb], &a.t[4*t], &dst[t*ld+r0]
+	if x.typ == Q4_0 { // direct calls: a func value would move s to the heap
+		q40AMXR_16(p, rb, rowTiles, act, 4*a.n, w.Cols/32, out, ld*4, &s[0])
+		return
+	}
+	q80AMXR_16(p, rb, rowTiles, act, 4*a.n, w.Cols/32, out, ld*4, &s[0])
+}
+
+// amxDecision is what amxChoice found: whether each AMX kernel is used
+// (amxKernels' order), and the probe's times.
 type amxDecision struct {
-	use   [2]bool
+	use   [len(amxKernels)]bool
 	err   error // the tiles could not be had
 	probe string
 }
 
-// amxChoice decides once whether the 16-token products of packed Q8_0 and
-// Q4_0 weights run on the tiles: where the OS grants them, it times each
-// AMX kernel against its VNNI kernel on a packed matrix, alternated, best
-// of several, and keeps the tiles for a type if they are at least 5%
-// faster.
+// amxChoice decides once whether the 16-token products of Q8_0 and Q4_0
+// weights, packed and as the file has them, run on the tiles: where the OS
+// grants them, it times each AMX kernel against its VNNI kernel on a
+// matrix of that type and layout, alternated, best of several, and keeps
+// the tiles for it if they are at least 5% faster.
 var amxChoice = sync.OnceValue(func() amxDecision {
 	if err := amxPermit(); err != nil {
 		return amxDecision{err: err}
 	}
 	var d amxDecision
 	var parts []string
-	for i, x := range []*amxPacked{q80AMX, q40AMX} {
+	for i, x := range amxKernels {
 		at, vt := x.probe()
 		d.use[i] = at*105 <= vt*100
 		verdict := "used"
 		if !d.use[i] {
 			verdict = "not used"
 		}
-		parts = append(parts, fmt.Sprintf("%v %s (%v against the VNNI kernel's %v)", x.typ, verdict, at, vt))
+		layout := "packed"
+		if x.rows {
+			layout = "as in the file"
+		}
+		parts = append(parts, fmt.Sprintf("%v %s %s (%v against the VNNI kernel's %v)", x.typ, layout, verdict, at, vt))
 	}
 	d.probe = strings.Join(parts, ", ")
 	return d
 })
 
 // AMX says, for the load line, whether and why the tile unit computes
-// prompts' Q8_0 and Q4_0 products on this CPU; "" where it has none.
+// prompts' Q8_0 and Q4_0 products on this CPU, packed and as in the file;
+// "" where it has none.
 func AMX() string {
 	if !amxCPU() {
 		return ""
@@ -117,10 +173,13 @@ func AMX() string {
 	return "AMX-INT8 tiles for 16-token products, by a probe of 256×2048×16: " + d.probe
 }
 
-// probe times a 16-token product of a packed 256 × 2048 matrix of x's type
-// (its weights in L2, as a work item's are) on the AMX kernel and on the
-// VNNI one.
-func (x *amxPacked) probe() (amxT, vnniT time.Duration) {
+// probe times a 16-token product of a 256 × 2048 matrix of x's type and
+// layout (its weights in L2, as a work item's are) on the AMX kernel and
+// on the VNNI one.
+func (x *amxKernel) probe() (amxT, vnniT time.Duration) {
+	if x.rows {
+		return x.probeRows()
+	}
 	const rows, cols, T = 256, 2048, 16
 	nb := cols / 32
 	bs := x.typ.TypeSize()
@@ -157,6 +216,49 @@ func (x *amxPacked) probe() (amxT, vnniT time.Duration) {
 		amxT = min(amxT, timed(func() { x.kernel(dst, rows, &m, 0, rows/8, a, 0, s) }))
 		vnniT = min(vnniT, timed(func() {
 			vnni(&w[0], q80PackedPrefetchRows*nb*bs, rows/8, &a.g[0], a.gs, nb, &dst[0], rows*4)
+		}))
+	}
+	return amxT, vnniT
+}
+
+// probeRows is probe for a row kernel: a 256 × 2048 matrix as a file has
+// it, the activations converted with their tile layout.
+func (x *amxKernel) probeRows() (amxT, vnniT time.Duration) {
+	const rows, cols, T = 256, 2048, 16
+	nb := cols / 32
+	bs := x.typ.TypeSize()
+	w := make([]byte, rows*nb*bs)
+	for i := range w {
+		w[i] = byte(i*7 + i>>9)
+	}
+	for b := 0; b < rows*nb; b++ { // small f16 scales: finite products
+		w[b*bs], w[b*bs+1] = 0x00, 0x20
+	}
+	m := Matrix{Type: x.typ, Rows: rows, Cols: cols, Data: w}
+	vnni := q80VNNIR_16
+	if x.typ == Q4_0 {
+		vnni = q40VNNIR_16
+	}
+	xs := make([]float32, T*cols)
+	for i := range xs {
+		xs[i] = float32(i%97) - 48
+	}
+	a := new(actBuf)
+	a.prepare(Q8_0, cols, T, true)
+	a.convertTokens(Q8_0, xs, 0, T)
+	dst := make([]float32, T*rows)
+	s := new(amxScratch)
+	timed := func(f func()) time.Duration {
+		start := time.Now()
+		f()
+		return time.Since(start)
+	}
+	rb := m.RowBytes()
+	amxT, vnniT = time.Hour, time.Hour
+	for range 7 {
+		amxT = min(amxT, timed(func() { x.rowsKernel(dst, rows, &m, 0, rows/16, a, 0, s) }))
+		vnniT = min(vnniT, timed(func() {
+			vnni(&w[0], rb, q80PrefetchRows*rb, rows, &a.g[0], a.gs, nb, &dst[0], rows*4)
 		}))
 	}
 	return amxT, vnniT

@@ -10,6 +10,10 @@ func (i isa) String() string { return "portable" }
 // amd64 kernels (it need not here).
 const q80RowLayout = false
 
+// amxTiled says whether the Q8_0 conversion for products of ws fills the
+// tile layout of amd64's AMX kernels: never here.
+func amxTiled([]Matrix, int) bool { return false }
+
 // packable says whether Pack has a layout for weights of type t: none here.
 func packable(DType) bool { return false }
 

@@ -45,7 +45,10 @@ type q8RowsFn func(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride
 type q80Rows struct {
 	t   [17]q8RowsFn
 	p   [17]q8PackedFn // on packed weights (Pack)
-	amx *amxPacked     // 16 tokens of packed weights, where it is used
+	amx *amxKernel     // 16 tokens of packed weights, where it is used
+	// amxRows: 16 tokens of the rows as the file has them, where it is
+	// used and the conversion filled the tile layout.
+	amxRows *amxKernel
 }
 
 // q8PackedFn is a Q8_0 kernel on packed weights (see asmgen/q80rows.go).
@@ -69,23 +72,40 @@ func (k *q80Rows) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t
 		}
 		pr1 = max(r0, min(r1, w.packedRows()))
 	}
+	packedAMX := pr1 > r0 && t1-t0 >= 16 && k.amx.on()
+	rowTiles := amxRowTiles(k.amxRows, w, pr1, r1, a, t1-t0, ld)
 	var amx *amxScratch
-	if pr1 > r0 && t1-t0 >= 16 && k.amx.on() {
+	if packedAMX || rowTiles > 0 {
 		amx = new(amxScratch) // on the stack: the kernels keep no pointer
 	}
 	for t := t0; t < t1; {
 		T := min(16, t1-t)
 		switch {
-		case pr1 > r0 && T == 16 && amx != nil:
+		case pr1 > r0 && T == 16 && packedAMX:
 			k.amx.kernel(dst, ld, w, r0, (pr1-r0)/8, a, t, amx)
 		case pr1 > r0:
 			k.p[T](&w.Data[r0*rb], q80PackedPrefetchRows*rb, (pr1-r0)/8, &a.g[t*q80BlockBytes], a.gs, nb, &dst[t*ld+r0], ld*4)
 		}
-		if r1 > pr1 {
-			k.t[T](&w.Data[pr1*rb], rb, q80PrefetchRows*rb, r1-pr1, &a.g[t*q80BlockBytes], a.gs, nb, &dst[t*ld+pr1], ld*4)
+		r := pr1
+		if T == 16 && rowTiles > 0 {
+			k.amxRows.rowsKernel(dst, ld, w, r, rowTiles, a, t, amx)
+			r += 16 * rowTiles
+		}
+		if r1 > r {
+			k.t[T](&w.Data[r*rb], rb, q80PrefetchRows*rb, r1-r, &a.g[t*q80BlockBytes], a.gs, nb, &dst[t*ld+r], ld*4)
 		}
 		t += T
 	}
+}
+
+// amxRowTiles is the number of 16-row tiles of rows [r0, r1) of w, as the
+// file has them, that row kernel x computes for 16-token groups of tokens
+// tokens: none unless it is used and a's conversion has the tile layout.
+func amxRowTiles(x *amxKernel, w *Matrix, r0, r1 int, a *actBuf, tokens, ld int) int {
+	if tokens < 16 || r1-r0 < 16 || !a.tiled || !x.on() || !amxIndexable(w.RowBytes(), 4*ld) {
+		return 0
+	}
+	return (r1 - r0) / 16
 }
 
 // q80PackedPrefetchRows is how far ahead, in rows, the packed kernels of
@@ -127,7 +147,8 @@ type eightRows struct {
 	// avx2Layout: p reads the packed layout Pack makes at the AVX2 level
 	// only (Q8_0's differs at the VNNI level; Q4_0's is the same).
 	avx2Layout bool
-	amx        *amxPacked // 16 tokens of packed weights, where it is used
+	amx        *amxKernel // 16 tokens of packed weights, where it is used
+	amxRows    *amxKernel // 16 tokens of unpacked rows, as q80Rows'
 }
 
 func (k *eightRows) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int, _ *streamScratch) {
@@ -155,9 +176,21 @@ func (k *eightRows) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf,
 			t += T
 		}
 	}
+	rowTiles := amxRowTiles(k.amxRows, w, pr1, r1, a, t1-t0, ld)
+	var amx *amxScratch
+	if rowTiles > 0 {
+		amx = new(amxScratch) // on the stack: the kernels keep no pointer
+	}
 	for t := t0; t < t1 && r1 > pr1; {
 		T := min(len(k.n)-1, t1-t)
-		k.n[T](&w.Data[pr1*rb], rb, q80PrefetchRows*rb, r1-pr1, &a.g[t*q80BlockBytes], a.gs, nb, &dst[t*ld+pr1], ld*4)
+		r := pr1
+		if T == 16 && rowTiles > 0 {
+			k.amxRows.rowsKernel(dst, ld, w, r, rowTiles, a, t, amx)
+			r += 16 * rowTiles
+		}
+		if r1 > r {
+			k.n[T](&w.Data[r*rb], rb, q80PrefetchRows*rb, r1-r, &a.g[t*q80BlockBytes], a.gs, nb, &dst[t*ld+r], ld*4)
+		}
 		t += T
 	}
 }
@@ -182,7 +215,8 @@ var (
 			q40VNNIR_10, q40VNNIR_11, q40VNNIR_12, q40VNNIR_13, q40VNNIR_14, q40VNNIR_15, q40VNNIR_16},
 		p: []q8PackedFn{nil, q40VNNIP_1, q40VNNIP_2, q40VNNIP_3, q40VNNIP_4, q40VNNIP_5, q40VNNIP_6, q40VNNIP_7, q40VNNIP_8,
 			q40VNNIP_9, q40VNNIP_10, q40VNNIP_11, q40VNNIP_12, q40VNNIP_13, q40VNNIP_14, q40VNNIP_15, q40VNNIP_16},
-		amx: q40AMX,
+		amx:     q40AMX,
+		amxRows: q40AMXRows,
 	}
 )
 
@@ -193,7 +227,8 @@ var q80VNNI = &q80Rows{
 	p: [17]q8PackedFn{nil, q80VNNIP_1, q80VNNIP_2,
 		q80VNNIP_3, q80VNNIP_4, q80VNNIP_5, q80VNNIP_6, q80VNNIP_7, q80VNNIP_8, q80VNNIP_9,
 		q80VNNIP_10, q80VNNIP_11, q80VNNIP_12, q80VNNIP_13, q80VNNIP_14, q80VNNIP_15, q80VNNIP_16},
-	amx: q80AMX,
+	amx:     q80AMX,
+	amxRows: q80AMXRows,
 }
 
 type floatFn func(w *byte, rowBytes, groups int, y *float32, yStride int, steps int, dst *float32, ldBytes int)

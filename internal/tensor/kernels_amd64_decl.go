@@ -317,17 +317,27 @@ func q40VNNIP_15(w *byte, prefetch, rowBlocks int, act *byte, blockStride, block
 func q40VNNIP_16(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
 
 // amxScratchBytes is the scratch the AMX kernels take (asmgen/amx.go).
-const amxScratchBytes = 1536
+const amxScratchBytes = 4224
 
 // q80AMXP_16 computes rowBlocks × 8 rows × 16 tokens of packed Q8_0 weights × Q8_0 activations on the AMX tiles; the tiles must be permitted (requestAMX).
 //
 //go:noescape
 func q80AMXP_16(w *byte, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, scratch *byte)
 
+// q80AMXR_16 computes rowTiles × 16 rows × 16 tokens of Q8_0 weights (rows rowBytes apart) × Q8_0 activations in the tile layout on the AMX tiles; the tiles must be permitted (requestAMX).
+//
+//go:noescape
+func q80AMXR_16(w *byte, rowBytes, rowTiles int, act *byte, tokBytes, blocks int, dst *float32, ldBytes int, scratch *byte)
+
 // q40AMXP_16 computes rowBlocks × 8 rows × 16 tokens of packed Q4_0 weights × Q8_0 activations on the AMX tiles; the tiles must be permitted (requestAMX).
 //
 //go:noescape
 func q40AMXP_16(w *byte, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, scratch *byte)
+
+// q40AMXR_16 computes rowTiles × 16 rows × 16 tokens of Q4_0 weights (rows rowBytes apart) × Q8_0 activations in the tile layout on the AMX tiles; the tiles must be permitted (requestAMX).
+//
+//go:noescape
+func q40AMXR_16(w *byte, rowBytes, rowTiles int, act *byte, tokBytes, blocks int, dst *float32, ldBytes int, scratch *byte)
 
 // q40AVX2N_1 computes rows × 1 tokens of Q4_0 weights × Q8_0 activations, eight rows at a time (AVX2).
 //

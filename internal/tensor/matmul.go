@@ -36,21 +36,28 @@ type actBuf struct {
 	s    []int32   // Q8_0: per-block −Σq (the row layout's offset)
 	g    []byte    // Q8_0: the row layout of the VNNI kernels (see fillQ80Rows)
 	gs   int       // Q8_0: bytes of g per block (tokens × q80BlockBytes)
-	bs   []int16   // Q8_K: sums of each 16 values (16 per block)
-	s1   []float32 // Q8_1: per-block d·Σq, d before its f16 rounding, rounded to f16
-	f    []float32 // F16/BF16-rounded activations widened to f32
-	x    []float32 // F32 weights: the caller's activations, unconverted
-	h    []uint16  // F16/BF16 activations
+	// t: Q8_0, where tiled: the tile layout of the AMX kernels on
+	// unpacked weights (fillQ80Tiles), 36 bytes per block and token.
+	t     []byte
+	tiled bool
+	n     int       // tokens
+	bs    []int16   // Q8_K: sums of each 16 values (16 per block)
+	s1    []float32 // Q8_1: per-block d·Σq, d before its f16 rounding, rounded to f16
+	f     []float32 // F16/BF16-rounded activations widened to f32
+	x     []float32 // F32 weights: the caller's activations, unconverted
+	h     []uint16  // F16/BF16 activations
 
 	key   convKey   // what the buffer holds, if valid
 	valid bool      //
 	src   []float32 // copy of the input of the held conversion
 }
 
-// convKey identifies a conversion: vec_dot type, row length and tokens.
+// convKey identifies a conversion: vec_dot type, row length, tokens and
+// whether it fills the tile layout.
 type convKey struct {
 	vt      DType
 	cols, n int
+	tiled   bool
 }
 
 // sameBits reports whether a and b hold bit-identical values.
@@ -108,9 +115,9 @@ func growU16(s []uint16, n int) []uint16 {
 }
 
 // prepare sizes the buffer for n tokens of cols activations of vec_dot
-// type vt.
-func (a *actBuf) prepare(vt DType, cols, n int) {
-	a.cols = cols
+// type vt, with the tile layout where tiled (Q8_0, Q8_1).
+func (a *actBuf) prepare(vt DType, cols, n int, tiled bool) {
+	a.cols, a.n, a.tiled = cols, n, false
 	switch vt {
 	case Q8_0, Q8_1:
 		a.q = growI8(a.q, n*cols)
@@ -119,6 +126,10 @@ func (a *actBuf) prepare(vt DType, cols, n int) {
 		if q80RowLayout {
 			a.gs = n * q80BlockBytes
 			a.g = growBytes(a.g, cols/qk80*a.gs)
+		}
+		if tiled {
+			a.t = growBytes(a.t, cols/qk80*n*q80TileBlockBytes)
+			a.tiled = true
 		}
 		if vt == Q8_1 {
 			a.s1 = growF32(a.s1, n*cols/qk80)
@@ -145,6 +156,9 @@ func (a *actBuf) convertTokens(vt DType, x []float32, t0, t1 int) {
 			quantizeActQ80(a.q[tok*c:(tok+1)*c], a.d[tok*nb:(tok+1)*nb], s, xs)
 			if q80RowLayout {
 				fillQ80Rows(a.g[tok*q80BlockBytes:], a.gs, a.q[tok*c:(tok+1)*c], a.d[tok*nb:(tok+1)*nb], s)
+			}
+			if a.tiled {
+				fillQ80Tiles(a.t, a.n, tok, a.q[tok*c:(tok+1)*c], a.d[tok*nb:(tok+1)*nb])
 			}
 			if vt == Q8_1 {
 				q81Sums(a.s1[tok*nb:(tok+1)*nb], s, xs)
@@ -192,6 +206,29 @@ func fillQ80Rows(g []byte, stride int, q []int8, d []float32, s []int32) {
 		in := unsafe.Slice((*uint64)(unsafe.Pointer(&q[b*qk80])), qk80/8)
 		out[0], out[1], out[2], out[3] = in[0], in[1], in[2], in[3]
 		out[4] = uint64(uint32(128*s[b])) | uint64(math.Float32bits(d[b]))<<32
+	}
+}
+
+// The tile layout of Q8_0 activations, read by the AMX kernels on
+// unpacked weights (asmgen/amx.go): for an n-token conversion, per block
+// q80TileBlockBytes·n bytes at block·q80TileBlockBytes·n: eight rows of n
+// dwords (row k, dword t: token t's values 4k..4k+3), then the n tokens'
+// scales (f32). 16 tokens from any token t are then a tile of eight rows
+// of 64 bytes, 4n apart, and a vector of 16 scales.
+const q80TileBlockBytes = 9 * 4
+
+// fillQ80Tiles writes token tok of an n-token conversion into the tile
+// layout t, from its quantized values q and scales d.
+func fillQ80Tiles(t []byte, n, tok int, q []int8, d []float32) {
+	rowBytes := 4 * n
+	_ = t[(len(d)*q80TileBlockBytes-4)*n+4*tok+3] // the last block's scale
+	qb := unsafe.Slice((*byte)(unsafe.Pointer(&q[0])), len(q))
+	for b := range d {
+		o := b*q80TileBlockBytes*n + 4*tok
+		for k := 0; k < 8; k++ {
+			copy(t[o+k*rowBytes:o+k*rowBytes+4], qb[b*qk80+4*k:])
+		}
+		binary.LittleEndian.PutUint32(t[o+8*rowBytes:], math.Float32bits(d[b]))
 	}
 }
 
@@ -891,11 +928,12 @@ func (p *Pool) matMuls(dsts [][]float32, ws []Matrix, x []float32, n int, kern k
 
 	// Convert the activations (unless the buffer holds this conversion
 	// already), in parallel when there are many tokens.
+	key := convKey{j.vt, w.Cols, n, amxTiled(ws, n)}
 	xs := x[:n*w.Cols]
 	parallel := n >= 4*p.threads && p.threads > 1
 	convert := func(vt DType) {
 		if vt != F32 {
-			p.act.prepare(vt, w.Cols, n)
+			p.act.prepare(vt, w.Cols, n, key.tiled)
 		}
 		if parallel {
 			p.kind = jobConvert
@@ -914,7 +952,6 @@ func (p *Pool) matMuls(dsts [][]float32, ws []Matrix, x []float32, n int, kern k
 		p.act.cols = w.Cols
 		p.act.x = xs
 	}
-	key := convKey{j.vt, w.Cols, n}
 	switch {
 	case prep != nil:
 		// x is written now: no earlier conversion can hold it, and none
@@ -965,7 +1002,7 @@ func (p *Pool) addMinsParts(n int) {
 		copy(row, p.act.s1[t*nb:(t+1)*nb])
 		clear(row[nb:])
 	}
-	p.act2.prepare(F16, mc, n)
+	p.act2.prepare(F16, mc, n, false)
 	p.act2.convertTokens(F16, p.s1, 0, n)
 	products := j.nparts
 	for i := range j.parts[:products] {

@@ -69,7 +69,7 @@ func convertedActivations(typ DType, x []float32, cols, n int) ([]float64, *actB
 		}
 		return out, &a
 	}
-	a.prepare(vecDotType(typ), cols, n)
+	a.prepare(vecDotType(typ), cols, n, false)
 	a.convertTokens(vecDotType(typ), x, 0, n)
 	for i := range x {
 		switch vecDotType(typ) {
@@ -1040,6 +1040,41 @@ func TestWiden(t *testing.T) {
 		m, _ := randMatrix(t, rng, typ, 8, 256)
 		if w := Widen(m); w.Type != typ || &w.Data[0] != &m.Data[0] {
 			t.Errorf("%v: widened to %v (or copied)", typ, w.Type)
+		}
+	}
+}
+
+// TestQ80TileLayout checks the tile layout the AMX row kernels read
+// (fillQ80Tiles) against its definition: for an n-token conversion, block
+// b's row k holds token t's values 4k..4k+3 at (9b + k)·4n + 4t, its
+// scale at (9b + 8)·4n + 4t.
+func TestQ80TileLayout(t *testing.T) {
+	rng := rand.New(rand.NewPCG(45, 46))
+	for _, shape := range [][2]int{{32, 1}, {64, 16}, {96, 17}, {32 * 37, 35}} {
+		cols, n := shape[0], shape[1]
+		x := randVec(rng, n*cols, 1)
+		var a actBuf
+		a.prepare(Q8_0, cols, n, true)
+		a.convertTokens(Q8_0, x, 0, n)
+		nb := cols / qk80
+		if len(a.t) != nb*36*n {
+			t.Fatalf("%d×%d: tile layout of %d bytes, want %d", n, cols, len(a.t), nb*36*n)
+		}
+		for tok := range n {
+			for b := range nb {
+				for k := range 8 {
+					for i := range 4 {
+						got, want := int8(a.t[(9*b+k)*4*n+4*tok+i]), a.q[tok*cols+b*qk80+4*k+i]
+						if got != want {
+							t.Fatalf("%d×%d: token %d block %d value %d = %d, want %d", n, cols, tok, b, 4*k+i, got, want)
+						}
+					}
+				}
+				o := (9*b+8)*4*n + 4*tok
+				if got := math.Float32frombits(binary.LittleEndian.Uint32(a.t[o:])); got != a.d[tok*nb+b] {
+					t.Fatalf("%d×%d: token %d block %d scale %v, want %v", n, cols, tok, b, got, a.d[tok*nb+b])
+				}
+			}
 		}
 	}
 }

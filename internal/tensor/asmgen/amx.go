@@ -76,7 +76,16 @@ func amxInst(a *asm, intel string, code []byte) {
 
 // Intel-syntax names of the operands, for the comments.
 func amxMem(base, index string, disp int) string {
-	return fmt.Sprintf("[%s+%s+%d]", strings.ToLower(base), strings.ToLower(index), disp)
+	return fmt.Sprintf("[%s+%s+%d]", intelReg(base), intelReg(index), disp)
+}
+
+// intelReg is the Intel name of general register r (Go's name).
+func intelReg(r string) string {
+	r = strings.ToLower(r)
+	if len(r) == 2 && r[0] != 'r' {
+		return "r" + r
+	}
+	return r
 }
 
 // ldtilecfgBytes: LDTILECFG m512 (VEX.128.NP.0F38.W0 49 /0), the 64-byte
@@ -162,14 +171,15 @@ const amxQ80Sig = "(w *byte, rowBlocks int, act *byte, blockStride, blocks int, 
 // the sums of both blocks first, then the unpacked weights. Package tensor
 // sizes its buffer by amxScratchBytes, which amxScratchDecl declares there.
 const (
-	amxSumsBytes     = 16 * 32
-	amxUnpackedBytes = 8 * 32
-	amxScratchBytes  = 2 * (amxSumsBytes + amxUnpackedBytes)
+	amxSumsBytes          = 16 * 32
+	amxUnpackedBytes      = 8 * 32
+	amxPackedScratchBytes = 2 * (amxSumsBytes + amxUnpackedBytes)
 )
 
-// amxScratchDecl declares amxScratchBytes in the generated Go file.
+// amxScratchDecl declares in the generated Go file the scratch the AMX
+// kernels take (the most of the packed and the row kernels').
 func amxScratchDecl(d *decl) {
-	fmt.Fprintf(&d.b, "// amxScratchBytes is the scratch the AMX kernels take (asmgen/amx.go).\nconst amxScratchBytes = %d\n\n", amxScratchBytes)
+	fmt.Fprintf(&d.b, "// amxScratchBytes is the scratch the AMX kernels take (asmgen/amx.go).\nconst amxScratchBytes = %d\n\n", max(amxPackedScratchBytes, amxRowScratchBytes))
 }
 
 // q80AMXPackedKernel generates q80AMXP_16 (or, with q4, q40AMXP_16):
@@ -309,5 +319,222 @@ func amxScale(a *asm, q4 bool, s byte, act string, wOff, sc int) {
 		a.p("VCVTDQ2PS Y%d, Y%d", ti, ti)
 		a.p("VMULPS.BCST %d(%s), Y%d, Y%d", base+q80BlockScale, act, sc, td)
 		a.p("VFMADD231PS Y%d, Y%d, Y%d", td, ti, 16+t)
+	}
+}
+
+// tdpbssdBytes: TDPBSSD dst, a, b (VEX.128.F2.0F38.W0 5E 11:rrr:bbb, b in
+// vvvv): as TDPBSUD with b's bytes signed too.
+func tdpbssdBytes(dst, a, b byte) []byte {
+	return append(vex3(false, false, false, b, ppF2), 0x5E, 0xC0|dst<<3|a)
+}
+
+// The AMX kernels on weights as the file has them (q80AMXR_16,
+// q40AMXR_16) compute 16 rows × 16 tokens a pass: the weights are tile A
+// (16 rows of a block's 32 values, rowBytes apart; Q4_0's unpacked to
+// scratch first), the activations tile B, read from the tile layout that
+// package tensor fills for them (fillQ80Tiles): for an n-token
+// conversion, per block 9·n dwords at block·36n bytes, first eight rows of
+// n dwords (row k, dword t: token t's values 4k..4k+3), then the n
+// tokens' scales dy (f32). Tile B of 16 tokens from token t is then eight
+// rows of 64 bytes, 4n apart, from 4t; their scales the 16 floats at
+// 32n + 4t.
+
+// The scratch of the row kernels: per block in flight (s = 0 or
+// amxTiles), its tile of sums C (16 rows × 16 tokens' dwords), for Q4_0
+// its 16 rows unpacked (32 signed bytes each, 64 apart: C's stride), and
+// the 16 rows' scales (f32).
+const (
+	amxRowSumsBytes     = 16 * 64
+	amxRowUnpackedBytes = 16 * 64
+	amxRowScalesBytes   = 16 * 4
+	amxRowScratchBytes  = 2 * (amxRowSumsBytes + amxRowUnpackedBytes + amxRowScalesBytes)
+)
+
+func amxRowSums(s byte) int { return amxRowSumsBytes * int(s/amxTiles) }
+func amxRowUnpacked(s byte) int {
+	return 2*amxRowSumsBytes + amxRowUnpackedBytes*int(s/amxTiles)
+}
+func amxRowScales(s byte) int {
+	return 2*(amxRowSumsBytes+amxRowUnpackedBytes) + amxRowScalesBytes*int(s/amxTiles)
+}
+
+// amxRowsCfgData emits the row kernels' tile configuration: per block in
+// flight A 16 rows × 32 bytes, B 8 × 64, C 16 × 64; and the dwords 0..15
+// the kernels scale by strides into gather and scatter indices.
+func amxRowsCfgData(a *asm) {
+	var cfg [64]byte
+	cfg[0] = 1
+	set := func(t, rows, colsb int) {
+		cfg[16+2*t] = byte(colsb)
+		cfg[48+t] = byte(rows)
+	}
+	for s := 0; s < 2; s++ {
+		set(amxTiles*s+amxTileA, 16, 32)
+		set(amxTiles*s+amxTileB, 8, 64)
+		set(amxTiles*s+amxTileC, 16, 64)
+	}
+	for i := 0; i < 64; i += 8 {
+		var q uint64
+		for j := 7; j >= 0; j-- {
+			q = q<<8 | uint64(cfg[i+j])
+		}
+		fmt.Fprintf(&a.b, "DATA amxRowsCfg<>+%d(SB)/8, $0x%016x\n", i, q)
+	}
+	a.b.WriteString("GLOBL amxRowsCfg<>(SB), RODATA|NOPTR, $64\n\n")
+	for i := 0; i < 16; i++ {
+		fmt.Fprintf(&a.b, "DATA amxIota<>+%d(SB)/4, $%d\n", 4*i, i)
+	}
+	a.b.WriteString("GLOBL amxIota<>(SB), RODATA|NOPTR, $64\n\n")
+}
+
+// amxRowsSig: the row kernels' arguments; act is the tile layout at the
+// first token, tokBytes 4n.
+const amxRowsSig = "(w *byte, rowBytes, rowTiles int, act *byte, tokBytes, blocks int, dst *float32, ldBytes int, scratch *byte)"
+
+// q80AMXRowsKernel generates q80AMXR_16 (or, with q4, q40AMXR_16):
+// rowTiles × 16 rows × 16 tokens of Q8_0 (Q4_0) weights as the file has
+// them × Q8_0 activations in the tile layout, with the float steps of
+// q80VNNIR_16 (q40VNNIR_16) exactly: per block, TDPBSSD gives C (row r,
+// token t) = Σ w·y (Q4_0: Σ (q−8)·y), the same integer as the VNNI
+// kernels' unsigned sums with their offset; then, per row r, S to f32, D
+// = dw·dy and acc = fma(S, D, acc), blocks in order. The accumulators
+// hold a row's 16 tokens in their lanes (the VNNI kernels' hold a token's
+// eight rows), so the results are scattered to dst[t·ld + r] at the end of
+// a row tile. Two blocks are in flight on separate tiles, as in
+// q80AMXPackedKernel.
+//
+// Registers: Z16+r row r's accumulators; Z15 the block's dy; Z14 the
+// rows' gather indices (r·rowBytes), Z13 the gathered scales; Z10 the
+// outputs' scatter indices (t·ldBytes); Y11, Y12 the nibble mask and the
+// 8s (Q4_0); Z0-Z9 scratch. GPRs: DI the row tile's weights at the
+// current block, R12 the row tile's first block, R14 (R9) the block's (the
+// next block's) activations, R8 rowBytes, R13 3·rowBytes, R10 tokBytes
+// (B's stride), BX 64 (C's stride, and that of Q4_0's A), CX blocks left,
+// DX the row tile's outputs, R15 row tiles left, SI scratch, AX scratch.
+func q80AMXRowsKernel(a *asm, d *decl, q4 bool) {
+	name, typ, bsz := "q80AMXR_16", "Q8_0", 34
+	if q4 {
+		name, typ, bsz = "q40AMXR_16", "Q4_0", 18
+	}
+	text(a, d, fmt.Sprintf("%s computes rowTiles × 16 rows × 16 tokens of %s weights (rows rowBytes apart) × Q8_0 activations in the tile layout on the AMX tiles; the tiles must be permitted (requestAMX).", name, typ), name, amxRowsSig, "$0-72")
+	a.p("MOVQ w+0(FP), R12")
+	a.p("MOVQ rowBytes+8(FP), R8")
+	a.p("MOVQ rowTiles+16(FP), R15")
+	a.p("MOVQ tokBytes+32(FP), R10")
+	a.p("MOVQ dst+48(FP), DX")
+	a.p("MOVQ scratch+64(FP), SI")
+	a.p("LEAQ (R8)(R8*2), R13")
+	a.p("VMOVDQU32 amxIota<>(SB), Z10")
+	a.p("VPBROADCASTD R8, Z14")
+	a.p("VPMULLD Z10, Z14, Z14")
+	a.p("VPBROADCASTD ldBytes+56(FP), Z9")
+	a.p("VPMULLD Z9, Z10, Z10")
+	if q4 {
+		a.p("VPBROADCASTD q40Mask<>(SB), Y11")
+		a.p("MOVL $0x08080808, AX")
+		a.p("VPBROADCASTD AX, Y12")
+	}
+	a.p("LEAQ amxRowsCfg<>(SB), AX")
+	amxInst(a, "ldtilecfg [rax]", ldtilecfgBytes("AX"))
+	a.p("MOVL $64, BX")
+	a.label(name + "_tile")
+	for r := 0; r < 16; r++ {
+		a.p("VPXORD Z%d, Z%d, Z%d", 16+r, 16+r, 16+r)
+	}
+	a.p("MOVQ R12, DI")
+	a.p("MOVQ act+24(FP), R14")
+	a.p("MOVQ blocks+40(FP), CX")
+	a.p("CMPQ CX, $2")
+	a.p("JL %s_one", name)
+	a.label(name + "_pair")
+	a.p("LEAQ (R14)(R10*8), R9")
+	a.p("ADDQ R10, R9")
+	amxRowProducts(a, q4, 0, 0, "R14")
+	amxRowProducts(a, q4, amxTiles, bsz, "R9")
+	amxRowScale(a, 0, 0, "R14")
+	amxRowScale(a, amxTiles, bsz, "R9")
+	a.p("ADDQ $%d, DI", 2*bsz)
+	a.p("LEAQ (R9)(R10*8), R14")
+	a.p("ADDQ R10, R14")
+	a.p("SUBQ $2, CX")
+	a.p("CMPQ CX, $2")
+	a.p("JGE %s_pair", name)
+	a.label(name + "_one")
+	a.p("TESTQ CX, CX")
+	a.p("JZ %s_store", name)
+	amxRowProducts(a, q4, 0, 0, "R14")
+	amxRowScale(a, 0, 0, "R14")
+	a.label(name + "_store")
+	for r := 0; r < 16; r++ {
+		a.p("KXNORW K2, K2, K2")
+		a.p("VSCATTERDPS Z%d, K2, %d(DX)(Z10*1)", 16+r, 4*r)
+	}
+	a.p("ADDQ $64, DX")
+	a.p("MOVQ R8, AX")
+	a.p("SHLQ $4, AX")
+	a.p("ADDQ AX, R12")
+	a.p("DECQ R15")
+	a.p("JNZ %s_tile", name)
+	amxInst(a, "tilerelease", tilereleaseBytes())
+	a.p("VZEROUPPER")
+	a.p("RET")
+	a.b.WriteString("\n")
+}
+
+// amxRowProducts loads the block at wOff(DI) of the row tile's 16 rows
+// (Q4_0: unpacked to scratch first, signed) and its activations at (act)
+// into tiles s+A and s+B and sums their products into s+C.
+func amxRowProducts(a *asm, q4 bool, s byte, wOff int, act string) {
+	ta, tb, tc := s+amxTileA, s+amxTileB, s+amxTileC
+	if q4 {
+		// Row r's 16 nibble bytes: low nibbles values 0-15, high 16-31.
+		u := amxRowUnpacked(s)
+		for r := 0; r < 16; r++ {
+			base := "DI"
+			switch {
+			case r == 4:
+				a.p("LEAQ (DI)(R8*4), AX")
+			case r > 4 && r%4 == 0:
+				a.p("LEAQ (AX)(R8*4), AX")
+			}
+			if r >= 4 {
+				base = "AX"
+			}
+			y := r % 4
+			a.p("VMOVDQU %s, X%d", stride(wOff+2, base, "R8", "R13", r%4), y)
+			a.p("VPSRLW $4, X%d, X%d", y, 4+y)
+			a.p("VINSERTI128 $1, X%d, Y%d, Y%d", 4+y, y, y)
+			a.p("VPAND Y11, Y%d, Y%d", y, y)
+			a.p("VPSUBB Y12, Y%d, Y%d", y, y)
+			a.p("VMOVDQU Y%d, %d(SI)", y, u+64*r)
+		}
+		amxInst(a, fmt.Sprintf("tileloadd tmm%d, %s", ta, amxMem("SI", "BX", u)), tileloaddBytes(ta, "SI", "BX", u))
+	} else {
+		amxInst(a, fmt.Sprintf("tileloadd tmm%d, %s", ta, amxMem("DI", "R8", wOff+2)), tileloaddBytes(ta, "DI", "R8", wOff+2))
+	}
+	amxInst(a, fmt.Sprintf("tileloadd tmm%d, %s", tb, amxMem(act, "R10", 0)), tileloaddBytes(tb, act, "R10", 0))
+	amxInst(a, fmt.Sprintf("tilezero tmm%d", tc), tilezeroBytes(tc))
+	amxInst(a, fmt.Sprintf("tdpbssd tmm%d, tmm%d, tmm%d", tc, ta, tb), tdpbssdBytes(tc, ta, tb))
+}
+
+// amxRowScale gathers the 16 rows' scales of the block at wOff(DI), stores
+// tile s+C to scratch and runs the float steps of its 16 rows, the
+// tokens' scales 8·tokBytes past their values at (act).
+func amxRowScale(a *asm, s byte, wOff int, act string) {
+	tc := s + amxTileC
+	sums, scales := amxRowSums(s), amxRowScales(s)
+	a.p("KXNORW K1, K1, K1")
+	a.p("VPGATHERDD %d(DI)(Z14*1), K1, Z13", wOff)
+	a.p("VPMOVDW Z13, Y13")
+	a.p("VCVTPH2PS Y13, Z13")
+	a.p("VMOVUPS Z13, %d(SI)", scales)
+	a.p("VMOVUPS (%s)(R10*8), Z15", act)
+	amxInst(a, fmt.Sprintf("tilestored %s, tmm%d", amxMem("SI", "BX", sums), tc), tilestoredBytes(tc, "SI", "BX", sums))
+	for r := 0; r < 16; r++ {
+		ti := 2 * (r % 5)
+		td := ti + 1
+		a.p("VCVTDQ2PS %d(SI), Z%d", sums+64*r, ti)
+		a.p("VMULPS.BCST %d(SI), Z15, Z%d", scales+4*r, td)
+		a.p("VFMADD231PS Z%d, Z%d, Z%d", td, ti, 16+r)
 	}
 }

@@ -1106,10 +1106,12 @@ func main() {
 		}
 	}
 	amxQ80CfgData(&a)
+	amxRowsCfgData(&a)
 	q40AVX2Data(&a)
 	amxScratchDecl(&d)
 	for _, q4 := range []bool{false, true} {
 		q80AMXPackedKernel(&a, &d, q4)
+		q80AMXRowsKernel(&a, &d, q4)
 	}
 	for _, q8 := range []bool{false, true} {
 		for T := 1; T <= 2; T++ {
