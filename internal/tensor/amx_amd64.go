@@ -170,32 +170,57 @@ func AMX() string {
 	if d.err != nil {
 		return "AMX-INT8 present but not granted by the OS (" + d.err.Error() + ")"
 	}
-	return "AMX-INT8 tiles for 16-token products, by a probe of 256×2048×16: " + d.probe
+	return fmt.Sprintf("AMX-INT8 tiles for 16-token products, by a probe of %d×%d×%d: %s", amxProbeRows, amxProbeCols, amxProbeTokens, d.probe)
 }
 
-// probe times a 16-token product of a 256 × 2048 matrix of x's type and
-// layout (its weights in L2, as a work item's are) on the AMX kernel and
-// on the VNNI one.
+// The probes' product: 16 tokens of a 256 × 2048 matrix, its weights in
+// L2 as a work item's are.
+const amxProbeRows, amxProbeCols, amxProbeTokens = 256, 2048, 16
+
+// probeWeights is a probe matrix of type t as a file has it, with small
+// f16 scales so that the products stay finite.
+func probeWeights(t DType) []byte {
+	bs := t.TypeSize()
+	w := make([]byte, amxProbeRows*amxProbeCols/32*bs)
+	for i := range w {
+		w[i] = byte(i*7 + i>>9)
+	}
+	for b := 0; b < len(w)/bs; b++ {
+		w[b*bs], w[b*bs+1] = 0x00, 0x20
+	}
+	return w
+}
+
+// bestTimes runs a and b alternately seven times and returns the best
+// time of each.
+func bestTimes(a, b func()) (at, bt time.Duration) {
+	timed := func(f func()) time.Duration {
+		start := time.Now()
+		f()
+		return time.Since(start)
+	}
+	at, bt = time.Hour, time.Hour
+	for range 7 {
+		at, bt = min(at, timed(a)), min(bt, timed(b))
+	}
+	return at, bt
+}
+
+// probe times the probe product of x's type and layout on the AMX kernel
+// and on the VNNI one.
 func (x *amxKernel) probe() (amxT, vnniT time.Duration) {
 	if x.rows {
 		return x.probeRows()
 	}
-	const rows, cols, T = 256, 2048, 16
-	nb := cols / 32
+	const rows, T, nb = amxProbeRows, amxProbeTokens, amxProbeCols / 32
 	bs := x.typ.TypeSize()
-	w := make([]byte, rows*nb*bs)
-	for i := range w {
-		w[i] = byte(i*7 + i>>9)
-	}
-	for b := 0; b < rows*nb; b++ { // small f16 scales: finite products
-		w[b*bs], w[b*bs+1] = 0x00, 0x20
-	}
+	w := probeWeights(x.typ)
 	pack, vnni := packQ80, q80VNNIP_16
 	if x.typ == Q4_0 {
 		pack, vnni = packQ40, q40VNNIP_16
 	}
 	pack(w, nb*bs)
-	m := Matrix{Type: x.typ, Rows: rows, Cols: cols, Data: w, packed: true}
+	m := Matrix{Type: x.typ, Rows: rows, Cols: amxProbeCols, Data: w, packed: true}
 	a := &actBuf{g: make([]byte, nb*T*q80BlockBytes), gs: T * q80BlockBytes}
 	for i := range a.g {
 		a.g[i] = byte(i * 13)
@@ -206,60 +231,31 @@ func (x *amxKernel) probe() (amxT, vnniT time.Duration) {
 	}
 	dst := make([]float32, T*rows)
 	s := new(amxScratch)
-	timed := func(f func()) time.Duration {
-		start := time.Now()
-		f()
-		return time.Since(start)
-	}
-	amxT, vnniT = time.Hour, time.Hour
-	for range 7 {
-		amxT = min(amxT, timed(func() { x.kernel(dst, rows, &m, 0, rows/8, a, 0, s) }))
-		vnniT = min(vnniT, timed(func() {
-			vnni(&w[0], q80PackedPrefetchRows*nb*bs, rows/8, &a.g[0], a.gs, nb, &dst[0], rows*4)
-		}))
-	}
-	return amxT, vnniT
+	return bestTimes(func() { x.kernel(dst, rows, &m, 0, rows/8, a, 0, s) }, func() {
+		vnni(&w[0], q80PackedPrefetchRows*nb*bs, rows/8, &a.g[0], a.gs, nb, &dst[0], rows*4)
+	})
 }
 
-// probeRows is probe for a row kernel: a 256 × 2048 matrix as a file has
-// it, the activations converted with their tile layout.
+// probeRows is probe for a row kernel: the matrix as a file has it, the
+// activations converted with their tile layout.
 func (x *amxKernel) probeRows() (amxT, vnniT time.Duration) {
-	const rows, cols, T = 256, 2048, 16
-	nb := cols / 32
-	bs := x.typ.TypeSize()
-	w := make([]byte, rows*nb*bs)
-	for i := range w {
-		w[i] = byte(i*7 + i>>9)
-	}
-	for b := 0; b < rows*nb; b++ { // small f16 scales: finite products
-		w[b*bs], w[b*bs+1] = 0x00, 0x20
-	}
-	m := Matrix{Type: x.typ, Rows: rows, Cols: cols, Data: w}
+	const rows, T, nb = amxProbeRows, amxProbeTokens, amxProbeCols / 32
+	m := Matrix{Type: x.typ, Rows: rows, Cols: amxProbeCols, Data: probeWeights(x.typ)}
 	vnni := q80VNNIR_16
 	if x.typ == Q4_0 {
 		vnni = q40VNNIR_16
 	}
-	xs := make([]float32, T*cols)
+	xs := make([]float32, T*amxProbeCols)
 	for i := range xs {
 		xs[i] = float32(i%97) - 48
 	}
 	a := new(actBuf)
-	a.prepare(Q8_0, cols, T, true)
+	a.prepare(Q8_0, amxProbeCols, T, true)
 	a.convertTokens(Q8_0, xs, 0, T)
 	dst := make([]float32, T*rows)
 	s := new(amxScratch)
-	timed := func(f func()) time.Duration {
-		start := time.Now()
-		f()
-		return time.Since(start)
-	}
 	rb := m.RowBytes()
-	amxT, vnniT = time.Hour, time.Hour
-	for range 7 {
-		amxT = min(amxT, timed(func() { x.rowsKernel(dst, rows, &m, 0, rows/16, a, 0, s) }))
-		vnniT = min(vnniT, timed(func() {
-			vnni(&w[0], rb, q80PrefetchRows*rb, rows, &a.g[0], a.gs, nb, &dst[0], rows*4)
-		}))
-	}
-	return amxT, vnniT
+	return bestTimes(func() { x.rowsKernel(dst, rows, &m, 0, rows/16, a, 0, s) }, func() {
+		vnni(&m.Data[0], rb, q80PrefetchRows*rb, rows, &a.g[0], a.gs, nb, &dst[0], rows*4)
+	})
 }
