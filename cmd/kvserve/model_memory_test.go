@@ -99,24 +99,26 @@ func TestModelPlacementSetting(t *testing.T) {
 }
 
 // TestWidenedClause: the load line names the matrices widened to Q8_0
-// and their memory (tiny-q5_0: 3,584 rows 256 wide, 272 bytes each as
-// Q8_0, and the two ffn_down's 512 rows 512 wide, 544 bytes; its token
-// embedding apart from the output, only looked up, stays as it is;
-// tiny-q5_1 the same and 2 bytes a block of 32 for its minima), those
-// left in their own bytes beyond the limit, IQ4_NL's left so where this CPU
-// computes them as fast, and nothing for a file without.
+// and their memory (tiny-q5_1: 3,584 rows 256 wide, 272 bytes each as
+// Q8_0 and 16 for the blocks' minima, and the two ffn_down's 512 rows 512
+// wide, 544 + 32 bytes; its token embedding apart from the output, only
+// looked up, stays as it is), those left in their own bytes beyond the
+// limit, Q5_0's and IQ4_NL's (tiny-q5_1's shapes) left so where this CPU
+// computes them as fast, else widened, and nothing for a file without.
 func TestWidenedClause(t *testing.T) {
+	const q51Row, q51Down = 272 + 16, 544 + 32
 	for _, tc := range []struct {
 		file  string
 		limit int64
 		bytes int64
 		says  []string
 	}{
-		{"tiny-q5_0.gguf", model.NoWidenLimit, 3584*272 + 512*544, []string{"Q5_0 widened to Q8_0 and packed in 1.2 MiB of memory of its own"}},
-		{"tiny-q5_1.gguf", model.NoWidenLimit, 3584*(272+16) + 512*(544+32), []string{"Q5_1 widened to Q8_0 with its blocks' minima beside and packed in 1.3 MiB"}},
-		{"tiny-q5_0.gguf", 0, 0, []string{"Q5_0 computed in its own bytes, streamed", "widening it would take 1.2 MiB, more than the limit (why)"}},
-		// The first matrices that fit, in the file's order.
-		{"tiny-q5_0.gguf", 512 * 544, 512 * 544, []string{"Q5_0: 6 matrices widened to Q8_0 and packed in 272.0 KiB", "8 (616.0 KiB) computed in their own bytes, streamed", "widening them would take 952.0 KiB more than the limit (why)"}},
+		{"tiny-q5_1.gguf", model.NoWidenLimit, 3584*q51Row + 512*q51Down, []string{"Q5_1 widened to Q8_0 with its blocks' minima beside and packed in 1.3 MiB"}},
+		{"tiny-q5_1.gguf", 0, 0, []string{"Q5_1 computed in its own bytes, streamed", "widening it would take 1.3 MiB, more than the limit (why)"}},
+		// The first matrices that fit, in the file's order; those left
+		// take 24 bytes a block of 32 in their own bytes.
+		{"tiny-q5_1.gguf", 512 * q51Down, 512 * q51Down, []string{"Q5_1: 6 matrices widened to Q8_0 with its blocks' minima beside and packed in 288.0 KiB",
+			"8 (672.0 KiB) computed in their own bytes, streamed", "widening them would take 1008.0 KiB more than the limit (why)"}},
 	} {
 		f, err := gguf.Open(testshared.Own(t, "models", tc.file))
 		if err != nil {
@@ -132,7 +134,7 @@ func TestWidenedClause(t *testing.T) {
 			// How this CPU computes them: a direct kernel, or widening
 			// their rows again.
 			how := "widens"
-			if tensor.StreamedDirect(tensor.Q5_0) {
+			if tensor.StreamedDirect(tensor.Q5_1) {
 				how = "unpacks"
 			}
 			if !strings.Contains(c, how) {
@@ -148,20 +150,23 @@ func TestWidenedClause(t *testing.T) {
 			}
 		}
 	}
-	// IQ4_NL (as tiny-q5_0's shapes): left in its own bytes whatever the
-	// limit where this CPU computes it as fast there, else widened.
-	iq, err := gguf.Open(testshared.Own(t, "models", "tiny-iq4_nl.gguf"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer iq.Close()
-	w := model.PlanWidening(iq, model.NoWidenLimit)
-	c, want, bytes := widenedClause(w, "why"), "IQ4_NL widened to Q8_0", int64(3584*272+512*544)
-	if tensor.StreamedPreferred(tensor.IQ4_NL) {
-		want, bytes = "IQ4_NL computed in its own bytes, streamed (by a kernel that unpacks its blocks in registers): on this CPU as fast as widened, which would take 1.2 MiB", 0
-	}
-	if w.Bytes() != bytes || !strings.Contains(c, want) {
-		t.Errorf("tiny-iq4_nl: %d bytes widened, clause %q; want %d, %q", w.Bytes(), c, bytes, want)
+	// Q5_0 and IQ4_NL: left in their own bytes whatever the limit where
+	// this CPU computes them as fast there, else widened.
+	for _, typ := range []tensor.DType{tensor.Q5_0, tensor.IQ4_NL} {
+		name := "tiny-" + strings.ToLower(typ.String()) + ".gguf"
+		f, err := gguf.Open(testshared.Own(t, "models", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		w := model.PlanWidening(f, model.NoWidenLimit)
+		c, want, bytes := widenedClause(w, "why"), typ.String()+" widened to Q8_0", int64(3584*272+512*544)
+		if tensor.StreamedPreferred(typ) {
+			want, bytes = typ.String()+" computed in its own bytes, streamed (by a kernel that unpacks its blocks in registers): on this CPU as fast as widened, which would take 1.2 MiB", 0
+		}
+		if w.Bytes() != bytes || !strings.Contains(c, want) {
+			t.Errorf("%s: %d bytes widened, clause %q; want %d, %q", name, w.Bytes(), c, bytes, want)
+		}
 	}
 	g, err := gguf.Open(testshared.Path(t, "models", "tiny-q8_0.gguf"))
 	if err != nil {

@@ -117,7 +117,7 @@ func decodeLogits(t *testing.T, m *model.Model) [][]float32 {
 // logits, and the private copy has given back the original bytes (their
 // tensors' Data is gone). A token embedding apart from the output
 // projection, only looked up, stays as it is. Where this CPU computes
-// IQ4_NL as fast in its own bytes (tensor.StreamedPreferred), its matrices
+// IQ4_NL or Q5_0 as fast in its own bytes (tensor.StreamedPreferred), its matrices
 // stay as they are instead.
 func TestWidenedWeights(t *testing.T) {
 	for _, tc := range []struct {

@@ -20,14 +20,16 @@ type FileType int
 const (
 	FileF32   FileType = 0
 	FileF16   FileType = 1
+	FileQ4_0  FileType = 2
 	FileQ8_0  FileType = 7
+	FileQ5_0  FileType = 8
 	FileQ2_K  FileType = 10
 	FileQ3_KM FileType = 12
 	FileQ4_KM FileType = 15
 	FileQ5_KM FileType = 17
 )
 
-// ParseFileType maps "f32", "f16", "q8_0", "q2_k", "q3_k" (or "q3_k_m"),
+// ParseFileType maps "f32", "f16", "q8_0", "q4_0", "q5_0", "q2_k", "q3_k" (or "q3_k_m"),
 // "q4_k" (or "q4_k_m") and "q5_k" (or "q5_k_m") to a FileType.
 func ParseFileType(s string) (FileType, error) {
 	switch strings.ToLower(s) {
@@ -37,6 +39,10 @@ func ParseFileType(s string) (FileType, error) {
 		return FileF16, nil
 	case "q8_0":
 		return FileQ8_0, nil
+	case "q4_0":
+		return FileQ4_0, nil
+	case "q5_0":
+		return FileQ5_0, nil
 	case "q2_k":
 		return FileQ2_K, nil
 	case "q3_k", "q3_k_m":
@@ -46,7 +52,7 @@ func ParseFileType(s string) (FileType, error) {
 	case "q5_k", "q5_k_m":
 		return FileQ5_KM, nil
 	}
-	return 0, fmt.Errorf("synth: unknown type %q (have f32, f16, q8_0, q2_k, q3_k, q4_k, q5_k)", s)
+	return 0, fmt.Errorf("synth: unknown type %q (have f32, f16, q8_0, q4_0, q5_0, q2_k, q3_k, q4_k, q5_k)", s)
 }
 
 // String returns the type's name as llama-quantize spells it.
@@ -58,6 +64,10 @@ func (f FileType) String() string {
 		return "F16"
 	case FileQ8_0:
 		return "Q8_0"
+	case FileQ4_0:
+		return "Q4_0"
+	case FileQ5_0:
+		return "Q5_0"
 	case FileQ2_K:
 		return "Q2_K"
 	case FileQ3_KM:
@@ -241,12 +251,41 @@ func tensorType(s *Shape, ft FileType, t *TensorSpec) (tensor.DType, error) {
 		return tensor.F16, nil
 	case FileQ8_0:
 		typ = tensor.Q8_0
+	case FileQ4_0, FileQ5_0:
+		typ = legacyType(s, t, ft)
 	case FileQ2_K, FileQ3_KM, FileQ4_KM, FileQ5_KM:
 		typ = kMixType(s, t, ft)
 	default:
 		return 0, fmt.Errorf("synth: unsupported file type %v", ft)
 	}
 	return fallback(typ, t.Dims[0]), nil
+}
+
+// legacyType is the type llama-quantize gives a 2-D tensor in a Q4_0 or
+// Q5_0 file: the classifier's as in the k-quant mixes (Q6_K, or Q8_0 where
+// 256 does not divide its rows), the file's type otherwise.
+func legacyType(s *Shape, t *TensorSpec, ft FileType) tensor.DType {
+	if c, ok := classifierType(s, t); ok {
+		return c
+	}
+	if ft == FileQ5_0 {
+		return tensor.Q5_0
+	}
+	return tensor.Q4_0
+}
+
+// classifierType is llama-quantize's type for the classifier
+// (output.weight, or token_embd.weight when the embeddings are tied) in
+// the quantized files: Q6_K, or Q8_0 where 256 does not divide its rows;
+// false for other tensors.
+func classifierType(s *Shape, t *TensorSpec) (tensor.DType, bool) {
+	if t.Name != "output.weight" && (!s.Tied || t.Name != "token_embd.weight") {
+		return 0, false
+	}
+	if t.Dims[0]%256 != 0 {
+		return tensor.Q8_0, true
+	}
+	return tensor.Q6_K, true
 }
 
 // useMoreBits is llama-quantize's choice of layers that get more bits in the
@@ -271,11 +310,8 @@ func useMoreBits(layer, n int) bool {
 //	                head, else Q3_K; ffn_down and attn_output Q3_K; Q2_K
 //	                otherwise
 func kMixType(s *Shape, t *TensorSpec, ft FileType) tensor.DType {
-	if t.Name == "output.weight" || (s.Tied && t.Name == "token_embd.weight") {
-		if t.Dims[0]%256 != 0 {
-			return tensor.Q8_0
-		}
-		return tensor.Q6_K
+	if c, ok := classifierType(s, t); ok {
+		return c
 	}
 	layer := t.layer()
 	attnV := strings.Contains(t.Name, "attn_v.weight")

@@ -119,6 +119,7 @@ func TestTinyPlansMatchShared(t *testing.T) {
 		{"tiny", "", "tiny-f16.gguf", FileF16},
 		{"tiny", "llama", "tiny-q8_0.gguf", FileQ8_0},
 		{"tiny", "", "tiny-q4_k_m.gguf", FileQ4_KM},
+		{"tiny", "", "tiny-q4_0.gguf", FileQ4_0},
 		// the repository's own testdata/
 		{"tiny", "", "tiny-q5_k_m.gguf", FileQ5_KM},
 		{"tiny", "", "tiny-q3_k_m.gguf", FileQ3_KM},
@@ -186,7 +187,7 @@ func sorted(s []string) []string {
 // sizes, and the value statistics of the weights.
 func TestTinyFileRoundTrip(t *testing.T) {
 	for _, shape := range []string{"tiny", "tiny-qwen2", "tiny-qwen3"} {
-		for _, ft := range []FileType{FileF32, FileF16, FileQ8_0, FileQ2_K, FileQ3_KM, FileQ4_KM, FileQ5_KM} {
+		for _, ft := range []FileType{FileF32, FileF16, FileQ8_0, FileQ4_0, FileQ5_0, FileQ2_K, FileQ3_KM, FileQ4_KM, FileQ5_KM} {
 			t.Run(shape+"-"+ft.String(), func(t *testing.T) {
 				m, err := New(mustShape(t, shape, ""), ft)
 				if err != nil {
@@ -456,7 +457,7 @@ func TestLookupShape(t *testing.T) {
 }
 
 func TestParseFileType(t *testing.T) {
-	for in, want := range map[string]FileType{"f32": FileF32, "F16": FileF16, "q8_0": FileQ8_0, "q4_k": FileQ4_KM, "Q4_K_M": FileQ4_KM, "q5_k": FileQ5_KM, "Q5_K_M": FileQ5_KM, "q2_k": FileQ2_K, "q3_k": FileQ3_KM, "Q3_K_M": FileQ3_KM} {
+	for in, want := range map[string]FileType{"f32": FileF32, "F16": FileF16, "q8_0": FileQ8_0, "q4_k": FileQ4_KM, "Q4_K_M": FileQ4_KM, "q5_k": FileQ5_KM, "Q5_K_M": FileQ5_KM, "q4_0": FileQ4_0, "Q5_0": FileQ5_0, "q2_k": FileQ2_K, "q3_k": FileQ3_KM, "Q3_K_M": FileQ3_KM} {
 		if got, err := ParseFileType(in); err != nil || got != want {
 			t.Errorf("ParseFileType(%q) = %v, %v", in, got, err)
 		}
@@ -553,8 +554,8 @@ func TestQuantizedMatchF32(t *testing.T) {
 	// Relative RMS error bounds: Q8_0 ~0.4%, Q6_K ~1.5%, Q5_K ~3%, Q4_K ~6%,
 	// Q3_K ~15%, Q2_K ~30% on Gaussian data; F16 ~0.02%.
 	bound := map[tensor.DType]float64{tensor.F32: 0, tensor.F16: 0.001, tensor.Q8_0: 0.01, tensor.Q6_K: 0.03,
-		tensor.Q5_K: 0.05, tensor.Q4_K: 0.1, tensor.Q3_K: 0.2, tensor.Q2_K: 0.35}
-	for _, ft := range []FileType{FileF16, FileQ8_0, FileQ2_K, FileQ3_KM, FileQ4_KM, FileQ5_KM} {
+		tensor.Q5_K: 0.05, tensor.Q4_K: 0.1, tensor.Q3_K: 0.2, tensor.Q2_K: 0.35, tensor.Q5_0: 0.06, tensor.Q4_0: 0.12}
+	for _, ft := range []FileType{FileF16, FileQ8_0, FileQ4_0, FileQ5_0, FileQ2_K, FileQ3_KM, FileQ4_KM, FileQ5_KM} {
 		t.Run(ft.String(), func(t *testing.T) {
 			m, err := New(mustShape(t, "tiny", ""), ft)
 			if err != nil {

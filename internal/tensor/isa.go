@@ -36,15 +36,15 @@ func StreamedDirect(t DType) bool {
 // StreamedPreferred reports whether this CPU computes a matrix of type t
 // (one Widen converts) at least as fast in its own bytes as widened, for
 // one token and for a prompt's, so that widening it would only take memory:
-// IQ4_NL where it has a packer (directPacker; only beside a direct kernel). Its
-// decode then reads 18 bytes a block of 32 where the widened copy's reads
-// 34, and a prompt's rows, unpacked once per work item, go through the
-// widened copy's packed kernels. Q5_0's prompts are slower so (its unpacking
-// costs more, for a copy only half as large again), as are Q4_1's and
-// Q5_1's, whose minima keep them on their rows kernels: those stay widened
-// within the limit (docs/performance.md has the measurements).
+// IQ4_NL and Q5_0 where they have a packer (directPacker; only beside a
+// direct kernel). Their decode then reads 18 or 22 bytes a block of 32
+// where the widened copy's reads 34, and a prompt's rows, unpacked once
+// per thread and row range (packedItem), go through the widened copy's
+// packed kernels. Q4_1's and Q5_1's prompts are slower so (their minima
+// keep them on their rows kernels): those stay widened within the limit
+// (docs/performance.md has the measurements).
 func StreamedPreferred(t DType) bool {
-	return t == IQ4_NL && directPacker(t, cpuISA) != nil
+	return (t == IQ4_NL || t == Q5_0) && directPacker(t, cpuISA) != nil
 }
 
 // Packable reports whether Pack rewrites weights of type t on this CPU:

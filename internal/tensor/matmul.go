@@ -914,6 +914,9 @@ func (p *Pool) matMuls(dsts [][]float32, ws []Matrix, x []float32, n int, kern k
 	defer p.mu.Unlock()
 	j := &p.mm
 	*j = matmulJob{x: x, n: n, nparts: len(ws)}
+	for i := range p.scratch { // rows held packed are the last product's
+		p.scratch[i].held = heldRows{}
+	}
 	j.vt = vecDotType(w.Type)
 	for i := range ws {
 		pt := &j.parts[i]

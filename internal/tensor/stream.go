@@ -49,9 +49,22 @@ const streamScratchBytes = 64 << 10
 type streamScratch struct {
 	m    Matrix
 	buf  []byte
-	mins []float32    // Q4_1, Q5_1: the rows' block minima
-	s1   []float32    // Q4_1, Q5_1: the activations' block sums for the direct kernels
+	mins []float32 // Q4_1, Q5_1: the rows' block minima
+	s1   []float32 // Q4_1, Q5_1: the activations' block sums for the direct kernels
+	// rows holds a work item's rows packed (a prompt's Q5_0 and IQ4_NL),
+	// which held says: kept for the thread's next items of the same rows
+	// in the same product (the plan hands out a row range's token chunks
+	// one after another), and forgotten when a product starts.
+	rows []byte
+	held heldRows
 	_    cacheLinePad // the threads' scratch side by side share no line
+}
+
+// heldRows names the rows a streamScratch holds packed: rows [r0, r1) of
+// the matrix whose data starts at w, in the current product.
+type heldRows struct {
+	w      *byte
+	r0, r1 int
 }
 
 // directTokens is the most tokens for which a streamed matrix of an IQ
@@ -79,6 +92,10 @@ type rowPacker func(dst, src []byte, rowBytes, rowBlocks, cols int)
 func streamKernel(t DType, inner, direct kernel, directMax int, pack rowPacker) kernel {
 	wt, _ := streamType(t)
 	return func(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int, s *streamScratch) {
+		if pack != nil && a.n > directMax {
+			s.packedItem(t, inner, pack, dst, ld, w, r0, r1, a, t0, t1)
+			return
+		}
 		if direct != nil && t1-t0 <= directMax {
 			direct(dst, ld, w, r0, r1, a, t0, t1, s)
 			return
@@ -106,6 +123,30 @@ func streamKernel(t DType, inner, direct kernel, directMax int, pack rowPacker) 
 		}
 		s.m = Matrix{}
 	}
+}
+
+// packedItem computes a work item of a prompt's streamed matrix w of type
+// t with inner on its rows packed by pack (the rows past the last eight
+// widened), packing them only where the scratch does not hold them
+// already: a row range's token chunks reuse them, so each row is unpacked
+// about once per thread and product, however short the items' token
+// chunks (an 8192-column matrix's are 16 tokens).
+func (s *streamScratch) packedItem(t DType, inner kernel, pack rowPacker, dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int) {
+	wt, _ := streamType(t)
+	n, rb, wrb := r1-r0, w.RowBytes(), wt.RowBytes(w.Cols)
+	packed := n &^ 7
+	if h := (heldRows{&w.Data[0], r0, r1}); s.held != h {
+		s.rows = growBytes(s.rows, n*wrb)
+		src := w.Data[r0*rb : r1*rb]
+		if packed > 0 {
+			pack(s.rows, src, rb, packed/8, w.Cols)
+		}
+		s.widenRows(t, s.rows[packed*wrb:n*wrb], src[packed*rb:], w.Cols)
+		s.held = h
+	}
+	s.m = Matrix{Type: wt, Rows: n, Cols: w.Cols, Data: s.rows[:n*wrb], packed: packed > 0}
+	inner(dst[r0:], ld, &s.m, 0, n, a, t0, t1, nil)
+	s.m = Matrix{}
 }
 
 // widenRows writes rows src of type t and cols values each into dst (as

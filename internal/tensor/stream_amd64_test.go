@@ -4,6 +4,7 @@ package tensor
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"testing"
 )
@@ -46,6 +47,49 @@ func BenchmarkStreamedDirect(b *testing.B) {
 					defer p.Close()
 					for b.Loop() {
 						p.matMul(dst, m, x, n, k.k)
+					}
+					blocks := float64(rows*cols/qkK) * float64(n)
+					b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/blocks, "ns/block-token")
+				})
+			}
+		}
+	}
+}
+
+// BenchmarkStreamedPrompt compares a prompt's product of a streamed Q5_0
+// or IQ4_NL matrix (its rows packed once per thread and row range) with
+// the direct rows kernels on every work item and with the matrix widened
+// and packed at load, on two threads, on the shapes of Llama-3.2-1B's
+// ffn_down (work items of 16 tokens) and ffn_up (of 64). Metric: ns per
+// 256 weights per token.
+func BenchmarkStreamedPrompt(b *testing.B) {
+	const n = 512
+	for _, typ := range []DType{Q5_0, IQ4_NL} {
+		direct, _ := directKernel(typ, cpuISA)
+		if direct == nil || directPacker(typ, cpuISA) == nil {
+			b.Skipf("%v: no direct kernel and packer on this CPU (%v)", typ, cpuISA)
+		}
+		wt, _ := streamType(typ)
+		for _, shape := range [][2]int{{2048, 8192}, {8192, 2048}} {
+			rows, cols := shape[0], shape[1]
+			m := benchMatrix(b, typ, rows, cols)
+			widened := Pack(Widen(m))
+			x := randVec(rand.New(rand.NewPCG(3, 4)), n*cols, 1)
+			dst := make([]float32, n*rows)
+			for _, c := range []struct {
+				name string
+				w    Matrix
+				k    kernel
+			}{
+				{"streamed", m, kernelFor(typ)},
+				{"rows", m, streamKernel(typ, kernelAt(wt, cpuISA), direct, math.MaxInt, nil)},
+				{"widened", widened, kernelFor(wt)},
+			} {
+				b.Run(fmt.Sprintf("%v/%dx%d/%s", typ, rows, cols, c.name), func(b *testing.B) {
+					p := NewPool(2)
+					defer p.Close()
+					for b.Loop() {
+						p.matMul(dst, c.w, x, n, c.k)
 					}
 					blocks := float64(rows*cols/qkK) * float64(n)
 					b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/blocks, "ns/block-token")

@@ -130,3 +130,28 @@ func TestDirectPacker(t *testing.T) {
 		t.Skipf("no direct packer on this CPU (%v)", cpuISA)
 	}
 }
+
+// TestStreamedPackedRowsForgotten checks that the rows a thread holds
+// packed for a prompt's streamed matrix are not reused by the next
+// product, even where the next matrix's bytes are at the same address.
+func TestStreamedPackedRowsForgotten(t *testing.T) {
+	rng := rand.New(rand.NewPCG(47, 48))
+	p := NewPool(2)
+	defer p.Close()
+	const rows, cols, n = 130, 4096, 70 // row chunks of several token chunks (plan)
+	for _, typ := range []DType{Q5_0, IQ4_NL} {
+		if directPacker(typ, cpuISA) == nil {
+			t.Skipf("no direct packer on this CPU (%v)", cpuISA)
+		}
+		m, _ := randMatrix(t, rng, typ, rows, cols)
+		other, _ := randMatrix(t, rng, typ, rows, cols)
+		x := randVec(rng, n*cols, 1)
+		got := make([]float32, n*rows)
+		p.MatMul(got, m, x, n)
+		copy(m.Data, other.Data) // new weights at the same address
+		p.MatMul(got, m, x, n)
+		want := make([]float32, n*rows)
+		p.MatMul(want, Pack(Widen(other)), x, n)
+		sameBitsOrFail(t, typ.String(), got, want)
+	}
+}
