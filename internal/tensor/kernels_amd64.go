@@ -86,15 +86,22 @@ func (k *q80Rows) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t
 		case pr1 > r0:
 			k.p[T](&w.Data[r0*rb], q80PackedPrefetchRows*rb, (pr1-r0)/8, &a.g[t*q80BlockBytes], a.gs, nb, &dst[t*ld+r0], ld*4)
 		}
-		r := pr1
-		if T == 16 && rowTiles > 0 {
-			k.amxRows.rowsKernel(dst, ld, w, r, rowTiles, a, t, amx)
-			r += 16 * rowTiles
-		}
-		if r1 > r {
-			k.t[T](&w.Data[r*rb], rb, q80PrefetchRows*rb, r1-r, &a.g[t*q80BlockBytes], a.gs, nb, &dst[t*ld+r], ld*4)
-		}
+		rowsAfterTiles(k.amxRows, rowTiles, amx, k.t[T], dst, ld, w, pr1, r1, a, t, T)
 		t += T
+	}
+}
+
+// rowsAfterTiles computes rows [r0, r1) of w, as the file has them, for
+// the T tokens from t: where T is 16, the first 16·rowTiles on the AMX row
+// kernel x (scratch s), and the rest with f, a row kernel for T tokens.
+func rowsAfterTiles(x *amxKernel, rowTiles int, s *amxScratch, f q8RowsFn, dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t, T int) {
+	if T == 16 && rowTiles > 0 {
+		x.rowsKernel(dst, ld, w, r0, rowTiles, a, t, s)
+		r0 += 16 * rowTiles
+	}
+	if r1 > r0 {
+		rb := w.RowBytes()
+		f(&w.Data[r0*rb], rb, q80PrefetchRows*rb, r1-r0, &a.g[t*q80BlockBytes], a.gs, w.Cols/qk80, &dst[t*ld+r0], ld*4)
 	}
 }
 
@@ -183,14 +190,7 @@ func (k *eightRows) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf,
 	}
 	for t := t0; t < t1 && r1 > pr1; {
 		T := min(len(k.n)-1, t1-t)
-		r := pr1
-		if T == 16 && rowTiles > 0 {
-			k.amxRows.rowsKernel(dst, ld, w, r, rowTiles, a, t, amx)
-			r += 16 * rowTiles
-		}
-		if r1 > r {
-			k.n[T](&w.Data[r*rb], rb, q80PrefetchRows*rb, r1-r, &a.g[t*q80BlockBytes], a.gs, nb, &dst[t*ld+r], ld*4)
-		}
+		rowsAfterTiles(k.amxRows, rowTiles, amx, k.n[T], dst, ld, w, pr1, r1, a, t, T)
 		t += T
 	}
 }

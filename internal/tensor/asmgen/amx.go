@@ -141,25 +141,29 @@ const (
 // amxQ80CfgData emits the tile configuration (palette 1): rows and bytes a
 // row of tiles 0-5 as above.
 func amxQ80CfgData(a *asm) {
+	amxCfgData(a, "amxQ80Cfg", [3][2]int{amxTileA: {16, 32}, amxTileB: {8, 32}, amxTileC: {16, 32}})
+}
+
+// amxCfgData emits as symbol name a tile configuration (palette 1) of two
+// blocks in flight, each with tiles A, B and C of shape[tile] = {rows,
+// bytes a row} (the second block's tiles amxTiles further).
+func amxCfgData(a *asm, name string, shape [3][2]int) {
 	var cfg [64]byte
 	cfg[0] = 1
-	set := func(t, rows, colsb int) {
-		cfg[16+2*t] = byte(colsb)
-		cfg[48+t] = byte(rows)
-	}
 	for s := 0; s < 2; s++ {
-		set(amxTiles*s+amxTileA, 16, 32)
-		set(amxTiles*s+amxTileB, 8, 32)
-		set(amxTiles*s+amxTileC, 16, 32)
+		for t, sh := range shape {
+			cfg[16+2*(amxTiles*s+t)] = byte(sh[1])
+			cfg[48+amxTiles*s+t] = byte(sh[0])
+		}
 	}
 	for i := 0; i < 64; i += 8 {
 		var q uint64
 		for j := 7; j >= 0; j-- {
 			q = q<<8 | uint64(cfg[i+j])
 		}
-		fmt.Fprintf(&a.b, "DATA amxQ80Cfg<>+%d(SB)/8, $0x%016x\n", i, q)
+		fmt.Fprintf(&a.b, "DATA %s<>+%d(SB)/8, $0x%016x\n", name, i, q)
 	}
-	a.b.WriteString("GLOBL amxQ80Cfg<>(SB), RODATA|NOPTR, $64\n\n")
+	fmt.Fprintf(&a.b, "GLOBL %s<>(SB), RODATA|NOPTR, $64\n\n", name)
 }
 
 // amxQ80Sig: the packed kernels' arguments without the prefetch distance,
@@ -362,25 +366,7 @@ func amxRowScales(s byte) int {
 // flight A 16 rows × 32 bytes, B 8 × 64, C 16 × 64; and the dwords 0..15
 // the kernels scale by strides into gather and scatter indices.
 func amxRowsCfgData(a *asm) {
-	var cfg [64]byte
-	cfg[0] = 1
-	set := func(t, rows, colsb int) {
-		cfg[16+2*t] = byte(colsb)
-		cfg[48+t] = byte(rows)
-	}
-	for s := 0; s < 2; s++ {
-		set(amxTiles*s+amxTileA, 16, 32)
-		set(amxTiles*s+amxTileB, 8, 64)
-		set(amxTiles*s+amxTileC, 16, 64)
-	}
-	for i := 0; i < 64; i += 8 {
-		var q uint64
-		for j := 7; j >= 0; j-- {
-			q = q<<8 | uint64(cfg[i+j])
-		}
-		fmt.Fprintf(&a.b, "DATA amxRowsCfg<>+%d(SB)/8, $0x%016x\n", i, q)
-	}
-	a.b.WriteString("GLOBL amxRowsCfg<>(SB), RODATA|NOPTR, $64\n\n")
+	amxCfgData(a, "amxRowsCfg", [3][2]int{amxTileA: {16, 32}, amxTileB: {8, 64}, amxTileC: {16, 64}})
 	for i := 0; i < 16; i++ {
 		fmt.Fprintf(&a.b, "DATA amxIota<>+%d(SB)/4, $%d\n", 4*i, i)
 	}
