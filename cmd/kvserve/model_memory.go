@@ -24,7 +24,7 @@ type weightsMemory struct {
 
 // weightsMemoryFlags registers --model-memory and --widen-memory.
 func weightsMemoryFlags(f *pflag.FlagSet, w *weightsMemory) {
-	f.StringVar(&w.placement, "model-memory", "auto", "where the weights live: mmap (a shared read-only mapping of the file), hugepages (a private copy in transparent huge pages, its weights packed for the CPU's kernels: faster decoding, the whole file in RAM), auto (hugepages when the kernel offers them and the file takes at most half of MemAvailable, unless a decode pass timed at load on both is faster on the mapping; else mmap)")
+	f.StringVar(&w.placement, "model-memory", "auto", "where the weights live: mmap (a shared read-only mapping of the file), hugepages (a private copy in transparent huge pages, its weights packed for the CPU's kernels: faster decoding, the whole file in RAM), auto (hugepages when the kernel offers them and the file takes at most half of MemAvailable, unless a decode step's weight products, timed at load on both, are faster on the mapping; else mmap)")
 	f.Var(&w.widen, "widen-memory", "memory the widened copies of weights may take (the matrices of Q5_0, Q4_1, Q5_1, IQ4_NL and the IQ types below 4 bits are widened at load to types with faster kernels, 1.5-4.2 times their size; those that do not fit are computed in their own bytes: slower prompts, and slower decoding too on CPUs without kernels that unpack them in registers; IQ4_NL's and Q5_0's are not widened on CPUs whose kernels compute them as fast in their own bytes; the load line says which), e.g. 2GiB; auto: what MemAvailable leaves beside the file, the KV cache and an eighth of it; 0: none")
 }
 

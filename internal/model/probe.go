@@ -10,21 +10,30 @@ import (
 // DecodePass times the weight products of one decoded token on p — the
 // layers' matrices in order, one token each, as a decode step computes
 // them (attention aside), as many as make up budget bytes (all of them if
-// they make up less) — and returns the fastest of reps passes and the
-// bytes a pass reads. A pass reads
-// each of those weights once, so it measures how fast this CPU's kernels
-// stream the weights where and how they are placed; a budget well past
-// the last-level cache measures the same as the whole model for less.
+// they make up less), then the classifier — and returns the time a whole
+// step's products would take by that reading (the layers' time scaled to
+// all of their bytes, plus the classifier's), the fastest of reps passes,
+// and the bytes a step reads (DecodeBytes). A pass reads each of those
+// weights once, so it measures how fast this CPU's kernels stream the
+// weights where and how they are placed; a budget well past the
+// last-level cache measures the same as the whole model for less. The
+// classifier is timed whole: it is one matrix, often the largest, and its
+// layout (packed in a private copy, as the file has it in a mapping) can
+// differ where the layers' does not.
 func (m *Model) DecodePass(p *tensor.Pool, reps int, budget int64) (time.Duration, int64) {
-	ws := m.layerMatrices()
-	var n int64
-	for i, w := range ws {
+	all := m.layerMatrices()
+	ws := all
+	var n, total int64
+	for _, w := range all {
+		total += int64(w.Bytes())
+	}
+	for i, w := range all {
 		if n += int64(w.Bytes()); n >= budget {
-			ws = ws[:i+1]
+			ws = all[:i+1]
 			break
 		}
 	}
-	cols, rows := 0, 0
+	cols, rows := m.Output.Cols, m.Output.Rows
 	for _, w := range ws {
 		cols, rows = max(cols, w.Cols), max(rows, w.Rows)
 	}
@@ -33,13 +42,18 @@ func (m *Model) DecodePass(p *tensor.Pool, reps int, budget int64) (time.Duratio
 		x[i] = float32(math.Sin(float64(i))) / 16
 	}
 	dst := make([]float32, rows)
+	product := func(w *tensor.Matrix) { p.MatMul(dst[:w.Rows], *w, x[:w.Cols], 1) }
 	best := time.Duration(math.MaxInt64)
 	for range max(1, reps) {
 		start := time.Now()
 		for _, w := range ws {
-			p.MatMul(dst[:w.Rows], *w, x[:w.Cols], 1)
+			product(w)
 		}
-		best = min(best, time.Since(start))
+		layers := time.Since(start)
+		start = time.Now()
+		product(&m.Output)
+		classifier := time.Since(start)
+		best = min(best, time.Duration(float64(layers)*float64(total)/float64(max(n, 1)))+classifier)
 	}
-	return best, n
+	return best, total + int64(m.Output.Bytes())
 }
