@@ -97,9 +97,10 @@ func widenLimit(setting hostSize, fileBytes, reserved, avail int64) (int64, stri
 // alternated, and keeps the faster. On one Intel Xeon the packed copy in
 // huge pages decoded slower than the file's mapping (issue 19), on the AMD
 // machines faster: a table by CPU model would be a guess where this is a
-// reading. The probe reads the first probeBytes of the layers' weights:
-// once on the mapping to page them in, then probeRounds times on each
-// placement, alternated, the fastest pass of each compared.
+// reading. The probe reads the first probeBytes of the layers' weights and
+// the classifier (model.DecodePass): once on the mapping to page them in,
+// then probeRounds times on each placement, alternated, the fastest pass
+// of each compared.
 //
 // The mapping is loaded with the copy's widening limit (the same matrices
 // widened): auto made a private copy only if the file and its widened copies
