@@ -44,8 +44,8 @@ loadable by kvserve and llama.cpp alike. The same shape, type and seed give the 
 Shapes: ` + strings.Join(synth.ShapeNames(), ", ") + `
   smollm2-135m (llama), llama-3.2-1b (llama), qwen2.5-0.5b (qwen2), qwen3-0.6b (qwen3),
   tiny (the shared tiny-f32.gguf; with --arch qwen2 or qwen3 its qwen variants).
-Types: f32, f16, q8_0 (every 2-D weight in that type), q4_0 and q5_0 (every 2-D weight but the
-classifier, Q6_K, as llama-quantize makes them), q2_k, q3_k, q4_k and q5_k
+Types: f32, f16, q8_0 (every 2-D weight in that type), q4_0 and q5_0 (every 2-D weight but
+  the classifier, Q6_K, as llama-quantize makes them), q2_k, q3_k, q4_k and q5_k
   (llama-quantize's Q2_K, Q3_K_M, Q4_K_M and Q5_K_M mixes); 1-D tensors stay F32.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
