@@ -88,11 +88,13 @@ type rowPacker func(dst, src []byte, rowBytes, rowBlocks, cols int)
 // streamKernel computes a matrix of type t (streamed) with inner, the
 // kernel of its streamType on this level, or with direct (nil where there
 // is none) for up to directMax tokens. pack, where not nil, writes the rows
-// inner takes in blocks of eight packed, the rest widened.
+// inner takes in blocks of eight packed, the rest widened, for products
+// past directMax tokens (packedItem); else the rows are widened a step at
+// a time.
 func streamKernel(t DType, inner, direct kernel, directMax int, pack rowPacker) kernel {
 	wt, _ := streamType(t)
 	return func(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int, s *streamScratch) {
-		if pack != nil && a.n > directMax {
+		if pack != nil && (direct == nil || a.n > directMax) {
 			s.packedItem(t, inner, pack, dst, ld, w, r0, r1, a, t0, t1)
 			return
 		}
@@ -106,16 +108,7 @@ func streamKernel(t DType, inner, direct kernel, directMax int, pack rowPacker) 
 			n := min(step, r1-r)
 			s.buf = growBytes(s.buf, n*wrb)
 			s.m = Matrix{Type: wt, Rows: n, Cols: w.Cols, Data: s.buf[:n*wrb]}
-			src := w.Data[r*rb : (r+n)*rb]
-			packed := 0
-			if pack != nil {
-				packed = n &^ 7
-				if packed > 0 {
-					pack(s.m.Data, src, rb, packed/8, w.Cols)
-					s.m.packed = true
-				}
-			}
-			s.widenRows(t, s.m.Data[packed*wrb:], src[packed*rb:], w.Cols)
+			s.widenRows(t, s.m.Data, w.Data[r*rb:(r+n)*rb], w.Cols)
 			inner(dst[r:], ld, &s.m, 0, n, a, t0, t1, nil)
 			if t == Q4_1 || t == Q5_1 {
 				s.addMins(dst[r:], ld, n, w.Cols, a, t0, t1)
