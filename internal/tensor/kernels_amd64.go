@@ -120,13 +120,16 @@ func amxRowTiles(x *amxKernel, w *Matrix, r0, r1 int, a *actBuf, tokens, ld int)
 const q80PackedPrefetchRows = 16
 
 // packable says whether Pack has a layout for weights of type t: Q8_0's
-// for each level's kernels, Q4_0's for both (the same layout), F16's for
-// the AVX2 kernels or the zmm ones, BF16's for the vdpbf16ps kernels where
-// the CPU has them, else for the AVX2 ones (zmmRowStep).
+// for each level's kernels, Q4_0's for both (the same layout), Q4_K's for
+// the VNNI level's, F16's for the AVX2 kernels or the zmm ones, BF16's for
+// the vdpbf16ps kernels where the CPU has them, else for the AVX2 ones
+// (zmmRowStep).
 func packable(t DType) bool {
 	switch t {
 	case Q8_0, Q4_0, F16, BF16:
 		return cpuISA >= isaAVX2
+	case Q4_K:
+		return cpuISA == isaVNNI
 	}
 	return false
 }
@@ -410,21 +413,55 @@ func (k *kTiles) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0
 	}
 }
 
+// kPackedFn is a k-quant kernel on packed weights, for up to 16 tokens.
+type kPackedFn func(w *byte, groups int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int, tokens int)
+
+// kPacked drives a k-quant type with a packed layout (Q4_K at the VNNI
+// level): p computes the packed blocks of eight rows, 16 tokens at a time,
+// rows the rest (and every row of an unpacked matrix), with the same bits.
+type kPacked struct {
+	rows *kTiles
+	p    kPackedFn
+}
+
+func (k *kPacked) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int, s *streamScratch) {
+	pr1 := r0
+	if w.packed {
+		if r0%8 != 0 {
+			panic(fmt.Sprintf("tensor: packed matrix cut at row %d", r0))
+		}
+		pr1 = max(r0, min(r1, w.packedRows()))
+	}
+	if pr1 > r0 {
+		cols := w.Cols
+		nb := cols / qkK
+		for t := t0; t < t1; {
+			T := min(16, t1-t)
+			k.p(&w.Data[r0*w.RowBytes()], (pr1-r0)/8, &a.q[t*cols], cols, &a.d[t*nb], nb*4, &a.bs[t*cols/16], nb*32, nb, &dst[t*ld+r0], ld*4, T)
+			t += T
+		}
+	}
+	if r1 > pr1 {
+		k.rows.run(dst, ld, w, pr1, r1, a, t0, t1, s)
+	}
+}
+
 var (
-	q4KVNNI   = &kTiles{[5]kFn{nil, q4KVNNI_1, q4KVNNI_2, q4KVNNI_3, q4KVNNI_4}}
-	q5KVNNI   = &kTiles{[5]kFn{nil, q5KVNNI_1, q5KVNNI_2, q5KVNNI_3, q5KVNNI_4}}
-	q2KVNNI   = &kTiles{[5]kFn{nil, q2KVNNI_1, q2KVNNI_2, q2KVNNI_3, q2KVNNI_4}}
-	q3KVNNI   = &kTiles{[5]kFn{nil, q3KVNNI_1, q3KVNNI_2, q3KVNNI_3, q3KVNNI_4}}
-	iq4XSVNNI = &kTiles{[5]kFn{nil, iq4XSVNNI_1, iq4XSVNNI_2, iq4XSVNNI_3, iq4XSVNNI_4}}
-	q6KVNNI   = &kTiles{[5]kFn{nil, q6KVNNI_1, q6KVNNI_2, q6KVNNI_3, q6KVNNI_4}}
-	q8K16VNNI = &kTiles{[5]kFn{nil, q8K16VNNI_1, q8K16VNNI_2, q8K16VNNI_3, q8K16VNNI_4}}
-	q4KAVX2   = &kTiles{[5]kFn{nil, q4KAVX2_1, q4KAVX2_2, q4KAVX2_3, q4KAVX2_4}}
-	q5KAVX2   = &kTiles{[5]kFn{nil, q5KAVX2_1, q5KAVX2_2, q5KAVX2_3, q5KAVX2_4}}
-	q2KAVX2   = &kTiles{[5]kFn{nil, q2KAVX2_1, q2KAVX2_2, q2KAVX2_3, q2KAVX2_4}}
-	q3KAVX2   = &kTiles{[5]kFn{nil, q3KAVX2_1, q3KAVX2_2, q3KAVX2_3, q3KAVX2_4}}
-	iq4XSAVX2 = &kTiles{[5]kFn{nil, iq4XSAVX2_1, iq4XSAVX2_2, iq4XSAVX2_3, iq4XSAVX2_4}}
-	q6KAVX2   = &kTiles{[5]kFn{nil, q6KAVX2_1, q6KAVX2_2, q6KAVX2_3, q6KAVX2_4}}
-	q8K16AVX2 = &kTiles{[5]kFn{nil, q8K16AVX2_1, q8K16AVX2_2, q8K16AVX2_3, q8K16AVX2_4}}
+	q4KVNNI       = &kTiles{[5]kFn{nil, q4KVNNI_1, q4KVNNI_2, q4KVNNI_3, q4KVNNI_4}}
+	q4KVNNIPacked = &kPacked{rows: q4KVNNI, p: q4KVNNIP}
+	q5KVNNI       = &kTiles{[5]kFn{nil, q5KVNNI_1, q5KVNNI_2, q5KVNNI_3, q5KVNNI_4}}
+	q2KVNNI       = &kTiles{[5]kFn{nil, q2KVNNI_1, q2KVNNI_2, q2KVNNI_3, q2KVNNI_4}}
+	q3KVNNI       = &kTiles{[5]kFn{nil, q3KVNNI_1, q3KVNNI_2, q3KVNNI_3, q3KVNNI_4}}
+	iq4XSVNNI     = &kTiles{[5]kFn{nil, iq4XSVNNI_1, iq4XSVNNI_2, iq4XSVNNI_3, iq4XSVNNI_4}}
+	q6KVNNI       = &kTiles{[5]kFn{nil, q6KVNNI_1, q6KVNNI_2, q6KVNNI_3, q6KVNNI_4}}
+	q8K16VNNI     = &kTiles{[5]kFn{nil, q8K16VNNI_1, q8K16VNNI_2, q8K16VNNI_3, q8K16VNNI_4}}
+	q4KAVX2       = &kTiles{[5]kFn{nil, q4KAVX2_1, q4KAVX2_2, q4KAVX2_3, q4KAVX2_4}}
+	q5KAVX2       = &kTiles{[5]kFn{nil, q5KAVX2_1, q5KAVX2_2, q5KAVX2_3, q5KAVX2_4}}
+	q2KAVX2       = &kTiles{[5]kFn{nil, q2KAVX2_1, q2KAVX2_2, q2KAVX2_3, q2KAVX2_4}}
+	q3KAVX2       = &kTiles{[5]kFn{nil, q3KAVX2_1, q3KAVX2_2, q3KAVX2_3, q3KAVX2_4}}
+	iq4XSAVX2     = &kTiles{[5]kFn{nil, iq4XSAVX2_1, iq4XSAVX2_2, iq4XSAVX2_3, iq4XSAVX2_4}}
+	q6KAVX2       = &kTiles{[5]kFn{nil, q6KAVX2_1, q6KAVX2_2, q6KAVX2_3, q6KAVX2_4}}
+	q8K16AVX2     = &kTiles{[5]kFn{nil, q8K16AVX2_1, q8K16AVX2_2, q8K16AVX2_3, q8K16AVX2_4}}
 	// The IQ1, IQ2 and IQ3 types in their own bytes (VNNI level with VBMI;
 	// asmgen/iqdirect.go).
 	iqDirectKernels = map[DType]*kTiles{
@@ -684,7 +721,7 @@ var isaKernels = withStreamKernels([isaVNNI + 1]kernelTable{
 	isaVNNI: {
 		F32: f32FMA.run, F16: f16VNNI.run, BF16: bf16VNNI,
 		Q8_0: q80VNNI.run, Q4_0: q40VNNI.run,
-		IQ4_XS: iq4XSVNNI.run, Q2_K: q2KVNNI.run, Q3_K: q3KVNNI.run, Q4_K: q4KVNNI.run, Q5_K: q5KVNNI.run, Q6_K: q6KVNNI.run,
+		IQ4_XS: iq4XSVNNI.run, Q2_K: q2KVNNI.run, Q3_K: q3KVNNI.run, Q4_K: q4KVNNIPacked.run, Q5_K: q5KVNNI.run, Q6_K: q6KVNNI.run,
 		q8K16Slot: q8K16VNNI.run,
 	},
 })

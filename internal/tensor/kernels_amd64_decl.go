@@ -929,6 +929,11 @@ func q8K16AVX2_3(w *byte, rows int, y *int8, yStride int, d *float32, dStride in
 //go:noescape
 func q8K16AVX2_4(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
 
+// q4KVNNIP computes groups × 8 rows × tokens (at most 16) of packed Q4_K weights × Q8_K activations (VNNI).
+//
+//go:noescape
+func q4KVNNIP(w *byte, groups int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int, tokens int)
+
 // iq2XXSVNNI_1 computes rows × 1 tokens of IQ2_XXS weights × Q8_K activations (VNNI).
 //
 //go:noescape

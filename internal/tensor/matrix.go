@@ -77,6 +77,8 @@ func (m Matrix) DequantizeRow(dst []float32, row int) {
 			dequantizePackedQ40(dst[:m.Cols], blk, row&7)
 		case Q8_0:
 			dequantizePackedQ80(dst[:m.Cols], blk, row&7)
+		case Q4_K:
+			dequantizePackedQ4K(dst[:m.Cols], blk, row&7)
 		default:
 			dequantizePackedHalf(m.Type, dst[:m.Cols], blk, row&7)
 		}
@@ -133,7 +135,9 @@ func (m Matrix) Bytes() int {
 // either way.
 //
 // The packed layouts are Q8_0's for each level (asmgen/q80rows.go,
-// asmgen/q40avx2.go), Q4_0's (the same for both levels), and F16's and
+// asmgen/q40avx2.go), Q4_0's (the same for both levels), Q4_K's for the
+// VNNI level (asmgen/q4kpacked.go: the rows' blocks with a row in each
+// lane, the 6-bit scales and mins still packed), and F16's and
 // BF16's (asmgen/floatpacked.go: two half blocks for the AVX2 kernels,
 // steps of eight rows for the zmm ones, zmmRowStep): each block of eight
 // rows as the kernel's registers hold it (Q4_0's nibbles still packed), so
@@ -154,6 +158,8 @@ func Pack(m Matrix) Matrix {
 		packQ40(data, m.RowBytes())
 	case Q8_0:
 		packQ80(data, m.RowBytes())
+	case Q4_K:
+		packQ4K(data, m.RowBytes())
 	case F16, BF16:
 		if m.Cols%8 != 0 { // the layout has whole 8-column steps only
 			return m
@@ -266,6 +272,59 @@ func dequantizePackedQ40(dst []float32, blk []byte, r int) {
 			copy(row[2+4*m:2+4*m+4], in[32*m+4*r:32*m+4*r+4])
 		}
 		dequantize(Q4_0, dst[b*qk40:(b+1)*qk40], row[:])
+	}
+}
+
+// The packed Q4_K layout (asmgen/q4kpacked.go): per block of eight rows
+// and block b of 256 columns, q4KPackedBytes at b·q4KPackedBytes, the
+// eight rows' blocks with a row in each dword lane of every 32 bytes:
+// vector 8c+k holds bytes 4k..4k+3 of each row's qs chunk c (sub-blocks 2c
+// and 2c+1), vectors 32 to 34 the rows' 12 scale bytes, four each, then
+// the rows' f16 d and dmin. The same bytes as the rows', moved.
+const q4KPackedBytes = 8 * q4KSize
+
+// q4KPackedOffset is where byte i of row r's block goes in its packed
+// block of eight rows.
+func q4KPackedOffset(i, r int) int {
+	switch {
+	case i < 4: // d, dmin
+		return 1024 + 96 + 16*(i/2) + 2*r + i%2
+	case i < 16: // scales
+		s := i - 4
+		return 1024 + 32*(s/4) + 4*r + s%4
+	}
+	q := i - 16
+	return 32*(8*(q/32)+q%32/4) + 4*r + q%4
+}
+
+// packQ4K rewrites data, whole blocks of eight Q4_K rows of rb bytes each,
+// into the packed layout.
+func packQ4K(data []byte, rb int) {
+	tmp := make([]byte, 8*rb)
+	for base := 0; base < len(data); base += 8 * rb {
+		blk := data[base : base+8*rb]
+		copy(tmp, blk)
+		for b := 0; b < rb/q4KSize; b++ {
+			out := blk[b*q4KPackedBytes : (b+1)*q4KPackedBytes]
+			for r := 0; r < 8; r++ {
+				for i, v := range tmp[r*rb+b*q4KSize : r*rb+(b+1)*q4KSize] {
+					out[q4KPackedOffset(i, r)] = v
+				}
+			}
+		}
+	}
+}
+
+// dequantizePackedQ4K converts row r (0-7) of a packed block of eight Q4_K
+// rows into dst, as dequantize does for the row unpacked.
+func dequantizePackedQ4K(dst []float32, blk []byte, r int) {
+	var row [q4KSize]byte
+	for b := 0; b < len(dst)/qkK; b++ {
+		in := blk[b*q4KPackedBytes : (b+1)*q4KPackedBytes]
+		for i := range row {
+			row[i] = in[q4KPackedOffset(i, r)]
+		}
+		dequantize(Q4_K, dst[b*qkK:(b+1)*qkK], row[:])
 	}
 }
 

@@ -253,6 +253,7 @@ func floatKernel(a *asm, d *decl, typ string, R, T int) {
 // registers) and AVX-512 (VNNI's vpdpwssd, embedded broadcasts, ternlog).
 func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
 	q6, q5, q2, q3, iq4, q8 := typ == "q6K", typ == "q5K", typ == "q2K", typ == "q3K", typ == "iq4XS", typ == "q8K16"
+	q4 := typ == "q4K"
 	iqd, direct := iqDirects[typ] // VNNI level only, with VBMI (iqdirect.go)
 	bsz := map[string]int{"q2K": 84, "q3K": 110, "q4K": 144, "q5K": 176, "q6K": 210, "iq4XS": 136, "q8K16": 276}[typ]
 	typeName := map[string]string{"q2K": "Q2_K", "q3K": "Q3_K", "q4K": "Q4_K", "q5K": "Q5_K", "q6K": "Q6_K", "iq4XS": "IQ4_XS", "q8K16": "Q8_K16"}[typ]
@@ -404,10 +405,12 @@ func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
 			a.p("VMOVDQU32 Y18, 0(SP)")
 			a.p("VPUNPCKHBW X17, X17, X19") // m0 m0 m1 m1 ...
 			a.p("VPMOVZXBW X19, Y19")       // mins16
-			a.p("VPBROADCASTW 0(SI), X20")
-			a.p("VCVTPH2PS X20, Y20") // d
-			a.p("VPBROADCASTW 2(SI), X21")
-			a.p("VCVTPH2PS X21, Y21") // dmin
+			if !q4 {                        // q4KBlockSteps reads d and dmin itself
+				a.p("VPBROADCASTW 0(SI), X20")
+				a.p("VCVTPH2PS X20, Y20") // d
+				a.p("VPBROADCASTW 2(SI), X21")
+				a.p("VCVTPH2PS X21, Y21") // dmin
+			}
 		} else {
 			// The VNNI level's unpacking with VEX registers and the
 			// masks and shift counts from memory (k4Const): 0(SP) the
@@ -479,7 +482,11 @@ func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
 				}
 			}
 		}
-		kMinsSteps(a, vnni, T, "32(SP)", 20, 21, 0, 2, dAddr, bsAddr, facc, sumi)
+		if q4 {
+			q4KBlockSteps(a, vnni, T, dAddr, bsAddr, facc, sumi)
+		} else {
+			kMinsSteps(a, vnni, T, "32(SP)", 20, 21, 0, 2, dAddr, bsAddr, facc, sumi)
+		}
 	} else {
 		// --- Q6_K ---
 		// Scales: X18 the 16 int8 scales, Y19 the same as int16 (for the
@@ -594,7 +601,11 @@ func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
 	a.p("MOVQ ldBytes+80(FP), R14")
 	a.p("MOVQ AX, CX")
 	for t := 0; t < T; t++ {
-		reduceStoreTmp(a, 1, t, 12)
+		if q4 { // the sum is in lane 0 (q4KBlockSteps)
+			a.p("VMOVSS X%d, (CX)", facc(t))
+		} else {
+			reduceStoreTmp(a, 1, t, 12)
+		}
 		if t+1 < T {
 			a.p("ADDQ R14, CX")
 		}
@@ -716,6 +727,38 @@ func dSteps(a *asm, t, dOff, dy, dd, prod int, dLoaded bool, dAddr func(t int) s
 	}
 	a.p("VMULPS Y%d, Y%d, Y%d", dy, dd, prod)
 	a.p("VFMADD231PS Y%d, Y%d, Y%d", prod, sumi(t), facc(t))
+}
+
+// q4KBlockSteps emits Q4_K's float steps of a block, per token, as
+// dotQ4KRow takes them: the block's whole integer sums S = Σ sc_j·(q·y)_j
+// (the lanes of sumi added) and M = Σ m_j·(sum of y over sub-block j), then
+// facc += (d·dy)·S − (dmin·dy)·M, each product rounded, into lane 0 of
+// facc. Integer sums are exact in any order, so every Q4_K kernel that
+// takes these steps (these, the packed ones of asmgen/q4kpacked.go and the
+// portable one) gives the same bits. The mins are Y19 (VNNI) or 32(SP)
+// (AVX2) as int16 pairs against bs; Y8-Y12 are free at both levels.
+func q4KBlockSteps(a *asm, vnni bool, T int, dAddr, bsAddr func(t int) string, facc, sumi func(t int) int) {
+	a.p("VMOVD 0(SI), X12") // d, dmin (f16)
+	a.p("VCVTPH2PS X12, X12")
+	a.p("VMOVDDUP X12, X12") // [d, dmin, d, dmin]
+	for t := 0; t < T; t++ {
+		if vnni {
+			a.p("VPMADDWD %s, Y19, Y8", bsAddr(t))
+		} else {
+			a.p("VMOVDQU %s, Y8", bsAddr(t))
+			a.p("VPMADDWD 32(SP), Y8, Y8")
+		}
+		a.p("VPHADDD Y8, Y%d, Y8", sumi(t)) // [s01, s23, m01, m23 | s45, s67, m45, m67]
+		a.p("VEXTRACTI128 $1, Y8, X9")
+		a.p("VPADDD X9, X8, X8")
+		a.p("VPHADDD X8, X8, X8") // [S, M, S, M]
+		a.p("VCVTDQ2PS X8, X8")
+		a.p("VBROADCASTSS %s, X9", dAddr(t))
+		a.p("VMULPS X12, X9, X9") // [d·dy, dmin·dy, ..]
+		a.p("VMULPS X9, X8, X8")
+		a.p("VHSUBPS X8, X8, X8") // (d·dy)·S − (dmin·dy)·M
+		a.p("VADDSS X8, X%d, X%d", facc(t), facc(t))
+	}
 }
 
 // kMinsSteps emits the float steps of a block of the k-quants with mins
@@ -1145,6 +1188,7 @@ func main() {
 			}
 		}
 	}
+	q4KPackedKernel(&a, &d)
 	for _, typ := range iqDirectOrder {
 		for T := 1; T <= 4; T++ {
 			kKernel(&a, &d, typ, true, T)
