@@ -424,25 +424,53 @@ type kPacked struct {
 	p    kPackedFn
 }
 
+// kPackTokens is the fewest tokens of a product for which the rows of an
+// unpacked Q4_K matrix (the file mapped) are packed into a thread's
+// scratch for the packed kernel: about twice the tokens whose time on the
+// row kernels the packing costs.
+const kPackTokens = 32
+
 func (k *kPacked) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int, s *streamScratch) {
 	pr1 := r0
-	if w.packed {
+	switch {
+	case w.packed:
 		if r0%8 != 0 {
 			panic(fmt.Sprintf("tensor: packed matrix cut at row %d", r0))
 		}
 		pr1 = max(r0, min(r1, w.packedRows()))
-	}
-	if pr1 > r0 {
-		cols := w.Cols
-		nb := cols / qkK
-		for t := t0; t < t1; {
-			T := min(16, t1-t)
-			k.p(&w.Data[r0*w.RowBytes()], (pr1-r0)/8, &a.q[t*cols], cols, &a.d[t*nb], nb*4, &a.bs[t*cols/16], nb*32, nb, &dst[t*ld+r0], ld*4, T)
-			t += T
+		k.packed(dst, ld, w, r0, pr1, a, t0, t1)
+	case s != nil && a.n >= kPackTokens && r1-r0 >= 8:
+		// A prompt's rows as the file has them: packed once per thread
+		// and row range, and reused by the range's token chunks, as
+		// streamScratch.packedItem does.
+		rb := w.RowBytes()
+		pr1 = r0 + (r1-r0)&^7
+		if h := (heldRows{&w.Data[0], r0, pr1}); s.held != h {
+			s.rows = growBytes(s.rows, (pr1-r0)*rb)
+			packQ4KRows(s.rows, w.Data[r0*rb:pr1*rb], rb, (pr1-r0)/8)
+			s.held = h
 		}
+		s.m = Matrix{Type: w.Type, Rows: pr1 - r0, Cols: w.Cols, Data: s.rows[:(pr1-r0)*rb], packed: true}
+		k.packed(dst[r0:], ld, &s.m, 0, pr1-r0, a, t0, t1)
+		s.m = Matrix{}
 	}
 	if r1 > pr1 {
 		k.rows.run(dst, ld, w, pr1, r1, a, t0, t1, s)
+	}
+}
+
+// packed computes rows [r0, r1) of w, all in packed blocks, for tokens
+// [t0, t1).
+func (k *kPacked) packed(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int) {
+	if r1 <= r0 {
+		return
+	}
+	cols := w.Cols
+	nb := cols / qkK
+	for t := t0; t < t1; {
+		T := min(16, t1-t)
+		k.p(&w.Data[r0*w.RowBytes()], (r1-r0)/8, &a.q[t*cols], cols, &a.d[t*nb], nb*4, &a.bs[t*cols/16], nb*32, nb, &dst[t*ld+r0], ld*4, T)
+		t += T
 	}
 }
 

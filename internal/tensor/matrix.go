@@ -304,11 +304,24 @@ func packQ4K(data []byte, rb int) {
 	for base := 0; base < len(data); base += 8 * rb {
 		blk := data[base : base+8*rb]
 		copy(tmp, blk)
-		for b := 0; b < rb/q4KSize; b++ {
-			out := blk[b*q4KPackedBytes : (b+1)*q4KPackedBytes]
-			for r := 0; r < 8; r++ {
-				for i, v := range tmp[r*rb+b*q4KSize : r*rb+(b+1)*q4KSize] {
-					out[q4KPackedOffset(i, r)] = v
+		packQ4KRows(blk, tmp, rb, 1)
+	}
+}
+
+// packQ4KRows writes groups blocks of eight Q4_K rows of src (rb bytes
+// each) to dst in the packed layout, a dword at a time where
+// q4KPackedOffset moves four bytes together.
+func packQ4KRows(dst, src []byte, rb, groups int) {
+	le := binary.LittleEndian
+	for g := range groups {
+		for b := range rb / q4KSize {
+			out := dst[g*8*rb+b*q4KPackedBytes:][:q4KPackedBytes]
+			for r := range 8 {
+				in := src[(8*g+r)*rb+b*q4KSize:][:q4KSize]
+				le.PutUint16(out[q4KPackedOffset(0, r):], le.Uint16(in[0:]))
+				le.PutUint16(out[q4KPackedOffset(2, r):], le.Uint16(in[2:]))
+				for i := 4; i < q4KSize; i += 4 {
+					le.PutUint32(out[q4KPackedOffset(i, r):], le.Uint32(in[i:]))
 				}
 			}
 		}
