@@ -713,7 +713,7 @@ func dotQ6KRow(row []byte, a *actBuf, tok int) float32 {
 				sumi += int32(int8(sc[8*h+k])) * s[k]
 			}
 		}
-		sum += f16At(blk, 208) * dy[b] * float32(sumi)
+		sum += float32(f16At(blk, 208) * dy[b] * float32(sumi))
 	}
 	return sum
 }

@@ -1079,38 +1079,40 @@ func TestQ80TileLayout(t *testing.T) {
 	}
 }
 
-// TestQ4KSameBits: every level's Q4_K kernel, packed or not, gives the
+// TestKSameBits: every level's Q4_K kernel, packed or not, gives the
 // portable kernel's bits (ggml_vec_dot_q4_K_q8_K's integer sums and float
-// steps, per block), for every token count and rows with tails. Packing,
-// the memory placement and the batch a token runs in cannot change a
-// result.
-func TestQ4KSameBits(t *testing.T) {
+// steps, per block), for every token count and rows
+// with tails. Packing, the memory placement and the batch a token runs in
+// cannot change a result.
+func TestKSameBits(t *testing.T) {
 	rng := rand.New(rand.NewPCG(41, 42))
 	p := NewPool(2)
 	defer p.Close()
-	for _, cols := range []int{256, 1280, 256 * 9} {
-		for _, rows := range []int{1, 8, 13, 64, 67} {
-			m, _ := randMatrix(t, rng, Q4_K, rows, cols)
-			pm := m
-			pm.Data = append([]byte(nil), m.Data...)
-			pm = Pack(pm)
-			if packable(Q4_K) && rows >= 8 && !pm.packed {
-				t.Fatalf("%dx%d: not packed", rows, cols)
-			}
-			for _, n := range []int{1, 2, 3, 4, 5, 16, 17, 40} {
-				x := randVec(rng, n*cols, 1)
-				want := make([]float32, n*rows)
-				p.matMul(want, m, x, n, portableKernel(Q4_K))
-				for _, level := range availableISAs() {
-					for _, w := range []Matrix{m, pm} {
-						if w.packed && level != cpuISA {
-							continue
-						}
-						got := make([]float32, n*rows)
-						p.matMul(got, w, x, n, kernelAt(Q4_K, level))
-						for i := range want {
-							if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
-								t.Fatalf("%dx%d n=%d %v packed=%v: token %d row %d = %v, want %v", rows, cols, n, level, w.packed, i/rows, i%rows, got[i], want[i])
+	for _, typ := range []DType{Q4_K} {
+		for _, cols := range []int{256, 1280, 256 * 9} {
+			for _, rows := range []int{1, 8, 13, 64, 67} {
+				m, _ := randMatrix(t, rng, typ, rows, cols)
+				pm := m
+				pm.Data = append([]byte(nil), m.Data...)
+				pm = Pack(pm)
+				if packable(typ) && rows >= 8 && !pm.packed {
+					t.Fatalf("%v %dx%d: not packed", typ, rows, cols)
+				}
+				for _, n := range []int{1, 2, 3, 4, 5, 16, 17, 40} {
+					x := randVec(rng, n*cols, 1)
+					want := make([]float32, n*rows)
+					p.matMul(want, m, x, n, portableKernel(typ))
+					for _, level := range availableISAs() {
+						for _, w := range []Matrix{m, pm} {
+							if w.packed && level != cpuISA {
+								continue
+							}
+							got := make([]float32, n*rows)
+							p.matMul(got, w, x, n, kernelAt(typ, level))
+							for i := range want {
+								if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+									t.Fatalf("%v %dx%d n=%d %v packed=%v: token %d row %d = %v, want %v", typ, rows, cols, n, level, w.packed, i/rows, i%rows, got[i], want[i])
+								}
 							}
 						}
 					}

@@ -405,7 +405,7 @@ func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
 			a.p("VMOVDQU32 Y18, 0(SP)")
 			a.p("VPUNPCKHBW X17, X17, X19") // m0 m0 m1 m1 ...
 			a.p("VPMOVZXBW X19, Y19")       // mins16
-			if !q4 {                        // q4KBlockSteps reads d and dmin itself
+			if !q4 {                        // q4KExactSteps reads d and dmin itself
 				a.p("VPBROADCASTW 0(SI), X20")
 				a.p("VCVTPH2PS X20, Y20") // d
 				a.p("VPBROADCASTW 2(SI), X21")
@@ -483,7 +483,7 @@ func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
 			}
 		}
 		if q4 {
-			q4KBlockSteps(a, vnni, T, dAddr, bsAddr, facc, sumi)
+			q4KExactSteps(a, vnni, T, dAddr, bsAddr, facc, sumi)
 		} else {
 			kMinsSteps(a, vnni, T, "32(SP)", 20, 21, 0, 2, dAddr, bsAddr, facc, sumi)
 		}
@@ -601,9 +601,12 @@ func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
 	a.p("MOVQ ldBytes+80(FP), R14")
 	a.p("MOVQ AX, CX")
 	for t := 0; t < T; t++ {
-		if q4 { // the sum is in lane 0 (q4KBlockSteps)
+		switch {
+		case q4 && t%2 == 0: // q4KExactSteps: a pair of tokens' sums in lanes 0 and 1
 			a.p("VMOVSS X%d, (CX)", facc(t))
-		} else {
+		case q4:
+			a.p("VEXTRACTPS $1, X%d, (CX)", facc(t-1))
+		default:
 			reduceStoreTmp(a, 1, t, 12)
 		}
 		if t+1 < T {
@@ -729,35 +732,54 @@ func dSteps(a *asm, t, dOff, dy, dd, prod int, dLoaded bool, dAddr func(t int) s
 	a.p("VFMADD231PS Y%d, Y%d, Y%d", prod, sumi(t), facc(t))
 }
 
-// q4KBlockSteps emits Q4_K's float steps of a block, per token, as
-// dotQ4KRow takes them: the block's whole integer sums S = Σ sc_j·(q·y)_j
-// (the lanes of sumi added) and M = Σ m_j·(sum of y over sub-block j), then
-// facc += (d·dy)·S − (dmin·dy)·M, each product rounded, into lane 0 of
-// facc. Integer sums are exact in any order, so every Q4_K kernel that
-// takes these steps (these, the packed ones of asmgen/q4kpacked.go and the
-// portable one) gives the same bits. The mins are Y19 (VNNI) or 32(SP)
-// (AVX2) as int16 pairs against bs; Y8-Y12 are free at both levels.
-func q4KBlockSteps(a *asm, vnni bool, T int, dAddr, bsAddr func(t int) string, facc, sumi func(t int) int) {
+// q4KExactSteps emits Q4_K's float steps of a block as dotQ4KRow takes
+// them: per token the block's whole integer sums S = Σ sc_j·(q·y)_j (the
+// lanes of sumi added) and M = Σ m_j·(sum of y over sub-block j), then
+// facc += (d·dy)·S − (dmin·dy)·M, each product rounded. Integer sums are
+// exact in any order, so every Q4_K kernel that takes these steps (these,
+// the packed one of asmgen/q4kpacked.go and the portable one) gives the
+// same bits. Tokens go in pairs, t and t+1 in lanes 0 and 1 of facc(t).
+// The mins are Y19 (VNNI) or at 32(SP) (AVX2) as int16 pairs against bs;
+// Y8-Y12 are free at both levels.
+func q4KExactSteps(a *asm, vnni bool, T int, dAddr, bsAddr func(t int) string, facc, sumi func(t int) int) {
 	a.p("VMOVD 0(SI), X12") // d, dmin (f16)
 	a.p("VCVTPH2PS X12, X12")
 	a.p("VMOVDDUP X12, X12") // [d, dmin, d, dmin]
-	for t := 0; t < T; t++ {
+	minsOf := func(t, reg int) {
 		if vnni {
-			a.p("VPMADDWD %s, Y19, Y8", bsAddr(t))
+			a.p("VPMADDWD %s, Y19, Y%d", bsAddr(t), reg)
 		} else {
-			a.p("VMOVDQU %s, Y8", bsAddr(t))
-			a.p("VPMADDWD 32(SP), Y8, Y8")
+			a.p("VMOVDQU %s, Y%d", bsAddr(t), reg)
+			a.p("VPMADDWD 32(SP), Y%d, Y%d", reg, reg)
 		}
-		a.p("VPHADDD Y8, Y%d, Y8", sumi(t)) // [s01, s23, m01, m23 | s45, s67, m45, m67]
+	}
+	for t := 0; t < T; t += 2 {
+		u := t + 1
+		minsOf(t, 10)
+		a.p("VPHADDD Y10, Y%d, Y8", sumi(t)) // [s01, s23, m01, m23 | s45, s67, m45, m67]
+		if u < T {
+			minsOf(u, 11)
+			a.p("VPHADDD Y11, Y%d, Y9", sumi(u))
+			a.p("VPHADDD Y9, Y8, Y8") // [St, Mt, Su, Mu] in each half
+		} else {
+			a.p("VPHADDD Y8, Y8, Y8")
+		}
 		a.p("VEXTRACTI128 $1, Y8, X9")
 		a.p("VPADDD X9, X8, X8")
-		a.p("VPHADDD X8, X8, X8") // [S, M, S, M]
 		a.p("VCVTDQ2PS X8, X8")
 		a.p("VBROADCASTSS %s, X9", dAddr(t))
-		a.p("VMULPS X12, X9, X9") // [d·dy, dmin·dy, ..]
+		if u < T {
+			a.p("VBROADCASTSS %s, X10", dAddr(u))
+			a.p("VBLENDPS $0x0c, X10, X9, X9") // [dyt, dyt, dyu, dyu]
+		}
+		a.p("VMULPS X12, X9, X9") // d·dy, dmin·dy
 		a.p("VMULPS X9, X8, X8")
-		a.p("VHSUBPS X8, X8, X8") // (d·dy)·S − (dmin·dy)·M
-		a.p("VADDSS X8, X%d, X%d", facc(t), facc(t))
+		a.p("VHSUBPS X8, X8, X8") // [At−Bt, Au−Bu, ..]
+		if u < T {
+			a.p("VADDPS X8, X%d, X%d", facc(t), facc(t))
+		} else {
+			a.p("VADDSS X8, X%d, X%d", facc(t), facc(t))
+		}
 	}
 }
 

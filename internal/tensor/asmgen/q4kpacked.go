@@ -25,7 +25,7 @@ const (
 // product times the rows' scales (vpmulld) adds to the token's block sum
 // (in the frame), and after the block the mins' products with the
 // activations' 16-value sums (vpdpwssd) and the float steps of
-// q4KBlockSteps, per row, into the outputs. The integer sums are exact, so
+// q4KExactSteps, per row, into the outputs. The integer sums are exact, so
 // the results are the row kernels' and the portable kernel's bits.
 func q4KPackedKernel(a *asm, d *decl) {
 	const name = "q4KVNNIP"
