@@ -1089,7 +1089,7 @@ func TestKSameBits(t *testing.T) {
 	p := NewPool(2)
 	defer p.Close()
 	for _, typ := range []DType{Q4_K} {
-		for _, cols := range []int{256, 1280, 256 * 9} {
+		for _, cols := range []int{256, 512, 1280, 256 * 9} {
 			for _, rows := range []int{1, 8, 13, 64, 67} {
 				m, _ := randMatrix(t, rng, typ, rows, cols)
 				pm := m

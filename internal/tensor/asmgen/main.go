@@ -285,7 +285,8 @@ func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
 	a.p("MOVQ dst+72(FP), AX")
 	// Register plan. Y0..: float accumulators facc_t; Y4..: int sums (t).
 	facc := func(t int) int { return t }
-	sumi := func(t int) int { return 4 + t }
+	sumiBase := 4 // the second block of a pair of Q4_K blocks: 5
+	sumi := func(t int) int { return sumiBase + t }
 	yAddr := func(off, t int) string { return stride(off, "DI", "R10", "R11", t) }
 	dAddr := func(t int) string { return stride(0, "BX", "R12", "R13", t) }
 	bsAddr := func(t int) string { return stride(0, "DX", "R9", "R15", t) }
@@ -362,242 +363,264 @@ func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
 	for t := 0; t < T; t++ {
 		a.p("VXORPS Y%d, Y%d, Y%d", facc(t), facc(t), facc(t))
 	}
-	a.label(name + "_block")
-	if !vnni {
-		for off := 0; off < bsz; off += 64 {
-			a.p("PREFETCHT1 %d(SI)", kPrefetch+off)
-		}
-	}
-	for t := 0; t < T; t++ {
-		a.p("VPXOR Y%d, Y%d, Y%d", sumi(t), sumi(t), sumi(t))
-	}
-	// scaleAcc adds (pairs of int16 in Yp) × (int16 scales) to sumi(t):
-	// VNNI: vpdpwssd with the scale from mem (broadcast if bcst);
-	// AVX2: vpmaddwd + vpaddd, scale loaded into Y13 first by the caller.
-	if q8 {
-		q8K16Block(a, vnni, T, yAddr, dAddr, bsAddr, facc, sumi)
-	} else if direct {
-		iqDirectBlock(a, typ, T, yAddr, dAddr, bsAddr, facc, sumi)
-	} else if iq4 {
-		iq4XSBlock(a, vnni, T, yAddr, dAddr, facc, sumi)
-	} else if q2 {
-		q2KBlock(a, vnni, T, yAddr, dAddr, bsAddr, facc, sumi)
-	} else if q3 {
-		q3KBlock(a, vnni, T, yAddr, dAddr, bsAddr, facc, sumi)
-	} else if !q6 {
-		// --- Q4_K, Q5_K ---
-		// Unpack the 6-bit scales and mins: bytes 0-7 scales, 8-15 mins.
-		if vnni {
-			a.p("VMOVDQU32 4(SI), X16")
-			a.p("VPANDD X30, X16, X17")      // [sc_lo, m_lo, ..]
-			a.p("VPSHUFD $0x0a, X16, X18")   // [u2, u2, ..]
-			a.p("VPSRLVD X27, X18, X18")     // [u2, u2>>4]
-			a.p("VPANDD X28, X18, X18")      // & 0x0f
-			a.p("VPSRLD $6, X16, X19")       // [u0>>6, u1>>6]
-			a.p("VPANDD X31, X19, X19")      // & 0x03
-			a.p("VPSLLD $4, X19, X19")       // << 4
-			a.p("VPORD X19, X18, X18")       // [sc_hi, m_hi]
-			a.p("VPUNPCKLQDQ X18, X17, X17") // [sc_lo, m_lo, sc_hi, m_hi]
-			a.p("VPSHUFD $0xd8, X17, X17")   // [sc_lo, sc_hi, m_lo, m_hi]
-			a.p("VPMOVZXBD X17, Y18")        // scales as dwords
-			a.p("VPSLLD $16, Y18, Y16")
-			a.p("VPORD Y16, Y18, Y18") // sc | sc<<16
-			a.p("VMOVDQU32 Y18, 0(SP)")
-			a.p("VPUNPCKHBW X17, X17, X19") // m0 m0 m1 m1 ...
-			a.p("VPMOVZXBW X19, Y19")       // mins16
-			if !q4 {                        // q4KExactSteps reads d and dmin itself
-				a.p("VPBROADCASTW 0(SI), X20")
-				a.p("VCVTPH2PS X20, Y20") // d
-				a.p("VPBROADCASTW 2(SI), X21")
-				a.p("VCVTPH2PS X21, Y21") // dmin
-			}
-		} else {
-			// The VNNI level's unpacking with VEX registers and the
-			// masks and shift counts from memory (k4Const): 0(SP) the
-			// scale dwords, 32(SP) mins16. (Scalar unpacking took about
-			// twice the instructions, a third of a decoded block's.)
-			a.p("VMOVDQU 4(SI), X8")
-			a.p("VPAND k4Const<>+0(SB), X8, X9")      // [sc_lo, m_lo, ..]
-			a.p("VPSHUFD $0x0a, X8, X10")             // [u2, u2, ..]
-			a.p("VPSRLVD k4Const<>+32(SB), X10, X10") // [u2, u2>>4]
-			a.p("VPAND X15, X10, X10")                // & 0x0f
-			a.p("VPSRLD $6, X8, X11")                 // [u0>>6, u1>>6]
-			a.p("VPAND k4Const<>+16(SB), X11, X11")   // & 0x03
-			a.p("VPSLLD $4, X11, X11")                // << 4
-			a.p("VPOR X11, X10, X10")                 // [sc_hi, m_hi]
-			a.p("VPUNPCKLQDQ X10, X9, X9")            // [sc_lo, m_lo, sc_hi, m_hi]
-			a.p("VPSHUFD $0xd8, X9, X9")              // [sc_lo, sc_hi, m_lo, m_hi]
-			a.p("VPMOVZXBD X9, Y10")                  // scales as dwords
-			a.p("VPSLLD $16, Y10, Y11")
-			a.p("VPOR Y11, Y10, Y10") // sc | sc<<16
-			a.p("VMOVDQU Y10, 0(SP)")
-			a.p("VPUNPCKHBW X9, X9, X11") // m0 m0 m1 m1 ...
-			a.p("VPMOVZXBW X11, Y11")
-			a.p("VMOVDQU Y11, 32(SP)") // mins16
-		}
-		// Q5_K's fifth bits: H (Y16, AVX2 Y13) holds qh, whose bit s of
-		// byte l is that of value l of sub-block s; fifth(s, v) ORs it
-		// into bit 4 of v's bytes, shifting by 4−s within 16-bit words
-		// (a byte's bit 4 only ever comes from the same byte).
-		H, hTmp, bit4 := 13, 10, 14
-		if vnni {
-			H, hTmp, bit4 = 16, 17, 29
-		}
-		fifth := func(sub, v int) { orBit(a, vnni, H, hTmp, bit4, v, sub, 4) }
-		if q5 {
-			a.p("%s 16(SI), Y%d", mov, H)
-		}
-		for c := 0; c < 4; c++ {
-			lo, hi := 8, 9
-			if vnni {
-				lo, hi = 22, 23
-			}
-			mask := 15
-			if vnni {
-				mask = 28
-			}
-			a.p("%s %d(SI), Y%d", mov, qsOff+32*c, lo)
-			a.p("VPSRLW $4, Y%d, Y%d", lo, hi)
-			a.p("%s Y%d, Y%d, Y%d", and, mask, lo, lo)
-			a.p("%s Y%d, Y%d, Y%d", and, mask, hi, hi)
-			if q5 {
-				fifth(2*c, lo)
-				fifth(2*c+1, hi)
-			}
-			for t := 0; t < T; t++ {
-				for k, q := range []int{lo, hi} {
-					sub := 2*c + k
-					tmp := 10 + k
-					if vnni {
-						tmp = 24 + k
-					}
-					a.p("VPMADDUBSW %s, Y%d, Y%d", yAddr(64*c+32*k, t), q, tmp)
-					if vnni {
-						a.p("VPDPWSSD.BCST %d(SP), Y%d, Y%d", 4*sub, tmp, sumi(t))
-					} else {
-						a.p("VPBROADCASTD %d(SP), Y12", 4*sub)
-						a.p("VPMADDWD Y12, Y%d, Y%d", tmp, tmp)
-						a.p("VPADDD Y%d, Y%d, Y%d", tmp, sumi(t), sumi(t))
-					}
-				}
-			}
-		}
-		if q4 {
-			q4KExactSteps(a, vnni, T, dAddr, bsAddr, facc, sumi)
-		} else {
-			kMinsSteps(a, vnni, T, "32(SP)", 20, 21, 0, 2, dAddr, bsAddr, facc, sumi)
-		}
-	} else {
-		// --- Q6_K ---
-		// Scales: X18 the 16 int8 scales, Y19 the same as int16 (for the
-		// −32 offset), Y20 d.
-		if vnni {
-			a.p("VMOVDQU32 192(SI), X18")
-			a.p("VPMOVSXBW X18, Y19")
-			a.p("VPBROADCASTW 208(SI), X20")
-			a.p("VCVTPH2PS X20, Y20")
-		}
-		for h := 0; h < 2; h++ {
-			// v0..v3: the 4 vectors of 32 6-bit values of this half.
-			A, B, H := 21, 22, 23
-			v := []int{8, 9, 10, 11}
-			tmp := 24
-			mask0f, mask30 := 28, 29
-			if !vnni {
-				A, B, H = 12, 13, 11
-				v = []int{8, 9, 10, 11} // v3 reuses H's register last
-				tmp = 10
-				mask0f, mask30 = 15, 14
-			}
-			if vnni {
-				a.p("VMOVDQU32 %d(SI), Y%d", 64*h, A)
-				a.p("VMOVDQU32 %d(SI), Y%d", 64*h+32, B)
-				a.p("VMOVDQU32 %d(SI), Y%d", 128+32*h, H)
-				// v0 = A&0f | (H<<4)&30
-				a.p("VPANDD Y%d, Y%d, Y%d", mask0f, A, v[0])
-				a.p("VPSLLW $4, Y%d, Y%d", H, tmp)
-				a.p("VPTERNLOGD $0xf8, Y%d, Y%d, Y%d", mask30, tmp, v[0])
-				// v1 = B&0f | (H<<2)&30
-				a.p("VPANDD Y%d, Y%d, Y%d", mask0f, B, v[1])
-				a.p("VPSLLW $2, Y%d, Y%d", H, tmp)
-				a.p("VPTERNLOGD $0xf8, Y%d, Y%d, Y%d", mask30, tmp, v[1])
-				// v2 = (A>>4)&0f | H&30
-				a.p("VPSRLW $4, Y%d, Y%d", A, v[2])
-				a.p("VPANDD Y%d, Y%d, Y%d", mask0f, v[2], v[2])
-				a.p("VPTERNLOGD $0xf8, Y%d, Y%d, Y%d", mask30, H, v[2])
-				// v3 = (B>>4)&0f | (H>>2)&30
-				a.p("VPSRLW $4, Y%d, Y%d", B, v[3])
-				a.p("VPANDD Y%d, Y%d, Y%d", mask0f, v[3], v[3])
-				a.p("VPSRLW $2, Y%d, Y%d", H, tmp)
-				a.p("VPTERNLOGD $0xf8, Y%d, Y%d, Y%d", mask30, tmp, v[3])
-			} else {
-				// 16 registers: build the four vectors one at a time
-				// into v[i] (Y8..Y11), using Y12/Y13 as scratch.
-				type part struct {
-					src, shiftQ, shiftH int // shiftH > 0: left, < 0: right
-				}
-				parts := []part{{64 * h, 0, 4}, {64*h + 32, 0, 2}, {64 * h, 4, 0}, {64*h + 32, 4, -2}}
-				for i, pt := range parts {
-					a.p("VMOVDQU %d(SI), Y12", pt.src)
-					if pt.shiftQ > 0 {
-						a.p("VPSRLW $%d, Y12, Y12", pt.shiftQ)
-					}
-					a.p("VPAND Y15, Y12, Y12")
-					a.p("VMOVDQU %d(SI), Y13", 128+32*h)
-					switch {
-					case pt.shiftH > 0:
-						a.p("VPSLLW $%d, Y13, Y13", pt.shiftH)
-					case pt.shiftH < 0:
-						a.p("VPSRLW $%d, Y13, Y13", -pt.shiftH)
-					}
-					a.p("VPAND Y14, Y13, Y13")
-					a.p("VPOR Y13, Y12, Y%d", v[i])
-				}
-			}
-			for i := 0; i < 4; i++ {
-				p := 4*h + i // pair of 16-value sub-blocks 2p, 2p+1
-				// Scale vector [sc_2p ×8 | sc_2p+1 ×8] as int16.
-				if vnni {
-					a.p("VPSHUFB q6kShuf<>+%d(SB), X18, X26", 16*p)
-					a.p("VPMOVSXBW X26, Y26")
-				} else {
-					a.p("VMOVDQU 192(SI), X12")
-					a.p("VPSHUFB q6kShuf<>+%d(SB), X12, X12", 16*p)
-					a.p("VPMOVSXBW X12, Y12")
-				}
-				for t := 0; t < T; t++ {
-					if vnni {
-						a.p("VPMADDUBSW %s, Y%d, Y%d", yAddr(128*h+32*i, t), v[i], 25)
-						a.p("VPDPWSSD Y26, Y25, Y%d", sumi(t))
-					} else {
-						a.p("VPMADDUBSW %s, Y%d, Y13", yAddr(128*h+32*i, t), v[i])
-						a.p("VPMADDWD Y12, Y13, Y13")
-						a.p("VPADDD Y13, Y%d, Y%d", sumi(t), sumi(t))
-					}
-				}
+	// pairing: a Q4_K block whose float steps wait for the next block's
+	// (q4KBlockPair).
+	pairing := false
+	block := func() {
+		if !vnni {
+			for off := 0; off < bsz; off += 64 {
+				a.p("PREFETCHT1 %d(SI)", kPrefetch+off)
 			}
 		}
 		for t := 0; t < T; t++ {
+			a.p("VPXOR Y%d, Y%d, Y%d", sumi(t), sumi(t), sumi(t))
+		}
+		// scaleAcc adds (pairs of int16 in Yp) × (int16 scales) to sumi(t):
+		// VNNI: vpdpwssd with the scale from mem (broadcast if bcst);
+		// AVX2: vpmaddwd + vpaddd, scale loaded into Y13 first by the caller.
+		if q8 {
+			q8K16Block(a, vnni, T, yAddr, dAddr, bsAddr, facc, sumi)
+		} else if direct {
+			iqDirectBlock(a, typ, T, yAddr, dAddr, bsAddr, facc, sumi)
+		} else if iq4 {
+			iq4XSBlock(a, vnni, T, yAddr, dAddr, facc, sumi)
+		} else if q2 {
+			q2KBlock(a, vnni, T, yAddr, dAddr, bsAddr, facc, sumi)
+		} else if q3 {
+			q3KBlock(a, vnni, T, yAddr, dAddr, bsAddr, facc, sumi)
+		} else if !q6 {
+			// --- Q4_K, Q5_K ---
+			// Unpack the 6-bit scales and mins: bytes 0-7 scales, 8-15 mins.
 			if vnni {
-				a.p("VPMADDWD %s, Y19, Y24", bsAddr(t))
-				a.p("VPSLLD $5, Y24, Y24")
-				a.p("VPSUBD Y24, Y%d, Y%d", sumi(t), sumi(t))
-				dSteps(a, t, 208, 25, 20, 26, true, dAddr, facc, sumi)
+				a.p("VMOVDQU32 4(SI), X16")
+				a.p("VPANDD X30, X16, X17")      // [sc_lo, m_lo, ..]
+				a.p("VPSHUFD $0x0a, X16, X18")   // [u2, u2, ..]
+				a.p("VPSRLVD X27, X18, X18")     // [u2, u2>>4]
+				a.p("VPANDD X28, X18, X18")      // & 0x0f
+				a.p("VPSRLD $6, X16, X19")       // [u0>>6, u1>>6]
+				a.p("VPANDD X31, X19, X19")      // & 0x03
+				a.p("VPSLLD $4, X19, X19")       // << 4
+				a.p("VPORD X19, X18, X18")       // [sc_hi, m_hi]
+				a.p("VPUNPCKLQDQ X18, X17, X17") // [sc_lo, m_lo, sc_hi, m_hi]
+				a.p("VPSHUFD $0xd8, X17, X17")   // [sc_lo, sc_hi, m_lo, m_hi]
+				a.p("VPMOVZXBD X17, Y18")        // scales as dwords
+				a.p("VPSLLD $16, Y18, Y16")
+				a.p("VPORD Y16, Y18, Y18") // sc | sc<<16
+				a.p("VMOVDQU32 Y18, 0(SP)")
+				a.p("VPUNPCKHBW X17, X17, X19") // m0 m0 m1 m1 ...
+				a.p("VPMOVZXBW X19, Y19")       // mins16
+				if !q4 {                        // q4KExactSteps reads d and dmin itself
+					a.p("VPBROADCASTW 0(SI), X20")
+					a.p("VCVTPH2PS X20, Y20") // d
+					a.p("VPBROADCASTW 2(SI), X21")
+					a.p("VCVTPH2PS X21, Y21") // dmin
+				}
 			} else {
-				a.p("VPMOVSXBW 192(SI), Y12")
-				a.p("VPMADDWD %s, Y12, Y12", bsAddr(t))
-				a.p("VPSLLD $5, Y12, Y12")
-				a.p("VPSUBD Y12, Y%d, Y%d", sumi(t), sumi(t))
-				dSteps(a, t, 208, 13, 12, 12, false, dAddr, facc, sumi)
+				// The VNNI level's unpacking with VEX registers and the
+				// masks and shift counts from memory (k4Const): 0(SP) the
+				// scale dwords, 32(SP) mins16. (Scalar unpacking took about
+				// twice the instructions, a third of a decoded block's.)
+				a.p("VMOVDQU 4(SI), X8")
+				a.p("VPAND k4Const<>+0(SB), X8, X9")      // [sc_lo, m_lo, ..]
+				a.p("VPSHUFD $0x0a, X8, X10")             // [u2, u2, ..]
+				a.p("VPSRLVD k4Const<>+32(SB), X10, X10") // [u2, u2>>4]
+				a.p("VPAND X15, X10, X10")                // & 0x0f
+				a.p("VPSRLD $6, X8, X11")                 // [u0>>6, u1>>6]
+				a.p("VPAND k4Const<>+16(SB), X11, X11")   // & 0x03
+				a.p("VPSLLD $4, X11, X11")                // << 4
+				a.p("VPOR X11, X10, X10")                 // [sc_hi, m_hi]
+				a.p("VPUNPCKLQDQ X10, X9, X9")            // [sc_lo, m_lo, sc_hi, m_hi]
+				a.p("VPSHUFD $0xd8, X9, X9")              // [sc_lo, sc_hi, m_lo, m_hi]
+				a.p("VPMOVZXBD X9, Y10")                  // scales as dwords
+				a.p("VPSLLD $16, Y10, Y11")
+				a.p("VPOR Y11, Y10, Y10") // sc | sc<<16
+				a.p("VMOVDQU Y10, 0(SP)")
+				a.p("VPUNPCKHBW X9, X9, X11") // m0 m0 m1 m1 ...
+				a.p("VPMOVZXBW X11, Y11")
+				a.p("VMOVDQU Y11, 32(SP)") // mins16
+			}
+			// Q5_K's fifth bits: H (Y16, AVX2 Y13) holds qh, whose bit s of
+			// byte l is that of value l of sub-block s; fifth(s, v) ORs it
+			// into bit 4 of v's bytes, shifting by 4−s within 16-bit words
+			// (a byte's bit 4 only ever comes from the same byte).
+			H, hTmp, bit4 := 13, 10, 14
+			if vnni {
+				H, hTmp, bit4 = 16, 17, 29
+			}
+			fifth := func(sub, v int) { orBit(a, vnni, H, hTmp, bit4, v, sub, 4) }
+			if q5 {
+				a.p("%s 16(SI), Y%d", mov, H)
+			}
+			for c := 0; c < 4; c++ {
+				lo, hi := 8, 9
+				if vnni {
+					lo, hi = 22, 23
+				}
+				mask := 15
+				if vnni {
+					mask = 28
+				}
+				a.p("%s %d(SI), Y%d", mov, qsOff+32*c, lo)
+				a.p("VPSRLW $4, Y%d, Y%d", lo, hi)
+				a.p("%s Y%d, Y%d, Y%d", and, mask, lo, lo)
+				a.p("%s Y%d, Y%d, Y%d", and, mask, hi, hi)
+				if q5 {
+					fifth(2*c, lo)
+					fifth(2*c+1, hi)
+				}
+				for t := 0; t < T; t++ {
+					for k, q := range []int{lo, hi} {
+						sub := 2*c + k
+						tmp := 10 + k
+						if vnni {
+							tmp = 24 + k
+						}
+						a.p("VPMADDUBSW %s, Y%d, Y%d", yAddr(64*c+32*k, t), q, tmp)
+						if vnni {
+							a.p("VPDPWSSD.BCST %d(SP), Y%d, Y%d", 4*sub, tmp, sumi(t))
+						} else {
+							a.p("VPBROADCASTD %d(SP), Y12", 4*sub)
+							a.p("VPMADDWD Y12, Y%d, Y%d", tmp, tmp)
+							a.p("VPADDD Y%d, Y%d, Y%d", tmp, sumi(t), sumi(t))
+						}
+					}
+				}
+			}
+			if q4 && !pairing {
+				q4KExactSteps(a, vnni, T, dAddr, bsAddr, facc, sumi)
+			} else if !q4 {
+				kMinsSteps(a, vnni, T, "32(SP)", 20, 21, 0, 2, dAddr, bsAddr, facc, sumi)
+			}
+		} else {
+			// --- Q6_K ---
+			// Scales: X18 the 16 int8 scales, Y19 the same as int16 (for the
+			// −32 offset), Y20 d.
+			if vnni {
+				a.p("VMOVDQU32 192(SI), X18")
+				a.p("VPMOVSXBW X18, Y19")
+				a.p("VPBROADCASTW 208(SI), X20")
+				a.p("VCVTPH2PS X20, Y20")
+			}
+			for h := 0; h < 2; h++ {
+				// v0..v3: the 4 vectors of 32 6-bit values of this half.
+				A, B, H := 21, 22, 23
+				v := []int{8, 9, 10, 11}
+				tmp := 24
+				mask0f, mask30 := 28, 29
+				if !vnni {
+					A, B, H = 12, 13, 11
+					v = []int{8, 9, 10, 11} // v3 reuses H's register last
+					tmp = 10
+					mask0f, mask30 = 15, 14
+				}
+				if vnni {
+					a.p("VMOVDQU32 %d(SI), Y%d", 64*h, A)
+					a.p("VMOVDQU32 %d(SI), Y%d", 64*h+32, B)
+					a.p("VMOVDQU32 %d(SI), Y%d", 128+32*h, H)
+					// v0 = A&0f | (H<<4)&30
+					a.p("VPANDD Y%d, Y%d, Y%d", mask0f, A, v[0])
+					a.p("VPSLLW $4, Y%d, Y%d", H, tmp)
+					a.p("VPTERNLOGD $0xf8, Y%d, Y%d, Y%d", mask30, tmp, v[0])
+					// v1 = B&0f | (H<<2)&30
+					a.p("VPANDD Y%d, Y%d, Y%d", mask0f, B, v[1])
+					a.p("VPSLLW $2, Y%d, Y%d", H, tmp)
+					a.p("VPTERNLOGD $0xf8, Y%d, Y%d, Y%d", mask30, tmp, v[1])
+					// v2 = (A>>4)&0f | H&30
+					a.p("VPSRLW $4, Y%d, Y%d", A, v[2])
+					a.p("VPANDD Y%d, Y%d, Y%d", mask0f, v[2], v[2])
+					a.p("VPTERNLOGD $0xf8, Y%d, Y%d, Y%d", mask30, H, v[2])
+					// v3 = (B>>4)&0f | (H>>2)&30
+					a.p("VPSRLW $4, Y%d, Y%d", B, v[3])
+					a.p("VPANDD Y%d, Y%d, Y%d", mask0f, v[3], v[3])
+					a.p("VPSRLW $2, Y%d, Y%d", H, tmp)
+					a.p("VPTERNLOGD $0xf8, Y%d, Y%d, Y%d", mask30, tmp, v[3])
+				} else {
+					// 16 registers: build the four vectors one at a time
+					// into v[i] (Y8..Y11), using Y12/Y13 as scratch.
+					type part struct {
+						src, shiftQ, shiftH int // shiftH > 0: left, < 0: right
+					}
+					parts := []part{{64 * h, 0, 4}, {64*h + 32, 0, 2}, {64 * h, 4, 0}, {64*h + 32, 4, -2}}
+					for i, pt := range parts {
+						a.p("VMOVDQU %d(SI), Y12", pt.src)
+						if pt.shiftQ > 0 {
+							a.p("VPSRLW $%d, Y12, Y12", pt.shiftQ)
+						}
+						a.p("VPAND Y15, Y12, Y12")
+						a.p("VMOVDQU %d(SI), Y13", 128+32*h)
+						switch {
+						case pt.shiftH > 0:
+							a.p("VPSLLW $%d, Y13, Y13", pt.shiftH)
+						case pt.shiftH < 0:
+							a.p("VPSRLW $%d, Y13, Y13", -pt.shiftH)
+						}
+						a.p("VPAND Y14, Y13, Y13")
+						a.p("VPOR Y13, Y12, Y%d", v[i])
+					}
+				}
+				for i := 0; i < 4; i++ {
+					p := 4*h + i // pair of 16-value sub-blocks 2p, 2p+1
+					// Scale vector [sc_2p ×8 | sc_2p+1 ×8] as int16.
+					if vnni {
+						a.p("VPSHUFB q6kShuf<>+%d(SB), X18, X26", 16*p)
+						a.p("VPMOVSXBW X26, Y26")
+					} else {
+						a.p("VMOVDQU 192(SI), X12")
+						a.p("VPSHUFB q6kShuf<>+%d(SB), X12, X12", 16*p)
+						a.p("VPMOVSXBW X12, Y12")
+					}
+					for t := 0; t < T; t++ {
+						if vnni {
+							a.p("VPMADDUBSW %s, Y%d, Y%d", yAddr(128*h+32*i, t), v[i], 25)
+							a.p("VPDPWSSD Y26, Y25, Y%d", sumi(t))
+						} else {
+							a.p("VPMADDUBSW %s, Y%d, Y13", yAddr(128*h+32*i, t), v[i])
+							a.p("VPMADDWD Y12, Y13, Y13")
+							a.p("VPADDD Y13, Y%d, Y%d", sumi(t), sumi(t))
+						}
+					}
+				}
+			}
+			for t := 0; t < T; t++ {
+				if vnni {
+					a.p("VPMADDWD %s, Y19, Y24", bsAddr(t))
+					a.p("VPSLLD $5, Y24, Y24")
+					a.p("VPSUBD Y24, Y%d, Y%d", sumi(t), sumi(t))
+					dSteps(a, t, 208, 25, 20, 26, true, dAddr, facc, sumi)
+				} else {
+					a.p("VPMOVSXBW 192(SI), Y12")
+					a.p("VPMADDWD %s, Y12, Y12", bsAddr(t))
+					a.p("VPSLLD $5, Y12, Y12")
+					a.p("VPSUBD Y12, Y%d, Y%d", sumi(t), sumi(t))
+					dSteps(a, t, 208, 13, 12, 12, false, dAddr, facc, sumi)
+				}
 			}
 		}
 	}
-	a.p("ADDQ $%d, SI", bsz)
-	a.p("ADDQ $256, DI")
-	a.p("ADDQ $4, BX")
-	a.p("ADDQ $32, DX")
-	a.p("DECQ CX")
-	a.p("JNZ %s_block", name)
+	advance := func() {
+		a.p("ADDQ $%d, SI", bsz)
+		a.p("ADDQ $256, DI")
+		a.p("ADDQ $4, BX")
+		a.p("ADDQ $32, DX")
+	}
+	if q4 && T == 1 {
+		q4KBlockPair(a, vnni, name, func(second bool) {
+			pairing, sumiBase = true, 4
+			if second {
+				sumiBase = 5
+			}
+			block()
+		}, func() {
+			pairing, sumiBase = false, 4
+			block()
+		}, advance, bsAddr)
+	} else {
+		a.label(name + "_block")
+		block()
+		advance()
+		a.p("DECQ CX")
+		a.p("JNZ %s_block", name)
+	}
 	a.p("MOVQ ldBytes+80(FP), R14")
 	a.p("MOVQ AX, CX")
 	for t := 0; t < T; t++ {
@@ -730,6 +753,65 @@ func dSteps(a *asm, t, dOff, dy, dd, prod int, dLoaded bool, dAddr func(t int) s
 	}
 	a.p("VMULPS Y%d, Y%d, Y%d", dy, dd, prod)
 	a.p("VFMADD231PS Y%d, Y%d, Y%d", prod, sumi(t), facc(t))
+}
+
+// q4KBlockPair emits the block loop of a one-token Q4_K row kernel two
+// blocks a pass: body(false) and body(true) the two blocks' integer sums
+// (into Y4 and Y5), then both blocks' float steps of q4KExactSteps in one
+// go, their two results added to the sum in block order; an odd last
+// block by single. advance moves the pointers on by a block.
+func q4KBlockPair(a *asm, vnni bool, name string, body func(second bool), single, advance func(), bsAddr func(t int) string) {
+	// Registers: VNNI Y10, Y11 the blocks' mins products, X13 the first
+	// block's d and dmin, X14 its dy; AVX2 Y6, Y7, X1, X2 (free with one
+	// token).
+	m0, m1, dd, dy := 10, 11, 13, 14
+	if !vnni {
+		m0, m1, dd, dy = 6, 7, 1, 2
+	}
+	minsOf := func(reg int) {
+		if vnni {
+			a.p("VPMADDWD %s, Y19, Y%d", bsAddr(0), reg)
+		} else {
+			a.p("VMOVDQU %s, Y%d", bsAddr(0), reg)
+			a.p("VPMADDWD 32(SP), Y%d, Y%d", reg, reg)
+		}
+	}
+	a.p("SHRQ $1, CX")
+	a.p("JZ %s_tail", name)
+	a.label(name + "_pair")
+	body(false)
+	minsOf(m0)
+	a.p("VMOVD 0(SI), X%d", dd) // d, dmin (f16)
+	a.p("VBROADCASTSS (BX), X%d", dy)
+	advance()
+	body(true)
+	minsOf(m1)
+	a.p("VPHADDD Y%d, Y4, Y8", m0)
+	a.p("VPHADDD Y%d, Y5, Y9", m1)
+	a.p("VPHADDD Y9, Y8, Y8") // [S, M, S', M'] in each half
+	a.p("VEXTRACTI128 $1, Y8, X9")
+	a.p("VPADDD X9, X8, X8")
+	a.p("VCVTDQ2PS X8, X8")
+	a.p("VMOVD 0(SI), X9")
+	a.p("VPUNPCKLDQ X9, X%d, X%d", dd, dd)
+	a.p("VCVTPH2PS X%d, X%d", dd, dd) // [d, dmin, d', dmin']
+	a.p("VBROADCASTSS (BX), X9")
+	a.p("VBLENDPS $0x0c, X9, X%d, X%d", dy, dy) // [dy, dy, dy', dy']
+	a.p("VMULPS X%d, X%d, X%d", dd, dy, dy)
+	a.p("VMULPS X%d, X8, X8", dy)
+	a.p("VHSUBPS X8, X8, X8") // [A−B, A'−B', ..]
+	a.p("VADDSS X8, X0, X0")
+	a.p("VMOVSHDUP X8, X8")
+	a.p("VADDSS X8, X0, X0")
+	advance()
+	a.p("DECQ CX")
+	a.p("JNZ %s_pair", name)
+	a.label(name + "_tail")
+	a.p("TESTQ $1, nb+64(FP)")
+	a.p("JZ %s_done", name)
+	single()
+	advance()
+	a.label(name + "_done")
 }
 
 // q4KExactSteps emits Q4_K's float steps of a block as dotQ4KRow takes
