@@ -120,15 +120,15 @@ func amxRowTiles(x *amxKernel, w *Matrix, r0, r1 int, a *actBuf, tokens, ld int)
 const q80PackedPrefetchRows = 16
 
 // packable says whether Pack has a layout for weights of type t: Q8_0's
-// for each level's kernels, Q4_0's for both (the same layout), Q4_K's for
-// the VNNI level's, F16's for the AVX2 kernels or the zmm ones, BF16's for
+// for each level's kernels, Q4_0's for both (the same layout), Q4_K's and
+// Q5_K's for the VNNI level's, F16's for the AVX2 kernels or the zmm ones, BF16's for
 // the vdpbf16ps kernels where the CPU has them, else for the AVX2 ones
 // (zmmRowStep).
 func packable(t DType) bool {
 	switch t {
 	case Q8_0, Q4_0, F16, BF16:
 		return cpuISA >= isaAVX2
-	case Q4_K:
+	case Q4_K, Q5_K:
 		return cpuISA == isaVNNI
 	}
 	return false
@@ -416,16 +416,21 @@ func (k *kTiles) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0
 // kPackedFn is a k-quant kernel on packed weights, for up to 16 tokens.
 type kPackedFn func(w *byte, groups int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int, tokens int)
 
-// kPacked drives a k-quant type with a packed layout (Q4_K at the VNNI
-// level): p computes the packed blocks of eight rows, 16 tokens at a time,
-// rows the rest (and every row of an unpacked matrix), with the same bits.
+// kPacked1Fn is kPackedFn for one token.
+type kPacked1Fn func(w *byte, groups int, y *int8, d *float32, bs *int16, nb int, dst *float32)
+
+// kPacked drives a k-quant type with a packed layout (Q4_K and Q5_K at the
+// VNNI level): p computes the packed blocks of eight rows, 16 tokens at a
+// time (p1 one token), rows the rest (and every row of an unpacked
+// matrix), all with the same bits.
 type kPacked struct {
 	rows *kTiles
 	p    kPackedFn
+	p1   kPacked1Fn
 }
 
 // kPackTokens is the fewest tokens of a product for which the rows of an
-// unpacked Q4_K matrix (the file mapped) are packed into a thread's
+// unpacked Q4_K or Q5_K matrix (the file mapped) are packed into a thread's
 // scratch for the packed kernel: about twice the tokens whose time on the
 // row kernels the packing costs.
 const kPackTokens = 32
@@ -447,7 +452,7 @@ func (k *kPacked) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t
 		pr1 = r0 + (r1-r0)&^7
 		if h := (heldRows{&w.Data[0], r0, pr1}); s.held != h {
 			s.rows = growBytes(s.rows, (pr1-r0)*rb)
-			packQ4KRows(s.rows, w.Data[r0*rb:pr1*rb], rb, (pr1-r0)/8)
+			packK45Rows(w.Type, s.rows, w.Data[r0*rb:pr1*rb], rb, (pr1-r0)/8)
 			s.held = h
 		}
 		s.m = Matrix{Type: w.Type, Rows: pr1 - r0, Cols: w.Cols, Data: s.rows[:(pr1-r0)*rb], packed: true}
@@ -467,6 +472,10 @@ func (k *kPacked) packed(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf
 	}
 	cols := w.Cols
 	nb := cols / qkK
+	if t1-t0 == 1 {
+		k.p1(&w.Data[r0*w.RowBytes()], (r1-r0)/8, &a.q[t0*cols], &a.d[t0*nb], &a.bs[t0*cols/16], nb, &dst[t0*ld+r0])
+		return
+	}
 	for t := t0; t < t1; {
 		T := min(16, t1-t)
 		k.p(&w.Data[r0*w.RowBytes()], (r1-r0)/8, &a.q[t*cols], cols, &a.d[t*nb], nb*4, &a.bs[t*cols/16], nb*32, nb, &dst[t*ld+r0], ld*4, T)
@@ -476,7 +485,8 @@ func (k *kPacked) packed(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf
 
 var (
 	q4KVNNI       = &kTiles{[5]kFn{nil, q4KVNNI_1, q4KVNNI_2, q4KVNNI_3, q4KVNNI_4}}
-	q4KVNNIPacked = &kPacked{rows: q4KVNNI, p: q4KVNNIP}
+	q4KVNNIPacked = &kPacked{rows: q4KVNNI, p: q4KVNNIP, p1: q4KVNNIP1}
+	q5KVNNIPacked = &kPacked{rows: q5KVNNI, p: q5KVNNIP, p1: q5KVNNIP1}
 	q5KVNNI       = &kTiles{[5]kFn{nil, q5KVNNI_1, q5KVNNI_2, q5KVNNI_3, q5KVNNI_4}}
 	q2KVNNI       = &kTiles{[5]kFn{nil, q2KVNNI_1, q2KVNNI_2, q2KVNNI_3, q2KVNNI_4}}
 	q3KVNNI       = &kTiles{[5]kFn{nil, q3KVNNI_1, q3KVNNI_2, q3KVNNI_3, q3KVNNI_4}}
@@ -749,7 +759,7 @@ var isaKernels = withStreamKernels([isaVNNI + 1]kernelTable{
 	isaVNNI: {
 		F32: f32FMA.run, F16: f16VNNI.run, BF16: bf16VNNI,
 		Q8_0: q80VNNI.run, Q4_0: q40VNNI.run,
-		IQ4_XS: iq4XSVNNI.run, Q2_K: q2KVNNI.run, Q3_K: q3KVNNI.run, Q4_K: q4KVNNIPacked.run, Q5_K: q5KVNNI.run, Q6_K: q6KVNNI.run,
+		IQ4_XS: iq4XSVNNI.run, Q2_K: q2KVNNI.run, Q3_K: q3KVNNI.run, Q4_K: q4KVNNIPacked.run, Q5_K: q5KVNNIPacked.run, Q6_K: q6KVNNI.run,
 		q8K16Slot: q8K16VNNI.run,
 	},
 })

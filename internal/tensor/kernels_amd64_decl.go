@@ -934,6 +934,21 @@ func q8K16AVX2_4(w *byte, rows int, y *int8, yStride int, d *float32, dStride in
 //go:noescape
 func q4KVNNIP(w *byte, groups int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int, tokens int)
 
+// q4KVNNIP1 computes groups × 8 rows × one token of packed Q4_K weights × Q8_K activations (VNNI).
+//
+//go:noescape
+func q4KVNNIP1(w *byte, groups int, y *int8, d *float32, bs *int16, nb int, dst *float32)
+
+// q5KVNNIP computes groups × 8 rows × tokens (at most 16) of packed Q5_K weights × Q8_K activations (VNNI).
+//
+//go:noescape
+func q5KVNNIP(w *byte, groups int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int, tokens int)
+
+// q5KVNNIP1 computes groups × 8 rows × one token of packed Q5_K weights × Q8_K activations (VNNI).
+//
+//go:noescape
+func q5KVNNIP1(w *byte, groups int, y *int8, d *float32, bs *int16, nb int, dst *float32)
+
 // iq2XXSVNNI_1 computes rows × 1 tokens of IQ2_XXS weights × Q8_K activations (VNNI).
 //
 //go:noescape

@@ -77,8 +77,8 @@ func (m Matrix) DequantizeRow(dst []float32, row int) {
 			dequantizePackedQ40(dst[:m.Cols], blk, row&7)
 		case Q8_0:
 			dequantizePackedQ80(dst[:m.Cols], blk, row&7)
-		case Q4_K:
-			dequantizePackedQ4K(dst[:m.Cols], blk, row&7)
+		case Q4_K, Q5_K:
+			dequantizePackedK45(m.Type, dst[:m.Cols], blk, row&7)
 		default:
 			dequantizePackedHalf(m.Type, dst[:m.Cols], blk, row&7)
 		}
@@ -135,9 +135,9 @@ func (m Matrix) Bytes() int {
 // either way.
 //
 // The packed layouts are Q8_0's for each level (asmgen/q80rows.go,
-// asmgen/q40avx2.go), Q4_0's (the same for both levels), Q4_K's for the
-// VNNI level (asmgen/q4kpacked.go: the rows' blocks with a row in each
-// lane, the 6-bit scales and mins still packed), and F16's and
+// asmgen/q40avx2.go), Q4_0's (the same for both levels), Q4_K's and
+// Q5_K's for the VNNI level (asmgen/q4kpacked.go: the rows' blocks with a
+// row in each lane, the 6-bit scales and mins still packed), and F16's and
 // BF16's (asmgen/floatpacked.go: two half blocks for the AVX2 kernels,
 // steps of eight rows for the zmm ones, zmmRowStep): each block of eight
 // rows as the kernel's registers hold it (Q4_0's nibbles still packed), so
@@ -158,8 +158,8 @@ func Pack(m Matrix) Matrix {
 		packQ40(data, m.RowBytes())
 	case Q8_0:
 		packQ80(data, m.RowBytes())
-	case Q4_K:
-		packQ4K(data, m.RowBytes())
+	case Q4_K, Q5_K:
+		packK45(m.Type, data, m.RowBytes())
 	case F16, BF16:
 		if m.Cols%8 != 0 { // the layout has whole 8-column steps only
 			return m
@@ -275,69 +275,79 @@ func dequantizePackedQ40(dst []float32, blk []byte, r int) {
 	}
 }
 
-// The packed Q4_K layout (asmgen/q4kpacked.go): per block of eight rows
-// and block b of 256 columns, q4KPackedBytes at b·q4KPackedBytes, the
-// eight rows' blocks with a row in each dword lane of every 32 bytes:
-// vector 8c+k holds bytes 4k..4k+3 of each row's qs chunk c (sub-blocks 2c
-// and 2c+1), vectors 32 to 34 the rows' 12 scale bytes, four each, then
-// the rows' f16 d and dmin. The same bytes as the rows', moved.
-const q4KPackedBytes = 8 * q4KSize
+// The packed Q4_K and Q5_K layouts (asmgen/q4kpacked.go): per block of
+// eight rows and block b of 256 columns, the eight rows' blocks (8·144 or
+// 8·176 bytes at b times that) with a row in each dword lane of every 32
+// bytes: vector 8c+k holds bytes 4k..4k+3 of each row's qs chunk c
+// (sub-blocks 2c and 2c+1), Q5_K's next eight vectors dword k of its qh,
+// the next three the rows' 12 scale bytes, four each, then the rows' f16 d
+// and dmin. The same bytes as the rows', moved.
 
-// q4KPackedOffset is where byte i of row r's block goes in its packed
-// block of eight rows.
-func q4KPackedOffset(i, r int) int {
+// k45PackedOffset is where byte i of row r's block of type t (Q4_K or
+// Q5_K) goes in its packed block of eight rows.
+func k45PackedOffset(t DType, i, r int) int {
+	qh, scales := 0, 1024
+	qsAt := 16 // the row's qs
+	if t == Q5_K {
+		qh, scales, qsAt = 1024, 1280, 48
+	}
 	switch {
 	case i < 4: // d, dmin
-		return 1024 + 96 + 16*(i/2) + 2*r + i%2
+		return scales + 96 + 16*(i/2) + 2*r + i%2
 	case i < 16: // scales
 		s := i - 4
-		return 1024 + 32*(s/4) + 4*r + s%4
+		return scales + 32*(s/4) + 4*r + s%4
+	case i < qsAt: // Q5_K's qh
+		h := i - 16
+		return qh + 32*(h/4) + 4*r + h%4
 	}
-	q := i - 16
+	q := i - qsAt
 	return 32*(8*(q/32)+q%32/4) + 4*r + q%4
 }
 
-// packQ4K rewrites data, whole blocks of eight Q4_K rows of rb bytes each,
-// into the packed layout.
-func packQ4K(data []byte, rb int) {
+// packK45 rewrites data, whole blocks of eight Q4_K or Q5_K rows of rb
+// bytes each, into the packed layout.
+func packK45(t DType, data []byte, rb int) {
 	tmp := make([]byte, 8*rb)
 	for base := 0; base < len(data); base += 8 * rb {
 		blk := data[base : base+8*rb]
 		copy(tmp, blk)
-		packQ4KRows(blk, tmp, rb, 1)
+		packK45Rows(t, blk, tmp, rb, 1)
 	}
 }
 
-// packQ4KRows writes groups blocks of eight Q4_K rows of src (rb bytes
+// packK45Rows writes groups blocks of eight rows of src (type t, rb bytes
 // each) to dst in the packed layout, a dword at a time where
-// q4KPackedOffset moves four bytes together.
-func packQ4KRows(dst, src []byte, rb, groups int) {
+// k45PackedOffset moves four bytes together.
+func packK45Rows(t DType, dst, src []byte, rb, groups int) {
 	le := binary.LittleEndian
+	bs := t.TypeSize()
 	for g := range groups {
-		for b := range rb / q4KSize {
-			out := dst[g*8*rb+b*q4KPackedBytes:][:q4KPackedBytes]
+		for b := range rb / bs {
+			out := dst[g*8*rb+b*8*bs:][:8*bs]
 			for r := range 8 {
-				in := src[(8*g+r)*rb+b*q4KSize:][:q4KSize]
-				le.PutUint16(out[q4KPackedOffset(0, r):], le.Uint16(in[0:]))
-				le.PutUint16(out[q4KPackedOffset(2, r):], le.Uint16(in[2:]))
-				for i := 4; i < q4KSize; i += 4 {
-					le.PutUint32(out[q4KPackedOffset(i, r):], le.Uint32(in[i:]))
+				in := src[(8*g+r)*rb+b*bs:][:bs]
+				le.PutUint16(out[k45PackedOffset(t, 0, r):], le.Uint16(in[0:]))
+				le.PutUint16(out[k45PackedOffset(t, 2, r):], le.Uint16(in[2:]))
+				for i := 4; i < bs; i += 4 {
+					le.PutUint32(out[k45PackedOffset(t, i, r):], le.Uint32(in[i:]))
 				}
 			}
 		}
 	}
 }
 
-// dequantizePackedQ4K converts row r (0-7) of a packed block of eight Q4_K
-// rows into dst, as dequantize does for the row unpacked.
-func dequantizePackedQ4K(dst []float32, blk []byte, r int) {
-	var row [q4KSize]byte
+// dequantizePackedK45 converts row r (0-7) of a packed block of eight Q4_K
+// or Q5_K rows into dst, as dequantize does for the row unpacked.
+func dequantizePackedK45(t DType, dst []float32, blk []byte, r int) {
+	bs := t.TypeSize()
+	row := make([]byte, bs)
 	for b := 0; b < len(dst)/qkK; b++ {
-		in := blk[b*q4KPackedBytes : (b+1)*q4KPackedBytes]
+		in := blk[b*8*bs : (b+1)*8*bs]
 		for i := range row {
-			row[i] = in[q4KPackedOffset(i, r)]
+			row[i] = in[k45PackedOffset(t, i, r)]
 		}
-		dequantize(Q4_K, dst[b*qkK:(b+1)*qkK], row[:])
+		dequantize(t, dst[b*qkK:(b+1)*qkK], row)
 	}
 }
 

@@ -253,7 +253,9 @@ func floatKernel(a *asm, d *decl, typ string, R, T int) {
 // registers) and AVX-512 (VNNI's vpdpwssd, embedded broadcasts, ternlog).
 func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
 	q6, q5, q2, q3, iq4, q8 := typ == "q6K", typ == "q5K", typ == "q2K", typ == "q3K", typ == "iq4XS", typ == "q8K16"
-	q4 := typ == "q4K"
+	// exact: Q4_K's and Q5_K's float steps are dotQ4KRow's, per block
+	// (q4KExactSteps).
+	exact := typ == "q4K" || typ == "q5K"
 	iqd, direct := iqDirects[typ] // VNNI level only, with VBMI (iqdirect.go)
 	bsz := map[string]int{"q2K": 84, "q3K": 110, "q4K": 144, "q5K": 176, "q6K": 210, "iq4XS": 136, "q8K16": 276}[typ]
 	typeName := map[string]string{"q2K": "Q2_K", "q3K": "Q3_K", "q4K": "Q4_K", "q5K": "Q5_K", "q6K": "Q6_K", "iq4XS": "IQ4_XS", "q8K16": "Q8_K16"}[typ]
@@ -409,7 +411,7 @@ func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
 				a.p("VMOVDQU32 Y18, 0(SP)")
 				a.p("VPUNPCKHBW X17, X17, X19") // m0 m0 m1 m1 ...
 				a.p("VPMOVZXBW X19, Y19")       // mins16
-				if !q4 {                        // q4KExactSteps reads d and dmin itself
+				if !exact {                     // q4KExactSteps reads d and dmin itself
 					a.p("VPBROADCASTW 0(SI), X20")
 					a.p("VCVTPH2PS X20, Y20") // d
 					a.p("VPBROADCASTW 2(SI), X21")
@@ -486,9 +488,9 @@ func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
 					}
 				}
 			}
-			if q4 && !pairing {
+			if exact && !pairing {
 				q4KExactSteps(a, vnni, T, dAddr, bsAddr, facc, sumi)
-			} else if !q4 {
+			} else if !exact {
 				kMinsSteps(a, vnni, T, "32(SP)", 20, 21, 0, 2, dAddr, bsAddr, facc, sumi)
 			}
 		} else {
@@ -603,7 +605,7 @@ func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
 		a.p("ADDQ $4, BX")
 		a.p("ADDQ $32, DX")
 	}
-	if q4 && T == 1 {
+	if exact && T == 1 {
 		q4KBlockPair(a, vnni, name, func(second bool) {
 			pairing, sumiBase = true, 4
 			if second {
@@ -625,9 +627,9 @@ func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
 	a.p("MOVQ AX, CX")
 	for t := 0; t < T; t++ {
 		switch {
-		case q4 && t%2 == 0: // q4KExactSteps: a pair of tokens' sums in lanes 0 and 1
+		case exact && t%2 == 0: // q4KExactSteps: a pair of tokens' sums in lanes 0 and 1
 			a.p("VMOVSS X%d, (CX)", facc(t))
-		case q4:
+		case exact:
 			a.p("VEXTRACTPS $1, X%d, (CX)", facc(t-1))
 		default:
 			reduceStoreTmp(a, 1, t, 12)
@@ -1292,7 +1294,10 @@ func main() {
 			}
 		}
 	}
-	q4KPackedKernel(&a, &d)
+	for _, q5 := range []bool{false, true} {
+		q4KPackedKernel(&a, &d, q5)
+		q4KPackedKernel1(&a, &d, q5)
+	}
 	for _, typ := range iqDirectOrder {
 		for T := 1; T <= 4; T++ {
 			kKernel(&a, &d, typ, true, T)
