@@ -121,9 +121,9 @@ const q80PackedPrefetchRows = 16
 
 // packable says whether Pack has a layout for weights of type t: Q8_0's
 // for each level's kernels, Q4_0's for both (the same layout), Q4_K's and
-// Q5_K's for the VNNI level's, F16's for the AVX2 kernels or the zmm ones, BF16's for
-// the vdpbf16ps kernels where the CPU has them, else for the AVX2 ones
-// (zmmRowStep).
+// Q5_K's for the VNNI level's, F16's for the AVX2 kernels or the zmm ones,
+// BF16's for the vdpbf16ps kernels where the CPU has them, else for the
+// AVX2 ones (zmmRowStep).
 func packable(t DType) bool {
 	switch t {
 	case Q8_0, Q4_0, F16, BF16:

@@ -341,7 +341,8 @@ func packK45Rows(t DType, dst, src []byte, rb, groups int) {
 // or Q5_K rows into dst, as dequantize does for the row unpacked.
 func dequantizePackedK45(t DType, dst []float32, blk []byte, r int) {
 	bs := t.TypeSize()
-	row := make([]byte, bs)
+	var buf [q5KSize]byte
+	row := buf[:bs]
 	for b := 0; b < len(dst)/qkK; b++ {
 		in := blk[b*8*bs : (b+1)*8*bs]
 		for i := range row {

@@ -101,13 +101,7 @@ func q4KPackedKernel(a *asm, d *decl, q5 bool) {
 		for j := 0; j < 8; j++ {
 			a.p("VPDPWSSD.BCST %d(R11), Y%d, Y25", 4*j, 16+j)
 		}
-		a.p("VCVTDQ2PS Y25, Y25")
-		a.p("VMULPS.BCST (R12), Y31, Y26") // dmin·dy
-		a.p("VMULPS Y26, Y25, Y25")        // (dmin·dy)·M
-		a.p("VCVTDQ2PS (R13), Y27")
-		a.p("VMULPS.BCST (R12), Y30, Y26") // d·dy
-		a.p("VMULPS Y26, Y27, Y27")        // (d·dy)·S
-		a.p("VSUBPS Y25, Y27, Y27")
+		k45Steps(a, 25, "(R13)", "(R12)", 27)
 		a.p("VADDPS (R14), Y27, Y27")
 		a.p("VMOVUPS Y27, (R14)")
 	}, func() {
@@ -116,12 +110,7 @@ func q4KPackedKernel(a *asm, d *decl, q5 bool) {
 		a.p("ADDQ $32, R13")
 		a.p("ADDQ ldBytes+80(FP), R14")
 	})
-	a.p("ADDQ $%d, SI", l.bytes)
-	a.p("ADDQ $256, BX")
-	a.p("ADDQ $4, R8")
-	a.p("ADDQ $32, DX")
-	a.p("DECQ CX")
-	a.p("JNZ %s_block", name)
+	k45NextBlock(a, l, name)
 	a.p("ADDQ $32, AX")
 	a.p("DECQ groups+8(FP)")
 	a.p("JNZ %s_group", name)
@@ -233,20 +222,9 @@ func q4KPackedKernel1(a *asm, d *decl, q5 bool) {
 		a.p("VPDPWSSD.BCST %d(DX), Y%d, Y%d", 4*j, 16+j, 4+j%2)
 	}
 	a.p("VPADDD Y5, Y4, Y4")
-	a.p("VCVTDQ2PS Y4, Y4")
-	a.p("VMULPS.BCST (R8), Y31, Y26") // dmin·dy
-	a.p("VMULPS Y26, Y4, Y4")         // (dmin·dy)·M
-	a.p("VCVTDQ2PS Y1, Y1")
-	a.p("VMULPS.BCST (R8), Y30, Y27") // d·dy
-	a.p("VMULPS Y27, Y1, Y1")         // (d·dy)·S
-	a.p("VSUBPS Y4, Y1, Y1")
+	k45Steps(a, 4, "Y1", "(R8)", 1)
 	a.p("VADDPS Y1, Y0, Y0")
-	a.p("ADDQ $%d, SI", l.bytes)
-	a.p("ADDQ $256, BX")
-	a.p("ADDQ $4, R8")
-	a.p("ADDQ $32, DX")
-	a.p("DECQ CX")
-	a.p("JNZ %s_block", name)
+	k45NextBlock(a, l, name)
 	a.p("VMOVUPS Y0, (AX)")
 	a.p("ADDQ $32, AX")
 	a.p("DECQ groups+8(FP)")
@@ -254,6 +232,32 @@ func q4KPackedKernel1(a *asm, d *decl, q5 bool) {
 	a.p("VZEROUPPER")
 	a.p("RET")
 	a.b.WriteString("\n")
+}
+
+// k45Steps emits a block's float steps for the eight rows, as
+// q4KExactSteps takes them: Y[out] = (d·dy)·S − (dmin·dy)·M, each product
+// rounded, from the integer sums M in Y[m] (clobbered) and S in s (a
+// register or memory), dy at dy and the rows' d and dmin in Y30 and Y31;
+// Y26 is scratch.
+func k45Steps(a *asm, m int, s, dy string, out int) {
+	a.p("VCVTDQ2PS Y%d, Y%d", m, m)
+	a.p("VMULPS.BCST %s, Y31, Y26", dy) // dmin·dy
+	a.p("VMULPS Y26, Y%d, Y%d", m, m)   // (dmin·dy)·M
+	a.p("VCVTDQ2PS %s, Y%d", s, out)
+	a.p("VMULPS.BCST %s, Y30, Y26", dy) // d·dy
+	a.p("VMULPS Y26, Y%d, Y%d", out, out)
+	a.p("VSUBPS Y%d, Y%d, Y%d", m, out, out)
+}
+
+// k45NextBlock moves the packed kernels' pointers on to the next block
+// (weights SI, activations BX, their scales R8 and sums DX) and loops.
+func k45NextBlock(a *asm, l k45Layout, name string) {
+	a.p("ADDQ $%d, SI", l.bytes)
+	a.p("ADDQ $256, BX")
+	a.p("ADDQ $4, R8")
+	a.p("ADDQ $32, DX")
+	a.p("DECQ CX")
+	a.p("JNZ %s_block", name)
 }
 
 // tokenLoop emits a loop over the tokens (R9 counts them down): setup
