@@ -128,7 +128,7 @@ func packable(t DType) bool {
 	switch t {
 	case Q8_0, Q4_0, F16, BF16:
 		return cpuISA >= isaAVX2
-	case Q4_K, Q5_K:
+	case Q4_K, Q5_K, Q6_K:
 		return cpuISA == isaVNNI
 	}
 	return false
@@ -419,21 +419,21 @@ type kPackedFn func(w *byte, groups int, y *int8, yStride int, d *float32, dStri
 // kPacked1Fn is kPackedFn for one token.
 type kPacked1Fn func(w *byte, groups int, y *int8, d *float32, bs *int16, nb int, dst *float32)
 
-// kPacked drives a k-quant type with a packed layout (Q4_K and Q5_K at the
-// VNNI level): p computes the packed blocks of eight rows, 16 tokens at a
+// kPacked drives a k-quant type with a packed layout (Q4_K, Q5_K and Q6_K
+// at the VNNI level): p computes the packed blocks of eight rows, 16 tokens at a
 // time (p1 one token), rows the rest (and every row of an unpacked
 // matrix), all with the same bits.
 type kPacked struct {
 	rows *kTiles
 	p    kPackedFn
 	p1   kPacked1Fn
+	// packTokens is the fewest tokens of a product for which the rows of
+	// an unpacked matrix (the file mapped) are packed into a thread's
+	// scratch for p: about twice the tokens whose time on the row kernels
+	// the packing costs (Q6_K's row kernels are the fastest of the three:
+	// at 64 tokens packing them was 10–17% slower).
+	packTokens int
 }
-
-// kPackTokens is the fewest tokens of a product for which the rows of an
-// unpacked Q4_K or Q5_K matrix (the file mapped) are packed into a thread's
-// scratch for the packed kernel: about twice the tokens whose time on the
-// row kernels the packing costs.
-const kPackTokens = 32
 
 func (k *kPacked) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int, s *streamScratch) {
 	pr1 := r0
@@ -444,7 +444,7 @@ func (k *kPacked) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t
 		}
 		pr1 = max(r0, min(r1, w.packedRows()))
 		k.packed(dst, ld, w, r0, pr1, a, t0, t1)
-	case s != nil && a.n >= kPackTokens && r1-r0 >= 8:
+	case s != nil && a.n >= k.packTokens && r1-r0 >= 8:
 		// A prompt's rows as the file has them: packed once per thread
 		// and row range, and reused by the range's token chunks, as
 		// streamScratch.packedItem does.
@@ -485,8 +485,9 @@ func (k *kPacked) packed(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf
 
 var (
 	q4KVNNI       = &kTiles{[5]kFn{nil, q4KVNNI_1, q4KVNNI_2, q4KVNNI_3, q4KVNNI_4}}
-	q4KVNNIPacked = &kPacked{rows: q4KVNNI, p: q4KVNNIP, p1: q4KVNNIP1}
-	q5KVNNIPacked = &kPacked{rows: q5KVNNI, p: q5KVNNIP, p1: q5KVNNIP1}
+	q4KVNNIPacked = &kPacked{rows: q4KVNNI, p: q4KVNNIP, p1: q4KVNNIP1, packTokens: 32}
+	q5KVNNIPacked = &kPacked{rows: q5KVNNI, p: q5KVNNIP, p1: q5KVNNIP1, packTokens: 32}
+	q6KVNNIPacked = &kPacked{rows: q6KVNNI, p: q6KVNNIP, p1: q6KVNNIP1, packTokens: 128}
 	q5KVNNI       = &kTiles{[5]kFn{nil, q5KVNNI_1, q5KVNNI_2, q5KVNNI_3, q5KVNNI_4}}
 	q2KVNNI       = &kTiles{[5]kFn{nil, q2KVNNI_1, q2KVNNI_2, q2KVNNI_3, q2KVNNI_4}}
 	q3KVNNI       = &kTiles{[5]kFn{nil, q3KVNNI_1, q3KVNNI_2, q3KVNNI_3, q3KVNNI_4}}
@@ -759,7 +760,7 @@ var isaKernels = withStreamKernels([isaVNNI + 1]kernelTable{
 	isaVNNI: {
 		F32: f32FMA.run, F16: f16VNNI.run, BF16: bf16VNNI,
 		Q8_0: q80VNNI.run, Q4_0: q40VNNI.run,
-		IQ4_XS: iq4XSVNNI.run, Q2_K: q2KVNNI.run, Q3_K: q3KVNNI.run, Q4_K: q4KVNNIPacked.run, Q5_K: q5KVNNIPacked.run, Q6_K: q6KVNNI.run,
+		IQ4_XS: iq4XSVNNI.run, Q2_K: q2KVNNI.run, Q3_K: q3KVNNI.run, Q4_K: q4KVNNIPacked.run, Q5_K: q5KVNNIPacked.run, Q6_K: q6KVNNIPacked.run,
 		q8K16Slot: q8K16VNNI.run,
 	},
 })

@@ -949,6 +949,16 @@ func q5KVNNIP(w *byte, groups int, y *int8, yStride int, d *float32, dStride int
 //go:noescape
 func q5KVNNIP1(w *byte, groups int, y *int8, d *float32, bs *int16, nb int, dst *float32)
 
+// q6KVNNIP computes groups × 8 rows × tokens (at most 16) of packed Q6_K weights × Q8_K activations (VNNI).
+//
+//go:noescape
+func q6KVNNIP(w *byte, groups int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int, tokens int)
+
+// q6KVNNIP1 computes groups × 8 rows × one token of packed Q6_K weights × Q8_K activations (VNNI).
+//
+//go:noescape
+func q6KVNNIP1(w *byte, groups int, y *int8, d *float32, bs *int16, nb int, dst *float32)
+
 // iq2XXSVNNI_1 computes rows × 1 tokens of IQ2_XXS weights × Q8_K activations (VNNI).
 //
 //go:noescape

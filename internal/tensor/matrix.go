@@ -77,7 +77,7 @@ func (m Matrix) DequantizeRow(dst []float32, row int) {
 			dequantizePackedQ40(dst[:m.Cols], blk, row&7)
 		case Q8_0:
 			dequantizePackedQ80(dst[:m.Cols], blk, row&7)
-		case Q4_K, Q5_K:
+		case Q4_K, Q5_K, Q6_K:
 			dequantizePackedK45(m.Type, dst[:m.Cols], blk, row&7)
 		default:
 			dequantizePackedHalf(m.Type, dst[:m.Cols], blk, row&7)
@@ -158,7 +158,7 @@ func Pack(m Matrix) Matrix {
 		packQ40(data, m.RowBytes())
 	case Q8_0:
 		packQ80(data, m.RowBytes())
-	case Q4_K, Q5_K:
+	case Q4_K, Q5_K, Q6_K:
 		packK45(m.Type, data, m.RowBytes())
 	case F16, BF16:
 		if m.Cols%8 != 0 { // the layout has whole 8-column steps only
@@ -281,11 +281,19 @@ func dequantizePackedQ40(dst []float32, blk []byte, r int) {
 // bytes: vector 8c+k holds bytes 4k..4k+3 of each row's qs chunk c
 // (sub-blocks 2c and 2c+1), Q5_K's next eight vectors dword k of its qh,
 // the next three the rows' 12 scale bytes, four each, then the rows' f16 d
-// and dmin. The same bytes as the rows', moved.
+// and dmin. Q6_K's (asmgen/q6kpacked.go): 32 vectors of ql dwords, 16 of
+// qh, four of the int8 scales, then the rows' f16 d. The same bytes as the
+// rows', moved.
 
-// k45PackedOffset is where byte i of row r's block of type t (Q4_K or
-// Q5_K) goes in its packed block of eight rows.
-func k45PackedOffset(t DType, i, r int) int {
+// kPackedOffset is where byte i of row r's block of type t (Q4_K, Q5_K
+// or Q6_K) goes in its packed block of eight rows.
+func kPackedOffset(t DType, i, r int) int {
+	if t == Q6_K { // ql, qh, scales: 32, 16 and 4 vectors of dwords; d
+		if i >= 208 {
+			return 1664 + 2*r + i - 208
+		}
+		return 32*(i/4) + 4*r + i%4
+	}
 	qh, scales := 0, 1024
 	qsAt := 16 // the row's qs
 	if t == Q5_K {
@@ -305,8 +313,8 @@ func k45PackedOffset(t DType, i, r int) int {
 	return 32*(8*(q/32)+q%32/4) + 4*r + q%4
 }
 
-// packK45 rewrites data, whole blocks of eight Q4_K or Q5_K rows of rb
-// bytes each, into the packed layout.
+// packK45 rewrites data, whole blocks of eight Q4_K, Q5_K or Q6_K rows of
+// rb bytes each, into the packed layout.
 func packK45(t DType, data []byte, rb int) {
 	tmp := make([]byte, 8*rb)
 	for base := 0; base < len(data); base += 8 * rb {
@@ -317,36 +325,50 @@ func packK45(t DType, data []byte, rb int) {
 }
 
 // packK45Rows writes groups blocks of eight rows of src (type t, rb bytes
-// each) to dst in the packed layout, a dword at a time where
-// k45PackedOffset moves four bytes together.
+// each) to dst in the packed layout, four bytes at a time where
+// kPackedOffset keeps them together, else two.
 func packK45Rows(t DType, dst, src []byte, rb, groups int) {
-	le := binary.LittleEndian
+	// The moves of row 0; row r's go 4r (two-byte moves: 2r) further.
+	type move struct{ from, to, n int }
+	var moves [64]move
 	bs := t.TypeSize()
+	nm := 0
+	for i := 0; i < bs; nm++ {
+		n := 2
+		if i+4 <= bs && kPackedOffset(t, i+3, 0) == kPackedOffset(t, i, 0)+3 {
+			n = 4
+		}
+		moves[nm] = move{i, kPackedOffset(t, i, 0), n}
+		i += n
+	}
+	le := binary.LittleEndian
 	for g := range groups {
 		for b := range rb / bs {
 			out := dst[g*8*rb+b*8*bs:][:8*bs]
 			for r := range 8 {
 				in := src[(8*g+r)*rb+b*bs:][:bs]
-				le.PutUint16(out[k45PackedOffset(t, 0, r):], le.Uint16(in[0:]))
-				le.PutUint16(out[k45PackedOffset(t, 2, r):], le.Uint16(in[2:]))
-				for i := 4; i < bs; i += 4 {
-					le.PutUint32(out[k45PackedOffset(t, i, r):], le.Uint32(in[i:]))
+				for _, m := range moves[:nm] {
+					if m.n == 4 {
+						le.PutUint32(out[m.to+4*r:], le.Uint32(in[m.from:]))
+					} else {
+						le.PutUint16(out[m.to+2*r:], le.Uint16(in[m.from:]))
+					}
 				}
 			}
 		}
 	}
 }
 
-// dequantizePackedK45 converts row r (0-7) of a packed block of eight Q4_K
-// or Q5_K rows into dst, as dequantize does for the row unpacked.
+// dequantizePackedK45 converts row r (0-7) of a packed block of eight Q4_K,
+// Q5_K or Q6_K rows into dst, as dequantize does for the row unpacked.
 func dequantizePackedK45(t DType, dst []float32, blk []byte, r int) {
 	bs := t.TypeSize()
-	var buf [q5KSize]byte
+	var buf [q6KSize]byte
 	row := buf[:bs]
 	for b := 0; b < len(dst)/qkK; b++ {
 		in := blk[b*8*bs : (b+1)*8*bs]
 		for i := range row {
-			row[i] = in[k45PackedOffset(t, i, r)]
+			row[i] = in[kPackedOffset(t, i, r)]
 		}
 		dequantize(t, dst[b*qkK:(b+1)*qkK], row)
 	}

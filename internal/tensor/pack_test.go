@@ -15,7 +15,7 @@ func TestPackedMatMul(t *testing.T) {
 	rng := rand.New(rand.NewPCG(31, 32))
 	p := NewPool(2)
 	defer p.Close()
-	for _, typ := range []DType{Q8_0, Q4_0, Q4_K, Q5_K, F16, BF16} {
+	for _, typ := range []DType{Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, F16, BF16} {
 		if !packable(typ) {
 			t.Logf("%v: no packed layout on this CPU", typ)
 			continue
@@ -26,7 +26,7 @@ func TestPackedMatMul(t *testing.T) {
 
 func testPackedMatMul(t *testing.T, rng *rand.Rand, p *Pool, typ DType) {
 	colsList := []int{32, 576, 32 * 37}
-	if typ == Q4_K || typ == Q5_K {
+	if typ == Q4_K || typ == Q5_K || typ == Q6_K {
 		colsList = []int{256, 256 * 5, 256 * 9}
 	}
 	if typ == F16 || typ == BF16 {
@@ -79,7 +79,7 @@ func TestPackLeavesOthers(t *testing.T) {
 	for _, tc := range []struct {
 		typ        DType
 		rows, cols int
-	}{{F32, 16, 32}, {Q6_K, 16, 256}, {Q4_K, 7, 256}, {Q8_0, 7, 64}, {Q4_0, 7, 64}, {F16, 7, 64}, {F16, 16, 36}, {BF16, 16, 20}} {
+	}{{F32, 16, 32}, {Q3_K, 16, 256}, {Q4_K, 7, 256}, {Q8_0, 7, 64}, {Q4_0, 7, 64}, {F16, 7, 64}, {F16, 16, 36}, {BF16, 16, 20}} {
 		m, _ := randMatrix(t, rng, tc.typ, tc.rows, tc.cols)
 		orig := append([]byte(nil), m.Data...)
 		if pm := Pack(m); pm.packed || string(m.Data) != string(orig) {

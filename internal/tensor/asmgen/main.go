@@ -254,8 +254,8 @@ func floatKernel(a *asm, d *decl, typ string, R, T int) {
 func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
 	q6, q5, q2, q3, iq4, q8 := typ == "q6K", typ == "q5K", typ == "q2K", typ == "q3K", typ == "iq4XS", typ == "q8K16"
 	// exact: Q4_K's and Q5_K's float steps are dotQ4KRow's, per block
-	// (q4KExactSteps).
-	exact := typ == "q4K" || typ == "q5K"
+	// (kExactSteps), and Q6_K's dotQ6KRow's.
+	exact := typ == "q4K" || typ == "q5K" || q6
 	iqd, direct := iqDirects[typ] // VNNI level only, with VBMI (iqdirect.go)
 	bsz := map[string]int{"q2K": 84, "q3K": 110, "q4K": 144, "q5K": 176, "q6K": 210, "iq4XS": 136, "q8K16": 276}[typ]
 	typeName := map[string]string{"q2K": "Q2_K", "q3K": "Q3_K", "q4K": "Q4_K", "q5K": "Q5_K", "q6K": "Q6_K", "iq4XS": "IQ4_XS", "q8K16": "Q8_K16"}[typ]
@@ -366,7 +366,7 @@ func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
 		a.p("VXORPS Y%d, Y%d, Y%d", facc(t), facc(t), facc(t))
 	}
 	// pairing: a Q4_K block whose float steps wait for the next block's
-	// (q4KBlockPair).
+	// (kBlockPair).
 	pairing := false
 	block := func() {
 		if !vnni {
@@ -411,7 +411,7 @@ func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
 				a.p("VMOVDQU32 Y18, 0(SP)")
 				a.p("VPUNPCKHBW X17, X17, X19") // m0 m0 m1 m1 ...
 				a.p("VPMOVZXBW X19, Y19")       // mins16
-				if !exact {                     // q4KExactSteps reads d and dmin itself
+				if !exact {                     // kExactSteps reads d and dmin itself
 					a.p("VPBROADCASTW 0(SI), X20")
 					a.p("VCVTPH2PS X20, Y20") // d
 					a.p("VPBROADCASTW 2(SI), X21")
@@ -489,7 +489,7 @@ func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
 				}
 			}
 			if exact && !pairing {
-				q4KExactSteps(a, vnni, T, dAddr, bsAddr, facc, sumi)
+				kExactSteps(a, vnni, true, T, dAddr, bsAddr, facc, sumi)
 			} else if !exact {
 				kMinsSteps(a, vnni, T, "32(SP)", 20, 21, 0, 2, dAddr, bsAddr, facc, sumi)
 			}
@@ -588,14 +588,15 @@ func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
 					a.p("VPMADDWD %s, Y19, Y24", bsAddr(t))
 					a.p("VPSLLD $5, Y24, Y24")
 					a.p("VPSUBD Y24, Y%d, Y%d", sumi(t), sumi(t))
-					dSteps(a, t, 208, 25, 20, 26, true, dAddr, facc, sumi)
 				} else {
 					a.p("VPMOVSXBW 192(SI), Y12")
 					a.p("VPMADDWD %s, Y12, Y12", bsAddr(t))
 					a.p("VPSLLD $5, Y12, Y12")
 					a.p("VPSUBD Y12, Y%d, Y%d", sumi(t), sumi(t))
-					dSteps(a, t, 208, 13, 12, 12, false, dAddr, facc, sumi)
 				}
+			}
+			if !pairing {
+				kExactSteps(a, vnni, false, T, dAddr, bsAddr, facc, sumi)
 			}
 		}
 	}
@@ -606,7 +607,7 @@ func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
 		a.p("ADDQ $32, DX")
 	}
 	if exact && T == 1 {
-		q4KBlockPair(a, vnni, name, func(second bool) {
+		kBlockPair(a, vnni, !q6, name, func(second bool) {
 			pairing, sumiBase = true, 4
 			if second {
 				sumiBase = 5
@@ -627,7 +628,7 @@ func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
 	a.p("MOVQ AX, CX")
 	for t := 0; t < T; t++ {
 		switch {
-		case exact && t%2 == 0: // q4KExactSteps: a pair of tokens' sums in lanes 0 and 1
+		case exact && t%2 == 0: // kExactSteps: a pair of tokens' sums in lanes 0 and 1
 			a.p("VMOVSS X%d, (CX)", facc(t))
 		case exact:
 			a.p("VEXTRACTPS $1, X%d, (CX)", facc(t-1))
@@ -757,14 +758,15 @@ func dSteps(a *asm, t, dOff, dy, dd, prod int, dLoaded bool, dAddr func(t int) s
 	a.p("VFMADD231PS Y%d, Y%d, Y%d", prod, sumi(t), facc(t))
 }
 
-// q4KBlockPair emits the block loop of a one-token Q4_K row kernel two
-// blocks a pass: body(false) and body(true) the two blocks' integer sums
-// (into Y4 and Y5), then both blocks' float steps of q4KExactSteps in one
-// go, their two results added to the sum in block order; an odd last
-// block by single. advance moves the pointers on by a block.
-func q4KBlockPair(a *asm, vnni bool, name string, body func(second bool), single, advance func(), bsAddr func(t int) string) {
+// kBlockPair emits the block loop of a one-token Q4_K, Q5_K (mins) or
+// Q6_K row kernel two blocks a pass: body(false) and body(true) the two
+// blocks' integer sums (into Y4 and Y5), then both blocks' float steps of
+// kExactSteps in one go, their two results added to the sum in block
+// order; an odd last block by single. advance moves the pointers on by a
+// block.
+func kBlockPair(a *asm, vnni, mins bool, name string, body func(second bool), single, advance func(), bsAddr func(t int) string) {
 	// Registers: VNNI Y10, Y11 the blocks' mins products, X13 the first
-	// block's d and dmin, X14 its dy; AVX2 Y6, Y7, X1, X2 (free with one
+	// block's d (and dmin), X14 its dy; AVX2 Y6, Y7, X1, X2 (free with one
 	// token).
 	m0, m1, dd, dy := 10, 11, 13, 14
 	if !vnni {
@@ -782,26 +784,47 @@ func q4KBlockPair(a *asm, vnni bool, name string, body func(second bool), single
 	a.p("JZ %s_tail", name)
 	a.label(name + "_pair")
 	body(false)
-	minsOf(m0)
-	a.p("VMOVD 0(SI), X%d", dd) // d, dmin (f16)
+	if mins {
+		minsOf(m0)
+		a.p("VMOVD 0(SI), X%d", dd) // d, dmin (f16)
+	} else {
+		a.p("VPBROADCASTW 208(SI), X%d", dd)
+		a.p("VCVTPH2PS X%d, X%d", dd, dd)
+	}
 	a.p("VBROADCASTSS (BX), X%d", dy)
 	advance()
 	body(true)
-	minsOf(m1)
-	a.p("VPHADDD Y%d, Y4, Y8", m0)
-	a.p("VPHADDD Y%d, Y5, Y9", m1)
-	a.p("VPHADDD Y9, Y8, Y8") // [S, M, S', M'] in each half
+	if mins {
+		minsOf(m1)
+		a.p("VPHADDD Y%d, Y4, Y8", m0)
+		a.p("VPHADDD Y%d, Y5, Y9", m1)
+		a.p("VPHADDD Y9, Y8, Y8") // [S, M, S', M'] in each half
+	} else {
+		a.p("VPHADDD Y5, Y4, Y8")
+		a.p("VPHADDD Y8, Y8, Y8") // [S, S', S, S'] in each half
+	}
 	a.p("VEXTRACTI128 $1, Y8, X9")
 	a.p("VPADDD X9, X8, X8")
 	a.p("VCVTDQ2PS X8, X8")
-	a.p("VMOVD 0(SI), X9")
-	a.p("VPUNPCKLDQ X9, X%d, X%d", dd, dd)
-	a.p("VCVTPH2PS X%d, X%d", dd, dd) // [d, dmin, d', dmin']
-	a.p("VBROADCASTSS (BX), X9")
-	a.p("VBLENDPS $0x0c, X9, X%d, X%d", dy, dy) // [dy, dy, dy', dy']
-	a.p("VMULPS X%d, X%d, X%d", dd, dy, dy)
+	if mins {
+		a.p("VMOVD 0(SI), X9")
+		a.p("VPUNPCKLDQ X9, X%d, X%d", dd, dd)
+		a.p("VCVTPH2PS X%d, X%d", dd, dd) // [d, dmin, d', dmin']
+		a.p("VBROADCASTSS (BX), X9")
+		a.p("VBLENDPS $0x0c, X9, X%d, X%d", dy, dy) // [dy, dy, dy', dy']
+		a.p("VMULPS X%d, X%d, X%d", dd, dy, dy)
+	} else {
+		a.p("VMULPS X%d, X%d, X%d", dd, dy, dy) // d·dy
+		a.p("VPBROADCASTW 208(SI), X9")
+		a.p("VCVTPH2PS X9, X9")
+		a.p("VBROADCASTSS (BX), X10")
+		a.p("VMULPS X10, X9, X9")                   // d'·dy'
+		a.p("VBLENDPS $0x02, X9, X%d, X%d", dy, dy) // [d·dy, d'·dy', ..]
+	}
 	a.p("VMULPS X%d, X8, X8", dy)
-	a.p("VHSUBPS X8, X8, X8") // [A−B, A'−B', ..]
+	if mins {
+		a.p("VHSUBPS X8, X8, X8") // [A−B, A'−B', ..]
+	}
 	a.p("VADDSS X8, X0, X0")
 	a.p("VMOVSHDUP X8, X8")
 	a.p("VADDSS X8, X0, X0")
@@ -816,19 +839,26 @@ func q4KBlockPair(a *asm, vnni bool, name string, body func(second bool), single
 	a.label(name + "_done")
 }
 
-// q4KExactSteps emits Q4_K's float steps of a block as dotQ4KRow takes
-// them: per token the block's whole integer sums S = Σ sc_j·(q·y)_j (the
-// lanes of sumi added) and M = Σ m_j·(sum of y over sub-block j), then
-// facc += (d·dy)·S − (dmin·dy)·M, each product rounded. Integer sums are
-// exact in any order, so every Q4_K kernel that takes these steps (these,
-// the packed one of asmgen/q4kpacked.go and the portable one) gives the
-// same bits. Tokens go in pairs, t and t+1 in lanes 0 and 1 of facc(t).
-// The mins are Y19 (VNNI) or at 32(SP) (AVX2) as int16 pairs against bs;
-// Y8-Y12 are free at both levels.
-func q4KExactSteps(a *asm, vnni bool, T int, dAddr, bsAddr func(t int) string, facc, sumi func(t int) int) {
-	a.p("VMOVD 0(SI), X12") // d, dmin (f16)
-	a.p("VCVTPH2PS X12, X12")
-	a.p("VMOVDDUP X12, X12") // [d, dmin, d, dmin]
+// kExactSteps emits the float steps of a block of Q4_K or Q5_K (mins) or
+// Q6_K as dotQ4KRow and dotQ6KRow take them: per token the block's whole
+// integer sums S = Σ sc_j·(q·y)_j (the lanes of sumi added; Q6_K's with its
+// −32 offset taken) and, with mins, M = Σ m_j·(sum of y over sub-block j),
+// then facc += (d·dy)·S − (dmin·dy)·M or facc += (d·dy)·S, each product
+// rounded. Integer sums are exact in any order, so every kernel of the type
+// that takes these steps (these, the packed ones of asmgen/q4kpacked.go
+// and asmgen/q6kpacked.go, and the portable one) gives the same bits.
+// Tokens go in pairs, t and t+1 in lanes 0 and 1 of facc(t). The mins are
+// Y19 (VNNI) or at 32(SP) (AVX2) as int16 pairs against bs; Y8-Y12 are
+// free at both levels.
+func kExactSteps(a *asm, vnni, mins bool, T int, dAddr, bsAddr func(t int) string, facc, sumi func(t int) int) {
+	if mins {
+		a.p("VMOVD 0(SI), X12") // d, dmin (f16)
+		a.p("VCVTPH2PS X12, X12")
+		a.p("VMOVDDUP X12, X12") // [d, dmin, d, dmin]
+	} else {
+		a.p("VPBROADCASTW 208(SI), X12")
+		a.p("VCVTPH2PS X12, X12") // d
+	}
 	minsOf := func(t, reg int) {
 		if vnni {
 			a.p("VPMADDWD %s, Y19, Y%d", bsAddr(t), reg)
@@ -839,27 +869,45 @@ func q4KExactSteps(a *asm, vnni bool, T int, dAddr, bsAddr func(t int) string, f
 	}
 	for t := 0; t < T; t += 2 {
 		u := t + 1
-		minsOf(t, 10)
-		a.p("VPHADDD Y10, Y%d, Y8", sumi(t)) // [s01, s23, m01, m23 | s45, s67, m45, m67]
-		if u < T {
-			minsOf(u, 11)
-			a.p("VPHADDD Y11, Y%d, Y9", sumi(u))
-			a.p("VPHADDD Y9, Y8, Y8") // [St, Mt, Su, Mu] in each half
+		pair := u < T
+		if !pair {
+			u = t
+		}
+		if mins {
+			minsOf(t, 10)
+			a.p("VPHADDD Y10, Y%d, Y8", sumi(t)) // [s01, s23, m01, m23 | s45, s67, m45, m67]
+			if pair {
+				minsOf(u, 11)
+				a.p("VPHADDD Y11, Y%d, Y9", sumi(u))
+				a.p("VPHADDD Y9, Y8, Y8") // [St, Mt, Su, Mu] in each half
+			} else {
+				a.p("VPHADDD Y8, Y8, Y8")
+			}
 		} else {
-			a.p("VPHADDD Y8, Y8, Y8")
+			a.p("VPHADDD Y%d, Y%d, Y8", sumi(u), sumi(t)) // [t01, t23, u01, u23 | ..]
+			a.p("VPHADDD Y8, Y8, Y8")                     // [St, Su, St, Su] in each half
 		}
 		a.p("VEXTRACTI128 $1, Y8, X9")
 		a.p("VPADDD X9, X8, X8")
 		a.p("VCVTDQ2PS X8, X8")
-		a.p("VBROADCASTSS %s, X9", dAddr(t))
-		if u < T {
-			a.p("VBROADCASTSS %s, X10", dAddr(u))
-			a.p("VBLENDPS $0x0c, X10, X9, X9") // [dyt, dyt, dyu, dyu]
+		if mins {
+			a.p("VBROADCASTSS %s, X9", dAddr(t))
+			if pair {
+				a.p("VBROADCASTSS %s, X10", dAddr(u))
+				a.p("VBLENDPS $0x0c, X10, X9, X9") // [dyt, dyt, dyu, dyu]
+			}
+		} else {
+			a.p("VMOVSS %s, X9", dAddr(t))
+			if pair {
+				a.p("VINSERTPS $0x10, %s, X9, X9", dAddr(u)) // [dyt, dyu, 0, 0]
+			}
 		}
-		a.p("VMULPS X12, X9, X9") // d·dy, dmin·dy
+		a.p("VMULPS X12, X9, X9") // d·dy (and dmin·dy)
 		a.p("VMULPS X9, X8, X8")
-		a.p("VHSUBPS X8, X8, X8") // [At−Bt, Au−Bu, ..]
-		if u < T {
+		if mins {
+			a.p("VHSUBPS X8, X8, X8") // [At−Bt, Au−Bu, ..]
+		}
+		if pair {
 			a.p("VADDPS X8, X%d, X%d", facc(t), facc(t))
 		} else {
 			a.p("VADDSS X8, X%d, X%d", facc(t), facc(t))
@@ -1297,6 +1345,10 @@ func main() {
 	for _, q5 := range []bool{false, true} {
 		q4KPackedKernel(&a, &d, q5)
 		q4KPackedKernel1(&a, &d, q5)
+	}
+	q6kPairCtlData(&a)
+	for _, one := range []bool{false, true} {
+		q6KPackedKernel(&a, &d, one)
 	}
 	for _, typ := range iqDirectOrder {
 		for T := 1; T <= 4; T++ {

@@ -1,0 +1,217 @@
+package main
+
+import "fmt"
+
+// The packed Q6_K layout (matrix.go, packQ6K): per block of eight rows and
+// block b of 256 columns, 8·210 bytes at b times that, the bytes of the
+// eight rows' blocks rearranged so that a vector lane is a row: 32 vectors
+// of the rows' ql dwords, 16 of their qh dwords, four of their int8 scales
+// (four a dword), then the rows' f16 d.
+const (
+	q6KPackedBytes  = 8 * 210
+	q6KPackedQh     = 1024
+	q6KPackedScales = 1536
+	q6KPackedD      = 1664
+)
+
+// q6KPackedKernel generates q6KVNNIP (up to 16 tokens, their count an
+// argument) or, one, q6KVNNIP1 (one token, sums in registers, a prefetch
+// ahead): packed Q6_K weights × Q8_K activations at the VNNI level for
+// groups of eight rows, a lane each. Per block, the 6-bit values of two
+// 16-value sub-blocks at a time are built once for all tokens (ql's nibble
+// and qh's two bits), and each token's activation dwords meet them in
+// vpdpbusd, times the rows' scales (vpmulld); after the block the −32
+// offset, 32·Σ sc_k·bs_k, from the scales as int16 pairs against the
+// activations' 16-value sums (vpdpwssd), and dotQ6KRow's float step. The
+// integer sums are exact, so the results are the row kernels' and the
+// portable kernel's bits.
+func q6KPackedKernel(a *asm, d *decl, one bool) {
+	name := "q6KVNNIP"
+	if one {
+		name = "q6KVNNIP1"
+		text(a, d, name+" computes groups × 8 rows × one token of packed Q6_K weights × Q8_K activations (VNNI).", name,
+			"(w *byte, groups int, y *int8, d *float32, bs *int16, nb int, dst *float32)", "$0-56")
+	} else {
+		text(a, d, name+" computes groups × 8 rows × tokens (at most 16) of packed Q6_K weights × Q8_K activations (VNNI).", name,
+			"(w *byte, groups int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int, tokens int)",
+			"$512-96")
+	}
+	arg := func(multi, single string) string {
+		if one {
+			return single
+		}
+		return multi
+	}
+	// Y28 0x0f bytes, Y29 0x30 bytes; Y16-Y23 two sub-blocks' values, then
+	// the scale pairs; Y24, Y25 their scales; Y30 d; Y14 scratch. One
+	// token: Y0 the outputs, Y1 the block's sum.
+	a.p("MOVL $0x0f0f0f0f, CX")
+	a.p("VPBROADCASTD CX, Y28")
+	a.p("MOVL $0x30303030, CX")
+	a.p("VPBROADCASTD CX, Y29")
+	a.p("MOVQ w+0(FP), SI")
+	a.p("MOVQ %s, AX", arg("dst+72(FP)", "dst+48(FP)"))
+	a.label(name + "_group")
+	a.p("VPXORD Y0, Y0, Y0")
+	if !one {
+		tokenLoop(a, name+"_zero", func() { a.p("MOVQ AX, R14") },
+			func() { a.p("VMOVUPS Y0, (R14)") },
+			func() { a.p("ADDQ ldBytes+80(FP), R14") })
+	}
+	a.p("MOVQ y+16(FP), BX")
+	a.p("MOVQ %s, R8", arg("d+32(FP)", "d+24(FP)"))
+	a.p("MOVQ %s, DX", arg("bs+48(FP)", "bs+32(FP)"))
+	a.p("MOVQ %s, CX", arg("nb+64(FP)", "nb+40(FP)"))
+	a.label(name + "_block")
+	if one {
+		for off := 0; off < q6KPackedBytes; off += 64 {
+			a.p("PREFETCHT0 %d(SI)", k45PrefetchBytes+off)
+		}
+	}
+	first := true
+	for h := 0; h < 2; h++ {
+		for q := 0; q < 2; q++ {
+			for part := 0; part < 2; part++ {
+				for e := 0; e < 4; e++ {
+					m := 4*q + e
+					A, B, H := 32*(16*h+m), 32*(16*h+8+m), q6KPackedQh+32*(8*h+m)
+					va, vb := 16+e, 20+e
+					if part == 0 { // values 128h+4m.. (ql low, qh bits 0-1) and +32 (bits 2-3)
+						a.p("VPANDD %d(SI), Y28, Y%d", A, va)
+						a.p("VPSLLW $4, %d(SI), Y14", H)
+						a.p("VPTERNLOGD $0xf8, Y29, Y14, Y%d", va)
+						a.p("VPANDD %d(SI), Y28, Y%d", B, vb)
+						a.p("VPSLLW $2, %d(SI), Y14", H)
+						a.p("VPTERNLOGD $0xf8, Y29, Y14, Y%d", vb)
+						continue
+					}
+					// values +64 (ql high, qh bits 4-5) and +96 (bits 6-7)
+					a.p("VPSRLW $4, %d(SI), Y%d", A, va)
+					a.p("VPANDD Y%d, Y28, Y%d", va, va)
+					a.p("VPTERNLOGD $0xf8, %d(SI), Y29, Y%d", H, va)
+					a.p("VPSRLW $4, %d(SI), Y%d", B, vb)
+					a.p("VPANDD Y%d, Y28, Y%d", vb, vb)
+					a.p("VPSRLW $2, %d(SI), Y14", H)
+					a.p("VPTERNLOGD $0xf8, Y29, Y14, Y%d", vb)
+				}
+				sa := 8*h + q + 4*part
+				sb := sa + 2
+				for i, s := range []int{sa, sb} {
+					if sh := 24 - 8*(s%4); sh > 0 {
+						a.p("VPSLLD $%d, %d(SI), Y%d", sh, q6KPackedScales+32*(s/4), 24+i)
+						a.p("VPSRAD $24, Y%d, Y%d", 24+i, 24+i)
+					} else {
+						a.p("VPSRAD $24, %d(SI), Y%d", q6KPackedScales+32*(s/4), 24+i)
+					}
+				}
+				isFirst := first
+				first = false
+				sub := func(ptr string, sA, sB int) {
+					a.p("VPXORD Y%d, Y%d, Y%d", sA, sA, sA)
+					a.p("VPXORD Y%d, Y%d, Y%d", sB, sB, sB)
+					for e := 0; e < 4; e++ {
+						a.p("VPDPBUSD.BCST %d(%s), Y%d, Y%d", 16*sa+4*e, ptr, 16+e, sA)
+						a.p("VPDPBUSD.BCST %d(%s), Y%d, Y%d", 16*sb+4*e, ptr, 20+e, sB)
+					}
+					a.p("VPMULLD Y24, Y%d, Y%d", sA, sA)
+					a.p("VPMULLD Y25, Y%d, Y%d", sB, sB)
+					a.p("VPADDD Y%d, Y%d, Y%d", sB, sA, sA)
+				}
+				if one {
+					sub("BX", 2, 3)
+					if isFirst {
+						a.p("VMOVDQA32 Y2, Y1")
+					} else {
+						a.p("VPADDD Y2, Y1, Y1")
+					}
+					continue
+				}
+				tokenLoop(a, fmt.Sprintf("%s_sub%d", name, sa), func() {
+					a.p("MOVQ BX, R11")
+					a.p("LEAQ 0(SP), R13")
+				}, func() {
+					sub("R11", 26, 27)
+					if !isFirst {
+						a.p("VPADDD (R13), Y26, Y26")
+					}
+					a.p("VMOVDQU32 Y26, (R13)")
+				}, func() {
+					a.p("ADDQ yStride+24(FP), R11")
+					a.p("ADDQ $32, R13")
+				})
+			}
+		}
+	}
+	// The scales as int16 pairs (sc_2p, sc_2p+1), against the dwords of bs.
+	for p := 0; p < 8; p++ {
+		a.p("VMOVDQU32 %d(SI), Y%d", q6KPackedScales+32*(p/2), 16+p)
+		a.p("VPSHUFB q6kPairCtl<>+%d(SB), Y%d, Y%d", 32*(p%2), 16+p, 16+p)
+		a.p("VPSRAW $8, Y%d, Y%d", 16+p, 16+p)
+	}
+	a.p("VCVTPH2PS %d(SI), Y30", q6KPackedD)
+	steps := func(bs, dy, sum string, acc string) {
+		a.p("VPXORD Y26, Y26, Y26")
+		a.p("VPXORD Y27, Y27, Y27")
+		for p := 0; p < 8; p++ {
+			a.p("VPDPWSSD.BCST %d%s, Y%d, Y%d", 4*p, bs, 16+p, 26+p%2)
+		}
+		a.p("VPADDD Y27, Y26, Y26")
+		a.p("VPSLLD $5, Y26, Y26")
+		a.p("VPSUBD Y26, %s, Y27", sum) // Σ sc_k·((q−32)·y)_k
+		a.p("VCVTDQ2PS Y27, Y27")
+		a.p("VMULPS.BCST %s, Y30, Y26", dy) // d·dy
+		a.p("VMULPS Y26, Y27, Y27")
+		a.p("VADDPS %s, Y27, Y27", acc)
+	}
+	if one {
+		steps("(DX)", "(R8)", "Y1", "Y0")
+		a.p("VMOVAPS Y27, Y0")
+	} else {
+		tokenLoop(a, name+"_steps", func() {
+			a.p("MOVQ DX, R11")
+			a.p("MOVQ R8, R12")
+			a.p("LEAQ 0(SP), R13")
+			a.p("MOVQ AX, R14")
+		}, func() {
+			a.p("VMOVDQU32 (R13), Y1")
+			steps("(R11)", "(R12)", "Y1", "(R14)")
+			a.p("VMOVUPS Y27, (R14)")
+		}, func() {
+			a.p("ADDQ bsStride+56(FP), R11")
+			a.p("ADDQ dStride+40(FP), R12")
+			a.p("ADDQ $32, R13")
+			a.p("ADDQ ldBytes+80(FP), R14")
+		})
+	}
+	k45NextBlock(a, k45Layout{bytes: q6KPackedBytes}, name)
+	if one {
+		a.p("VMOVUPS Y0, (AX)")
+	}
+	a.p("ADDQ $32, AX")
+	a.p("DECQ groups+8(FP)")
+	a.p("JNZ %s_group", name)
+	a.p("VZEROUPPER")
+	a.p("RET")
+	a.b.WriteString("\n")
+}
+
+// q6kPairCtlData emits the vpshufb controls that spread bytes 0, 1 (then 2,
+// 3) of each dword to the high bytes of its two words, for vpsraw to
+// sign-extend: the Q6_K scale pairs of q6KPackedKernel.
+func q6kPairCtlData(a *asm) {
+	for half := 0; half < 2; half++ {
+		var b [32]byte
+		for d := 0; d < 8; d++ {
+			base := 4 * (d % 4)
+			b[4*d], b[4*d+1], b[4*d+2], b[4*d+3] = 0x80, byte(base+2*half), 0x80, byte(base+2*half+1)
+		}
+		for i := 0; i < 4; i++ {
+			var v uint64
+			for k := 7; k >= 0; k-- {
+				v = v<<8 | uint64(b[8*i+k])
+			}
+			fmt.Fprintf(&a.b, "DATA q6kPairCtl<>+%d(SB)/8, $0x%016x\n", 32*half+8*i, v)
+		}
+	}
+	a.b.WriteString("GLOBL q6kPairCtl<>(SB), RODATA|NOPTR, $64\n\n")
+}
