@@ -287,7 +287,7 @@ func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
 	a.p("MOVQ dst+72(FP), AX")
 	// Register plan. Y0..: float accumulators facc_t; Y4..: int sums (t).
 	facc := func(t int) int { return t }
-	sumiBase := 4 // the second block of a pair of Q4_K blocks: 5
+	sumiBase := 4 // the second block of a pair (kBlockPair): 5
 	sumi := func(t int) int { return sumiBase + t }
 	yAddr := func(off, t int) string { return stride(off, "DI", "R10", "R11", t) }
 	dAddr := func(t int) string { return stride(0, "BX", "R12", "R13", t) }
@@ -365,8 +365,8 @@ func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
 	for t := 0; t < T; t++ {
 		a.p("VXORPS Y%d, Y%d, Y%d", facc(t), facc(t), facc(t))
 	}
-	// pairing: a Q4_K block whose float steps wait for the next block's
-	// (kBlockPair).
+	// pairing: a Q4_K, Q5_K or Q6_K block whose float steps wait for the
+	// next block's (kBlockPair).
 	pairing := false
 	block := func() {
 		if !vnni {
@@ -496,12 +496,10 @@ func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
 		} else {
 			// --- Q6_K ---
 			// Scales: X18 the 16 int8 scales, Y19 the same as int16 (for the
-			// −32 offset), Y20 d.
+			// −32 offset); kExactSteps reads d itself.
 			if vnni {
 				a.p("VMOVDQU32 192(SI), X18")
 				a.p("VPMOVSXBW X18, Y19")
-				a.p("VPBROADCASTW 208(SI), X20")
-				a.p("VCVTPH2PS X20, Y20")
 			}
 			for h := 0; h < 2; h++ {
 				// v0..v3: the 4 vectors of 32 6-bit values of this half.

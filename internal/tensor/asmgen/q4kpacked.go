@@ -34,7 +34,7 @@ func k45PackedLayout(q5 bool) k45Layout {
 // vpdpbusd (its dwords broadcast), the product times the rows' scales
 // (vpmulld) adds to the token's block sum (in the frame), and after the
 // block the mins' products with the activations' 16-value sums (vpdpwssd)
-// and the float steps of q4KExactSteps, per row, into the outputs. The
+// and the float steps of kExactSteps, per row, into the outputs. The
 // integer sums are exact, so the results are the row kernels' and the
 // portable kernel's bits.
 func q4KPackedKernel(a *asm, d *decl, q5 bool) {
@@ -111,12 +111,7 @@ func q4KPackedKernel(a *asm, d *decl, q5 bool) {
 		a.p("ADDQ ldBytes+80(FP), R14")
 	})
 	k45NextBlock(a, l, name)
-	a.p("ADDQ $32, AX")
-	a.p("DECQ groups+8(FP)")
-	a.p("JNZ %s_group", name)
-	a.p("VZEROUPPER")
-	a.p("RET")
-	a.b.WriteString("\n")
+	packedGroupEnd(a, name)
 }
 
 // k45Weights sets Y16-Y23 to the eight dwords of sub-block j's values of
@@ -226,16 +221,11 @@ func q4KPackedKernel1(a *asm, d *decl, q5 bool) {
 	a.p("VADDPS Y1, Y0, Y0")
 	k45NextBlock(a, l, name)
 	a.p("VMOVUPS Y0, (AX)")
-	a.p("ADDQ $32, AX")
-	a.p("DECQ groups+8(FP)")
-	a.p("JNZ %s_group", name)
-	a.p("VZEROUPPER")
-	a.p("RET")
-	a.b.WriteString("\n")
+	packedGroupEnd(a, name)
 }
 
 // k45Steps emits a block's float steps for the eight rows, as
-// q4KExactSteps takes them: Y[out] = (d·dy)·S − (dmin·dy)·M, each product
+// kExactSteps takes them: Y[out] = (d·dy)·S − (dmin·dy)·M, each product
 // rounded, from the integer sums M in Y[m] (clobbered) and S in s (a
 // register or memory), dy at dy and the rows' d and dmin in Y30 and Y31;
 // Y26 is scratch.
@@ -258,6 +248,17 @@ func k45NextBlock(a *asm, l k45Layout, name string) {
 	a.p("ADDQ $32, DX")
 	a.p("DECQ CX")
 	a.p("JNZ %s_block", name)
+}
+
+// packedGroupEnd moves the packed kernels' outputs on to the next group of
+// eight rows, loops, and returns.
+func packedGroupEnd(a *asm, name string) {
+	a.p("ADDQ $32, AX")
+	a.p("DECQ groups+8(FP)")
+	a.p("JNZ %s_group", name)
+	a.p("VZEROUPPER")
+	a.p("RET")
+	a.b.WriteString("\n")
 }
 
 // tokenLoop emits a loop over the tokens (R9 counts them down): setup

@@ -187,12 +187,7 @@ func q6KPackedKernel(a *asm, d *decl, one bool) {
 	if one {
 		a.p("VMOVUPS Y0, (AX)")
 	}
-	a.p("ADDQ $32, AX")
-	a.p("DECQ groups+8(FP)")
-	a.p("JNZ %s_group", name)
-	a.p("VZEROUPPER")
-	a.p("RET")
-	a.b.WriteString("\n")
+	packedGroupEnd(a, name)
 }
 
 // q6kPairCtlData emits the vpshufb controls that spread bytes 0, 1 (then 2,
