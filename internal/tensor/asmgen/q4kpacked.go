@@ -91,12 +91,7 @@ func q4KPackedKernel(a *asm, d *decl, q5 bool) {
 	k45MinPairs(a, l)
 	a.p("VCVTPH2PS %d(SI), Y30", l.d)
 	a.p("VCVTPH2PS %d(SI), Y31", l.dmin)
-	tokenLoop(a, name+"_steps", func() {
-		a.p("MOVQ DX, R11")
-		a.p("MOVQ R8, R12")
-		a.p("LEAQ 0(SP), R13")
-		a.p("MOVQ AX, R14")
-	}, func() {
+	stepsLoop(a, name, func() {
 		a.p("VPXORD Y25, Y25, Y25")
 		for j := 0; j < 8; j++ {
 			a.p("VPDPWSSD.BCST %d(R11), Y%d, Y25", 4*j, 16+j)
@@ -104,11 +99,6 @@ func q4KPackedKernel(a *asm, d *decl, q5 bool) {
 		k45Steps(a, 25, "(R13)", "(R12)", 27)
 		a.p("VADDPS (R14), Y27, Y27")
 		a.p("VMOVUPS Y27, (R14)")
-	}, func() {
-		a.p("ADDQ bsStride+56(FP), R11")
-		a.p("ADDQ dStride+40(FP), R12")
-		a.p("ADDQ $32, R13")
-		a.p("ADDQ ldBytes+80(FP), R14")
 	})
 	k45NextBlock(a, l, name)
 	packedGroupEnd(a, name)
@@ -259,6 +249,23 @@ func packedGroupEnd(a *asm, name string) {
 	a.p("VZEROUPPER")
 	a.p("RET")
 	a.b.WriteString("\n")
+}
+
+// stepsLoop emits the multi-token packed kernels' loop over the tokens
+// after a block: R11 at the token's activation sums (bs), R12 its scales
+// (d), R13 its block sum in the frame, R14 its outputs.
+func stepsLoop(a *asm, name string, body func()) {
+	tokenLoop(a, name+"_steps", func() {
+		a.p("MOVQ DX, R11")
+		a.p("MOVQ R8, R12")
+		a.p("LEAQ 0(SP), R13")
+		a.p("MOVQ AX, R14")
+	}, body, func() {
+		a.p("ADDQ bsStride+56(FP), R11")
+		a.p("ADDQ dStride+40(FP), R12")
+		a.p("ADDQ $32, R13")
+		a.p("ADDQ ldBytes+80(FP), R14")
+	})
 }
 
 // tokenLoop emits a loop over the tokens (R9 counts them down): setup

@@ -167,20 +167,10 @@ func q6KPackedKernel(a *asm, d *decl, one bool) {
 		steps("(DX)", "(R8)", "Y1", "Y0")
 		a.p("VMOVAPS Y27, Y0")
 	} else {
-		tokenLoop(a, name+"_steps", func() {
-			a.p("MOVQ DX, R11")
-			a.p("MOVQ R8, R12")
-			a.p("LEAQ 0(SP), R13")
-			a.p("MOVQ AX, R14")
-		}, func() {
+		stepsLoop(a, name, func() {
 			a.p("VMOVDQU32 (R13), Y1")
 			steps("(R11)", "(R12)", "Y1", "(R14)")
 			a.p("VMOVUPS Y27, (R14)")
-		}, func() {
-			a.p("ADDQ bsStride+56(FP), R11")
-			a.p("ADDQ dStride+40(FP), R12")
-			a.p("ADDQ $32, R13")
-			a.p("ADDQ ldBytes+80(FP), R14")
 		})
 	}
 	k45NextBlock(a, k45Layout{bytes: q6KPackedBytes}, name)
