@@ -348,42 +348,21 @@ func TestFailsClosed(t *testing.T) {
 // deploy/k8s does, and returns its client URLs.
 func startNATSCluster(t *testing.T) []string {
 	t.Helper()
-	const n = 3
-	ports := make([]int, n)
-	for i := range ports {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ports[i] = l.Addr().(*net.TCPAddr).Port
-		l.Close()
-	}
-	var routes []string
-	for _, p := range ports {
-		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", p))
-	}
+	// The route ports are reserved and released before the servers bind
+	// them, so another test package (or a server's own random client
+	// port) may take one in between; the servers then never become
+	// ready. That happened once in CI: such a start is retried on fresh
+	// ports.
 	var urls []string
-	for i := range n {
-		s, err := server.NewServer(&server.Options{
-			ServerName: fmt.Sprintf("kvserve-test-%d", i),
-			Host:       "127.0.0.1",
-			Port:       server.RANDOM_PORT,
-			JetStream:  true,
-			StoreDir:   t.TempDir(),
-			NoSigs:     true,
-			NoLog:      true,
-			Cluster:    server.ClusterOpts{Name: "kvserve-test", Host: "127.0.0.1", Port: ports[i]},
-			Routes:     server.RoutesFromStr(strings.Join(routes, ",")),
-		})
-		if err != nil {
+	for attempt := 1; ; attempt++ {
+		var err error
+		if urls, err = tryNATSCluster(t); err == nil {
+			break
+		}
+		if attempt == 3 {
 			t.Fatal(err)
 		}
-		s.Start()
-		t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-		if !s.ReadyForConnections(10 * time.Second) {
-			t.Fatalf("server %d did not start", i)
-		}
-		urls = append(urls, s.ClientURL())
+		t.Logf("attempt %d: %v; trying other ports", attempt, err)
 	}
 	// JetStream answers once the servers have elected a meta leader.
 	nc, err := nats.Connect(urls[0])
@@ -405,6 +384,64 @@ func startNATSCluster(t *testing.T) []string {
 		time.Sleep(100 * time.Millisecond)
 	}
 	return urls
+}
+
+// tryNATSCluster starts the three servers on freshly reserved route
+// ports. On failure it shuts down what it started.
+func tryNATSCluster(t *testing.T) ([]string, error) {
+	const n = 3
+	// Holding all three reservations at once keeps the ports distinct.
+	ports := make([]int, n)
+	var held []net.Listener
+	for i := range ports {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, l)
+		ports[i] = l.Addr().(*net.TCPAddr).Port
+	}
+	var routes []string
+	for _, p := range ports {
+		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", p))
+	}
+	for _, l := range held {
+		l.Close()
+	}
+	var servers []*server.Server
+	stop := func() {
+		for _, s := range servers {
+			s.Shutdown()
+			s.WaitForShutdown()
+		}
+	}
+	var urls []string
+	for i := range n {
+		s, err := server.NewServer(&server.Options{
+			ServerName: fmt.Sprintf("kvserve-test-%d", i),
+			Host:       "127.0.0.1",
+			Port:       server.RANDOM_PORT,
+			JetStream:  true,
+			StoreDir:   t.TempDir(),
+			NoSigs:     true,
+			NoLog:      true,
+			Cluster:    server.ClusterOpts{Name: "kvserve-test", Host: "127.0.0.1", Port: ports[i]},
+			Routes:     server.RoutesFromStr(strings.Join(routes, ",")),
+		})
+		if err != nil {
+			stop()
+			return nil, fmt.Errorf("server %d: %w", i, err)
+		}
+		servers = append(servers, s)
+		s.Start()
+		if !s.ReadyForConnections(10 * time.Second) {
+			stop()
+			return nil, fmt.Errorf("server %d (route port %d) did not start", i, ports[i])
+		}
+		urls = append(urls, s.ClientURL())
+	}
+	t.Cleanup(stop)
+	return urls, nil
 }
 
 // TestConformanceReplicated runs the suite on a bucket with three
