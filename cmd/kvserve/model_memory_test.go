@@ -98,13 +98,15 @@ func TestModelPlacementSetting(t *testing.T) {
 	}
 }
 
-// TestWidenedClause: the load line names the matrices widened to Q8_0
-// and their memory (tiny-q5_1: 3,584 rows 256 wide, 272 bytes each as
+// TestWidenedClause: the load line names the matrices widened and their
+// memory (tiny-iq2_xxs: 12 IQ2_XXS matrices, widened to Q8_K16 on every
+// CPU, 1,201,152 bytes; at a limit of 600,576 bytes the first six that fit
+// in the file's order), those left in their own bytes beyond the limit;
+// Q5_0's, IQ4_NL's and Q5_1's left so where this CPU computes them as
+// fast, else widened (tiny-q5_1: 3,584 rows 256 wide, 272 bytes each as
 // Q8_0 and 16 for the blocks' minima, and the two ffn_down's 512 rows 512
 // wide, 544 + 32 bytes; its token embedding apart from the output, only
-// looked up, stays as it is), those left in their own bytes beyond the
-// limit, Q5_0's and IQ4_NL's (tiny-q5_1's shapes) left so where this CPU
-// computes them as fast, else widened, and nothing for a file without.
+// looked up, stays as it is); and nothing for a file without.
 func TestWidenedClause(t *testing.T) {
 	const q51Row, q51Down = 272 + 16, 544 + 32
 	for _, tc := range []struct {
@@ -113,12 +115,10 @@ func TestWidenedClause(t *testing.T) {
 		bytes int64
 		says  []string
 	}{
-		{"tiny-q5_1.gguf", model.NoWidenLimit, 3584*q51Row + 512*q51Down, []string{"Q5_1 widened to Q8_0 with its blocks' minima beside and packed in 1.3 MiB"}},
-		{"tiny-q5_1.gguf", 0, 0, []string{"Q5_1 computed in its own bytes, streamed", "widening it would take 1.3 MiB, more than the limit (why)"}},
-		// The first matrices that fit, in the file's order; those left
-		// take 24 bytes a block of 32 in their own bytes.
-		{"tiny-q5_1.gguf", 512 * q51Down, 512 * q51Down, []string{"Q5_1: 6 matrices widened to Q8_0 with its blocks' minima beside and packed in 288.0 KiB",
-			"8 (672.0 KiB) computed in their own bytes, streamed", "widening them would take 1008.0 KiB more than the limit (why)"}},
+		{"tiny-iq2_xxs.gguf", model.NoWidenLimit, 1201152, []string{"IQ2_XXS widened to Q8_K16 in 1.1 MiB of memory of its own"}},
+		{"tiny-iq2_xxs.gguf", 0, 0, []string{"IQ2_XXS computed in its own bytes, streamed", "widening it would take 1.1 MiB, more than the limit (why)"}},
+		{"tiny-iq2_xxs.gguf", 600576, 600576, []string{"IQ2_XXS: 6 matrices widened to Q8_K16 in 586.5 KiB of memory of their own",
+			"6 (140.2 KiB) computed in their own bytes, streamed", "widening them would take 586.5 KiB more than the limit (why)"}},
 	} {
 		f, err := gguf.Open(testshared.Own(t, "models", tc.file))
 		if err != nil {
@@ -134,7 +134,7 @@ func TestWidenedClause(t *testing.T) {
 			// How this CPU computes them: a direct kernel, or widening
 			// their rows again.
 			how := "widens"
-			if tensor.StreamedDirect(tensor.Q5_1) {
+			if tensor.StreamedDirect(tensor.IQ2_XXS) {
 				how = "unpacks"
 			}
 			if !strings.Contains(c, how) {
@@ -142,17 +142,24 @@ func TestWidenedClause(t *testing.T) {
 			}
 		}
 		for _, s := range tc.says {
-			if !tensor.Packable(tensor.Q8_0) { // the portable kernels read Q8_0 as it is
-				s = strings.Replace(s, " and packed", "", 1)
-			}
 			if !strings.Contains(c, s) {
 				t.Errorf("%s limit %d: clause %q does not say %q", tc.file, tc.limit, c, s)
 			}
 		}
 	}
-	// Q5_0 and IQ4_NL: left in their own bytes whatever the limit where
-	// this CPU computes them as fast there, else widened.
-	for _, typ := range []tensor.DType{tensor.Q5_0, tensor.IQ4_NL} {
+	// Q5_0, IQ4_NL and Q5_1: left in their own bytes whatever the limit
+	// where this CPU computes them as fast there, else widened.
+	for _, tc := range []struct {
+		typ     tensor.DType
+		widened string
+		bytes   int64
+		size    string
+	}{
+		{tensor.Q5_0, "Q5_0 widened to Q8_0", 3584*272 + 512*544, "1.2 MiB"},
+		{tensor.IQ4_NL, "IQ4_NL widened to Q8_0", 3584*272 + 512*544, "1.2 MiB"},
+		{tensor.Q5_1, "Q5_1 widened to Q8_0 with its blocks' minima beside and packed in 1.3 MiB", 3584*q51Row + 512*q51Down, "1.3 MiB"},
+	} {
+		typ := tc.typ
 		name := "tiny-" + strings.ToLower(typ.String()) + ".gguf"
 		f, err := gguf.Open(testshared.Own(t, "models", name))
 		if err != nil {
@@ -160,9 +167,12 @@ func TestWidenedClause(t *testing.T) {
 		}
 		defer f.Close()
 		w := model.PlanWidening(f, model.NoWidenLimit)
-		c, want, bytes := widenedClause(w, "why"), typ.String()+" widened to Q8_0", int64(3584*272+512*544)
+		c, want, bytes := widenedClause(w, "why"), tc.widened, tc.bytes
+		if !tensor.Packable(tensor.Q8_0) { // the portable kernels read Q8_0 as it is
+			want = strings.Replace(want, " and packed", "", 1)
+		}
 		if tensor.StreamedPreferred(typ) {
-			want, bytes = typ.String()+" computed in its own bytes, streamed (by a kernel that unpacks its blocks in registers): on this CPU as fast as widened, which would take 1.2 MiB", 0
+			want, bytes = typ.String()+" computed in its own bytes, streamed (by a kernel that unpacks its blocks in registers): on this CPU as fast as widened, which would take "+tc.size, 0
 		}
 		if w.Bytes() != bytes || !strings.Contains(c, want) {
 			t.Errorf("%s: %d bytes widened, clause %q; want %d, %q", name, w.Bytes(), c, bytes, want)

@@ -103,7 +103,7 @@ func zmmRowStep(DType) int { return 0 }
 func directKernel(DType, isa) (kernel, int) { return nil, 0 }
 
 // directPacker: none in the portable build.
-func directPacker(DType, isa) rowPacker { return nil }
+func directPacker(DType, isa) *rowPacker { return nil }
 
 // AMX says whether the tile unit computes products here: never in the
 // portable build.

@@ -34,17 +34,16 @@ func StreamedDirect(t DType) bool {
 }
 
 // StreamedPreferred reports whether this CPU computes a matrix of type t
-// (one Widen converts) at least as fast in its own bytes as widened, for
-// one token and for a prompt's, so that widening it would only take memory:
-// IQ4_NL and Q5_0 where they have a packer (directPacker; only beside a
-// direct kernel). Their decode then reads 18 or 22 bytes a block of 32
-// where the widened copy's reads 34, and a prompt's rows, unpacked once
-// per thread and row range (packedItem), go through the widened copy's
-// packed kernels. Q4_1's and Q5_1's prompts are slower so (their minima
-// keep them on their rows kernels): those stay widened within the limit
+// (one Widen converts) about as fast in its own bytes as widened, for one
+// token and for a prompt's, so that widening it would only take memory:
+// Q5_0, IQ4_NL, Q4_1 and Q5_1 where they have a packer (directPacker; only
+// beside a direct kernel). Their decode then reads 18 to 24 bytes a block
+// of 32 where the widened copy's reads 34 (36 with Q4_1's and Q5_1's
+// minima), and a prompt's rows, unpacked once per thread and row range
+// (packedItem), go through the widened copy's packed kernels
 // (docs/performance.md has the measurements).
 func StreamedPreferred(t DType) bool {
-	return (t == IQ4_NL || t == Q5_0) && directPacker(t, cpuISA) != nil
+	return (t == IQ4_NL || t == Q5_0 || t == Q4_1 || t == Q5_1) && directPacker(t, cpuISA) != nil
 }
 
 // Packable reports whether Pack rewrites weights of type t on this CPU:

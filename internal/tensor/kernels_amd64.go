@@ -529,10 +529,13 @@ func directKernel(t DType, i isa) (kernel, int) {
 		return k.run, directTokens
 	}
 	if k := q80DirectKernels[t]; k != nil {
-		if k.pack != nil {
-			return k.run, directPackTokens
+		if k.mins {
+			// Their rows kernels take at most eight tokens a pass (the
+			// minima's sums take half of the registers): past one pass,
+			// packing the rows was faster (BenchmarkStreamedDirect).
+			return k.run, len(k.k) - 1
 		}
-		return k.run, math.MaxInt
+		return k.run, directPackTokens
 	}
 	return nil, 0
 }
@@ -542,7 +545,7 @@ func directKernel(t DType, i isa) (kernel, int) {
 // rows), or nil where there is none: a prompt's streamed rows are then
 // unpacked once per work item for the packed kernels, rather than once per
 // 16 tokens by the direct kernels.
-func directPacker(t DType, i isa) rowPacker {
+func directPacker(t DType, i isa) *rowPacker {
 	if i != isaVNNI {
 		return nil
 	}
@@ -550,11 +553,31 @@ func directPacker(t DType, i isa) rowPacker {
 	if k == nil || k.pack == nil {
 		return nil
 	}
-	return func(dst, src []byte, rowBytes, rowBlocks, cols int) {
+	p := &rowPacker{pack: func(dst, mins, src []byte, rowBytes, rowBlocks, cols int) {
 		_ = src[8*rowBlocks*rowBytes-1]
 		_ = dst[8*rowBlocks*cols/qk80*q80Size-1]
-		k.pack(&src[0], rowBytes, q80PrefetchRows*rowBytes, rowBlocks, cols/qk80, &dst[0])
+		if !k.mins {
+			k.pack(&src[0], rowBytes, q80PrefetchRows*rowBytes, rowBlocks, cols/qk80, &dst[0], nil)
+			return
+		}
+		// One row block a call: pairs of them share their minima's
+		// 32-byte lines (minsAddVNNI).
+		nb := cols / qk80
+		_ = mins[pairedMinsBytes(rowBlocks, nb)-1]
+		for rb := range rowBlocks {
+			k.pack(&src[8*rb*rowBytes], rowBytes, q80PrefetchRows*rowBytes, 1, nb, &dst[8*rb*nb*q80Size], &mins[rb/2*nb*32+rb%2*16])
+		}
+	}}
+	if k.mins {
+		p.addMins = func(dst []float32, ld int, mins []byte, rowBlocks, cols int, a *actBuf, t0, t1 int) {
+			nb := cols / qk80
+			_ = mins[pairedMinsBytes(rowBlocks, nb)-1]
+			_ = a.s1[t1*nb-1]
+			_ = dst[(t1-1)*ld+8*rowBlocks-1]
+			minsAddVNNI(&mins[0], nb, &a.s1[t0*nb], 4*nb, t1-t0, &dst[t0*ld], 4*ld, rowBlocks)
+		}
 	}
+	return p
 }
 
 // q8DirectFn is a direct kernel of a type streamed to Q8_0
@@ -568,15 +591,15 @@ type q8DirectFn func(w *byte, rowBytes, prefetch, rows int, act *byte, blockStri
 // (decode), the others transposing each block for all T (prompts: the
 // work items' rows stay in cache while the kernels pass over them once per
 // len(k)-1 tokens). They are faster than widening the rows to scratch in
-// Go for any number of tokens (BenchmarkStreamedDirect): Q4_1 and Q5_1
-// take them all, Q5_0 and IQ4_NL up to directPackTokens, past which their
-// rows are packed (pack) for the packed Q8_0 kernels.
+// Go for any number of tokens (BenchmarkStreamedDirect), and than packing
+// the rows (pack) for the packed Q8_0 kernels for up to directPackTokens
+// tokens (Q5_0, IQ4_NL) or one pass (Q4_1, Q5_1: eight).
 type q80Direct struct {
 	k    []q8DirectFn
 	mins bool // Q4_1, Q5_1: reads the activations' Q8_1 block sums
-	// pack writes rows as packed Q8_0 blocks (directPacker); nil for the
-	// types with minima, which the packed layout has no room for.
-	pack func(w *byte, rowBytes, prefetch, rowBlocks, blocks int, dst *byte)
+	// pack writes rows as packed Q8_0 blocks, and the minima of the types
+	// with minima beside them (directPacker).
+	pack func(w *byte, rowBytes, prefetch, rowBlocks, blocks int, dst, mins *byte)
 }
 
 func (k *q80Direct) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int, s *streamScratch) {
@@ -618,9 +641,9 @@ var q80DirectKernels = map[DType]*q80Direct{
 		iq4NLVNNIR_3, iq4NLVNNIR_4, iq4NLVNNIR_5, iq4NLVNNIR_6, iq4NLVNNIR_7, iq4NLVNNIR_8, iq4NLVNNIR_9,
 		iq4NLVNNIR_10, iq4NLVNNIR_11, iq4NLVNNIR_12, iq4NLVNNIR_13, iq4NLVNNIR_14, iq4NLVNNIR_15, iq4NLVNNIR_16}, pack: iq4NLVNNIW},
 	Q4_1: {k: []q8DirectFn{nil, q41VNNIN_1, q41VNNIN_2,
-		q41VNNIR_3, q41VNNIR_4, q41VNNIR_5, q41VNNIR_6, q41VNNIR_7, q41VNNIR_8}, mins: true},
+		q41VNNIR_3, q41VNNIR_4, q41VNNIR_5, q41VNNIR_6, q41VNNIR_7, q41VNNIR_8}, mins: true, pack: q41VNNIW},
 	Q5_1: {k: []q8DirectFn{nil, q51VNNIN_1, q51VNNIN_2,
-		q51VNNIR_3, q51VNNIR_4, q51VNNIR_5, q51VNNIR_6, q51VNNIR_7, q51VNNIR_8}, mins: true},
+		q51VNNIR_3, q51VNNIR_4, q51VNNIR_5, q51VNNIR_6, q51VNNIR_7, q51VNNIR_8}, mins: true, pack: q51VNNIW},
 }
 
 type bf16Fn func(w *byte, rowBytes, groups int, y *uint16, yStride int, steps int, dst *float32, ldBytes int)

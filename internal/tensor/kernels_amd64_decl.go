@@ -482,7 +482,7 @@ func q50VNNIR_16(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, 
 // q50VNNIW writes rowBlocks × 8 rows of Q5_0 weights as packed Q8_0 blocks, unpacked in registers (VNNI).
 //
 //go:noescape
-func q50VNNIW(w *byte, rowBytes, prefetch, rowBlocks, blocks int, dst *byte)
+func q50VNNIW(w *byte, rowBytes, prefetch, rowBlocks, blocks int, dst, mins *byte)
 
 // iq4NLVNNIN_1 computes rows × 1 tokens of IQ4_NL weights × Q8_0 activations, eight rows at a time, in the weights' own bytes (VNNI).
 //
@@ -567,7 +567,7 @@ func iq4NLVNNIR_16(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride
 // iq4NLVNNIW writes rowBlocks × 8 rows of IQ4_NL weights as packed Q8_0 blocks, unpacked in registers (VNNI).
 //
 //go:noescape
-func iq4NLVNNIW(w *byte, rowBytes, prefetch, rowBlocks, blocks int, dst *byte)
+func iq4NLVNNIW(w *byte, rowBytes, prefetch, rowBlocks, blocks int, dst, mins *byte)
 
 // q41VNNIN_1 computes rows × 1 tokens of Q4_1 weights × Q8_0 activations, eight rows at a time, in the weights' own bytes (VNNI).
 //
@@ -609,6 +609,11 @@ func q41VNNIR_7(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, b
 //go:noescape
 func q41VNNIR_8(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, s1 *float32)
 
+// q41VNNIW writes rowBlocks × 8 rows of Q4_1 weights as packed Q8_0 blocks and their minima, unpacked in registers (VNNI).
+//
+//go:noescape
+func q41VNNIW(w *byte, rowBytes, prefetch, rowBlocks, blocks int, dst, mins *byte)
+
 // q51VNNIN_1 computes rows × 1 tokens of Q5_1 weights × Q8_0 activations, eight rows at a time, in the weights' own bytes (VNNI).
 //
 //go:noescape
@@ -648,6 +653,16 @@ func q51VNNIR_7(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, b
 //
 //go:noescape
 func q51VNNIR_8(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, s1 *float32)
+
+// q51VNNIW writes rowBlocks × 8 rows of Q5_1 weights as packed Q8_0 blocks and their minima, unpacked in registers (VNNI).
+//
+//go:noescape
+func q51VNNIW(w *byte, rowBytes, prefetch, rowBlocks, blocks int, dst, mins *byte)
+
+// minsAddVNNI adds to rowBlocks × 8 rows of tokens' outputs their minima's part, Σ m·s1 over the blocks in order (VNNI level).
+//
+//go:noescape
+func minsAddVNNI(mins *byte, blocks int, s1 *float32, s1Stride, tokens int, dst *float32, ldBytes, rowBlocks int)
 
 // q4KVNNI_1 computes rows × 1 tokens of Q4_K weights × Q8_K activations (VNNI).
 //

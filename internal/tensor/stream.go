@@ -15,11 +15,13 @@ import "encoding/binary"
 // cost: the same bytes, so the same products. The IQ types' kernels
 // (asmgen/iqdirect.go) build them from the grid tables for products of up
 // to directTokens tokens (decode); Q5_0's, IQ4_NL's, Q4_1's and Q5_1's
-// (asmgen/q80direct.go) unpack their nibbles, Q4_1's and Q5_1's for any
-// number of tokens, a few at a time. Past directPackTokens, Q5_0's and
-// IQ4_NL's rows are unpacked in registers into scratch in the packed Q8_0
-// layout (directPacker) once per work item, and the packed kernels pass
-// over them once per 16 tokens, as over a widened copy.
+// (asmgen/q80direct.go) unpack their nibbles, a few tokens at a time. Past
+// directPackTokens tokens (Q4_1's and Q5_1's: past one pass of their rows
+// kernels, eight), the rows are unpacked in registers into scratch in the
+// packed Q8_0 layout (directPacker) once per work item, and the packed
+// kernels pass over them once per 16 tokens, as over a widened copy; Q4_1's
+// and Q5_1's minima are unpacked beside them and added after, in the
+// direct kernels' steps (rowPacker.addMins).
 //
 // Every type streams to the widest of its targets, which holds all of its
 // values exactly: the IQ types to Q8_K16 (whose kernels need no unpacking),
@@ -51,13 +53,15 @@ type streamScratch struct {
 	buf  []byte
 	mins []float32 // Q4_1, Q5_1: the rows' block minima
 	s1   []float32 // Q4_1, Q5_1: the activations' block sums for the direct kernels
-	// rows holds a work item's rows packed (a prompt's Q5_0 and IQ4_NL),
+	// rows holds a work item's rows packed (a prompt's streamed Q5_0,
+	// IQ4_NL, Q4_1 and Q5_1), and rowMins their minima (rowPacker.pack),
 	// which held says: kept for the thread's next items of the same rows
 	// in the same product (the plan hands out a row range's token chunks
 	// one after another), and forgotten when a product starts.
-	rows []byte
-	held heldRows
-	_    cacheLinePad // the threads' scratch side by side share no line
+	rows    []byte
+	rowMins []byte
+	held    heldRows
+	_       cacheLinePad // the threads' scratch side by side share no line
 }
 
 // heldRows names the rows a streamScratch holds packed: rows [r0, r1) of
@@ -74,16 +78,31 @@ type heldRows struct {
 const directTokens = 16
 
 // directPackTokens is the most tokens for which a streamed Q5_0 or IQ4_NL
-// matrix is computed by its direct kernels: past that, unpacking and
+// matrix is computed by its direct kernels (directKernel): past that, unpacking and
 // transposing each block again for every 16 tokens costs more than packing
 // the rows once for all of a work item's (BenchmarkStreamedDirect; at 32
 // they were even).
 const directPackTokens = 32
 
-// rowPacker writes rowBlocks blocks of eight rows of src (rowBytes each,
-// cols values) to dst in the packed layout of their streamType's kernels
-// (Pack's of the rows widened).
-type rowPacker func(dst, src []byte, rowBytes, rowBlocks, cols int)
+// rowPacker writes a streamed type's rows in the packed layout of its
+// streamType's kernels (Pack's of the rows widened), for a prompt's
+// products to pass over them as over a widened copy.
+type rowPacker struct {
+	// pack writes rowBlocks blocks of eight rows of src (rowBytes each,
+	// cols values) to dst, and for the types with minima (Q4_1, Q5_1)
+	// the rows' block minima to mins: per pair of row blocks and block,
+	// the 16 rows' f16 (a last row block without a pair takes the same
+	// room).
+	pack func(dst, mins, src []byte, rowBytes, rowBlocks, cols int)
+	// addMins, for the types with minima, adds to tokens [t0, t1) of
+	// rowBlocks blocks of eight rows of dst (holding the packed kernels'
+	// products) the minima's part, in the direct kernels' steps.
+	addMins func(dst []float32, ld int, mins []byte, rowBlocks, cols int, a *actBuf, t0, t1 int)
+}
+
+// pairedMinsBytes is the size of rowPacker.pack's minima of rowBlocks
+// blocks of eight rows of nb blocks.
+func pairedMinsBytes(rowBlocks, nb int) int { return (rowBlocks + 1) / 2 * nb * 32 }
 
 // streamKernel computes a matrix of type t (streamed) with inner, the
 // kernel of its streamType on this level, or with direct (nil where there
@@ -91,7 +110,7 @@ type rowPacker func(dst, src []byte, rowBytes, rowBlocks, cols int)
 // inner takes in blocks of eight packed, the rest widened, for products
 // past directMax tokens (packedItem); else the rows are widened a step at
 // a time.
-func streamKernel(t DType, inner, direct kernel, directMax int, pack rowPacker) kernel {
+func streamKernel(t DType, inner, direct kernel, directMax int, pack *rowPacker) kernel {
 	wt, _ := streamType(t)
 	return func(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int, s *streamScratch) {
 		if pack != nil && (direct == nil || a.n > directMax) {
@@ -124,15 +143,19 @@ func streamKernel(t DType, inner, direct kernel, directMax int, pack rowPacker) 
 // already: a row range's token chunks reuse them, so each row is unpacked
 // about once per thread and product, however short the items' token
 // chunks (an 8192-column matrix's are 16 tokens).
-func (s *streamScratch) packedItem(t DType, inner kernel, pack rowPacker, dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int) {
+func (s *streamScratch) packedItem(t DType, inner kernel, pack *rowPacker, dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int) {
 	wt, _ := streamType(t)
 	n, rb, wrb := r1-r0, w.RowBytes(), wt.RowBytes(w.Cols)
 	packed := n &^ 7
+	mins := pack.addMins != nil
 	if h := (heldRows{&w.Data[0], r0, r1}); s.held != h {
 		s.rows = growBytes(s.rows, n*wrb)
+		if mins {
+			s.rowMins = growBytes(s.rowMins, pairedMinsBytes(packed/8, w.Cols/qk80))
+		}
 		src := w.Data[r0*rb : r1*rb]
 		if packed > 0 {
-			pack(s.rows, src, rb, packed/8, w.Cols)
+			pack.pack(s.rows, s.rowMins, src, rb, packed/8, w.Cols)
 		}
 		s.widenRows(t, s.rows[packed*wrb:n*wrb], src[packed*rb:], w.Cols)
 		s.held = h
@@ -140,6 +163,14 @@ func (s *streamScratch) packedItem(t DType, inner kernel, pack rowPacker, dst []
 	s.m = Matrix{Type: wt, Rows: n, Cols: w.Cols, Data: s.rows[:n*wrb], packed: packed > 0}
 	inner(dst[r0:], ld, &s.m, 0, n, a, t0, t1, nil)
 	s.m = Matrix{}
+	if mins {
+		if packed > 0 {
+			pack.addMins(dst[r0:], ld, s.rowMins, packed/8, w.Cols, a, t0, t1)
+		}
+		if n > packed { // the rows widened above, their minima in s.mins
+			s.addMins(dst[r0+packed:], ld, n-packed, w.Cols, a, t0, t1)
+		}
+	}
 }
 
 // widenRows writes rows src of type t and cols values each into dst (as

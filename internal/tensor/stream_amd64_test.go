@@ -56,15 +56,15 @@ func BenchmarkStreamedDirect(b *testing.B) {
 	}
 }
 
-// BenchmarkStreamedPrompt compares a prompt's product of a streamed Q5_0
-// or IQ4_NL matrix (its rows packed once per thread and row range) with
+// BenchmarkStreamedPrompt compares a prompt's product of a streamed Q5_0,
+// IQ4_NL, Q4_1 or Q5_1 matrix (its rows packed once per thread and row range) with
 // the direct rows kernels on every work item and with the matrix widened
 // and packed at load, on two threads, on the shapes of Llama-3.2-1B's
 // ffn_down (work items of 16 tokens) and ffn_up (of 64). Metric: ns per
 // 256 weights per token.
 func BenchmarkStreamedPrompt(b *testing.B) {
 	const n = 512
-	for _, typ := range []DType{Q5_0, IQ4_NL} {
+	for _, typ := range []DType{Q5_0, IQ4_NL, Q4_1, Q5_1} {
 		direct, _ := directKernel(typ, cpuISA)
 		if direct == nil || directPacker(typ, cpuISA) == nil {
 			b.Skipf("%v: no direct kernel and packer on this CPU (%v)", typ, cpuISA)

@@ -30,7 +30,7 @@ func TestStreamedAsWidened(t *testing.T) {
 	for _, typ := range []DType{Q5_0, Q4_1, Q5_1, IQ4_NL, IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S} {
 		st, _ := streamType(typ)
 		wt, _ := WidenedType(typ)
-		for _, shape := range [][2]int{{1, 256}, {67, 1024}, {130, 4096}} {
+		for _, shape := range [][2]int{{1, 256}, {27, 512}, {67, 1024}, {130, 4096}} {
 			rows, cols := shape[0], shape[1]
 			m, wd := randMatrix(t, rng, typ, rows, cols)
 			for _, n := range []int{1, 2, 3, 4, 5, 70} {
@@ -41,12 +41,19 @@ func TestStreamedAsWidened(t *testing.T) {
 					p.matMul(got, m, x, n, kernelAt(typ, level))
 					label := fmt.Sprintf("%v %v %dx%d n=%d", level, typ, rows, cols, n)
 					ref.check(t, label, got, rows)
-					if direct, maxTokens := directKernel(typ, level); direct != nil && n <= maxTokens {
-						// The direct kernel against the rows widened to
-						// scratch, its streamType's kernel on them.
+					if direct, maxTokens := directKernel(typ, level); direct != nil {
 						want := make([]float32, n*rows)
-						p.matMul(want, m, x, n, streamKernel(typ, kernelAt(st, level), nil, 0, nil))
-						sameBitsOrFail(t, label+" direct", got, want)
+						if n <= maxTokens {
+							// The direct kernel against the rows widened
+							// to scratch, its streamType's kernel on them.
+							p.matMul(want, m, x, n, streamKernel(typ, kernelAt(st, level), nil, 0, nil))
+							sameBitsOrFail(t, label+" direct", got, want)
+						} else {
+							// A prompt's rows packed against the direct
+							// kernels (decode's): batch invariance.
+							p.matMul(want, m, x, n, streamKernel(typ, kernelAt(st, level), direct, math.MaxInt, nil))
+							sameBitsOrFail(t, label+" packed", got, want)
+						}
 					}
 					if st != wt || hasMins(typ) {
 						if st == Q8_K16 {
@@ -98,7 +105,8 @@ func sameBitsOrFail(t *testing.T, label string, got, want []float32) {
 
 // TestDirectPacker checks that the packer of a streamed type writes, byte
 // for byte, the packed layout of its rows widened (Pack(Widen)), through
-// rows of several blocks of eight with a row stride wider than one row.
+// rows of several blocks of eight, and for Q4_1 and Q5_1 each block's
+// minima (f16 as the file has them) per pair of row blocks.
 func TestDirectPacker(t *testing.T) {
 	rng := rand.New(rand.NewPCG(45, 46))
 	tested := 0
@@ -116,7 +124,20 @@ func TestDirectPacker(t *testing.T) {
 				t.Fatalf("%v: Pack does not pack its widened rows on this CPU", typ)
 			}
 			got := make([]byte, len(want.Data))
-			pack(got, m.Data, m.RowBytes(), rows/8, cols)
+			nb, bs := cols/qk80, typ.TypeSize()
+			mins := make([]byte, pairedMinsBytes(rows/8, nb))
+			pack.pack(got, mins, m.Data, m.RowBytes(), rows/8, cols)
+			if typ == Q4_1 || typ == Q5_1 {
+				for r := range rows {
+					for b := range nb {
+						at := ((r/16*nb+b)*16 + r%16) * 2
+						src := m.Data[r*m.RowBytes()+b*bs+2:]
+						if mins[at] != src[0] || mins[at+1] != src[1] {
+							t.Fatalf("%v %dx%d: row %d block %d's minimum is %#x, the file's %#x", typ, rows, cols, r, b, mins[at:at+2], src[:2])
+						}
+					}
+				}
+			}
 			if !bytes.Equal(got, want.Data) {
 				i := 0
 				for got[i] == want.Data[i] {
@@ -139,7 +160,7 @@ func TestStreamedPackedRowsForgotten(t *testing.T) {
 	p := NewPool(2)
 	defer p.Close()
 	const rows, cols, n = 130, 4096, 70 // row chunks of several token chunks (plan)
-	for _, typ := range []DType{Q5_0, IQ4_NL} {
+	for _, typ := range []DType{Q5_0, IQ4_NL, Q4_1} {
 		if directPacker(typ, cpuISA) == nil {
 			t.Skipf("no direct packer on this CPU (%v)", cpuISA)
 		}
@@ -151,7 +172,7 @@ func TestStreamedPackedRowsForgotten(t *testing.T) {
 		copy(m.Data, other.Data) // new weights at the same address
 		p.MatMul(got, m, x, n)
 		want := make([]float32, n*rows)
-		p.MatMul(want, Pack(Widen(other)), x, n)
+		p.MatMul(want, other, x, n) // at another address
 		sameBitsOrFail(t, typ.String(), got, want)
 	}
 }

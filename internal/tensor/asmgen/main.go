@@ -1329,10 +1329,9 @@ func main() {
 		for T := 3; T <= q80DirectRowsTokens(y); T++ {
 			q80DirectRowsKernel(&a, &d, y, T)
 		}
-		if !y.mins {
-			q80DirectPackKernel(&a, &d, y)
-		}
+		q80DirectPackKernel(&a, &d, y)
 	}
+	minsAddKernel(&a, &d)
 	for _, typ := range []string{"q4K", "q6K", "q5K", "q2K", "q3K", "iq4XS", "q8K16"} {
 		for _, vnni := range []bool{true, false} {
 			for T := 1; T <= 4; T++ {

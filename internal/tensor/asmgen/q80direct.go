@@ -283,38 +283,50 @@ func q80DirectLoadConst(a *asm, y q80DirectType) {
 	}
 }
 
-// q80DirectPackKernel generates <name>VNNIW for a type y without minima:
-// rowBlocks blocks of eight rows of y, blocks blocks each, written to dst
-// as Q8_0 rows widened and then packed (tensor.Pack's layout for the VNNI
-// kernels: per block 272 bytes, the vectors k = 0..7 holding dword k of the
-// eight rows xor 0x80, then their eight f16 scales). A prompt's streamed
-// rows are unpacked so once per work item, for the packed kernels to pass
-// over them once per 16 tokens, where the rows kernels above unpack them
-// again for every 16. The bytes are the widening's (u, as the load leaves
-// it, is IQ4_NL's value xor 0x80 already and Q5_0's q, whose value q−16
-// xor 0x80 is q+0x70).
+// q80DirectPackKernel generates <name>VNNIW: rowBlocks blocks of eight
+// rows of y, blocks blocks each, written to dst as Q8_0 rows widened and
+// then packed (tensor.Pack's layout for the VNNI kernels: per block 272
+// bytes, the vectors k = 0..7 holding dword k of the eight rows xor 0x80,
+// then their eight f16 scales), and for the types with minima the eight
+// rows' f16 minima of each block to mins, 32 bytes apart (rowBlocks must
+// be 1 for those: minsAddKernel's layout puts row blocks in pairs, each
+// pair's second 16 bytes on). A prompt's streamed rows are unpacked so once per work
+// item, for the packed kernels to pass over them once per 16 tokens, where
+// the rows kernels above unpack them again for every 16. The bytes are the
+// widening's: u, as the load leaves it, is IQ4_NL's value xor 0x80
+// already, Q5_0's q, whose value q−16 xor 0x80 is q+0x70, and Q4_1's and
+// Q5_1's q, which xor 0x80 is q+0x80.
 //
-// Arguments: w *byte, rowBytes, prefetch, rowBlocks, blocks int, dst
-// *byte, prefetch as the rows kernels' (q80RowPrefetch: the source rows
-// come from DRAM, eight streams the hardware prefetcher does not follow).
-// Registers: Y8-Y15 the rows, then Y0-Y15 the transpose; Y1 the load's
-// constant; Y16 Q5_0's 0x70 bytes. GPRs as q80RowsKernel's, with DX the
-// store cursor.
+// Arguments: w *byte, rowBytes, prefetch, rowBlocks, blocks int, dst,
+// mins *byte, prefetch as the rows kernels' (q80RowPrefetch: the source
+// rows come from DRAM, eight streams the hardware prefetcher does not
+// follow). Registers: Y8-Y15 the rows, then Y0-Y15 the transpose; Y1 the
+// load's constant; Y16 the packed offset. GPRs as q80RowsKernel's, with
+// DX the store cursor and R11 the minima's.
 func q80DirectPackKernel(a *asm, d *decl, y q80DirectType) {
 	name := y.name + "VNNIW"
-	text(a, d, fmt.Sprintf("%s writes rowBlocks × 8 rows of %s weights as packed Q8_0 blocks, unpacked in registers (VNNI).", name, y.typ), name,
-		"(w *byte, rowBytes, prefetch, rowBlocks, blocks int, dst *byte)", "$0-48")
+	what := "as packed Q8_0 blocks"
 	if y.mins {
-		panic("asmgen: the packed Q8_0 layout has no minima")
+		what += " and their minima"
 	}
+	text(a, d, fmt.Sprintf("%s writes rowBlocks × 8 rows of %s weights %s, unpacked in registers (VNNI).", name, y.typ, what), name,
+		"(w *byte, rowBytes, prefetch, rowBlocks, blocks int, dst, mins *byte)", "$0-56")
 	a.p("MOVQ w+0(FP), SI")
 	a.p("MOVQ rowBytes+8(FP), R8")
 	a.p("LEAQ (R8)(R8*2), R13")
 	a.p("MOVQ prefetch+16(FP), R10")
 	a.p("MOVQ rowBlocks+24(FP), R15")
 	a.p("MOVQ dst+40(FP), DX")
-	if y.qh >= 0 {
-		a.p("VPBROADCASTD q50Packed<>(SB), Y16")
+	offset := ""
+	switch {
+	case y.mins:
+		offset = "q41Packed"
+		a.p("MOVQ mins+48(FP), R11")
+	case y.qh >= 0:
+		offset = "q50Packed"
+	}
+	if offset != "" {
+		a.p("VPBROADCASTD %s<>(SB), Y16", offset)
 	}
 	a.label(name + "_rows")
 	a.p("MOVQ SI, DI")
@@ -331,13 +343,21 @@ func q80DirectPackKernel(a *asm, d *decl, y q80DirectType) {
 	a.label(name + "_nopf")
 	q80Transpose(a)
 	for k := 0; k < 8; k++ {
-		if y.qh >= 0 {
+		if offset != "" {
 			a.p("VPADDB Y16, Y%d, Y%d", k, k)
 		}
 		a.p("VMOVDQU Y%d, %d(DX)", k, 32*k)
 	}
 	a.p("MOVQ AX, %d(DX)", q80PackedBlock-16)
 	a.p("MOVQ BX, %d(DX)", q80PackedBlock-8)
+	if y.mins {
+		for r := 0; r < 8; r++ {
+			q80RowHalf(a, 2, r)
+		}
+		a.p("MOVQ AX, (R11)")
+		a.p("MOVQ BX, 8(R11)")
+		a.p("ADDQ $32, R11")
+	}
 	a.p("ADDQ $%d, DX", q80PackedBlock)
 	a.p("ADDQ $%d, DI", y.size)
 	a.p("ADDQ $%d, R12", y.size)
@@ -346,6 +366,104 @@ func q80DirectPackKernel(a *asm, d *decl, y q80DirectType) {
 	a.p("LEAQ (SI)(R8*8), SI")
 	a.p("DECQ R15")
 	a.p("JNZ %s_rows", name)
+	a.p("VZEROUPPER")
+	a.p("RET")
+	a.b.WriteString("\n")
+}
+
+// minsAddKernel generates minsAddVNNI, the minima's part of a prompt's
+// packed Q4_1 or Q5_1 product (q80DirectPackKernel's minima): for each
+// row and token, per block in order the row's m·s1 summed into zero (the
+// direct kernels' second accumulator), then added to the token's output,
+// which holds the packed kernels' product: the direct kernels' steps, so
+// their bits. The direct kernels round each m·s1 before the sum; here they
+// are fused, which is the same: m and s1 are both f16 values, whose
+// product (22 significant bits at most) a float32 holds exactly.
+//
+// The minima are q80DirectPackKernel's, row blocks in pairs: per pair and
+// block 32 bytes, the first row block's eight f16 then the second's (in
+// a last row block without a pair, the second half is not read). So a
+// pair's 16 rows take one zmm, and a product one FMA per 16 rows, block
+// and token.
+//
+// Arguments: mins *byte, blocks int, s1 *float32 (token t's block sums at
+// t·s1Stride bytes), s1Stride, tokens int, dst *float32 (token t's row 0
+// at t·ldBytes), ldBytes, rowBlocks int. Eight tokens at a time, then
+// four, then one.
+func minsAddKernel(a *asm, d *decl) {
+	name := "minsAddVNNI"
+	text(a, d, name+" adds to rowBlocks × 8 rows of tokens' outputs their minima's part, Σ m·s1 over the blocks in order (VNNI level).", name,
+		"(mins *byte, blocks int, s1 *float32, s1Stride, tokens int, dst *float32, ldBytes, rowBlocks int)", "$0-64")
+	a.p("MOVQ mins+0(FP), SI")
+	a.p("MOVQ s1Stride+24(FP), R8")
+	a.p("LEAQ (R8)(R8*2), R13")
+	a.p("MOVQ dst+40(FP), DX")
+	a.p("MOVQ ldBytes+48(FP), R10")
+	a.p("MOVQ rowBlocks+56(FP), R15")
+	// rows runs every token over the row blocks at SI (a pair in zmm, or
+	// a last one in ymm), then moves SI and DX to the next pair.
+	rows := func(name, v string, lanes int) {
+		// chains runs T tokens (T ≤ 8: v0-v7, v8 the minima), token
+		// t's block sums from AX + t·R8 (R9 = AX + 4·R8 past the
+		// fourth).
+		chains := func(label string, T int) {
+			for t := 0; t < T; t++ {
+				a.p("VXORPS %s%d, %s%d, %s%d", v, t, v, t, v, t)
+			}
+			a.p("MOVQ SI, DI")
+			a.p("MOVQ R14, AX")
+			a.p("LEAQ (AX)(R8*4), R9")
+			a.p("MOVQ blocks+8(FP), CX")
+			a.label(label)
+			a.p("VCVTPH2PS (DI), %s8", v)
+			for t := 0; t < T; t++ {
+				base := "AX"
+				if t >= 4 {
+					base = "R9"
+				}
+				a.p("VFMADD231PS.BCST %s, %s8, %s%d", stride(0, base, "R8", "R13", t%4), v, v, t)
+			}
+			a.p("ADDQ $32, DI")
+			a.p("ADDQ $4, AX")
+			a.p("ADDQ $4, R9")
+			a.p("DECQ CX")
+			a.p("JNZ %s", label)
+			for t := 0; t < T; t++ {
+				a.p("VADDPS (R11), %s%d, %s%d", v, t, v, t)
+				a.p("VMOVUPS %s%d, (R11)", v, t)
+				a.p("ADDQ R10, R11")
+			}
+			a.p("LEAQ (R14)(R8*%d), R14", T)
+			a.p("SUBQ $%d, BX", T)
+		}
+		a.p("MOVQ s1+16(FP), R14")
+		a.p("MOVQ DX, R11")
+		a.p("MOVQ tokens+32(FP), BX")
+		for _, T := range []int{8, 4, 1} {
+			label := fmt.Sprintf("%s_%d", name, T)
+			a.label(label)
+			a.p("CMPQ BX, $%d", T)
+			a.p("JL %s_done", label)
+			chains(label+"_block", T)
+			a.p("JMP %s", label)
+			a.label(label + "_done")
+		}
+		a.p("MOVQ blocks+8(FP), CX")
+		a.p("SHLQ $5, CX")
+		a.p("ADDQ CX, SI")
+		a.p("ADDQ $%d, DX", 4*lanes)
+	}
+	a.label(name + "_pairs")
+	a.p("CMPQ R15, $2")
+	a.p("JL %s_last", name)
+	rows(name+"_pair", "Z", 16)
+	a.p("SUBQ $2, R15")
+	a.p("JMP %s_pairs", name)
+	a.label(name + "_last")
+	a.p("TESTQ R15, R15")
+	a.p("JZ %s_end", name)
+	rows(name+"_one", "Y", 8)
+	a.label(name + "_end")
 	a.p("VZEROUPPER")
 	a.p("RET")
 	a.b.WriteString("\n")
@@ -361,11 +479,12 @@ func q80DirectRowsTokens(y q80DirectType) int {
 }
 
 // q80DirectData emits the direct kernels' constants: the fifth bits' 0x10
-// bytes, Q5_0's packed offset (q80DirectPackKernel) and IQ4_NL's values
+// bytes, Q5_0's and Q4_1's packed offsets (q80DirectPackKernel) and IQ4_NL's values
 // plus 128 (unsigned, for vpdpbusd).
 func q80DirectData(a *asm) {
 	a.b.WriteString("DATA q5Bit<>+0(SB)/4, $0x10101010\nGLOBL q5Bit<>(SB), RODATA|NOPTR, $4\n\n")
 	a.b.WriteString("DATA q50Packed<>+0(SB)/4, $0x70707070\nGLOBL q50Packed<>(SB), RODATA|NOPTR, $4\n\n")
+	a.b.WriteString("DATA q41Packed<>+0(SB)/4, $0x80808080\nGLOBL q41Packed<>(SB), RODATA|NOPTR, $4\n\n")
 	for h := 0; h < 2; h++ {
 		var w uint64
 		for i := 0; i < 8; i++ {
