@@ -224,9 +224,10 @@ func bf16HiMaskData(a *asm) {
 // prefill runs tiles of six tokens (eight rows × six was faster than × four
 // for F16, not for BF16, and four rows × eight slower: eight tokens' f32
 // values outgrow L1). The
-// hardware prefetcher follows the one stream; F16 decode (T ≤ 2) gained a
-// little from non-temporal prefetches f16ZPrefetch bytes ahead (BF16's
-// did not, nor did prefetcht0 at 2-8 KiB for either).
+// hardware prefetcher follows the one stream. Software prefetches did not
+// pay: F16 decode gained a little from non-temporal ones 2 KiB ahead on
+// one day, and lost 4-16% with them on another on the same CPU model (Zen
+// 5); BF16's gained nothing, nor did prefetcht0 or prefetcht1 for either.
 //
 // Registers: Z0-Z5 the tokens (0-3 read from DI, 4-5 from R12), the row
 // pairs in Z8-Z11 (more than five tokens: Z6, Z7 in turn), the
@@ -263,11 +264,6 @@ func f16PackedZKernel(a *asm, d *decl, T int, bf16 bool) {
 		return 8 + p
 	}
 	body := func(k int) {
-		if !bf16 && T <= 2 {
-			for off := 0; off < stepBytes; off += 64 {
-				a.p("PREFETCHNTA %d(SI)", f16ZPrefetch+stepBytes*k+off)
-			}
-		}
 		for t := 0; t < T; t++ {
 			if t >= 4 { // tokens 4 and 5 from R12
 				a.p("VBROADCASTF64X4 %s, Z%d", stride(32*k, "R12", "R10", "R11", t-4), t)
@@ -332,7 +328,3 @@ func f16PackedZKernel(a *asm, d *decl, T int, bf16 bool) {
 	a.b.WriteString("\n")
 }
 
-// f16ZPrefetch is how far ahead of the weights being read the zmm F16
-// decode kernels prefetch (2 KiB: against 4 and 8 KiB and prefetcht0,
-// Llama-3.2-1B F16 decode on an AMD EPYC, alternated runs).
-const f16ZPrefetch = 2048
