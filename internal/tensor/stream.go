@@ -128,6 +128,7 @@ func streamKernel(t DType, inner, direct kernel, directMax int, pack *rowPacker)
 			s.buf = growBytes(s.buf, n*wrb)
 			s.m = Matrix{Type: wt, Rows: n, Cols: w.Cols, Data: s.buf[:n*wrb]}
 			s.widenRows(t, s.m.Data, w.Data[r*rb:(r+n)*rb], w.Cols)
+			s.held = heldRows{} // s.mins may have held packed rows' tail
 			inner(dst[r:], ld, &s.m, 0, n, a, t0, t1, nil)
 			if t == Q4_1 || t == Q5_1 {
 				s.addMins(dst[r:], ld, n, w.Cols, a, t0, t1)

@@ -327,4 +327,3 @@ func f16PackedZKernel(a *asm, d *decl, T int, bf16 bool) {
 	a.p("RET")
 	a.b.WriteString("\n")
 }
-
