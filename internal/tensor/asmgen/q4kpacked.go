@@ -26,6 +26,15 @@ func k45PackedLayout(q5 bool) k45Layout {
 	return k45Layout{bytes: 8 * 144, scales: 1024, d: 1120, dmin: 1136}
 }
 
+// k45Name is the packed Q4_K (or Q5_K) kernel's name with suffix, and
+// its type's name.
+func k45Name(suffix string, q5 bool) (name, typ string) {
+	if q5 {
+		return "q5K" + suffix, "Q5_K"
+	}
+	return "q4K" + suffix, "Q4_K"
+}
+
 // q4KPackedKernel generates q4KVNNIP (q5KVNNIP), packed Q4_K (Q5_K)
 // weights × Q8_K activations at the VNNI level, for groups of eight rows
 // (a lane each) and up to 16 tokens, whose count is an argument: the
@@ -38,10 +47,7 @@ func k45PackedLayout(q5 bool) k45Layout {
 // integer sums are exact, so the results are the row kernels' and the
 // portable kernel's bits.
 func q4KPackedKernel(a *asm, d *decl, q5 bool) {
-	name, typ := "q4KVNNIP", "Q4_K"
-	if q5 {
-		name, typ = "q5KVNNIP", "Q5_K"
-	}
+	name, typ := k45Name("VNNIP", q5)
 	l := k45PackedLayout(q5)
 	text(a, d, name+" computes groups × 8 rows × tokens (at most 16) of packed "+typ+" weights × Q8_K activations (VNNI).", name,
 		"(w *byte, groups int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int, tokens int)",
@@ -160,10 +166,7 @@ func k45MinPairs(a *asm, l k45Layout) {
 // two chains, so that a block's latency does not hold up the stream. The
 // same integer sums and float steps, so the same bits.
 func q4KPackedKernel1(a *asm, d *decl, q5 bool) {
-	name, typ := "q4KVNNIP1", "Q4_K"
-	if q5 {
-		name, typ = "q5KVNNIP1", "Q5_K"
-	}
+	name, typ := k45Name("VNNIP1", q5)
 	l := k45PackedLayout(q5)
 	text(a, d, name+" computes groups × 8 rows × one token of packed "+typ+" weights × Q8_K activations (VNNI).", name,
 		"(w *byte, groups int, y *int8, d *float32, bs *int16, nb int, dst *float32)", "$0-56")
