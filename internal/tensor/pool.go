@@ -290,10 +290,14 @@ func (p *Pool) work(id int, lowered *sync.WaitGroup) {
 }
 
 // runItems claims and runs items of job generation g until none are left,
-// yielding the P every yieldEvery (unless the threads are background ones,
-// which never hand their P over: see PoolOptions.Nice).
+// yielding the P every yieldEvery where the pool's threads hold every P
+// (unless they are background ones, which never hand their P over: see
+// PoolOptions.Nice). With a P left idle, a goroutine made ready runs there
+// at once, and a yield would only wake that P's thread to look for work
+// (a futex call each time, on this thread).
 func (p *Pool) runItems(g uint32, id int) {
 	last := time.Now()
+	yield := p.nice == 0 && p.threads >= runtime.GOMAXPROCS(0)
 	for {
 		c := p.claim.Load()
 		if uint32(c>>(2*claimBits))&genMask != g&genMask {
@@ -308,7 +312,7 @@ func (p *Pool) runItems(g uint32, id int) {
 		}
 		p.runItem(int(next), id)
 		p.fin.Add(1)
-		if p.nice == 0 {
+		if yield {
 			if now := time.Now(); now.Sub(last) >= yieldEvery {
 				runtime.Gosched()
 				last = now
