@@ -243,17 +243,48 @@ type floatFn func(w *byte, rowBytes, groups int, y *float32, yStride int, steps 
 // p8 one token eight rows at a time, p4[T] (T = 2, 3) four rows at a time.
 //
 // At the AVX-512 level the packed F16 blocks go to the zmm kernels instead
-// (the same results): z[T], eight rows × T ≤ 6 tokens.
+// (the same results): z[T], eight rows × T ≤ 6 tokens, and zs for one
+// token over two ranges of blocks at once (oneToken).
 type floatTiles struct {
 	typ    DType
 	r4, r1 [5]floatFn
 	p8     halfFn
 	p4     [4]halfFn
 	z      [7]halfFn
+	zs     halfSplitFn
 }
 
 // halfFn is a kernel on packed F16 or BF16 weights (asmgen/floatpacked.go).
 type halfFn func(w *byte, blockBytes, blocks int, y unsafe.Pointer, yStride int, steps int, dst *float32, ldBytes int)
+
+// halfSplitFn is a one-token kernel on two ranges of blocks of packed F16
+// or BF16 weights, half bytes apart (asmgen/floatpacked.go).
+type halfSplitFn func(w *byte, half, blocks int, y unsafe.Pointer, halfOut int, steps int, dst *float32)
+
+// splitMinBytes is how far apart oneToken's two streams must start for
+// it to split a range of blocks: two streams gained more over one the
+// farther apart they were, from about a quarter MiB, and two neighbouring
+// blocks read slower than one stream.
+const splitMinBytes = 256 << 10
+
+// oneToken computes one token's products with the blocks of eight packed
+// rows at w (blockBytes each, of steps steps) into dst: the first and the
+// second half of the blocks as two streams read side by side (split),
+// where the halves start at least minSplit bytes apart (splitMinBytes),
+// an odd last block and smaller ranges with one. One token's product
+// waits on one core's pull of the weights from memory, and two distant
+// streams kept more reads in flight than one. Every output is the
+// one-stream kernel's bits.
+func oneToken(one halfFn, split halfSplitFn, minSplit int, w []byte, blockBytes, blocks int, y unsafe.Pointer, yStride, steps int, dst []float32) {
+	b := 0
+	if half := blocks / 2; split != nil && half > 0 && half*blockBytes >= minSplit {
+		split(&w[0], half*blockBytes, half, y, half*8*4, steps, &dst[0])
+		b = 2 * half
+	}
+	if b < blocks {
+		one(&w[b*blockBytes], blockBytes, blocks-b, y, yStride, steps, &dst[8*b], 4)
+	}
+}
 
 func (k *floatTiles) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int, _ *streamScratch) {
 	cols := w.Cols
@@ -358,7 +389,11 @@ func (k *floatTiles) runWide(dst []float32, ld int, w *Matrix, r0, r1 int, a *ac
 	b0, blocks := r0/8, (r1-r0)/8
 	for t := t0; t < t1; {
 		T := min(len(k.z)-1, t1-t)
-		k.z[T](&w.Data[8*b0*rb], 8*rb, blocks, unsafe.Pointer(&a.f[t*cols]), cols*4, cols/8, &dst[t*ld+r0], ld*4)
+		if T == 1 {
+			oneToken(k.z[1], k.zs, splitMinBytes, w.Data[8*b0*rb:r1*rb], 8*rb, blocks, unsafe.Pointer(&a.f[t*cols]), cols*4, cols/8, dst[t*ld+r0:t*ld+r1])
+		} else {
+			k.z[T](&w.Data[8*b0*rb], 8*rb, blocks, unsafe.Pointer(&a.f[t*cols]), cols*4, cols/8, &dst[t*ld+r0], ld*4)
+		}
 		t += T
 	}
 }
@@ -653,10 +688,12 @@ type bf16Fn func(w *byte, rowBytes, groups int, y *uint16, yStride int, steps in
 // added in Go.
 //
 // On packed weights (Pack, zmmRowStep) z[T] computes the blocks of eight
-// rows, T ≤ 4 tokens at a time, in zmm registers (the same results).
+// rows, T ≤ 4 tokens at a time, in zmm registers, and zs one token over
+// two ranges of blocks at once (oneToken; the same results).
 type bf16Tiles struct {
 	r4, r1 [5]bf16Fn
 	z      [5]halfFn
+	zs     halfSplitFn
 }
 
 func (k *bf16Tiles) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int, _ *streamScratch) {
@@ -670,7 +707,11 @@ func (k *bf16Tiles) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf,
 		if pr1 := max(r0, min(r1, w.packedRows())); pr1 > r0 {
 			for t := t0; t < t1; {
 				T := min(len(k.z)-1, t1-t)
-				k.z[T](&w.Data[r0*rb], 8*rb, (pr1-r0)/8, unsafe.Pointer(&a.h[t*cols]), cols*2, steps, &dst[t*ld+r0], ld*4)
+				if T == 1 {
+					oneToken(k.z[1], k.zs, splitMinBytes, w.Data[r0*rb:pr1*rb], 8*rb, (pr1-r0)/8, unsafe.Pointer(&a.h[t*cols]), cols*2, steps, dst[t*ld+r0:t*ld+pr1])
+				} else {
+					k.z[T](&w.Data[r0*rb], 8*rb, (pr1-r0)/8, unsafe.Pointer(&a.h[t*cols]), cols*2, steps, &dst[t*ld+r0], ld*4)
+				}
 				t += T
 			}
 			r0 = pr1
@@ -738,6 +779,7 @@ var (
 		r4: [5]bf16Fn{nil, bf16DP_4x1, bf16DP_4x2, bf16DP_4x3, bf16DP_4x4},
 		r1: [5]bf16Fn{nil, bf16DP_1x1, bf16DP_1x2, bf16DP_1x3, bf16DP_1x4},
 		z:  [5]halfFn{nil, bf16PackedZ_1, bf16PackedZ_2, bf16PackedZ_3, bf16PackedZ_4},
+		zs: bf16PackedS_1,
 	}
 	// bf16VNNI is the BF16 kernel of the AVX-512 level: vdpbf16ps where
 	// the CPU has it, else the FMA kernel.
@@ -761,7 +803,8 @@ var (
 		p4: [4]halfFn{nil, nil, f16Packed_4x2, f16Packed_4x3},
 	}
 	f16VNNI = &floatTiles{typ: F16, r4: f16FMA.r4, r1: f16FMA.r1,
-		z: [7]halfFn{nil, f16PackedZ_1, f16PackedZ_2, f16PackedZ_3, f16PackedZ_4, f16PackedZ_5, f16PackedZ_6},
+		z:  [7]halfFn{nil, f16PackedZ_1, f16PackedZ_2, f16PackedZ_3, f16PackedZ_4, f16PackedZ_5, f16PackedZ_6},
+		zs: f16PackedS_1,
 	}
 	bf16FMA = &floatTiles{typ: BF16,
 		r4: [5]floatFn{nil, bf16FMA_4x1, bf16FMA_4x2, bf16FMA_4x3},

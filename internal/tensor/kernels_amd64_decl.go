@@ -1319,6 +1319,11 @@ func f16PackedZ_5(w *byte, blockBytes, blocks int, y unsafe.Pointer, yStride int
 //go:noescape
 func f16PackedZ_6(w *byte, blockBytes, blocks int, y unsafe.Pointer, yStride int, steps int, dst *float32, ldBytes int)
 
+// f16PackedS_1 computes eight rows × one token of packed F16 weights over steps, blocks of eight rows, on two ranges of blocks half bytes apart (AVX-512).
+//
+//go:noescape
+func f16PackedS_1(w *byte, half, blocks int, y unsafe.Pointer, halfOut int, steps int, dst *float32)
+
 // bf16PackedZ_1 computes eight rows × 1 tokens of packed BF16 weights over steps, blocks of eight rows (AVX-512).
 //
 //go:noescape
@@ -1338,3 +1343,8 @@ func bf16PackedZ_3(w *byte, blockBytes, blocks int, y unsafe.Pointer, yStride in
 //
 //go:noescape
 func bf16PackedZ_4(w *byte, blockBytes, blocks int, y unsafe.Pointer, yStride int, steps int, dst *float32, ldBytes int)
+
+// bf16PackedS_1 computes eight rows × one token of packed BF16 weights over steps, blocks of eight rows, on two ranges of blocks half bytes apart (AVX-512).
+//
+//go:noescape
+func bf16PackedS_1(w *byte, half, blocks int, y unsafe.Pointer, halfOut int, steps int, dst *float32)

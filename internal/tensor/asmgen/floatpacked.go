@@ -327,3 +327,89 @@ func f16PackedZKernel(a *asm, d *decl, T int, bf16 bool) {
 	a.p("RET")
 	a.b.WriteString("\n")
 }
+
+// f16PackedSplitKernel generates f16PackedS_1 (with bf16, bf16PackedS_1):
+// f16PackedZ_1 (bf16PackedZ_1) on two ranges of blocks at once, the
+// second half bytes after the first, each step reading both: eight
+// accumulators, two streams of weights. One token's product is bound by
+// how fast one core pulls the weights from memory, and a core streamed
+// two distant ranges faster than one (F16) — but not two neighbouring
+// blocks, which read slower than one stream. Each output's FMAs are
+// f16PackedZ_1's in its order, so results are its bits.
+//
+// Arguments: w *byte, half (bytes from the first range to the second),
+// blocks (per range) int, y unsafe.Pointer (the token's f32 values; BF16:
+// its BF16 values), halfOut (bytes from the first range's outputs to the
+// second's), steps int, dst *float32 (the first range's outputs).
+func f16PackedSplitKernel(a *asm, d *decl, bf16 bool) {
+	name, typ, stepBytes := "f16PackedS_1", "F16", 128
+	if bf16 {
+		name, typ, stepBytes = "bf16PackedS_1", "BF16", 256
+	}
+	text(a, d, fmt.Sprintf("%s computes eight rows × one token of packed %s weights over steps, blocks of eight rows, on two ranges of blocks half bytes apart (AVX-512).", name, typ),
+		name, "(w *byte, half, blocks int, y unsafe.Pointer, halfOut int, steps int, dst *float32)", "$0-56")
+	a.p("MOVQ w+0(FP), SI")
+	a.p("MOVQ half+8(FP), R8")
+	a.p("MOVQ blocks+16(FP), R15")
+	a.p("MOVQ dst+48(FP), AX")
+	a.p("MOVQ halfOut+32(FP), R14")
+	// Z0 the token's values, Z8-Z15 the rows (range s in Z(8+4s+p)), the
+	// accumulators in Z24-Z31.
+	acc := func(s, p int) int { return 24 + 4*s + p }
+	wreg := func(s, p int) int { return 8 + 4*s + p }
+	body := func(k int) {
+		a.p("VBROADCASTF64X4 %d(DI), Z0", 32*k)
+		for p := 0; p < 4; p++ {
+			for s := 0; s < 2; s++ {
+				addr := fmt.Sprintf("%d(SI)", stepBytes*k+32*p)
+				if bf16 {
+					addr = fmt.Sprintf("%d(SI)", stepBytes*k+64*p)
+				}
+				if s == 1 {
+					addr += "(R8*1)"
+				}
+				if bf16 {
+					a.p("VMOVDQU64 %s, Z%d", addr, wreg(s, p))
+					vdpbf16psZ(a, acc(s, p), wreg(s, p), 0)
+				} else {
+					a.p("VCVTPH2PS %s, Z%d", addr, wreg(s, p))
+					a.p("VFMADD231PS Z0, Z%d, Z%d", wreg(s, p), acc(s, p))
+				}
+			}
+		}
+	}
+	a.label(name + "_block")
+	a.p("MOVQ y+24(FP), DI")
+	a.p("MOVQ steps+40(FP), CX")
+	for s := 0; s < 2; s++ {
+		for p := 0; p < 4; p++ {
+			a.p("VPXORD Z%d, Z%d, Z%d", acc(s, p), acc(s, p), acc(s, p))
+		}
+	}
+	stepPairs(a, name, body, func() {
+		a.p("ADDQ $%d, SI", 2*stepBytes)
+		a.p("ADDQ $64, DI")
+	}, func() { a.p("ADDQ $%d, SI", stepBytes) })
+	// As f16PackedZKernel's: per range and four rows, the pairs' halves
+	// to Y0-Y3, then reduce4.
+	for s := 0; s < 2; s++ {
+		for q := 0; q < 2; q++ {
+			for i, p := range []int{2 * q, 2*q + 1} {
+				a.p("VMOVAPS Y%d, Y%d", acc(s, p), 2*i)
+				a.p("VEXTRACTF64X4 $1, Z%d, Y%d", acc(s, p), 2*i+1)
+			}
+			out := fmt.Sprintf("%d(AX)", 16*q)
+			if s == 1 {
+				out += "(R14*1)"
+			}
+			reduce4(a, [4]int{0, 1, 2, 3}, out)
+		}
+	}
+	// SI is at the first range's next block (the steps cover it).
+	a.p("ADDQ $32, AX")
+	a.p("DECQ R15")
+	a.p("JNZ %s_block", name)
+	a.p("VZEROUPPER")
+	a.p("RET")
+	a.b.WriteString("\n")
+}

@@ -1380,6 +1380,7 @@ func main() {
 		for T := 1; T <= maxT; T++ {
 			f16PackedZKernel(&a, &d, T, bf16)
 		}
+		f16PackedSplitKernel(&a, &d, bf16)
 	}
 	dir := "."
 	if len(os.Args) > 1 {
