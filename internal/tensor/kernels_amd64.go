@@ -45,6 +45,7 @@ type q8RowsFn func(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride
 type q80Rows struct {
 	t   [17]q8RowsFn
 	p   [17]q8PackedFn // on packed weights (Pack)
+	ps  q8SplitFn      // one token on two ranges of packed blocks (oneTokenQ8)
 	amx *amxKernel     // 16 tokens of packed weights, where it is used
 	// amxRows: 16 tokens of the rows as the file has them, where it is
 	// used and the conversion filled the tile layout.
@@ -53,6 +54,25 @@ type q80Rows struct {
 
 // q8PackedFn is a Q8_0 kernel on packed weights (see asmgen/q80rows.go).
 type q8PackedFn func(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
+
+// q8SplitFn is a one-token Q8_0 (Q4_0) kernel on two ranges of packed row
+// blocks, half bytes apart (see asmgen/q80rows.go).
+type q8SplitFn func(w *byte, half, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, halfOut int)
+
+// oneTokenQ8 is oneToken for the packed Q8_0 and Q4_0 kernels: one token's
+// products with the rowBlocks blocks of eight rows at w (blockBytes each)
+// into dst, the halves as two streams (split) where they start at least
+// minSplit bytes apart, the rest with one (one).
+func oneTokenQ8(one q8PackedFn, split q8SplitFn, minSplit int, w []byte, blockBytes, rowBlocks int, act *byte, blockStride, blocks int, dst []float32) {
+	b := 0
+	if half := rowBlocks / 2; split != nil && half > 0 && half*blockBytes >= minSplit {
+		split(&w[0], half*blockBytes, half, act, blockStride, blocks, &dst[0], half*8*4)
+		b = 2 * half
+	}
+	if b < rowBlocks {
+		one(&w[b*blockBytes], q80PackedPrefetchRows*blockBytes/8, rowBlocks-b, act, blockStride, blocks, &dst[8*b], 4)
+	}
+}
 
 // q80PrefetchRows is how far ahead, in rows, the kernels prefetch the
 // weights (see asmgen/q80rows.go).
@@ -83,6 +103,8 @@ func (k *q80Rows) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t
 		switch {
 		case pr1 > r0 && T == 16 && packedAMX:
 			k.amx.kernel(dst, ld, w, r0, (pr1-r0)/8, a, t, amx)
+		case pr1 > r0 && T == 1:
+			oneTokenQ8(k.p[1], k.ps, splitMinBytes, w.Data[r0*rb:pr1*rb], 8*rb, (pr1-r0)/8, &a.g[t*q80BlockBytes], a.gs, nb, dst[t*ld+r0:t*ld+pr1])
 		case pr1 > r0:
 			k.p[T](&w.Data[r0*rb], q80PackedPrefetchRows*rb, (pr1-r0)/8, &a.g[t*q80BlockBytes], a.gs, nb, &dst[t*ld+r0], ld*4)
 		}
@@ -159,6 +181,7 @@ type eightRows struct {
 	avx2Layout bool
 	amx        *amxKernel // 16 tokens of packed weights, where it is used
 	amxRows    *amxKernel // 16 tokens of unpacked rows, as q80Rows'
+	ps         q8SplitFn  // one token on two ranges of packed blocks (oneTokenQ8)
 }
 
 func (k *eightRows) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int, _ *streamScratch) {
@@ -180,6 +203,8 @@ func (k *eightRows) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf,
 			T := min(len(k.p)-1, t1-t)
 			if T == 16 && amx != nil {
 				k.amx.kernel(dst, ld, w, r0, (pr1-r0)/8, a, t, amx)
+			} else if T == 1 {
+				oneTokenQ8(k.p[1], k.ps, splitMinBytes, w.Data[r0*rb:pr1*rb], 8*rb, (pr1-r0)/8, &a.g[t*q80BlockBytes], a.gs, nb, dst[t*ld+r0:t*ld+pr1])
 			} else {
 				k.p[T](&w.Data[r0*rb], q80PackedPrefetchRows*rb, (pr1-r0)/8, &a.g[t*q80BlockBytes], a.gs, nb, &dst[t*ld+r0], ld*4)
 			}
@@ -218,6 +243,7 @@ var (
 			q40VNNIR_10, q40VNNIR_11, q40VNNIR_12, q40VNNIR_13, q40VNNIR_14, q40VNNIR_15, q40VNNIR_16},
 		p: []q8PackedFn{nil, q40VNNIP_1, q40VNNIP_2, q40VNNIP_3, q40VNNIP_4, q40VNNIP_5, q40VNNIP_6, q40VNNIP_7, q40VNNIP_8,
 			q40VNNIP_9, q40VNNIP_10, q40VNNIP_11, q40VNNIP_12, q40VNNIP_13, q40VNNIP_14, q40VNNIP_15, q40VNNIP_16},
+		ps:      q40VNNIS_1,
 		amx:     q40AMX,
 		amxRows: q40AMXRows,
 	}
@@ -230,6 +256,7 @@ var q80VNNI = &q80Rows{
 	p: [17]q8PackedFn{nil, q80VNNIP_1, q80VNNIP_2,
 		q80VNNIP_3, q80VNNIP_4, q80VNNIP_5, q80VNNIP_6, q80VNNIP_7, q80VNNIP_8, q80VNNIP_9,
 		q80VNNIP_10, q80VNNIP_11, q80VNNIP_12, q80VNNIP_13, q80VNNIP_14, q80VNNIP_15, q80VNNIP_16},
+	ps:      q80VNNIS_1,
 	amx:     q80AMX,
 	amxRows: q80AMXRows,
 }

@@ -236,6 +236,11 @@ func q80VNNIP_15(w *byte, prefetch, rowBlocks int, act *byte, blockStride, block
 //go:noescape
 func q80VNNIP_16(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
 
+// q80VNNIS_1 computes rowBlocks × 8 rows × one token of packed Q8_0 weights × Q8_0 activations on two ranges of row blocks half bytes apart (VNNI).
+//
+//go:noescape
+func q80VNNIS_1(w *byte, half, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, halfOut int)
+
 // q40VNNIP_1 computes rowBlocks × 8 rows × 1 tokens of packed Q4_0 weights × Q8_0 activations (VNNI).
 //
 //go:noescape
@@ -315,6 +320,11 @@ func q40VNNIP_15(w *byte, prefetch, rowBlocks int, act *byte, blockStride, block
 //
 //go:noescape
 func q40VNNIP_16(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
+
+// q40VNNIS_1 computes rowBlocks × 8 rows × one token of packed Q4_0 weights × Q8_0 activations on two ranges of row blocks half bytes apart (VNNI).
+//
+//go:noescape
+func q40VNNIS_1(w *byte, half, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, halfOut int)
 
 // amxScratchBytes is the scratch the AMX kernels take (asmgen/amx.go).
 const amxScratchBytes = 4224

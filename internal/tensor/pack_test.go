@@ -38,10 +38,14 @@ func testPackedMatMul(t *testing.T, rng *rand.Rand, p *Pool, typ DType) {
 		}
 	}
 	rowsList := []int{8, 13, 64, 67, 200}
-	if typ == F16 || typ == BF16 {
-		// Decode's work items of 16 blocks and more, read in two streams
-		// (oneToken), an odd block and unpacked rows after them.
+	// Decode's work items whose halves start splitMinBytes apart or more
+	// at the widest columns, read in two streams (oneToken, oneTokenQ8),
+	// an odd block and unpacked rows after them.
+	switch typ {
+	case F16, BF16:
 		rowsList = append(rowsList, 1003)
+	case Q8_0, Q4_0:
+		rowsList = append(rowsList, 4003)
 	}
 	for _, cols := range colsList {
 		for _, rows := range rowsList {

@@ -1299,6 +1299,7 @@ func main() {
 		for T := 1; T <= 16; T++ {
 			q80PackedKernel(&a, &d, T, q4)
 		}
+		q80PackedSplitKernel(&a, &d, q4)
 	}
 	amxQ80CfgData(&a)
 	amxRowsCfgData(&a)

@@ -330,14 +330,17 @@ func q40AVX2PackedKernel(a *asm, d *decl, T int, q8 bool) {
 // q40PackedLoad loads a packed Q4_0 block of eight rows at DI
 // (q40PackedBlock) with the nibble mask in Y(mask): dword k of the eight
 // rows' unsigned nibbles in Yk, their scales in Y8.
-func q40PackedLoad(a *asm, mask int) {
+func q40PackedLoad(a *asm, mask int) { q40PackedLoadAt(a, mask, "DI") }
+
+// q40PackedLoadAt is q40PackedLoad on the block at register base.
+func q40PackedLoadAt(a *asm, mask int, base string) {
 	for m := 0; m < 4; m++ {
-		a.p("VMOVDQU %d(DI), Y%d", 32*m, m+4)
+		a.p("VMOVDQU %d(%s), Y%d", 32*m, base, m+4)
 		a.p("VPAND Y%d, Y%d, Y%d", mask, m+4, m)
 		a.p("VPSRLW $4, Y%d, Y%d", m+4, m+4)
 		a.p("VPAND Y%d, Y%d, Y%d", mask, m+4, m+4)
 	}
-	a.p("VCVTPH2PS 128(DI), Y8")
+	a.p("VCVTPH2PS 128(%s), Y8", base)
 }
 
 // q40AVX2Data emits the constants of the packed kernels: the nibble mask

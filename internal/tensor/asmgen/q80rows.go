@@ -111,6 +111,11 @@ func q80RowPrefetch(a *asm) {
 // end (an exact integer sum): one chain of eight dependent vpdpbusd per
 // token needs more tokens in flight than the scheduler holds.
 func q80RowTokens(a *asm, T, shift int, after func(t, td int)) {
+	q80RowTokensTo(a, T, shift, 16, after)
+}
+
+// q80RowTokensTo is q80RowTokens with token t's float sums in Y(acc+t).
+func q80RowTokensTo(a *asm, T, shift, acc int, after func(t, td int)) {
 	for t := 0; t < T; t++ {
 		ti := 9 + 3*(t%2)
 		tj, td := ti+1, ti+2
@@ -125,16 +130,16 @@ func q80RowTokens(a *asm, T, shift int, after func(t, td int)) {
 		}
 		a.p("VPXOR Y%d, Y%d, Y%d", tj, tj, tj)
 		for k := 0; k < 8; k++ {
-			acc := ti
+			sum := ti
 			if k%2 == 1 {
-				acc = tj
+				sum = tj
 			}
-			a.p("VPDPBUSD.BCST %d(R14), Y%d, Y%d", base+4*k, k, acc)
+			a.p("VPDPBUSD.BCST %d(R14), Y%d, Y%d", base+4*k, k, sum)
 		}
 		a.p("VPADDD Y%d, Y%d, Y%d", tj, ti, ti)
 		a.p("VCVTDQ2PS Y%d, Y%d", ti, ti)
 		a.p("VMULPS.BCST %d(R14), Y8, Y%d", base+q80BlockScale, td)
-		a.p("VFMADD231PS Y%d, Y%d, Y%d", td, ti, 16+t)
+		a.p("VFMADD231PS Y%d, Y%d, Y%d", td, ti, acc+t)
 		if after != nil {
 			after(t, td)
 		}
@@ -293,6 +298,65 @@ func q80PackedKernel(a *asm, d *decl, T int, q4 bool) {
 	a.p("JNZ %s_block", name)
 	a.p("MOVQ DX, R13")
 	q80StoreTokens(a, T, 16, "", "R13")
+	a.p("ADDQ $32, DX")
+	a.p("DECQ R15")
+	a.p("JNZ %s_rows", name)
+	a.p("VZEROUPPER")
+	a.p("RET")
+	a.b.WriteString("\n")
+}
+
+// q80PackedSplitKernel generates q80VNNIS_1 (with q4, q40VNNIS_1):
+// q80VNNIP_1 (q40VNNIP_1) on two ranges of row blocks at once, the second
+// half bytes after the first, each column block of both read in turn (see
+// f16PackedSplitKernel: one token's product waits on one core's pull of
+// the weights, and two distant streams kept more reads in flight). Each
+// row's steps are q80VNNIP_1's, so results are its bits.
+//
+// Arguments: w *byte, half, rowBlocks (per range) int, act *byte,
+// blockStride, blocks int, dst *float32 (the first range's outputs),
+// halfOut (bytes from them to the second range's).
+func q80PackedSplitKernel(a *asm, d *decl, q4 bool) {
+	name, typ, blk := "q80VNNIS_1", "Q8_0", q80PackedBlock
+	if q4 {
+		name, typ, blk = "q40VNNIS_1", "Q4_0", q40PackedBlock
+	}
+	text(a, d, fmt.Sprintf("%s computes rowBlocks × 8 rows × one token of packed %s weights × Q8_0 activations on two ranges of row blocks half bytes apart (VNNI).", name, typ), name,
+		"(w *byte, half, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, halfOut int)", "$0-64")
+	if q4 {
+		a.p("VPBROADCASTD q40Mask<>(SB), Y15")
+	}
+	a.p("MOVQ w+0(FP), DI")
+	a.p("MOVQ half+8(FP), R8")
+	a.p("MOVQ rowBlocks+16(FP), R15")
+	a.p("MOVQ blockStride+32(FP), R11")
+	a.p("MOVQ dst+48(FP), DX")
+	a.p("MOVQ halfOut+56(FP), R10")
+	a.label(name + "_rows")
+	a.p("VPXORD Y16, Y16, Y16")
+	a.p("VPXORD Y17, Y17, Y17")
+	a.p("MOVQ act+24(FP), R14")
+	a.p("MOVQ blocks+40(FP), CX")
+	a.p("LEAQ (DI)(R8*1), BX")
+	a.label(name + "_block")
+	for r, base := range []string{"DI", "BX"} {
+		if q4 {
+			q40PackedLoadAt(a, 15, base)
+		} else {
+			for k := 0; k < 8; k++ {
+				a.p("VMOVDQU %d(%s), Y%d", 32*k, base, k)
+			}
+			a.p("VCVTPH2PS 256(%s), Y8", base)
+		}
+		q80RowTokensTo(a, 1, q80Shift(q4), 16+r, nil)
+	}
+	a.p("ADDQ $%d, DI", blk)
+	a.p("ADDQ $%d, BX", blk)
+	a.p("ADDQ R11, R14")
+	a.p("DECQ CX")
+	a.p("JNZ %s_block", name)
+	a.p("VMOVUPS Y16, (DX)")
+	a.p("VMOVUPS Y17, (DX)(R10*1)")
 	a.p("ADDQ $32, DX")
 	a.p("DECQ R15")
 	a.p("JNZ %s_rows", name)
