@@ -185,11 +185,7 @@ func floatPackedKernel(a *asm, d *decl, typ string, R, T int) {
 	}
 	a.p("ADDQ $32, AX")
 	a.p("LEAQ (BX)(R8*1), SI")
-	a.p("DECQ R15")
-	a.p("JNZ %s_block", name)
-	a.p("VZEROUPPER")
-	a.p("RET")
-	a.b.WriteString("\n")
+	nextOrReturn(a, "R15", name+"_block")
 }
 
 // reduce4 sums the eight lanes of each of the four accumulators acc as
@@ -321,11 +317,7 @@ func f16PackedZKernel(a *asm, d *decl, T int, bf16 bool) {
 	}
 	// SI is at the next block (the steps cover it).
 	a.p("ADDQ $32, AX")
-	a.p("DECQ R15")
-	a.p("JNZ %s_block", name)
-	a.p("VZEROUPPER")
-	a.p("RET")
-	a.b.WriteString("\n")
+	nextOrReturn(a, "R15", name+"_block")
 }
 
 // f16PackedSplitKernel generates f16PackedS_1 (with bf16, bf16PackedS_1):
@@ -407,9 +399,5 @@ func f16PackedSplitKernel(a *asm, d *decl, bf16 bool) {
 	}
 	// SI is at the first range's next block (the steps cover it).
 	a.p("ADDQ $32, AX")
-	a.p("DECQ R15")
-	a.p("JNZ %s_block", name)
-	a.p("VZEROUPPER")
-	a.p("RET")
-	a.b.WriteString("\n")
+	nextOrReturn(a, "R15", name+"_block")
 }

@@ -320,11 +320,7 @@ func q40AVX2PackedKernel(a *asm, d *decl, T int, q8 bool) {
 	a.p("MOVQ DX, R13")
 	q80StoreTokens(a, T, facc(0), "", "R13")
 	a.p("ADDQ $32, DX")
-	a.p("DECQ R15")
-	a.p("JNZ %s_rows", name)
-	a.p("VZEROUPPER")
-	a.p("RET")
-	a.b.WriteString("\n")
+	nextOrReturn(a, "R15", name+"_rows")
 }
 
 // q40PackedLoad loads a packed Q4_0 block of eight rows at DI

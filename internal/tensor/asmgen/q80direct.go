@@ -364,11 +364,7 @@ func q80DirectPackKernel(a *asm, d *decl, y q80DirectType) {
 	a.p("DECQ CX")
 	a.p("JNZ %s_block", name)
 	a.p("LEAQ (SI)(R8*8), SI")
-	a.p("DECQ R15")
-	a.p("JNZ %s_rows", name)
-	a.p("VZEROUPPER")
-	a.p("RET")
-	a.b.WriteString("\n")
+	nextOrReturn(a, "R15", name+"_rows")
 }
 
 // minsAddKernel generates minsAddVNNI, the minima's part of a prompt's

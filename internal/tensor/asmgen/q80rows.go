@@ -299,11 +299,7 @@ func q80PackedKernel(a *asm, d *decl, T int, q4 bool) {
 	a.p("MOVQ DX, R13")
 	q80StoreTokens(a, T, 16, "", "R13")
 	a.p("ADDQ $32, DX")
-	a.p("DECQ R15")
-	a.p("JNZ %s_rows", name)
-	a.p("VZEROUPPER")
-	a.p("RET")
-	a.b.WriteString("\n")
+	nextOrReturn(a, "R15", name+"_rows")
 }
 
 // q80PackedSplitKernel generates q80VNNIS_1 (with q4, q40VNNIS_1):
@@ -358,11 +354,7 @@ func q80PackedSplitKernel(a *asm, d *decl, q4 bool) {
 	a.p("VMOVUPS Y16, (DX)")
 	a.p("VMOVUPS Y17, (DX)(R10*1)")
 	a.p("ADDQ $32, DX")
-	a.p("DECQ R15")
-	a.p("JNZ %s_rows", name)
-	a.p("VZEROUPPER")
-	a.p("RET")
-	a.b.WriteString("\n")
+	nextOrReturn(a, "R15", name+"_rows")
 }
 
 // q80PackedPrefetch says whether the T-token packed kernel prefetches: the
