@@ -846,43 +846,62 @@ func TestPoolWakeAfterPark(t *testing.T) {
 	}
 }
 
-// TestPoolYieldsDuringLongJobs: a long job lets other goroutines run
-// between items instead of holding the P until the job ends or the runtime
-// preempts it after ~10 ms. Where its one thread holds the only P, by
-// yielding every yieldEvery; where a P is left idle, by not standing in
-// the way (the goroutine runs there; the pool does not yield, which would
-// only wake that P's thread). Items of 500 µs: a goroutine made runnable
-// before the job must have run by the job's third item (without the
-// yields, on one P: about its twentieth).
+// TestPoolYieldsDuringLongJobs: a long job lets other goroutines of its P
+// run between items (every yieldEvery), instead of holding the P until the
+// job ends or the runtime preempts it after ~10 ms. One P, one thread, items
+// of 500 µs: a goroutine made runnable before the job must have run by the
+// job's third item (without the yields: about its twentieth).
 func TestPoolYieldsDuringLongJobs(t *testing.T) {
-	for _, procs := range []int{1, 2} {
-		t.Run(fmt.Sprintf("GOMAXPROCS=%d", procs), func(t *testing.T) {
-			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
-			p := NewPool(1)
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	p := NewPool(1)
+	defer p.Close()
+	w, _ := randMatrix(t, rand.New(rand.NewPCG(1, 2)), Q8_0, 8192, 32)
+	const n = 16
+	x := make([]float32, n*w.Cols)
+	dst := make([]float32, n*w.Rows)
+	var ran atomic.Bool
+	items, firstSeen := 0, -1
+	busy := func(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int, _ *streamScratch) {
+		if firstSeen < 0 && ran.Load() {
+			firstSeen = items
+		}
+		items++
+		for start := time.Now(); time.Since(start) < 500*time.Microsecond; {
+		}
+	}
+	go ran.Store(true)
+	p.matMul(dst, w, x, n, busy)
+	if items < 20 {
+		t.Fatalf("the job had %d items; the test needs at least 20", items)
+	}
+	if firstSeen < 0 || firstSeen > 2 {
+		t.Fatalf("the waiting goroutine first ran before item %d of %d (want ≤ 2)", firstSeen, items)
+	}
+}
+
+// TestPoolYieldsOnlyHoldingEveryP: the pool yields between items only
+// where its threads hold every P; with a P left idle a goroutine made ready
+// runs there, and a yield would only wake that P's thread.
+func TestPoolYieldsOnlyHoldingEveryP(t *testing.T) {
+	for _, c := range []struct {
+		procs, threads, nice int
+		want                 bool
+	}{
+		{1, 1, 0, true},
+		{2, 2, 0, true},
+		{2, 3, 0, true},
+		{2, 1, 0, false},
+		{4, 2, 0, false},
+		{1, 1, 5, false}, // background threads never hand their P over
+	} {
+		func() {
+			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(c.procs))
+			p := NewPoolWith(PoolOptions{Threads: c.threads, Nice: c.nice})
 			defer p.Close()
-			w, _ := randMatrix(t, rand.New(rand.NewPCG(1, 2)), Q8_0, 8192, 32)
-			const n = 16
-			x := make([]float32, n*w.Cols)
-			dst := make([]float32, n*w.Rows)
-			var ran atomic.Bool
-			items, firstSeen := 0, -1
-			busy := func(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int, _ *streamScratch) {
-				if firstSeen < 0 && ran.Load() {
-					firstSeen = items
-				}
-				items++
-				for start := time.Now(); time.Since(start) < 500*time.Microsecond; {
-				}
+			if got := p.yields(); got != c.want {
+				t.Errorf("GOMAXPROCS %d, %d threads, nice %d: yields %v, want %v", c.procs, c.threads, c.nice, got, c.want)
 			}
-			go ran.Store(true)
-			p.matMul(dst, w, x, n, busy)
-			if items < 20 {
-				t.Fatalf("the job had %d items; the test needs at least 20", items)
-			}
-			if firstSeen < 0 || firstSeen > 2 {
-				t.Fatalf("the waiting goroutine first ran before item %d of %d (want ≤ 2)", firstSeen, items)
-			}
-		})
+		}()
 	}
 }
 

@@ -290,14 +290,10 @@ func (p *Pool) work(id int, lowered *sync.WaitGroup) {
 }
 
 // runItems claims and runs items of job generation g until none are left,
-// yielding the P every yieldEvery where the pool's threads hold every P
-// (unless they are background ones, which never hand their P over: see
-// PoolOptions.Nice). With a P left idle, a goroutine made ready runs there
-// at once, and a yield would only wake that P's thread to look for work
-// (a futex call each time, on this thread).
+// yielding the P every yieldEvery where p.yields().
 func (p *Pool) runItems(g uint32, id int) {
 	last := time.Now()
-	yield := p.nice == 0 && p.threads >= runtime.GOMAXPROCS(0)
+	yield := p.yields()
 	for {
 		c := p.claim.Load()
 		if uint32(c>>(2*claimBits))&genMask != g&genMask {
@@ -320,6 +316,13 @@ func (p *Pool) runItems(g uint32, id int) {
 		}
 	}
 }
+
+// yields says whether runItems hands its P over between items: where the
+// pool's threads hold every P, unless they are background ones, which never
+// do (PoolOptions.Nice). With a P left idle, a goroutine made ready runs
+// there at once, and a yield would only wake that P's thread to look for
+// work (a futex call each time, on this thread).
+func (p *Pool) yields() bool { return p.nice == 0 && p.threads >= runtime.GOMAXPROCS(0) }
 
 // dispatch runs the job set up in p, cut into items, on all threads and
 // returns when every item has finished. p.mu must be held.
