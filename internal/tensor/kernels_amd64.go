@@ -65,7 +65,7 @@ type q8SplitFn func(w *byte, half, rowBlocks int, act *byte, blockStride, blocks
 // minSplit bytes apart, the rest with one (one).
 func oneTokenQ8(one q8PackedFn, split q8SplitFn, minSplit int, w []byte, blockBytes, rowBlocks int, act *byte, blockStride, blocks int, dst []float32) {
 	b := 0
-	if half := rowBlocks / 2; split != nil && half > 0 && half*blockBytes >= minSplit {
+	if half := splitHalf(split != nil, rowBlocks, blockBytes, minSplit); half > 0 {
 		split(&w[0], half*blockBytes, half, act, blockStride, blocks, &dst[0], half*8*4)
 		b = 2 * half
 	}
@@ -294,6 +294,17 @@ type halfSplitFn func(w *byte, half, blocks int, y unsafe.Pointer, halfOut int, 
 // blocks read slower than one stream.
 const splitMinBytes = 256 << 10
 
+// splitHalf is the blocks in each of the two streams a one-token product
+// of blocks blocks of blockBytes reads (the rest, an odd last block, with
+// one stream): half of them where there is a split kernel and the halves
+// start at least minSplit bytes apart, else 0.
+func splitHalf(hasSplit bool, blocks, blockBytes, minSplit int) int {
+	if half := blocks / 2; hasSplit && half > 0 && half*blockBytes >= minSplit {
+		return half
+	}
+	return 0
+}
+
 // oneToken computes one token's products with the blocks of eight packed
 // rows at w (blockBytes each, of steps steps) into dst: the first and the
 // second half of the blocks as two streams read side by side (split),
@@ -304,7 +315,7 @@ const splitMinBytes = 256 << 10
 // one-stream kernel's bits.
 func oneToken(one halfFn, split halfSplitFn, minSplit int, w []byte, blockBytes, blocks int, y unsafe.Pointer, yStride, steps int, dst []float32) {
 	b := 0
-	if half := blocks / 2; split != nil && half > 0 && half*blockBytes >= minSplit {
+	if half := splitHalf(split != nil, blocks, blockBytes, minSplit); half > 0 {
 		split(&w[0], half*blockBytes, half, y, half*8*4, steps, &dst[0])
 		b = 2 * half
 	}

@@ -39,7 +39,7 @@ func testPackedMatMul(t *testing.T, rng *rand.Rand, p *Pool, typ DType) {
 	}
 	rowsList := []int{8, 13, 64, 67, 200}
 	// Decode's work items whose halves start splitMinBytes apart or more
-	// at the widest columns, read in two streams (oneToken, oneTokenQ8),
+	// at the widest columns, read in two streams (splitHalf),
 	// an odd block and unpacked rows after them.
 	switch typ {
 	case F16, BF16:
