@@ -325,8 +325,9 @@ func f16PackedZKernel(a *asm, d *decl, T int, bf16 bool) {
 // second half bytes after the first, each step reading both: eight
 // accumulators, two streams of weights. One token's product is bound by
 // how fast one core pulls the weights from memory, and a core streamed
-// two distant ranges faster than one (F16) — but not two neighbouring
-// blocks, which read slower than one stream. Each output's FMAs are
+// two distant ranges faster than one (F16 more than BF16, whose kernel has
+// half the instructions a byte) — but not two neighbouring blocks, which
+// read slower than one stream. Each output's FMAs are
 // f16PackedZ_1's in its order, so results are its bits.
 //
 // Arguments: w *byte, half (bytes from the first range to the second),
