@@ -283,14 +283,7 @@ func q80PackedKernel(a *asm, d *decl, T int, q4 bool) {
 		}
 		a.label(name + "_nopf")
 	}
-	if q4 {
-		q40PackedLoad(a, 15)
-	} else {
-		for k := 0; k < 8; k++ {
-			a.p("VMOVDQU %d(DI), Y%d", 32*k, k)
-		}
-		a.p("VCVTPH2PS 256(DI), Y8")
-	}
+	q80PackedLoad(a, q4, "DI")
 	q80RowTokens(a, T, q80Shift(q4), nil)
 	a.p("ADDQ $%d, DI", blk)
 	a.p("ADDQ R11, R14")
@@ -336,14 +329,7 @@ func q80PackedSplitKernel(a *asm, d *decl, q4 bool) {
 	a.p("LEAQ (DI)(R8*1), BX")
 	a.label(name + "_block")
 	for r, base := range []string{"DI", "BX"} {
-		if q4 {
-			q40PackedLoadAt(a, 15, base)
-		} else {
-			for k := 0; k < 8; k++ {
-				a.p("VMOVDQU %d(%s), Y%d", 32*k, base, k)
-			}
-			a.p("VCVTPH2PS 256(%s), Y8", base)
-		}
+		q80PackedLoad(a, q4, base)
 		q80RowTokensTo(a, 1, q80Shift(q4), 16+r, nil)
 	}
 	a.p("ADDQ $%d, DI", blk)
@@ -355,6 +341,20 @@ func q80PackedSplitKernel(a *asm, d *decl, q4 bool) {
 	a.p("VMOVUPS Y17, (DX)(R10*1)")
 	a.p("ADDQ $32, DX")
 	nextOrReturn(a, "R15", name+"_rows")
+}
+
+// q80PackedLoad loads the packed Q8_0 (with q4, Q4_0, its nibble mask in
+// Y15) block of eight rows at register base: dword k of the eight rows in
+// Yk, their scales in Y8.
+func q80PackedLoad(a *asm, q4 bool, base string) {
+	if q4 {
+		q40PackedLoadAt(a, 15, base)
+		return
+	}
+	for k := 0; k < 8; k++ {
+		a.p("VMOVDQU %d(%s), Y%d", 32*k, base, k)
+	}
+	a.p("VCVTPH2PS 256(%s), Y8", base)
 }
 
 // q80PackedPrefetch says whether the T-token packed kernel prefetches: the
