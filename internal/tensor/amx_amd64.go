@@ -15,14 +15,16 @@ import (
 // products take the 16-token products of Q8_0 and Q4_0 weights (prompts,
 // and batches of 16 sequences and more), packed (q80AMXP_16, q40AMXP_16)
 // or as the file has them (q80AMXR_16, q40AMXR_16: the mapped file's
-// weights), the per-block float steps staying the VNNI kernels' (bit-
-// identical results, so batch invariance holds). Whether they are used is
-// measured, not assumed: amxChoice times each against its VNNI kernel
-// once per process.
+// weights), and of packed Q4_K, Q5_K and Q6_K weights (q4KAMXP_16,
+// q5KAMXP_16, q6KAMXP_16: a tile product per 32- or 16-value sub-block,
+// whose integer sums are the VNNI kernels'), the float steps staying the
+// VNNI kernels' (bit-identical results, so batch invariance holds).
+// Whether they are used is measured, not assumed: amxChoice times each
+// against its VNNI kernel once per process.
 //
-// Not on the tiles: the k-quants, F16 and BF16, whose VNNI kernels keep
-// partial sums in lanes that a tile's whole-row dot products cannot
-// reproduce bit for bit (their results would then depend on the batch).
+// Not on the tiles: F16 and BF16, whose kernels sum float products in an
+// order a tile's whole-row dot products cannot reproduce bit for bit
+// (their results would then depend on the batch).
 
 // amxCPU reports whether the CPU has the tiles and their INT8 products
 // beside the VNNI level the kernels' float steps use.
@@ -42,8 +44,9 @@ var amxPermit = sync.OnceValue(func() error {
 var errNoAMX = fmt.Errorf("the CPU has no AMX-INT8 (or no AVX512-VNNI)")
 
 // amxKernel is an AMX kernel of 16 tokens on weights of type typ, packed
-// (Q8_0: q80AMXP_16, Q4_0: q40AMXP_16) or, with rows, as the file has them
-// (q80AMXR_16, q40AMXR_16); slot is its place in amxDecision.use.
+// (q80AMXP_16, q40AMXP_16, q4KAMXP_16, q5KAMXP_16, q6KAMXP_16) or, with
+// rows, as the file has them (q80AMXR_16, q40AMXR_16); slot is its place
+// in amxDecision.use.
 type amxKernel struct {
 	typ  DType
 	rows bool
@@ -57,7 +60,10 @@ var (
 	q40AMX     = &amxKernel{typ: Q4_0, slot: 1}
 	q80AMXRows = &amxKernel{typ: Q8_0, rows: true, slot: 2}
 	q40AMXRows = &amxKernel{typ: Q4_0, rows: true, slot: 3}
-	amxKernels = [...]*amxKernel{q80AMX, q40AMX, q80AMXRows, q40AMXRows}
+	q4KAMX     = &amxKernel{typ: Q4_K, slot: 4}
+	q5KAMX     = &amxKernel{typ: Q5_K, slot: 5}
+	q6KAMX     = &amxKernel{typ: Q6_K, slot: 6}
+	amxKernels = [...]*amxKernel{q80AMX, q40AMX, q80AMXRows, q40AMXRows, q4KAMX, q5KAMX, q6KAMX}
 )
 
 // on says whether x computes 16-token products: amxChoice's decision.
@@ -103,12 +109,26 @@ type amxScratch [amxScratchBytes]byte
 // kernel computes rows [r0, r0+8·rowBlocks) of packed w for the 16 tokens
 // from t.
 func (x *amxKernel) kernel(dst []float32, ld int, w *Matrix, r0, rowBlocks int, a *actBuf, t int, s *amxScratch) {
-	p, act, out := &w.Data[r0*w.RowBytes()], &a.g[t*q80BlockBytes], &dst[t*ld+r0]
-	if x.typ == Q4_0 { // direct calls: a func value would move s to the heap
-		q40AMXP_16(p, rowBlocks, act, a.gs, w.Cols/32, out, ld*4, &s[0])
-		return
+	p, out := &w.Data[r0*w.RowBytes()], &dst[t*ld+r0]
+	// Direct calls: a func value would move s to the heap.
+	switch x.typ {
+	case Q4_0:
+		q40AMXP_16(p, rowBlocks, &a.g[t*q80BlockBytes], a.gs, w.Cols/32, out, ld*4, &s[0])
+	case Q8_0:
+		q80AMXP_16(p, rowBlocks, &a.g[t*q80BlockBytes], a.gs, w.Cols/32, out, ld*4, &s[0])
+	case Q4_K, Q5_K, Q6_K:
+		cols := w.Cols
+		nb := cols / qkK
+		y, d, bs := &a.q[t*cols], &a.d[t*nb], &a.bs[t*cols/16]
+		switch x.typ {
+		case Q4_K:
+			q4KAMXP_16(p, rowBlocks, y, cols, d, nb*4, bs, nb*32, nb, out, ld*4, 16, &s[0])
+		case Q5_K:
+			q5KAMXP_16(p, rowBlocks, y, cols, d, nb*4, bs, nb*32, nb, out, ld*4, 16, &s[0])
+		default:
+			q6KAMXP_16(p, rowBlocks, y, cols, d, nb*4, bs, nb*32, nb, out, ld*4, 16, &s[0])
+		}
 	}
-	q80AMXP_16(p, rowBlocks, act, a.gs, w.Cols/32, out, ld*4, &s[0])
 }
 
 // rowsKernel computes rows [r0, r0+16·rowTiles) of w as the file has them
@@ -131,8 +151,8 @@ type amxDecision struct {
 	probe string
 }
 
-// amxChoice decides once whether the 16-token products of Q8_0 and Q4_0
-// weights, packed and as the file has them, run on the tiles: where the OS
+// amxChoice decides once whether the 16-token products of each type and
+// layout with an AMX kernel run on the tiles: where the OS
 // grants them, it times each AMX kernel against its VNNI kernel on a
 // matrix of that type and layout, alternated, best of several, and keeps
 // the tiles for it if they are at least 5% faster.
@@ -160,8 +180,8 @@ var amxChoice = sync.OnceValue(func() amxDecision {
 })
 
 // AMX says, for the load line, whether and why the tile unit computes
-// prompts' Q8_0 and Q4_0 products on this CPU, packed and as in the file;
-// "" where it has none.
+// prompts' products on this CPU, for each type and layout it has a kernel
+// for; "" where it has none.
 func AMX() string {
 	if !amxCPU() {
 		return ""
@@ -178,15 +198,24 @@ func AMX() string {
 const amxProbeRows, amxProbeCols, amxProbeTokens = 256, 2048, 16
 
 // probeWeights is a probe matrix of type t as a file has it, with small
-// f16 scales so that the products stay finite.
+// f16 scales (the k-quants' d and dmin) so that the products stay finite.
 func probeWeights(t DType) []byte {
 	bs := t.TypeSize()
-	w := make([]byte, amxProbeRows*amxProbeCols/32*bs)
+	w := make([]byte, amxProbeRows*amxProbeCols/t.BlockSize()*bs)
 	for i := range w {
 		w[i] = byte(i*7 + i>>9)
 	}
+	scales := []int{0} // where a block's f16 scales are
+	switch t {
+	case Q4_K, Q5_K:
+		scales = []int{0, 2}
+	case Q6_K:
+		scales = []int{bs - 2}
+	}
 	for b := 0; b < len(w)/bs; b++ {
-		w[b*bs], w[b*bs+1] = 0x00, 0x20
+		for _, o := range scales {
+			w[b*bs+o], w[b*bs+o+1] = 0x00, 0x20
+		}
 	}
 	return w
 }
@@ -211,6 +240,9 @@ func bestTimes(a, b func()) (at, bt time.Duration) {
 func (x *amxKernel) probe() (amxT, vnniT time.Duration) {
 	if x.rows {
 		return x.probeRows()
+	}
+	if x.typ.BlockSize() == qkK {
+		return x.probeK()
 	}
 	const rows, T, nb = amxProbeRows, amxProbeTokens, amxProbeCols / 32
 	bs := x.typ.TypeSize()
@@ -257,5 +289,26 @@ func (x *amxKernel) probeRows() (amxT, vnniT time.Duration) {
 	rb := m.RowBytes()
 	return bestTimes(func() { x.rowsKernel(dst, rows, &m, 0, rows/16, a, 0, s) }, func() {
 		vnni(&m.Data[0], rb, q80PrefetchRows*rb, rows, &a.g[0], a.gs, nb, &dst[0], rows*4)
+	})
+}
+
+// probeK is probe for the packed k-quant kernels, against q4KVNNIP
+// (q5KVNNIP, q6KVNNIP).
+func (x *amxKernel) probeK() (amxT, vnniT time.Duration) {
+	const rows, T, cols = amxProbeRows, amxProbeTokens, amxProbeCols
+	m := Pack(Matrix{Type: x.typ, Rows: rows, Cols: cols, Data: probeWeights(x.typ)})
+	vnni := map[DType]kPackedFn{Q4_K: q4KVNNIP, Q5_K: q5KVNNIP, Q6_K: q6KVNNIP}[x.typ]
+	xs := make([]float32, T*cols)
+	for i := range xs {
+		xs[i] = float32(i%97) - 48
+	}
+	a := new(actBuf)
+	a.prepare(Q8_K, cols, T, false)
+	a.convertTokens(Q8_K, xs, 0, T)
+	dst := make([]float32, T*rows)
+	s := new(amxScratch)
+	const nb = cols / qkK
+	return bestTimes(func() { x.kernel(dst, rows, &m, 0, rows/8, a, 0, s) }, func() {
+		vnni(&m.Data[0], rows/8, &a.q[0], cols, &a.d[0], nb*4, &a.bs[0], nb*32, nb, &dst[0], rows*4, T)
 	})
 }

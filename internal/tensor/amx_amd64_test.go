@@ -15,11 +15,12 @@ import (
 )
 
 // TestAMXPacked compares the AMX kernels of 16-token products of packed
-// Q8_0 and Q4_0 weights with the VNNI kernels bit for bit, through
-// matMul, on shapes with odd numbers of row blocks, of column blocks (the
-// kernels take them in pairs) and of tokens (16-token passes and a VNNI
-// tail), and a tail of unpacked rows. It runs only where the CPU has
-// AMX-INT8 and the OS grants the tiles, and says so when not.
+// Q8_0, Q4_0, Q4_K, Q5_K and Q6_K weights with the VNNI kernels bit for bit,
+// through matMul, on shapes with odd numbers of row blocks, of column
+// blocks (the Q8_0 and Q4_0 kernels take them in pairs) and of tokens
+// (16-token passes and a VNNI tail), and a tail of unpacked rows. It runs
+// only where the CPU has AMX-INT8 and the OS grants the tiles, and says so
+// when not.
 func TestAMXPacked(t *testing.T) {
 	if err := amxPermit(); err != nil {
 		t.Skipf("AMX kernels not run: this machine cannot use them (%v)", err)
@@ -30,11 +31,23 @@ func TestAMXPacked(t *testing.T) {
 		Q8_0: {(&q80Rows{t: q80VNNI.t, p: q80VNNI.p}).run, (&q80Rows{t: q80VNNI.t, p: q80VNNI.p, amx: forced(q80AMX)}).run},
 		Q4_0: {(&eightRows{n: q40VNNI.n, p: q40VNNI.p}).run, (&eightRows{n: q40VNNI.n, p: q40VNNI.p, amx: forced(q40AMX)}).run},
 	}
+	for _, k := range []*kPacked{q4KVNNIPacked, q5KVNNIPacked, q6KVNNIPacked} {
+		vnni, amx := *k, *k
+		vnni.amx, amx.amx = nil, forced(k.amx)
+		kernels[k.amx.typ] = [2]kernel{vnni.run, amx.run}
+	}
+	columns := map[DType][]int{
+		Q8_0: {32, 64, 96, 576, 32 * 37},
+		Q4_0: {32, 64, 96, 576, 32 * 37},
+		Q4_K: {256, 512, 256 * 3, 256 * 11},
+		Q5_K: {256, 256 * 3, 256 * 8},
+		Q6_K: {256, 512, 256 * 5},
+	}
 	rng := rand.New(rand.NewPCG(41, 42))
 	p := NewPool(2)
 	defer p.Close()
-	for _, typ := range []DType{Q8_0, Q4_0} {
-		for _, cols := range []int{32, 64, 96, 576, 32 * 37} {
+	for _, typ := range []DType{Q8_0, Q4_0, Q4_K, Q5_K, Q6_K} {
+		for _, cols := range columns[typ] {
 			for _, rows := range []int{8, 13, 24, 67, 200} {
 				m, _ := randMatrix(t, rng, typ, rows, cols)
 				m = Pack(m)
@@ -119,7 +132,7 @@ func TestAMXEncoding(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, fn := range map[string]any{"q80AMXP_16": q80AMXP_16, "q40AMXP_16": q40AMXP_16, "q80AMXR_16": q80AMXR_16, "q40AMXR_16": q40AMXR_16} {
+	for name, fn := range map[string]any{"q80AMXP_16": q80AMXP_16, "q40AMXP_16": q40AMXP_16, "q80AMXR_16": q80AMXR_16, "q40AMXR_16": q40AMXR_16, "q4KAMXP_16": q4KAMXP_16, "q5KAMXP_16": q5KAMXP_16, "q6KAMXP_16": q6KAMXP_16} {
 		got := decodedTileInsts(t, objdump, exe, fn)
 		// The generator's comments, in order.
 		var want []string
@@ -161,7 +174,7 @@ func decodedTileInsts(t *testing.T, objdump, exe string, fn any) []string {
 		t.Fatalf("no call to the assembly in the wrapper at %#x", wrapper)
 	}
 	out, err = exec.Command(objdump, "-d", "--no-show-raw-insn", "-M", "intel",
-		fmt.Sprintf("--start-address=%#x", start), fmt.Sprintf("--stop-address=%#x", start+8192), exe).Output()
+		fmt.Sprintf("--start-address=%#x", start), fmt.Sprintf("--stop-address=%#x", start+32768), exe).Output()
 	if err != nil {
 		t.Fatalf("objdump: %v", err)
 	}

@@ -506,6 +506,7 @@ type kPacked struct {
 	// the packing costs (Q6_K's row kernels are the fastest of the three:
 	// at 64 tokens packing them was 10–17% slower).
 	packTokens int
+	amx        *amxKernel // 16 tokens on the tiles, where it is used
 }
 
 func (k *kPacked) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int, s *streamScratch) {
@@ -549,18 +550,26 @@ func (k *kPacked) packed(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf
 		k.p1(&w.Data[r0*w.RowBytes()], (r1-r0)/8, &a.q[t0*cols], &a.d[t0*nb], &a.bs[t0*cols/16], nb, &dst[t0*ld+r0])
 		return
 	}
+	var amx *amxScratch
+	if t1-t0 >= 16 && k.amx.on() {
+		amx = new(amxScratch) // on the stack: the kernels keep no pointer
+	}
 	for t := t0; t < t1; {
 		T := min(16, t1-t)
-		k.p(&w.Data[r0*w.RowBytes()], (r1-r0)/8, &a.q[t*cols], cols, &a.d[t*nb], nb*4, &a.bs[t*cols/16], nb*32, nb, &dst[t*ld+r0], ld*4, T)
+		if T == 16 && amx != nil {
+			k.amx.kernel(dst, ld, w, r0, (r1-r0)/8, a, t, amx)
+		} else {
+			k.p(&w.Data[r0*w.RowBytes()], (r1-r0)/8, &a.q[t*cols], cols, &a.d[t*nb], nb*4, &a.bs[t*cols/16], nb*32, nb, &dst[t*ld+r0], ld*4, T)
+		}
 		t += T
 	}
 }
 
 var (
 	q4KVNNI       = &kTiles{[5]kFn{nil, q4KVNNI_1, q4KVNNI_2, q4KVNNI_3, q4KVNNI_4}}
-	q4KVNNIPacked = &kPacked{rows: q4KVNNI, p: q4KVNNIP, p1: q4KVNNIP1, packTokens: 32}
-	q5KVNNIPacked = &kPacked{rows: q5KVNNI, p: q5KVNNIP, p1: q5KVNNIP1, packTokens: 32}
-	q6KVNNIPacked = &kPacked{rows: q6KVNNI, p: q6KVNNIP, p1: q6KVNNIP1, packTokens: 128}
+	q4KVNNIPacked = &kPacked{rows: q4KVNNI, p: q4KVNNIP, p1: q4KVNNIP1, packTokens: 32, amx: q4KAMX}
+	q5KVNNIPacked = &kPacked{rows: q5KVNNI, p: q5KVNNIP, p1: q5KVNNIP1, packTokens: 32, amx: q5KAMX}
+	q6KVNNIPacked = &kPacked{rows: q6KVNNI, p: q6KVNNIP, p1: q6KVNNIP1, packTokens: 128, amx: q6KAMX}
 	q5KVNNI       = &kTiles{[5]kFn{nil, q5KVNNI_1, q5KVNNI_2, q5KVNNI_3, q5KVNNI_4}}
 	q2KVNNI       = &kTiles{[5]kFn{nil, q2KVNNI_1, q2KVNNI_2, q2KVNNI_3, q2KVNNI_4}}
 	q3KVNNI       = &kTiles{[5]kFn{nil, q3KVNNI_1, q3KVNNI_2, q3KVNNI_3, q3KVNNI_4}}

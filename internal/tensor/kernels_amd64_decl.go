@@ -964,6 +964,11 @@ func q4KVNNIP(w *byte, groups int, y *int8, yStride int, d *float32, dStride int
 //go:noescape
 func q4KVNNIP1(w *byte, groups int, y *int8, d *float32, bs *int16, nb int, dst *float32)
 
+// q4KAMXP_16 computes groups × 8 rows × 16 tokens of packed Q4_K weights × Q8_K activations on the AMX tiles (tokens must be 16); the tiles must be permitted (requestAMX).
+//
+//go:noescape
+func q4KAMXP_16(w *byte, groups int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int, tokens int, scratch *byte)
+
 // q5KVNNIP computes groups × 8 rows × tokens (at most 16) of packed Q5_K weights × Q8_K activations (VNNI).
 //
 //go:noescape
@@ -974,6 +979,11 @@ func q5KVNNIP(w *byte, groups int, y *int8, yStride int, d *float32, dStride int
 //go:noescape
 func q5KVNNIP1(w *byte, groups int, y *int8, d *float32, bs *int16, nb int, dst *float32)
 
+// q5KAMXP_16 computes groups × 8 rows × 16 tokens of packed Q5_K weights × Q8_K activations on the AMX tiles (tokens must be 16); the tiles must be permitted (requestAMX).
+//
+//go:noescape
+func q5KAMXP_16(w *byte, groups int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int, tokens int, scratch *byte)
+
 // q6KVNNIP computes groups × 8 rows × tokens (at most 16) of packed Q6_K weights × Q8_K activations (VNNI).
 //
 //go:noescape
@@ -983,6 +993,11 @@ func q6KVNNIP(w *byte, groups int, y *int8, yStride int, d *float32, dStride int
 //
 //go:noescape
 func q6KVNNIP1(w *byte, groups int, y *int8, d *float32, bs *int16, nb int, dst *float32)
+
+// q6KAMXP_16 computes groups × 8 rows × 16 tokens of packed Q6_K weights × Q8_K activations on the AMX tiles (tokens must be 16); the tiles must be permitted (requestAMX).
+//
+//go:noescape
+func q6KAMXP_16(w *byte, groups int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int, tokens int, scratch *byte)
 
 // iq2XXSVNNI_1 computes rows × 1 tokens of IQ2_XXS weights × Q8_K activations (VNNI).
 //

@@ -1345,11 +1345,14 @@ func main() {
 	for _, q5 := range []bool{false, true} {
 		q4KPackedKernel(&a, &d, q5)
 		q4KPackedKernel1(&a, &d, q5)
+		q4KAMXPackedKernel(&a, &d, q5)
 	}
 	q6kPairCtlData(&a)
 	for _, one := range []bool{false, true} {
 		q6KPackedKernel(&a, &d, one)
 	}
+	amxQ6KCfgData(&a)
+	q6KAMXPackedKernel(&a, &d)
 	for _, typ := range iqDirectOrder {
 		for T := 1; T <= 4; T++ {
 			kKernel(&a, &d, typ, true, T)

@@ -69,6 +69,77 @@ func q6KPackedKernel(a *asm, d *decl, one bool) {
 		}
 	}
 	first := true
+	q6KSteps(a, func(sa, sb int) {
+		q6KScales(a, sa, sb)
+		isFirst := first
+		first = false
+		sub := func(ptr string, sA, sB int) {
+			a.p("VPXORD Y%d, Y%d, Y%d", sA, sA, sA)
+			a.p("VPXORD Y%d, Y%d, Y%d", sB, sB, sB)
+			for e := 0; e < 4; e++ {
+				a.p("VPDPBUSD.BCST %d(%s), Y%d, Y%d", 16*sa+4*e, ptr, 16+e, sA)
+				a.p("VPDPBUSD.BCST %d(%s), Y%d, Y%d", 16*sb+4*e, ptr, 20+e, sB)
+			}
+			a.p("VPMULLD Y24, Y%d, Y%d", sA, sA)
+			a.p("VPMULLD Y25, Y%d, Y%d", sB, sB)
+			a.p("VPADDD Y%d, Y%d, Y%d", sB, sA, sA)
+		}
+		if one {
+			sub("BX", 2, 3)
+			if isFirst {
+				a.p("VMOVDQA32 Y2, Y1")
+			} else {
+				a.p("VPADDD Y2, Y1, Y1")
+			}
+			return
+		}
+		tokenLoop(a, fmt.Sprintf("%s_sub%d", name, sa), func() {
+			a.p("MOVQ BX, R11")
+			a.p("LEAQ 0(SP), R13")
+		}, func() {
+			sub("R11", 26, 27)
+			if !isFirst {
+				a.p("VPADDD (R13), Y26, Y26")
+			}
+			a.p("VMOVDQU32 Y26, (R13)")
+		}, func() {
+			a.p("ADDQ yStride+24(FP), R11")
+			a.p("ADDQ $32, R13")
+		})
+	})
+	q6KBlockSteps(a, name, one)
+	if one {
+		a.p("VMOVUPS Y0, (AX)")
+	}
+	packedGroupEnd(a, name)
+}
+
+// q6kPairCtlData emits the vpshufb controls that spread bytes 0, 1 (then 2,
+// 3) of each dword to the high bytes of its two words, for vpsraw to
+// sign-extend: the Q6_K scale pairs of q6KPackedKernel.
+func q6kPairCtlData(a *asm) {
+	for half := 0; half < 2; half++ {
+		var b [32]byte
+		for d := 0; d < 8; d++ {
+			base := 4 * (d % 4)
+			b[4*d], b[4*d+1], b[4*d+2], b[4*d+3] = 0x80, byte(base+2*half), 0x80, byte(base+2*half+1)
+		}
+		for i := 0; i < 4; i++ {
+			var v uint64
+			for k := 7; k >= 0; k-- {
+				v = v<<8 | uint64(b[8*i+k])
+			}
+			fmt.Fprintf(&a.b, "DATA q6kPairCtl<>+%d(SB)/8, $0x%016x\n", 32*half+8*i, v)
+		}
+	}
+	a.b.WriteString("GLOBL q6kPairCtl<>(SB), RODATA|NOPTR, $64\n\n")
+}
+
+// q6KSteps emits the building of a packed Q6_K block's values (at SI),
+// two 16-value sub-blocks a step: sub-block sa's four dwords of the eight
+// rows in Y16-Y19, sa+2's (sb) in Y20-Y23 (Y28 0x0f bytes, Y29 0x30
+// bytes, Y14 scratch), then step(sa, sb), for the eight steps in order.
+func q6KSteps(a *asm, step func(sa, sb int)) {
 	for h := 0; h < 2; h++ {
 		for q := 0; q < 2; q++ {
 			for part := 0; part < 2; part++ {
@@ -95,53 +166,30 @@ func q6KPackedKernel(a *asm, d *decl, one bool) {
 					a.p("VPTERNLOGD $0xf8, Y29, Y14, Y%d", vb)
 				}
 				sa := 8*h + q + 4*part
-				sb := sa + 2
-				for i, s := range []int{sa, sb} {
-					if sh := 24 - 8*(s%4); sh > 0 {
-						a.p("VPSLLD $%d, %d(SI), Y%d", sh, q6KPackedScales+32*(s/4), 24+i)
-						a.p("VPSRAD $24, Y%d, Y%d", 24+i, 24+i)
-					} else {
-						a.p("VPSRAD $24, %d(SI), Y%d", q6KPackedScales+32*(s/4), 24+i)
-					}
-				}
-				isFirst := first
-				first = false
-				sub := func(ptr string, sA, sB int) {
-					a.p("VPXORD Y%d, Y%d, Y%d", sA, sA, sA)
-					a.p("VPXORD Y%d, Y%d, Y%d", sB, sB, sB)
-					for e := 0; e < 4; e++ {
-						a.p("VPDPBUSD.BCST %d(%s), Y%d, Y%d", 16*sa+4*e, ptr, 16+e, sA)
-						a.p("VPDPBUSD.BCST %d(%s), Y%d, Y%d", 16*sb+4*e, ptr, 20+e, sB)
-					}
-					a.p("VPMULLD Y24, Y%d, Y%d", sA, sA)
-					a.p("VPMULLD Y25, Y%d, Y%d", sB, sB)
-					a.p("VPADDD Y%d, Y%d, Y%d", sB, sA, sA)
-				}
-				if one {
-					sub("BX", 2, 3)
-					if isFirst {
-						a.p("VMOVDQA32 Y2, Y1")
-					} else {
-						a.p("VPADDD Y2, Y1, Y1")
-					}
-					continue
-				}
-				tokenLoop(a, fmt.Sprintf("%s_sub%d", name, sa), func() {
-					a.p("MOVQ BX, R11")
-					a.p("LEAQ 0(SP), R13")
-				}, func() {
-					sub("R11", 26, 27)
-					if !isFirst {
-						a.p("VPADDD (R13), Y26, Y26")
-					}
-					a.p("VMOVDQU32 Y26, (R13)")
-				}, func() {
-					a.p("ADDQ yStride+24(FP), R11")
-					a.p("ADDQ $32, R13")
-				})
+				step(sa, sa+2)
 			}
 		}
 	}
+}
+
+// q6KScales sets Y24 and Y25 to the eight rows' int8 scales of sub-blocks
+// sa and sb, sign-extended to dwords.
+func q6KScales(a *asm, sa, sb int) {
+	for i, s := range []int{sa, sb} {
+		if sh := 24 - 8*(s%4); sh > 0 {
+			a.p("VPSLLD $%d, %d(SI), Y%d", sh, q6KPackedScales+32*(s/4), 24+i)
+			a.p("VPSRAD $24, Y%d, Y%d", 24+i, 24+i)
+		} else {
+			a.p("VPSRAD $24, %d(SI), Y%d", q6KPackedScales+32*(s/4), 24+i)
+		}
+	}
+}
+
+// q6KBlockSteps emits the end of a packed Q6_K block: the −32 offset and
+// float step per token (one: the block's sum in Y1, the outputs in Y0;
+// else each token's sum in the frame, as stepsLoop walks them), and the
+// move to the next block.
+func q6KBlockSteps(a *asm, name string, one bool) {
 	// The scales as int16 pairs (sc_2p, sc_2p+1), against the dwords of bs.
 	for p := 0; p < 8; p++ {
 		a.p("VMOVDQU32 %d(SI), Y%d", q6KPackedScales+32*(p/2), 16+p)
@@ -174,29 +222,4 @@ func q6KPackedKernel(a *asm, d *decl, one bool) {
 		})
 	}
 	k45NextBlock(a, k45Layout{bytes: q6KPackedBytes}, name)
-	if one {
-		a.p("VMOVUPS Y0, (AX)")
-	}
-	packedGroupEnd(a, name)
-}
-
-// q6kPairCtlData emits the vpshufb controls that spread bytes 0, 1 (then 2,
-// 3) of each dword to the high bytes of its two words, for vpsraw to
-// sign-extend: the Q6_K scale pairs of q6KPackedKernel.
-func q6kPairCtlData(a *asm) {
-	for half := 0; half < 2; half++ {
-		var b [32]byte
-		for d := 0; d < 8; d++ {
-			base := 4 * (d % 4)
-			b[4*d], b[4*d+1], b[4*d+2], b[4*d+3] = 0x80, byte(base+2*half), 0x80, byte(base+2*half+1)
-		}
-		for i := 0; i < 4; i++ {
-			var v uint64
-			for k := 7; k >= 0; k-- {
-				v = v<<8 | uint64(b[8*i+k])
-			}
-			fmt.Fprintf(&a.b, "DATA q6kPairCtl<>+%d(SB)/8, $0x%016x\n", 32*half+8*i, v)
-		}
-	}
-	a.b.WriteString("GLOBL q6kPairCtl<>(SB), RODATA|NOPTR, $64\n\n")
 }
