@@ -113,13 +113,29 @@ func probePlacement(path string, private *model.File, why string, widenLimit int
 	p := tensor.NewPool(runtime.GOMAXPROCS(0))
 	defer p.Close()
 	mapped.Model.DecodePass(p, 1, probeBytes) // pages in what the timed passes read
-	tp, tm := time.Duration(math.MaxInt64), time.Duration(math.MaxInt64)
-	var read int64 // the same on both
+	streams := private.Model.TwoStreamMatrices() > 0
+	tp, tp1, tm := time.Duration(math.MaxInt64), time.Duration(math.MaxInt64), time.Duration(math.MaxInt64)
+	var read int64 // the same on all
 	for range probeRounds {
 		d, _ := private.Model.DecodePass(p, 1, probeBytes)
 		tp = min(tp, d)
+		if streams {
+			private.Model.SetOneStream(true)
+			d, _ = private.Model.DecodePass(p, 1, probeBytes)
+			private.Model.SetOneStream(false)
+			tp1 = min(tp1, d)
+		}
 		d, read = mapped.Model.DecodePass(p, 1, probeBytes)
 		tm = min(tm, d)
+	}
+	var streamsRead string
+	if streams {
+		var one bool
+		one, streamsRead = streamsChoice(tp, tp1, read)
+		if one {
+			private.Model.SetOneStream(true)
+			tp = tp1
+		}
 	}
 	place, reading := probeChoice(tp, tm, read)
 	why += "; " + reading
@@ -128,7 +144,25 @@ func probePlacement(path string, private *model.File, why string, widenLimit int
 		return mapped, gguf.Mapped, why
 	}
 	mapped.Close()
+	if streamsRead != "" {
+		why += "; " + streamsRead
+	}
 	return private, gguf.HugePages, why
+}
+
+// streamsChoice decides, from a decode pass's time on the packed copy with
+// its one-token products in two streams (the default) and in one, over
+// weights of the given size, whether they read one stream (one), and says
+// so. Two streams gained on AMD's Zen 5; whether they do on every CPU's
+// memory system is this reading's to say. One stream needs the margin
+// probeChoice gives the mapping: both kernels give the same bits, so only
+// speed decides.
+func streamsChoice(two, one time.Duration, weightBytes int64) (bool, string) {
+	rate := func(d time.Duration) float64 { return float64(weightBytes) / d.Seconds() / 1e9 }
+	if float64(one) < probeMargin*float64(two) {
+		return true, fmt.Sprintf("decode reads each work item in one stream (%.1f GB/s; two streams %.1f GB/s)", rate(one), rate(two))
+	}
+	return false, fmt.Sprintf("decode reads each work item in two streams (%.1f GB/s; one stream %.1f GB/s)", rate(two), rate(one))
 }
 
 // probeBytes is how much of the weights the probe's passes read: past the

@@ -50,6 +50,25 @@ func TestProbeChoice(t *testing.T) {
 	}
 }
 
+func TestStreamsChoice(t *testing.T) {
+	const gb = 1e9
+	for _, tc := range []struct {
+		two, one time.Duration
+		want     bool
+		says     string
+	}{
+		{100 * time.Millisecond, 50 * time.Millisecond, true, "in one stream (20.0 GB/s; two streams 10.0 GB/s)"},
+		{50 * time.Millisecond, 100 * time.Millisecond, false, "in two streams (20.0 GB/s; one stream 10.0 GB/s)"},
+		{100 * time.Millisecond, 96 * time.Millisecond, false, "in two streams"}, // within the margin
+		{100 * time.Millisecond, 94 * time.Millisecond, true, "in one stream"},
+	} {
+		got, says := streamsChoice(tc.two, tc.one, gb)
+		if got != tc.want || !strings.Contains(says, tc.says) {
+			t.Errorf("streamsChoice(%v, %v) = %v, %q; want %v, %q", tc.two, tc.one, got, says, tc.want, tc.says)
+		}
+	}
+}
+
 // TestAutoPlacementProbe: --model-memory auto times both placements when it
 // made a private copy and says what it read; an explicit setting is taken
 // as it is.
@@ -63,9 +82,18 @@ func TestAutoPlacementProbe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mf.Close()
+	defer mf.Close()
 	if !strings.Contains(out.String(), "a probe streamed the weights at") {
 		t.Errorf("auto's line names no probe: %q", out.String())
+	}
+	// Kept private, the copy's Q8_0 matrices are packed; where this CPU
+	// reads them in two streams, the probe times one too and says which
+	// it kept, and the model is set so.
+	if strings.Contains(out.String(), "from the packed private copy") && mf.Model.TwoStreamMatrices() > 0 != strings.Contains(out.String(), "in two streams (") {
+		t.Errorf("the line's streams do not match the model's (%d matrices in two streams): %q", mf.Model.TwoStreamMatrices(), out.String())
+	}
+	if strings.Contains(out.String(), "in one stream (") && mf.Model.TwoStreamMatrices() != 0 {
+		t.Errorf("one stream chosen, yet %d matrices read two", mf.Model.TwoStreamMatrices())
 	}
 	out.Reset()
 	mf, err = openModelWithProgress(path, weightsMemory{placement: "hugepages"}, 0, &out)

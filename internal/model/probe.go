@@ -57,3 +57,26 @@ func (m *Model) DecodePass(p *tensor.Pool, reps int, budget int64) (time.Duratio
 	}
 	return best, total + int64(m.Output.Bytes())
 }
+
+// TwoStreamMatrices counts the matrices whose one-token products read
+// their weights in two streams on this CPU (tensor.Matrix.TwoStreams):
+// where there are none, SetOneStream changes nothing.
+func (m *Model) TwoStreamMatrices() int {
+	n := 0
+	for _, w := range append(m.layerMatrices(), &m.Output) {
+		if w.TwoStreams() {
+			n++
+		}
+	}
+	return n
+}
+
+// SetOneStream sets every weight matrix's one-token products to read one
+// stream (on) or, the default, two where they can (tensor.Matrix.OneStream):
+// the load probe's choice by a timed decode pass of each. Not safe while
+// the model computes.
+func (m *Model) SetOneStream(on bool) {
+	for _, w := range append(m.layerMatrices(), &m.TokenEmbed, &m.Output) {
+		*w = w.OneStream(on)
+	}
+}

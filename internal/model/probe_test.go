@@ -1,6 +1,7 @@
 package model_test
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/kvserve/kvserve/internal/gguf"
@@ -28,5 +29,41 @@ func TestDecodePass(t *testing.T) {
 		if d <= 0 {
 			t.Errorf("budget %d: time %v", budget, d)
 		}
+	}
+}
+
+// TestSetOneStream: a private (packed) copy's matrices read two streams in
+// decode where this CPU has the kernels, one after SetOneStream(true), two
+// again after SetOneStream(false); the logits are the same bits either way.
+func TestSetOneStream(t *testing.T) {
+	for _, name := range []string{"tiny-f16", "tiny-q8_0", "tiny-q4_k_m"} {
+		t.Run(name, func(t *testing.T) {
+			f, err := model.Open(modelPath(t, name), gguf.HugePages, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			m := f.Model
+			two := m.TwoStreamMatrices()
+			t.Logf("%d matrices read in two streams by default", two)
+			if name == "tiny-q4_k_m" && two != 0 {
+				t.Fatalf("%d Q4_K/Q6_K matrices read in two streams; they have no such kernel", two)
+			}
+			want := decodeLogits(t, m)
+			m.SetOneStream(true)
+			if n := m.TwoStreamMatrices(); n != 0 {
+				t.Fatalf("set to one stream, %d matrices still read two", n)
+			}
+			got := decodeLogits(t, m)
+			m.SetOneStream(false)
+			if n := m.TwoStreamMatrices(); n != two {
+				t.Fatalf("set back to two streams, %d matrices read two, want %d", n, two)
+			}
+			for i := range want {
+				if !slices.Equal(got[i], want[i]) {
+					t.Fatalf("sequence %d: logits differ on one stream", i)
+				}
+			}
+		})
 	}
 }

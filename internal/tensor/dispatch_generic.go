@@ -108,3 +108,6 @@ func directPacker(DType, isa) *rowPacker { return nil }
 // AMX says whether the tile unit computes products here: never in the
 // portable build.
 func AMX() string { return "" }
+
+// splitKernel: no two-stream one-token kernels without the assembly.
+func splitKernel(DType) bool { return false }

@@ -69,3 +69,42 @@ func TestOneTokenSplit(t *testing.T) {
 		}
 	}
 }
+
+// TestOneStreamSetting: a packed matrix of each type with a two-stream
+// kernel reads its decode items in two streams by default and in one when
+// set to (Matrix.OneStream), with the same bits either way; types without
+// such a kernel, and unpacked matrices, never split.
+func TestOneStreamSetting(t *testing.T) {
+	rng := rand.New(rand.NewPCG(45, 46))
+	p := NewPool(2)
+	defer p.Close()
+	for _, tc := range []struct {
+		typ        DType
+		rows, cols int
+	}{{F16, 1003, 2048}, {BF16, 1003, 2048}, {Q8_0, 4003, 2048}, {Q4_0, 4003, 2048}, {Q4_K, 64, 256}} {
+		m, _ := randMatrix(t, rng, tc.typ, tc.rows, tc.cols)
+		if m.TwoStreams() {
+			t.Fatalf("%v: unpacked matrix reads two streams", tc.typ)
+		}
+		pm := Pack(Matrix{Type: m.Type, Rows: m.Rows, Cols: m.Cols, Data: append([]byte(nil), m.Data...)})
+		one := pm.OneStream(true)
+		if got, want := pm.TwoStreams(), splitKernel(tc.typ) && pm.packed; got != want {
+			t.Fatalf("%v: TwoStreams = %v, want %v", tc.typ, got, want)
+		}
+		if one.TwoStreams() || one.minSplit() != math.MaxInt || pm.minSplit() != splitMinBytes {
+			t.Fatalf("%v: set to one stream, TwoStreams = %v, minSplit %d (default %d)", tc.typ, one.TwoStreams(), one.minSplit(), pm.minSplit())
+		}
+		if pm.OneStream(true).OneStream(false).TwoStreams() != pm.TwoStreams() {
+			t.Fatalf("%v: OneStream(false) does not restore the default", tc.typ)
+		}
+		x := randVec(rng, tc.cols, 1)
+		want, got := make([]float32, tc.rows), make([]float32, tc.rows)
+		p.MatMul(want, pm, x, 1)
+		p.MatMul(got, one, x, 1)
+		for i := range want {
+			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+				t.Fatalf("%v: row %d = %v on one stream, %v on two", tc.typ, i, got[i], want[i])
+			}
+		}
+	}
+}

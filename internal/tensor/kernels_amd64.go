@@ -104,7 +104,7 @@ func (k *q80Rows) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t
 		case pr1 > r0 && T == 16 && packedAMX:
 			k.amx.kernel(dst, ld, w, r0, (pr1-r0)/8, a, t, amx)
 		case pr1 > r0 && T == 1:
-			oneTokenQ8(k.p[1], k.ps, splitMinBytes, w.Data[r0*rb:pr1*rb], 8*rb, (pr1-r0)/8, &a.g[t*q80BlockBytes], a.gs, nb, dst[t*ld+r0:t*ld+pr1])
+			oneTokenQ8(k.p[1], k.ps, w.minSplit(), w.Data[r0*rb:pr1*rb], 8*rb, (pr1-r0)/8, &a.g[t*q80BlockBytes], a.gs, nb, dst[t*ld+r0:t*ld+pr1])
 		case pr1 > r0:
 			k.p[T](&w.Data[r0*rb], q80PackedPrefetchRows*rb, (pr1-r0)/8, &a.g[t*q80BlockBytes], a.gs, nb, &dst[t*ld+r0], ld*4)
 		}
@@ -204,7 +204,7 @@ func (k *eightRows) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf,
 			if T == 16 && amx != nil {
 				k.amx.kernel(dst, ld, w, r0, (pr1-r0)/8, a, t, amx)
 			} else if T == 1 {
-				oneTokenQ8(k.p[1], k.ps, splitMinBytes, w.Data[r0*rb:pr1*rb], 8*rb, (pr1-r0)/8, &a.g[t*q80BlockBytes], a.gs, nb, dst[t*ld+r0:t*ld+pr1])
+				oneTokenQ8(k.p[1], k.ps, w.minSplit(), w.Data[r0*rb:pr1*rb], 8*rb, (pr1-r0)/8, &a.g[t*q80BlockBytes], a.gs, nb, dst[t*ld+r0:t*ld+pr1])
 			} else {
 				k.p[T](&w.Data[r0*rb], q80PackedPrefetchRows*rb, (pr1-r0)/8, &a.g[t*q80BlockBytes], a.gs, nb, &dst[t*ld+r0], ld*4)
 			}
@@ -293,6 +293,34 @@ type halfSplitFn func(w *byte, half, blocks int, y unsafe.Pointer, halfOut int, 
 // farther apart they were, from about a quarter MiB, and two neighbouring
 // blocks read slower than one stream.
 const splitMinBytes = 256 << 10
+
+// minSplit is how far apart the two streams of w's one-token products
+// must start (splitHalf): never, where w is set to one stream.
+func (w *Matrix) minSplit() int {
+	if w.oneStream {
+		return math.MaxInt
+	}
+	return splitMinBytes
+}
+
+// splitKernel says whether the one-token kernel of type t at this CPU's
+// level reads packed weights in two streams (oneToken, oneTokenQ8).
+func splitKernel(t DType) bool {
+	if cpuISA != isaVNNI {
+		return false
+	}
+	switch t {
+	case F16:
+		return f16VNNI.zs != nil
+	case BF16:
+		return hasBF16 && bf16DP.zs != nil
+	case Q8_0:
+		return q80VNNI.ps != nil
+	case Q4_0:
+		return q40VNNI.ps != nil
+	}
+	return false
+}
 
 // splitHalf is the blocks in each of the two streams a one-token product
 // of blocks blocks of blockBytes reads (the rest, an odd last block, with
@@ -428,7 +456,7 @@ func (k *floatTiles) runWide(dst []float32, ld int, w *Matrix, r0, r1 int, a *ac
 	for t := t0; t < t1; {
 		T := min(len(k.z)-1, t1-t)
 		if T == 1 {
-			oneToken(k.z[1], k.zs, splitMinBytes, w.Data[8*b0*rb:r1*rb], 8*rb, blocks, unsafe.Pointer(&a.f[t*cols]), cols*4, cols/8, dst[t*ld+r0:t*ld+r1])
+			oneToken(k.z[1], k.zs, w.minSplit(), w.Data[8*b0*rb:r1*rb], 8*rb, blocks, unsafe.Pointer(&a.f[t*cols]), cols*4, cols/8, dst[t*ld+r0:t*ld+r1])
 		} else {
 			k.z[T](&w.Data[8*b0*rb], 8*rb, blocks, unsafe.Pointer(&a.f[t*cols]), cols*4, cols/8, &dst[t*ld+r0], ld*4)
 		}
@@ -755,7 +783,7 @@ func (k *bf16Tiles) run(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf,
 			for t := t0; t < t1; {
 				T := min(len(k.z)-1, t1-t)
 				if T == 1 {
-					oneToken(k.z[1], k.zs, splitMinBytes, w.Data[r0*rb:pr1*rb], 8*rb, (pr1-r0)/8, unsafe.Pointer(&a.h[t*cols]), cols*2, steps, dst[t*ld+r0:t*ld+pr1])
+					oneToken(k.z[1], k.zs, w.minSplit(), w.Data[r0*rb:pr1*rb], 8*rb, (pr1-r0)/8, unsafe.Pointer(&a.h[t*cols]), cols*2, steps, dst[t*ld+r0:t*ld+pr1])
 				} else {
 					k.z[T](&w.Data[r0*rb], 8*rb, (pr1-r0)/8, unsafe.Pointer(&a.h[t*cols]), cols*2, steps, &dst[t*ld+r0], ld*4)
 				}

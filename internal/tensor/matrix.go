@@ -20,6 +20,10 @@ type Matrix struct {
 	Data       []byte
 
 	packed bool // Data's full blocks of eight rows are in the packed layout
+	// oneStream: one-token products read each work item's packed blocks
+	// as one stream even where a two-stream kernel could split it
+	// (OneStream).
+	oneStream bool
 
 	// mins, for Q4_1 and Q5_1 weights widened to Q8_0 (Widen), holds each
 	// block's minimum m as an F16 matrix of Rows × minsCols(Cols): products
@@ -179,6 +183,22 @@ func Pack(m Matrix) Matrix {
 
 // Packed reports whether m is in a packed layout (Pack).
 func (m Matrix) Packed() bool { return m.packed }
+
+// OneStream returns m with its one-token products (decode) reading each
+// work item's packed blocks as one stream (on) or, the default, as two
+// where the CPU has a two-stream kernel for its type and the item's halves
+// lie far enough apart. Which is faster depends on the
+// CPU's memory system; the load probe measures it. The results are the
+// same bits.
+func (m Matrix) OneStream(on bool) Matrix {
+	m.oneStream = on
+	return m
+}
+
+// TwoStreams reports whether one-token products of m can read it in two
+// streams: packed, of a type with a two-stream kernel on this CPU, and
+// not set to one stream.
+func (m Matrix) TwoStreams() bool { return m.packed && !m.oneStream && splitKernel(m.Type) }
 
 // packedRows is the number of rows in packed blocks.
 func (m Matrix) packedRows() int { return m.Rows &^ 7 }
