@@ -268,6 +268,19 @@ func (x *amxKernel) probe() (amxT, vnniT time.Duration) {
 	})
 }
 
+// probeActs is the probes' activations: 16 tokens of amxProbeCols values
+// converted to vt (with the tile layout where tiled).
+func probeActs(vt DType, tiled bool) *actBuf {
+	xs := make([]float32, amxProbeTokens*amxProbeCols)
+	for i := range xs {
+		xs[i] = float32(i%97) - 48
+	}
+	a := new(actBuf)
+	a.prepare(vt, amxProbeCols, amxProbeTokens, tiled)
+	a.convertTokens(vt, xs, 0, amxProbeTokens)
+	return a
+}
+
 // probeRows is probe for a row kernel: the matrix as a file has it, the
 // activations converted with their tile layout.
 func (x *amxKernel) probeRows() (amxT, vnniT time.Duration) {
@@ -277,13 +290,7 @@ func (x *amxKernel) probeRows() (amxT, vnniT time.Duration) {
 	if x.typ == Q4_0 {
 		vnni = q40VNNIR_16
 	}
-	xs := make([]float32, T*amxProbeCols)
-	for i := range xs {
-		xs[i] = float32(i%97) - 48
-	}
-	a := new(actBuf)
-	a.prepare(Q8_0, amxProbeCols, T, true)
-	a.convertTokens(Q8_0, xs, 0, T)
+	a := probeActs(Q8_0, true)
 	dst := make([]float32, T*rows)
 	s := new(amxScratch)
 	rb := m.RowBytes()
@@ -298,13 +305,7 @@ func (x *amxKernel) probeK() (amxT, vnniT time.Duration) {
 	const rows, T, cols = amxProbeRows, amxProbeTokens, amxProbeCols
 	m := Pack(Matrix{Type: x.typ, Rows: rows, Cols: cols, Data: probeWeights(x.typ)})
 	vnni := map[DType]kPackedFn{Q4_K: q4KVNNIP, Q5_K: q5KVNNIP, Q6_K: q6KVNNIP}[x.typ]
-	xs := make([]float32, T*cols)
-	for i := range xs {
-		xs[i] = float32(i%97) - 48
-	}
-	a := new(actBuf)
-	a.prepare(Q8_K, cols, T, false)
-	a.convertTokens(Q8_K, xs, 0, T)
+	a := probeActs(Q8_K, false)
 	dst := make([]float32, T*rows)
 	s := new(amxScratch)
 	const nb = cols / qkK

@@ -257,10 +257,7 @@ func q80AMXPackedKernel(a *asm, d *decl, q4 bool) {
 	a.p("ADDQ $32, DX")
 	a.p("DECQ R15")
 	a.p("JNZ %s_rows", name)
-	amxInst(a, "tilerelease", tilereleaseBytes())
-	a.p("VZEROUPPER")
-	a.p("RET")
-	a.b.WriteString("\n")
+	amxReturn(a)
 }
 
 // amxHalf is the offset in scratch of the sums of tile set s (0 or
@@ -461,10 +458,7 @@ func q80AMXRowsKernel(a *asm, d *decl, q4 bool) {
 	a.p("ADDQ AX, R12")
 	a.p("DECQ R15")
 	a.p("JNZ %s_tile", name)
-	amxInst(a, "tilerelease", tilereleaseBytes())
-	a.p("VZEROUPPER")
-	a.p("RET")
-	a.b.WriteString("\n")
+	amxReturn(a)
 }
 
 // amxRowProducts loads the block at wOff(DI) of the row tile's 16 rows
@@ -523,4 +517,13 @@ func amxRowScale(a *asm, s byte, wOff int, act string) {
 		a.p("VMULPS.BCST %d(SI), Z15, Z%d", scales+4*r, td)
 		a.p("VFMADD231PS Z%d, Z%d, Z%d", td, ti, 16+r)
 	}
+}
+
+// amxReturn ends an AMX kernel: the tiles released (their state need not
+// be saved across the next context switch), the vector state clean.
+func amxReturn(a *asm) {
+	amxInst(a, "tilerelease", tilereleaseBytes())
+	a.p("VZEROUPPER")
+	a.p("RET")
+	a.b.WriteString("\n")
 }

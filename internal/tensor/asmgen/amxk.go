@@ -48,27 +48,8 @@ func q4KAMXPackedKernel(a *asm, d *decl, q5 bool) {
 		"(w *byte, groups int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int, tokens int, scratch *byte)",
 		"$512-104")
 	k45Consts(a, q5)
-	a.p("LEAQ amxQ80Cfg<>(SB), R10")
-	amxInst(a, "ldtilecfg [r10]", ldtilecfgBytes("R10"))
-	a.p("MOVQ scratch+96(FP), DI")
-	a.p("MOVQ yStride+24(FP), R10")
-	a.p("MOVL $32, R15")
-	a.p("MOVQ w+0(FP), SI")
-	a.p("MOVQ dst+72(FP), AX")
-	a.label(name + "_group")
-	a.p("VPXORD Y0, Y0, Y0")
-	tokenLoop(a, name+"_zero", func() {
-		a.p("MOVQ AX, R14")
-	}, func() {
-		a.p("VMOVUPS Y0, (R14)")
-	}, func() {
-		a.p("ADDQ ldBytes+80(FP), R14")
-	})
-	a.p("MOVQ y+16(FP), BX")
-	a.p("MOVQ d+32(FP), R8")
-	a.p("MOVQ bs+48(FP), DX")
-	a.p("MOVQ nb+64(FP), CX")
-	a.label(name + "_block")
+	amxKStart(a, "amxQ80Cfg")
+	packedGroupStart(a, name)
 	amxK45Products(a, l, q5, 0, 0)
 	for j := 0; j < 8; j++ {
 		if j < 7 {
@@ -95,26 +76,19 @@ func q4KAMXPackedKernel(a *asm, d *decl, q5 bool) {
 	a.p("ADDQ $32, AX")
 	a.p("DECQ groups+8(FP)")
 	a.p("JNZ %s_group", name)
-	amxInst(a, "tilerelease", tilereleaseBytes())
-	a.p("VZEROUPPER")
-	a.p("RET")
-	a.b.WriteString("\n")
+	amxReturn(a)
 }
 
 // amxK45Products unpacks sub-block j of the eight rows at SI into tile
 // set s's B (through scratch), loads the 16 tokens' activations of the
 // sub-block (BX: the block's) as its A and sums their products into its C.
 func amxK45Products(a *asm, l k45Layout, q5 bool, j int, s byte) {
-	ta, tb, tc := s+amxTileA, s+amxTileB, s+amxTileC
 	k45Weights(a, l, q5, j)
 	b := amxK45BOff(s)
 	for k := 0; k < 8; k++ {
 		a.p("VMOVDQU32 Y%d, %d(DI)", 16+k, b+32*k)
 	}
-	amxInst(a, fmt.Sprintf("tileloadd tmm%d, %s", tb, amxMem("DI", "R15", b)), tileloaddBytes(tb, "DI", "R15", b))
-	amxInst(a, fmt.Sprintf("tileloadd tmm%d, %s", ta, amxMem("BX", "R10", 32*j)), tileloaddBytes(ta, "BX", "R10", 32*j))
-	amxInst(a, fmt.Sprintf("tilezero tmm%d", tc), tilezeroBytes(tc))
-	amxInst(a, fmt.Sprintf("tdpbsud tmm%d, tmm%d, tmm%d", tc, ta, tb), tdpbsudBytes(tc, ta, tb))
+	amxKProduct(a, s, b, 32*j)
 }
 
 // amxK45Scale stores tile set s's C to scratch and adds its sums times the
@@ -171,36 +145,18 @@ func q6KAMXPackedKernel(a *asm, d *decl) {
 	a.p("VPBROADCASTD CX, Y28")
 	a.p("MOVL $0x30303030, CX")
 	a.p("VPBROADCASTD CX, Y29")
-	a.p("LEAQ amxQ6KCfg<>(SB), R10")
-	amxInst(a, "ldtilecfg [r10]", ldtilecfgBytes("R10"))
-	a.p("MOVQ scratch+96(FP), DI")
-	a.p("MOVQ yStride+24(FP), R10")
-	a.p("MOVL $32, R15")
-	a.p("MOVQ w+0(FP), SI")
-	a.p("MOVQ dst+72(FP), AX")
-	a.label(name + "_group")
-	a.p("VPXORD Y0, Y0, Y0")
-	tokenLoop(a, name+"_zero", func() { a.p("MOVQ AX, R14") },
-		func() { a.p("VMOVUPS Y0, (R14)") },
-		func() { a.p("ADDQ ldBytes+80(FP), R14") })
-	a.p("MOVQ y+16(FP), BX")
-	a.p("MOVQ d+32(FP), R8")
-	a.p("MOVQ bs+48(FP), DX")
-	a.p("MOVQ nb+64(FP), CX")
-	a.label(name + "_block")
+	amxKStart(a, "amxQ6KCfg")
+	packedGroupStart(a, name)
 	first := true
 	q6KSteps(a, func(sa, sb int) {
 		for i, s := range []int{sa, sb} {
 			set := amxTiles * byte(i)
-			ta, tb, tc := set+amxTileA, set+amxTileB, set+amxTileC
+			tc := set + amxTileC
 			b, c := amxQ6KB+128*i, amxQ6KC+amxSumsBytes*i
 			for e := 0; e < 4; e++ {
 				a.p("VMOVDQU32 Y%d, %d(DI)", 16+4*i+e, b+32*e)
 			}
-			amxInst(a, fmt.Sprintf("tileloadd tmm%d, %s", tb, amxMem("DI", "R15", b)), tileloaddBytes(tb, "DI", "R15", b))
-			amxInst(a, fmt.Sprintf("tileloadd tmm%d, %s", ta, amxMem("BX", "R10", 16*s)), tileloaddBytes(ta, "BX", "R10", 16*s))
-			amxInst(a, fmt.Sprintf("tilezero tmm%d", tc), tilezeroBytes(tc))
-			amxInst(a, fmt.Sprintf("tdpbsud tmm%d, tmm%d, tmm%d", tc, ta, tb), tdpbsudBytes(tc, ta, tb))
+			amxKProduct(a, set, b, 16*s)
 			amxInst(a, fmt.Sprintf("tilestored %s, tmm%d", amxMem("DI", "R15", c), tc), tilestoredBytes(tc, "DI", "R15", c))
 		}
 		q6KScales(a, sa, sb)
@@ -227,8 +183,25 @@ func q6KAMXPackedKernel(a *asm, d *decl) {
 	a.p("ADDQ $32, AX")
 	a.p("DECQ groups+8(FP)")
 	a.p("JNZ %s_group", name)
-	amxInst(a, "tilerelease", tilereleaseBytes())
-	a.p("VZEROUPPER")
-	a.p("RET")
-	a.b.WriteString("\n")
+	amxReturn(a)
+}
+
+// amxKStart begins the k-quants' AMX kernels: the tile configuration cfg
+// loaded, DI the scratch, R10 yStride (A's stride), R15 32 (B's and C's).
+func amxKStart(a *asm, cfg string) {
+	a.p("LEAQ %s<>(SB), R10", cfg)
+	amxInst(a, "ldtilecfg [r10]", ldtilecfgBytes("R10"))
+	a.p("MOVQ scratch+96(FP), DI")
+	a.p("MOVQ yStride+24(FP), R10")
+	a.p("MOVL $32, R15")
+}
+
+// amxKProduct loads tile set s's B from scratch at b(DI) and its A, the
+// 16 tokens' activations at act(BX), and sums their products into its C.
+func amxKProduct(a *asm, s byte, b, act int) {
+	ta, tb, tc := s+amxTileA, s+amxTileB, s+amxTileC
+	amxInst(a, fmt.Sprintf("tileloadd tmm%d, %s", tb, amxMem("DI", "R15", b)), tileloaddBytes(tb, "DI", "R15", b))
+	amxInst(a, fmt.Sprintf("tileloadd tmm%d, %s", ta, amxMem("BX", "R10", act)), tileloaddBytes(ta, "BX", "R10", act))
+	amxInst(a, fmt.Sprintf("tilezero tmm%d", tc), tilezeroBytes(tc))
+	amxInst(a, fmt.Sprintf("tdpbsud tmm%d, tmm%d, tmm%d", tc, ta, tb), tdpbsudBytes(tc, ta, tb))
 }

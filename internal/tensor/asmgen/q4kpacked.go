@@ -56,23 +56,7 @@ func q4KPackedKernel(a *asm, d *decl, q5 bool) {
 	// the sub-block's weights, then the mins; Y24 the sub-block's scales;
 	// Y30, Y31 d, dmin; Y14 scratch.
 	k45Consts(a, q5)
-	a.p("MOVQ w+0(FP), SI")
-	a.p("MOVQ dst+72(FP), AX")
-	a.label(name + "_group")
-	// The outputs start at zero, as the portable kernel's sums do.
-	a.p("VPXORD Y0, Y0, Y0")
-	tokenLoop(a, name+"_zero", func() {
-		a.p("MOVQ AX, R14")
-	}, func() {
-		a.p("VMOVUPS Y0, (R14)")
-	}, func() {
-		a.p("ADDQ ldBytes+80(FP), R14")
-	})
-	a.p("MOVQ y+16(FP), BX")
-	a.p("MOVQ d+32(FP), R8")
-	a.p("MOVQ bs+48(FP), DX")
-	a.p("MOVQ nb+64(FP), CX")
-	a.label(name + "_block")
+	packedGroupStart(a, name)
 	for j := 0; j < 8; j++ {
 		k45Weights(a, l, q5, j)
 		q4KPackedScale(a, l, j, false, 24, 25)
@@ -241,6 +225,30 @@ func k45NextBlock(a *asm, l k45Layout, name string) {
 	a.p("ADDQ $32, DX")
 	a.p("DECQ CX")
 	a.p("JNZ %s_block", name)
+}
+
+// packedGroupStart begins the multi-token packed kernels (the arguments
+// of kPackedFn): SI the weights, AX the outputs, then per group of eight
+// rows the tokens' outputs zeroed (as the portable kernel's sums start)
+// and BX, R8, DX, CX set to the activations, their scales, their sums
+// and the blocks, at the block loop's label.
+func packedGroupStart(a *asm, name string) {
+	a.p("MOVQ w+0(FP), SI")
+	a.p("MOVQ dst+72(FP), AX")
+	a.label(name + "_group")
+	a.p("VPXORD Y0, Y0, Y0")
+	tokenLoop(a, name+"_zero", func() {
+		a.p("MOVQ AX, R14")
+	}, func() {
+		a.p("VMOVUPS Y0, (R14)")
+	}, func() {
+		a.p("ADDQ ldBytes+80(FP), R14")
+	})
+	a.p("MOVQ y+16(FP), BX")
+	a.p("MOVQ d+32(FP), R8")
+	a.p("MOVQ bs+48(FP), DX")
+	a.p("MOVQ nb+64(FP), CX")
+	a.label(name + "_block")
 }
 
 // packedGroupEnd moves the packed kernels' outputs on to the next group of
