@@ -60,19 +60,7 @@ func q4KAMXPackedKernel(a *asm, d *decl, q5 bool) {
 	for p := 0; p < 8; p++ {
 		a.p("VMOVDQU32 Z%d, %d(SP)", p, 64*p)
 	}
-	k45MinPairs(a, l)
-	a.p("VCVTPH2PS %d(SI), Y30", l.d)
-	a.p("VCVTPH2PS %d(SI), Y31", l.dmin)
-	stepsLoop(a, name, func() {
-		a.p("VPXORD Y25, Y25, Y25")
-		for j := 0; j < 8; j++ {
-			a.p("VPDPWSSD.BCST %d(R11), Y%d, Y25", 4*j, 16+j)
-		}
-		k45Steps(a, 25, "(R13)", "(R12)", 27)
-		a.p("VADDPS (R14), Y27, Y27")
-		a.p("VMOVUPS Y27, (R14)")
-	})
-	k45NextBlock(a, l, name)
+	k45BlockSteps(a, l, name)
 	a.p("ADDQ $32, AX")
 	a.p("DECQ groups+8(FP)")
 	a.p("JNZ %s_group", name)

@@ -78,19 +78,7 @@ func q4KPackedKernel(a *asm, d *decl, q5 bool) {
 			a.p("ADDQ $32, R13")
 		})
 	}
-	k45MinPairs(a, l)
-	a.p("VCVTPH2PS %d(SI), Y30", l.d)
-	a.p("VCVTPH2PS %d(SI), Y31", l.dmin)
-	stepsLoop(a, name, func() {
-		a.p("VPXORD Y25, Y25, Y25")
-		for j := 0; j < 8; j++ {
-			a.p("VPDPWSSD.BCST %d(R11), Y%d, Y25", 4*j, 16+j)
-		}
-		k45Steps(a, 25, "(R13)", "(R12)", 27)
-		a.p("VADDPS (R14), Y27, Y27")
-		a.p("VMOVUPS Y27, (R14)")
-	})
-	k45NextBlock(a, l, name)
+	k45BlockSteps(a, l, name)
 	packedGroupEnd(a, name)
 }
 
@@ -199,6 +187,26 @@ func q4KPackedKernel1(a *asm, d *decl, q5 bool) {
 	k45NextBlock(a, l, name)
 	a.p("VMOVUPS Y0, (AX)")
 	packedGroupEnd(a, name)
+}
+
+// k45BlockSteps emits the end of a block of the multi-token packed
+// Q4_K/Q5_K kernels: per token, the mins' products with its activations'
+// sums and the float steps over its block sum in the frame, added to its
+// outputs; then the move to the next block.
+func k45BlockSteps(a *asm, l k45Layout, name string) {
+	k45MinPairs(a, l)
+	a.p("VCVTPH2PS %d(SI), Y30", l.d)
+	a.p("VCVTPH2PS %d(SI), Y31", l.dmin)
+	stepsLoop(a, name, func() {
+		a.p("VPXORD Y25, Y25, Y25")
+		for j := 0; j < 8; j++ {
+			a.p("VPDPWSSD.BCST %d(R11), Y%d, Y25", 4*j, 16+j)
+		}
+		k45Steps(a, 25, "(R13)", "(R12)", 27)
+		a.p("VADDPS (R14), Y27, Y27")
+		a.p("VMOVUPS Y27, (R14)")
+	})
+	k45NextBlock(a, l, name)
 }
 
 // k45Steps emits a block's float steps for the eight rows, as
