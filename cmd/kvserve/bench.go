@@ -31,7 +31,7 @@ func newBenchModelCmd() *cobra.Command {
 		Short: "Forward-pass speed like llama-bench: prefill of -p tokens in one pass (pp), -n tokens decoded one by one (tg), after -d tokens of context",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			mf, err := openModelWithProgress(modelPath, weights, 0, cmd.ErrOrStderr())
+			mf, err := openModelWithProgress(modelPath, weights, 0, o.Threads, cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
@@ -102,7 +102,7 @@ func newBenchEngineCmd() *cobra.Command {
 				}
 				scenarios = []enginebench.Scenario{s}
 			}
-			mf, err := openModelWithProgress(modelPath, weights, 0, cmd.ErrOrStderr())
+			mf, err := openModelWithProgress(modelPath, weights, 0, o.Threads, cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}

@@ -101,7 +101,7 @@ func runGenerate(cmd *cobra.Command, o *generateOptions) error {
 	if err := o.check(); err != nil {
 		return err
 	}
-	mf, err := openModelWithProgress(o.modelPath, o.weights, 0, stderr)
+	mf, err := openModelWithProgress(o.modelPath, o.weights, 0, o.threads, stderr)
 	if err != nil {
 		return err
 	}
@@ -437,10 +437,11 @@ func parseTokenList(s string, vocab int) ([]int32, error) {
 
 // openModelWithProgress opens a model with its weights placed and widened
 // as the --model-memory and --widen-memory settings say, for a command that
-// keeps reserved bytes of memory besides (its KV cache), showing a progress
-// bar on w while the weights are read or paged in when they are large
-// enough for it to matter.
-func openModelWithProgress(path string, memory weightsMemory, reserved int64, w io.Writer) (*model.File, error) {
+// keeps reserved bytes of memory besides (its KV cache) and computes on
+// threads threads (its --threads; <= 0: all cores), showing a progress bar
+// on w while the weights are read or paged in when they are large enough
+// for it to matter.
+func openModelWithProgress(path string, memory weightsMemory, reserved int64, threads int, w io.Writer) (*model.File, error) {
 	plan, err := planWeights(path, memory, reserved)
 	if err != nil {
 		return nil, err
@@ -468,7 +469,7 @@ func openModelWithProgress(path string, memory weightsMemory, reserved int64, w 
 		return nil, err
 	}
 	if (memory.placement == "auto" || memory.placement == "") && mf.GGUF.Private() {
-		mf, placement, why = probePlacement(path, mf, why, plan.widenLimit)
+		mf, placement, why = probePlacement(path, mf, why, plan.widenLimit, threads)
 	}
 	fmt.Fprintf(w, "kvserve: weights %s\n", placementLine(placement, why, mf.GGUF.Private(), mf.GGUF, mf.Model.Widening, plan.widenWhy, mf.Model.ReleasedBytes))
 	return mf, nil

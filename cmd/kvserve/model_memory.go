@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"runtime"
 	"strings"
 	"time"
 
@@ -24,7 +23,7 @@ type weightsMemory struct {
 
 // weightsMemoryFlags registers --model-memory and --widen-memory.
 func weightsMemoryFlags(f *pflag.FlagSet, w *weightsMemory) {
-	f.StringVar(&w.placement, "model-memory", "auto", "where the weights live: mmap (a shared read-only mapping of the file), hugepages (a private copy in transparent huge pages, its weights packed for the CPU's kernels: faster decoding, the whole file in RAM), auto (hugepages when the kernel offers them and the file takes at most half of MemAvailable, unless a decode step's weight products, timed at load on both, are faster on the mapping; the same probe times decode's products on the copy in one stream and in two per work item and keeps the faster; else mmap)")
+	f.StringVar(&w.placement, "model-memory", "auto", "where the weights live: mmap (a shared read-only mapping of the file), hugepages (a private copy in transparent huge pages, its weights packed for the CPU's kernels: faster decoding, the whole file in RAM), auto (hugepages when the kernel offers them and the file takes at most half of MemAvailable, unless a decode step's weight products, timed at load on both with the command's --threads, are faster on the mapping; the same probe times decode's products on the copy in one stream and in two per work item and keeps the faster; else mmap)")
 	f.Var(&w.widen, "widen-memory", "memory the widened copies of weights may take (the matrices of Q5_0, Q4_1, Q5_1, IQ4_NL and the IQ types below 4 bits are widened at load to types with faster kernels, 1.5-4.2 times their size; those that do not fit are computed in their own bytes: slower prompts, and slower decoding too on CPUs without kernels that unpack them in registers; Q5_0's, IQ4_NL's, Q4_1's and Q5_1's are not widened on CPUs whose kernels compute them as fast in their own bytes; the load line says which), e.g. 2GiB; auto: what MemAvailable leaves beside the file, the KV cache and an eighth of it; 0: none")
 }
 
@@ -102,15 +101,20 @@ func widenLimit(setting hostSize, fileBytes, reserved, avail int64) (int64, stri
 // then probeRounds times on each placement, alternated, the fastest pass
 // of each compared.
 //
+// The passes run on as many threads as the command computes with (threads;
+// <= 0: all cores, tensor.NewPool's default): one thread's decode is bound
+// by the core's reach into memory and two threads' by the memory system,
+// and which placement or stream count reads faster can differ between them.
+//
 // The mapping is loaded with the copy's widening limit (the same matrices
 // widened): auto made a private copy only if the file and its widened copies
 // take at most half of the available memory, so both fit for the probe.
-func probePlacement(path string, private *model.File, why string, widenLimit int64) (*model.File, gguf.Placement, string) {
+func probePlacement(path string, private *model.File, why string, widenLimit int64, threads int) (*model.File, gguf.Placement, string) {
 	mapped, err := model.OpenWith(path, gguf.Mapped, nil, model.Options{WidenLimit: widenLimit})
 	if err != nil {
 		return private, gguf.HugePages, why + "; probe skipped: " + err.Error()
 	}
-	p := tensor.NewPool(runtime.GOMAXPROCS(0))
+	p := tensor.NewPool(threads)
 	defer p.Close()
 	mapped.Model.DecodePass(p, 1, probeBytes) // pages in what the timed passes read
 	streams := private.Model.TwoStreamMatrices() > 0
@@ -137,7 +141,7 @@ func probePlacement(path string, private *model.File, why string, widenLimit int
 			tp = tp1
 		}
 	}
-	place, reading := probeChoice(tp, tm, read)
+	place, reading := probeChoice(tp, tm, read, p.Threads())
 	why += "; " + reading
 	if place == gguf.Mapped {
 		private.Close()
@@ -183,14 +187,18 @@ const probeRounds = 4
 const probeMargin = 0.95
 
 // probeChoice decides between a private packed copy and the file's mapping
-// from a decode pass's time on each over weights of the given size, and
-// says so.
-func probeChoice(private, mapped time.Duration, weightBytes int64) (gguf.Placement, string) {
+// from a decode pass's time on each over weights of the given size, on the
+// given number of threads, and says so.
+func probeChoice(private, mapped time.Duration, weightBytes int64, threads int) (gguf.Placement, string) {
 	rate := func(d time.Duration) float64 { return float64(weightBytes) / d.Seconds() / 1e9 }
-	if float64(mapped) < probeMargin*float64(private) {
-		return gguf.Mapped, fmt.Sprintf("a probe streamed the weights at %.1f GB/s through the file's mapping, %.1f GB/s from a packed private copy", rate(mapped), rate(private))
+	on := fmt.Sprintf("a probe on %d thread", threads)
+	if threads != 1 {
+		on += "s"
 	}
-	return gguf.HugePages, fmt.Sprintf("a probe streamed the weights at %.1f GB/s from the packed private copy, %.1f GB/s through the file's mapping", rate(private), rate(mapped))
+	if float64(mapped) < probeMargin*float64(private) {
+		return gguf.Mapped, fmt.Sprintf("%s streamed the weights at %.1f GB/s through the file's mapping, %.1f GB/s from a packed private copy", on, rate(mapped), rate(private))
+	}
+	return gguf.HugePages, fmt.Sprintf("%s streamed the weights at %.1f GB/s from the packed private copy, %.1f GB/s through the file's mapping", on, rate(private), rate(mapped))
 }
 
 // autoPlacementWhy says why autoPlacement chose what it did.

@@ -35,17 +35,18 @@ func TestProbeChoice(t *testing.T) {
 	const gb = 1e9
 	for _, tc := range []struct {
 		private, mapped time.Duration
+		threads         int
 		want            gguf.Placement
 		says            string
 	}{
-		{100 * time.Millisecond, 50 * time.Millisecond, gguf.Mapped, "20.0 GB/s through the file's mapping, 10.0 GB/s from a packed private copy"},
-		{50 * time.Millisecond, 100 * time.Millisecond, gguf.HugePages, "20.0 GB/s from the packed private copy, 10.0 GB/s through the file's mapping"},
-		{100 * time.Millisecond, 96 * time.Millisecond, gguf.HugePages, "from the packed private copy"}, // within the margin
-		{100 * time.Millisecond, 94 * time.Millisecond, gguf.Mapped, "through the file's mapping, 10.0 GB/s"},
+		{100 * time.Millisecond, 50 * time.Millisecond, 2, gguf.Mapped, "a probe on 2 threads streamed the weights at 20.0 GB/s through the file's mapping, 10.0 GB/s from a packed private copy"},
+		{50 * time.Millisecond, 100 * time.Millisecond, 1, gguf.HugePages, "a probe on 1 thread streamed the weights at 20.0 GB/s from the packed private copy, 10.0 GB/s through the file's mapping"},
+		{100 * time.Millisecond, 96 * time.Millisecond, 2, gguf.HugePages, "from the packed private copy"}, // within the margin
+		{100 * time.Millisecond, 94 * time.Millisecond, 2, gguf.Mapped, "through the file's mapping, 10.0 GB/s"},
 	} {
-		got, says := probeChoice(tc.private, tc.mapped, gb)
+		got, says := probeChoice(tc.private, tc.mapped, gb, tc.threads)
 		if got != tc.want || !strings.Contains(says, tc.says) {
-			t.Errorf("probeChoice(%v, %v) = %v, %q; want %v, %q", tc.private, tc.mapped, got, says, tc.want, tc.says)
+			t.Errorf("probeChoice(%v, %v, %d threads) = %v, %q; want %v, %q", tc.private, tc.mapped, tc.threads, got, says, tc.want, tc.says)
 		}
 	}
 }
@@ -78,13 +79,13 @@ func TestAutoPlacementProbe(t *testing.T) {
 	}
 	path := testshared.Path(t, "models", "tiny-q8_0.gguf")
 	var out strings.Builder
-	mf, err := openModelWithProgress(path, weightsMemory{placement: "auto"}, 0, &out)
+	mf, err := openModelWithProgress(path, weightsMemory{placement: "auto"}, 0, 1, &out)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer mf.Close()
-	if !strings.Contains(out.String(), "a probe streamed the weights at") {
-		t.Errorf("auto's line names no probe: %q", out.String())
+	if !strings.Contains(out.String(), "a probe on 1 thread streamed the weights at") {
+		t.Errorf("auto's line names no probe on the command's one thread: %q", out.String())
 	}
 	// Kept private, the copy's Q8_0 matrices are packed; where this CPU
 	// reads them in two streams, the probe times one too and says which
@@ -96,7 +97,7 @@ func TestAutoPlacementProbe(t *testing.T) {
 		t.Errorf("one stream chosen, yet %d matrices read two", mf.Model.TwoStreamMatrices())
 	}
 	out.Reset()
-	mf, err = openModelWithProgress(path, weightsMemory{placement: "hugepages"}, 0, &out)
+	mf, err = openModelWithProgress(path, weightsMemory{placement: "hugepages"}, 0, 1, &out)
 	if err != nil {
 		t.Fatal(err)
 	}

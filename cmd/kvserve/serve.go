@@ -196,7 +196,7 @@ func loadServedModel(ctx context.Context, o *engineOptions, dataDir string, weig
 		// leave it unread.
 		mf, err = model.Open(path, gguf.Mapped, nil)
 	} else {
-		mf, err = openModelWithProgress(path, o.weights, o.reservedMemory(), stderr)
+		mf, err = openModelWithProgress(path, o.weights, o.reservedMemory(), o.threads, stderr)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("serve: %w", err)

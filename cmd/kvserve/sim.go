@@ -63,7 +63,7 @@ on a quiet machine.`,
 				return fmt.Errorf("sim calibrate: %w", err)
 			}
 			stderr := cmd.ErrOrStderr()
-			mf, err := openModelWithProgress(modelPath, weights, 0, stderr)
+			mf, err := openModelWithProgress(modelPath, weights, 0, threads, stderr)
 			if err != nil {
 				return err
 			}

@@ -160,7 +160,7 @@ func measureTCO(cmd *cobra.Command, modelPath string, weights weightsMemory, dat
 			return nil, err
 		}
 	}
-	mf, err := openModelWithProgress(modelPath, weights, 0, stderr)
+	mf, err := openModelWithProgress(modelPath, weights, 0, threads, stderr)
 	if err != nil {
 		return nil, err
 	}
