@@ -106,11 +106,12 @@ func widenLimit(setting hostSize, fileBytes, reserved, avail int64) (int64, stri
 // by the core's reach into memory and two threads' by the memory system,
 // and which placement or stream count reads faster can differ between them.
 //
-// The mapping is loaded with the copy's widening limit (the same matrices
-// widened): auto made a private copy only if the file and its widened copies
-// take at most half of the available memory, so both fit for the probe.
+// The mapping is loaded with the copy's widening limit and shares the
+// copy's widened matrices (the same matrices widened, in memory once; auto
+// made a private copy only if the file and its widened copies take at most
+// half of the available memory, so the file's pages fit beside).
 func probePlacement(path string, private *model.File, why string, widenLimit int64, threads int) (*model.File, gguf.Placement, string) {
-	mapped, err := model.OpenWith(path, gguf.Mapped, nil, model.Options{WidenLimit: widenLimit})
+	mapped, err := model.OpenWith(path, gguf.Mapped, nil, model.Options{WidenLimit: widenLimit, WidenedFrom: private.Model})
 	if err != nil {
 		return private, gguf.HugePages, why + "; probe skipped: " + err.Error()
 	}

@@ -116,7 +116,10 @@ func LoadWith(f *gguf.File, o Options) (*Model, error) {
 		m.WeightBytes += int64(len(t.Data))
 	}
 	m.Widening = PlanWidening(f, o.WidenLimit)
-	sources := m.widen(f, m.Widening)
+	sources, err := m.widen(f, m.Widening, o.WidenedFrom)
+	if err != nil {
+		return nil, err
+	}
 	if f.Private() {
 		if err := f.Rewrite(m.pack); err != nil {
 			return nil, fmt.Errorf("model: pack weights: %w", err)
@@ -142,11 +145,7 @@ func (m *Model) pack() {
 // eachMatrix runs fn on every weight matrix, spread over the CPUs. Each
 // is visited once: tied embeddings share the result.
 func (m *Model) eachMatrix(fn func(*tensor.Matrix)) {
-	ws := []*tensor.Matrix{&m.TokenEmbed}
-	if !m.Config.TiedEmbed {
-		ws = append(ws, &m.Output)
-	}
-	ws = append(ws, m.layerMatrices()...)
+	ws := m.matrices()
 	var wg sync.WaitGroup
 	slots := make(chan struct{}, runtime.GOMAXPROCS(0))
 	for _, w := range ws {
@@ -162,6 +161,16 @@ func (m *Model) eachMatrix(fn func(*tensor.Matrix)) {
 	if m.Config.TiedEmbed {
 		m.Output = m.TokenEmbed
 	}
+}
+
+// matrices lists the weight matrices, the token embedding first, then the
+// classifier where it is not the embedding, then each layer's.
+func (m *Model) matrices() []*tensor.Matrix {
+	ws := []*tensor.Matrix{&m.TokenEmbed}
+	if !m.Config.TiedEmbed {
+		ws = append(ws, &m.Output)
+	}
+	return append(ws, m.layerMatrices()...)
 }
 
 // DecodeBytes is the weight memory one decode step reads: every matrix

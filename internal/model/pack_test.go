@@ -2,7 +2,9 @@ package model_test
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"testing"
 
@@ -194,5 +196,68 @@ func TestWidenedWeights(t *testing.T) {
 				t.Fatalf("%s sequence %d: logits differ between the placements", tc.file, i)
 			}
 		}
+	}
+}
+
+// TestWidenedShared: a model loaded with WidenedFrom (the load probe's
+// mapping beside a private copy) takes the other model's widened matrices
+// instead of widening its own — the same memory, the same logits as a model
+// that widens its own, still after the other is closed — and refuses a
+// model that widened other matrices.
+func TestWidenedShared(t *testing.T) {
+	for _, file := range []string{"tiny-iq2_xxs", "tiny-iq3_m"} { // widened on every CPU
+		path := modelPath(t, file)
+		private, err := model.Open(path, gguf.HugePages, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		shared, err := model.OpenWith(path, gguf.Mapped, nil, model.Options{WidenLimit: model.NoWidenLimit, WidenedFrom: private.Model})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer shared.Close()
+		own, err := model.Open(path, gguf.Mapped, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer own.Close()
+		if shared.Model.WidenedBytes != private.Model.WidenedBytes || shared.Model.WidenedBytes == 0 {
+			t.Fatalf("%s: shared widened bytes %d, the private copy's %d", file, shared.Model.WidenedBytes, private.Model.WidenedBytes)
+		}
+		names := []string{"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"}
+		sharedN := 0
+		for i := range shared.Model.Layers {
+			s, p := &shared.Model.Layers[i], &private.Model.Layers[i]
+			for j, pair := range [][2]*tensor.Matrix{{&s.Q, &p.Q}, {&s.K, &p.K}, {&s.V, &p.V}, {&s.O, &p.O}, {&s.Gate, &p.Gate}, {&s.Up, &p.Up}, {&s.Down, &p.Down}} {
+				name := fmt.Sprintf("blk.%d.%s.weight", i, names[j])
+				widened := shared.Model.Widening.Names[name]
+				if same := &pair[0].Data[0] == &pair[1].Data[0]; same != widened {
+					t.Fatalf("%s: %s widened %v, shares the private copy's memory %v", file, name, widened, same)
+				}
+				if widened {
+					sharedN++
+				}
+			}
+		}
+		if sharedN == 0 {
+			t.Fatalf("%s: no widened matrix shared with the private copy", file)
+		}
+		want := decodeLogits(t, own.Model)
+		private.Close()
+		runtime.GC()
+		got := decodeLogits(t, shared.Model)
+		for i := range want {
+			if !slices.Equal(got[i], want[i]) {
+				t.Fatalf("%s sequence %d: logits with shared widened matrices differ from a model's own", file, i)
+			}
+		}
+		unwidened, err := model.OpenWith(path, gguf.Mapped, nil, model.Options{WidenLimit: 0})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := model.OpenWith(path, gguf.Mapped, nil, model.Options{WidenLimit: model.NoWidenLimit, WidenedFrom: unwidened.Model}); err == nil {
+			t.Errorf("%s: shared the matrices of a model that widened none", file)
+		}
+		unwidened.Close()
 	}
 }

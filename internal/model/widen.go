@@ -2,6 +2,8 @@ package model
 
 import (
 	"cmp"
+	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -16,6 +18,11 @@ type Options struct {
 	// WidenLimit bounds the memory of the copies of widened matrices
 	// (tensor.Widen; see PlanWidening): 0 widens none, NoWidenLimit all.
 	WidenLimit int64
+	// WidenedFrom, if not nil, is a model loaded from the same file with
+	// the same WidenLimit whose widened matrices this one shares instead
+	// of widening its own (they are in memory of their own, read-only
+	// once packed): the load probe's second placement of one model.
+	WidenedFrom *Model
 }
 
 // NoWidenLimit widens every matrix of a type Widen converts.
@@ -152,14 +159,18 @@ func isWeightMatrix(name string) bool {
 // widen converts the weight matrices plan names to the type whose kernels
 // compute their products (tensor.Widen), into memory of their own, which,
 // writable whatever the placement, is packed for the kernels too; it adds
-// the copies' size to WidenedBytes. It returns the first bytes of the
-// widened matrices' original data.
-func (m *Model) widen(f *gguf.File, plan Widening) map[*byte]bool {
+// the copies' size to WidenedBytes. With from, it takes from's widened
+// matrices instead (see Options.WidenedFrom). It returns the first bytes of
+// the widened matrices' original data.
+func (m *Model) widen(f *gguf.File, plan Widening, from *Model) (map[*byte]bool, error) {
 	sources := map[*byte]bool{}
 	for name := range plan.Names {
 		if t, ok := f.Tensor(name); ok && len(t.Data) > 0 {
 			sources[&t.Data[0]] = true
 		}
+	}
+	if from != nil {
+		return sources, m.shareWidened(from, sources)
 	}
 	var n atomic.Int64
 	m.eachMatrix(func(w *tensor.Matrix) {
@@ -171,5 +182,30 @@ func (m *Model) widen(f *gguf.File, plan Widening) map[*byte]bool {
 		*w = tensor.Pack(wide)
 	})
 	m.WidenedBytes = n.Load()
-	return sources
+	return sources, nil
+}
+
+// shareWidened sets m's matrices whose data starts at one of sources (its
+// widened ones) to from's, matrix for matrix in the same order; from must
+// have widened the same matrices of a file of the same shape.
+func (m *Model) shareWidened(from *Model, sources map[*byte]bool) error {
+	mine, theirs := m.matrices(), from.matrices()
+	if len(mine) != len(theirs) || !maps.Equal(m.Widening.Names, from.Widening.Names) {
+		return fmt.Errorf("model: widened matrices to share come from another model or another widening limit")
+	}
+	for i, w := range mine {
+		if len(w.Data) == 0 || !sources[&w.Data[0]] {
+			continue
+		}
+		wt, ok := tensor.WidenedType(w.Type)
+		if o := theirs[i]; !ok || o.Type != wt || o.Rows != w.Rows || o.Cols != w.Cols {
+			return fmt.Errorf("model: matrix %d to share is %v %d×%d, not %v %d×%d widened", i, o.Type, o.Rows, o.Cols, w.Type, w.Rows, w.Cols)
+		}
+		*w = *theirs[i]
+	}
+	if m.Config.TiedEmbed {
+		m.Output = m.TokenEmbed
+	}
+	m.WidenedBytes = from.WidenedBytes
+	return nil
 }
