@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/kvserve/kvserve/internal/gguf"
 	"github.com/kvserve/kvserve/internal/model"
 	"github.com/kvserve/kvserve/internal/synth"
+	"github.com/kvserve/kvserve/internal/tensor"
 )
 
 // newModelCmd is `kvserve model`: tools for model files.
@@ -182,7 +184,10 @@ func inspectFile(path string) (*modelInfo, error) {
 	// For kvserve serve's defaults: a KV cache of the default size.
 	if p, err := planWeights(path, weightsMemory{placement: "auto"}, defaultKVMemory(memAvailable())); err == nil {
 		if p.placement == gguf.HugePages {
-			p.why += "; a decode pass timed on both at load keeps the faster"
+			p.why += "; a decode pass timed on both at load, on the command's threads, keeps the faster"
+			if slices.ContainsFunc(matrixTypes(f), tensor.TwoStreamKernel) {
+				p.why += ", and times the copy's work items read in one stream and in two"
+			}
 		}
 		info.Weights = placementLine(p.placement, p.why, p.placement == gguf.HugePages, f, model.PlanWidening(f, p.widenLimit), p.widenWhy, -1)
 	}

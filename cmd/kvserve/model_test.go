@@ -6,11 +6,13 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/kvserve/kvserve/internal/gguf"
 	"github.com/kvserve/kvserve/internal/synth"
+	"github.com/kvserve/kvserve/internal/tensor"
 	"github.com/kvserve/kvserve/internal/testshared"
 )
 
@@ -185,5 +187,33 @@ func TestInfoOfSyntheticHeaders(t *testing.T) {
 					info.Vocab, info.HeadDim, info.Tokenizer)
 			}
 		})
+	}
+}
+
+// TestModelInfoStreams: where auto would make a private copy, `model info`
+// says the load probe times it, and times one stream against two only for
+// files with a type this CPU reads in two streams.
+func TestModelInfoStreams(t *testing.T) {
+	for _, file := range []string{"tiny-q8_0.gguf", "tiny-f16.gguf", "tiny-q4_k_m.gguf", "tiny-f32.gguf"} {
+		m, err := inspectFile(sharedModel(t, file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(m.Weights, "transparent huge pages") {
+			t.Logf("%s: auto makes no private copy here: %q", file, m.Weights)
+			continue
+		}
+		f, err := gguf.Open(sharedModel(t, file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := slices.ContainsFunc(matrixTypes(f), tensor.TwoStreamKernel)
+		f.Close()
+		if !strings.Contains(m.Weights, "a decode pass timed on both at load, on the command's threads") {
+			t.Errorf("%s: %q names no probe", file, m.Weights)
+		}
+		if got := strings.Contains(m.Weights, "one stream and in two"); got != want {
+			t.Errorf("%s: streams timed %v, want %v: %q", file, got, want, m.Weights)
+		}
 	}
 }

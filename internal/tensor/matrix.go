@@ -200,6 +200,10 @@ func (m Matrix) OneStream(on bool) Matrix {
 // not set to one stream.
 func (m Matrix) TwoStreams() bool { return m.packed && !m.oneStream && splitKernel(m.Type) }
 
+// TwoStreamKernel reports whether this CPU has a one-token kernel that
+// reads packed weights of type t in two streams (Matrix.TwoStreams).
+func TwoStreamKernel(t DType) bool { return splitKernel(t) }
+
 // packedRows is the number of rows in packed blocks.
 func (m Matrix) packedRows() int { return m.Rows &^ 7 }
 

@@ -57,14 +57,7 @@ func q4KAMXPackedKernel(a *asm, d *decl, q5 bool) {
 		}
 		amxK45Scale(a, l, j, amxTiles*byte(j%2))
 	}
-	for p := 0; p < 8; p++ {
-		a.p("VMOVDQU32 Z%d, %d(SP)", p, 64*p)
-	}
-	k45BlockSteps(a, l, name)
-	a.p("ADDQ $32, AX")
-	a.p("DECQ groups+8(FP)")
-	a.p("JNZ %s_group", name)
-	amxReturn(a)
+	amxKGroupEnd(a, name, func() { k45BlockSteps(a, l, name) })
 }
 
 // amxK45Products unpacks sub-block j of the eight rows at SI into tile
@@ -164,10 +157,17 @@ func q6KAMXPackedKernel(a *asm, d *decl) {
 		}
 		first = false
 	})
+	amxKGroupEnd(a, name, func() { q6KBlockSteps(a, name, false) })
+}
+
+// amxKGroupEnd ends a k-quant AMX kernel's group of eight rows: the block's
+// integer sums (Z0-Z7) to the stack, where the VNNI kernel's steps after the
+// block (blockSteps) read them, then the next group or the return.
+func amxKGroupEnd(a *asm, name string, blockSteps func()) {
 	for p := 0; p < 8; p++ {
 		a.p("VMOVDQU32 Z%d, %d(SP)", p, 64*p)
 	}
-	q6KBlockSteps(a, name, false)
+	blockSteps()
 	a.p("ADDQ $32, AX")
 	a.p("DECQ groups+8(FP)")
 	a.p("JNZ %s_group", name)
