@@ -23,8 +23,11 @@ import (
 // against its VNNI kernel once per process.
 //
 // Not on the tiles: F16 and BF16, whose kernels sum float products in an
-// order a tile's whole-row dot products cannot reproduce bit for bit
-// (their results would then depend on the batch).
+// order the tiles cannot reproduce bit for bit (their results would then
+// depend on the batch): the vdpbf16ps kernels add each pair's two products
+// to a lane in turn, rounding after each, where TDPBF16PS adds up all the
+// pairs of its K dimension first and only then adds the sum to C, which
+// no layout of A and B turns into the lanes' order (docs/performance.md).
 
 // amxCPU reports whether the CPU has the tiles and their INT8 products
 // beside the VNNI level the kernels' float steps use.
