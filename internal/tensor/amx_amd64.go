@@ -22,12 +22,16 @@ import (
 // Whether they are used is measured, not assumed: amxChoice times each
 // against its VNNI kernel once per process.
 //
-// Not on the tiles: F16 and BF16, whose kernels sum float products in an
-// order the tiles cannot reproduce bit for bit (their results would then
-// depend on the batch): the vdpbf16ps kernels add each pair's two products
-// to a lane in turn, rounding after each, where TDPBF16PS adds up all the
-// pairs of its K dimension first and only then adds the sum to C, which
-// no layout of A and B turns into the lanes' order (docs/performance.md).
+// BF16 weights have a tile family of their own (bf16AMXR_16, bf16AMXR_32:
+// asmgen/amxbf16.go), not a drop-in for 16 tokens: the vdpbf16ps kernels
+// add each pair's two products to a lane in turn, rounding after each,
+// where TDPBF16PS adds up the pairs of its K dimension in its own order
+// before adding them to C, which no layout of A and B turns into the
+// lanes' order. So a BF16 matrix the family takes (bf16OnTiles) has all
+// its products on the tiles, decode too, whichever the placement (both
+// read the file's layout), and the family is used only if the probe finds
+// it faster at prefill and not slower at decode. F16 stays off the tiles
+// (AMX-FP16 is Granite Rapids' only).
 
 // amxCPU reports whether the CPU has the tiles and their INT8 products
 // beside the VNNI level the kernels' float steps use.
@@ -66,8 +70,43 @@ var (
 	q4KAMX     = &amxKernel{typ: Q4_K, slot: 4}
 	q5KAMX     = &amxKernel{typ: Q5_K, slot: 5}
 	q6KAMX     = &amxKernel{typ: Q6_K, slot: 6}
-	amxKernels = [...]*amxKernel{q80AMX, q40AMX, q80AMXRows, q40AMXRows, q4KAMX, q5KAMX, q6KAMX}
+	// bf16AMX is the AMX-BF16 family as a whole (see above).
+	bf16AMX    = &amxKernel{typ: BF16, rows: true, slot: 7}
+	amxKernels = [...]*amxKernel{q80AMX, q40AMX, q80AMXRows, q40AMXRows, q4KAMX, q5KAMX, q6KAMX, bf16AMX}
 )
+
+// amxBF16CPU reports whether the CPU has the tiles' BF16 products, and
+// the AVX512-BF16 kernels the probe weighs them against.
+func amxBF16CPU() bool { return amxCPU() && cpu.X86.HasAMXBF16 && hasBF16 }
+
+// bf16OnTiles says whether m's products are all computed by the AMX-BF16
+// family: BF16 in the file's layout (Pack leaves such a matrix so), whole
+// 16-row tiles and 32-column chunks, indices the scatter reaches, and the
+// family chosen by amxChoice.
+func bf16OnTiles(m Matrix) bool {
+	return m.Type == BF16 && !m.packed && m.Rows%16 == 0 && m.Cols%32 == 0 &&
+		amxIndexable(m.RowBytes(), 4*m.Rows) && bf16AMX.on()
+}
+
+// bf16AMXRun computes rows [r0, r1) (whole tiles) of BF16 matrix w for
+// tokens [t0, t1) on the tiles, 32 tokens a call.
+func bf16AMXRun(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int) {
+	if r1 <= r0 {
+		return
+	}
+	s := new(amxScratch) // on the stack: the kernels keep no pointer
+	rb := w.RowBytes()
+	for t := t0; t < t1; {
+		T := min(32, t1-t)
+		p, act, out := &w.Data[r0*rb], &a.t[4*t], &dst[t*ld+r0]
+		if T > 16 { // direct calls: a func value would move s to the heap
+			bf16AMXR_32(p, rb, (r1-r0)/16, act, 4*a.n, w.Cols/32, out, ld*4, T, &s[0])
+		} else {
+			bf16AMXR_16(p, rb, (r1-r0)/16, act, 4*a.n, w.Cols/32, out, ld*4, T, &s[0])
+		}
+		t += T
+	}
+}
 
 // on says whether x computes 16-token products: amxChoice's decision.
 func (x *amxKernel) on() bool { return x != nil && (x.force || amxChoice().use[x.slot]) }
@@ -91,9 +130,15 @@ func amxIndexable(rowBytes, ldBytes int) bool {
 }
 
 // amxTiled says whether the conversion for products of ws on n tokens
-// fills the tile layout: where one of them has 16 unpacked rows or more
-// that a row kernel in use takes.
+// fills the tile layout (BF16: the pair layout): where one of them is on
+// the BF16 tiles, or has 16 unpacked rows or more that a row kernel in use
+// takes.
 func amxTiled(ws []Matrix, n int) bool {
+	for _, w := range ws {
+		if bf16OnTiles(w) {
+			return true
+		}
+	}
 	if n < 16 {
 		return false
 	}
@@ -158,14 +203,32 @@ type amxDecision struct {
 // layout with an AMX kernel run on the tiles: where the OS
 // grants them, it times each AMX kernel against its VNNI kernel on a
 // matrix of that type and layout, alternated, best of several, and keeps
-// the tiles for it if they are at least 5% faster.
-var amxChoice = sync.OnceValue(func() amxDecision {
+// the tiles for it if they are at least 5% faster. The BF16 family is
+// decided by probeBF16.
+//
+// It is set in init: the probes pack matrices, and Pack asks bf16OnTiles,
+// which asks amxChoice (Go would call that an initialization cycle; at
+// run time the probes pack no BF16 matrix through Pack).
+var amxChoice func() amxDecision
+
+func init() { amxChoice = sync.OnceValue(decideAMX) }
+
+// decideAMX is amxChoice's work.
+func decideAMX() amxDecision {
 	if err := amxPermit(); err != nil {
 		return amxDecision{err: err}
 	}
 	var d amxDecision
 	var parts []string
 	for i, x := range amxKernels {
+		if x == bf16AMX {
+			if amxBF16CPU() {
+				var verdict string
+				d.use[i], verdict = probeBF16()
+				parts = append(parts, verdict)
+			}
+			continue
+		}
 		at, vt := x.probe()
 		d.use[i] = at*105 <= vt*100
 		verdict := "used"
@@ -180,7 +243,7 @@ var amxChoice = sync.OnceValue(func() amxDecision {
 	}
 	d.probe = strings.Join(parts, ", ")
 	return d
-})
+}
 
 // AMX says, for the load line, whether and why the tile unit computes
 // prompts' products on this CPU, for each type and layout it has a kernel
@@ -193,7 +256,7 @@ func AMX() string {
 	if d.err != nil {
 		return "AMX-INT8 present but not granted by the OS (" + d.err.Error() + ")"
 	}
-	return fmt.Sprintf("AMX-INT8 tiles for 16-token products, by a probe of %d×%d×%d: %s", amxProbeRows, amxProbeCols, amxProbeTokens, d.probe)
+	return fmt.Sprintf("AMX tiles, by probes (INT8: 16-token products of %d×%d): %s", amxProbeRows, amxProbeCols, d.probe)
 }
 
 // The probes' product: 16 tokens of a 256 × 2048 matrix, its weights in
@@ -315,4 +378,43 @@ func (x *amxKernel) probeK() (amxT, vnniT time.Duration) {
 	return bestTimes(func() { x.kernel(dst, rows, &m, 0, rows/8, a, 0, s) }, func() {
 		vnni(&m.Data[0], rows/8, &a.q[0], cols, &a.d[0], nb*4, &a.bs[0], nb*32, nb, &dst[0], rows*4, T)
 	})
+}
+
+// probeBF16 decides the AMX-BF16 family: it times prefill (32 tokens of a
+// 256 × 2048 matrix, in L2 as a work item's rows are) and decode (one
+// token of a 4096 × 4096 matrix, 32 MiB, from memory) on the tiles (the
+// file's layout) and on the AVX512-BF16 kernels (their packed layout, the
+// private copy's otherwise), alternated, best of several, and keeps the
+// tiles if they are at least 5% faster at prefill and at most 3% slower
+// at decode. It returns the decision and its part of the load line.
+func probeBF16() (bool, string) {
+	run := func(rows, cols, T int) (tiles, vec time.Duration) {
+		raw := Matrix{Type: BF16, Rows: rows, Cols: cols, Data: make([]byte, rows*cols*2)}
+		for i := 0; i < len(raw.Data); i += 2 {
+			// Values of magnitude 1/64 to 1/32: sums stay finite.
+			raw.Data[i], raw.Data[i+1] = byte(i*7+i>>11), 0x3c|byte(i>>1)&0x80
+		}
+		packed := raw
+		packed.Data = append([]byte(nil), raw.Data...)
+		packSteps(packed.Data, packed.RowBytes(), zmmRowStep(BF16))
+		packed.packed = true
+		xs := make([]float32, T*cols)
+		for i := range xs {
+			xs[i] = float32(i%97) - 48
+		}
+		a := new(actBuf)
+		a.prepare(BF16, cols, T, true)
+		a.convertTokens(BF16, xs, 0, T)
+		dst := make([]float32, T*rows)
+		return bestTimes(func() { bf16AMXRun(dst, rows, &raw, 0, rows, a, 0, T) },
+			func() { bf16DP.run(dst, rows, &packed, 0, rows, a, 0, T, nil) })
+	}
+	pt, pv := run(256, 2048, 32)
+	dt, dv := run(4096, 4096, 1)
+	use := pt*105 <= pv*100 && dt*100 <= dv*103
+	verdict := "used"
+	if !use {
+		verdict = "not used"
+	}
+	return use, fmt.Sprintf("BF16 on AMX-BF16 tiles for all products %s (32-token prefill %v against the AVX512-BF16 kernel's %v, one-token decode of 32 MiB %v against %v)", verdict, pt, pv, dt, dv)
 }

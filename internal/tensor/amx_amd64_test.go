@@ -12,6 +12,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/cpu"
 )
 
 // TestAMXPacked compares the AMX kernels of 16-token products of packed
@@ -132,7 +134,7 @@ func TestAMXEncoding(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, fn := range map[string]any{"q80AMXP_16": q80AMXP_16, "q40AMXP_16": q40AMXP_16, "q80AMXR_16": q80AMXR_16, "q40AMXR_16": q40AMXR_16, "q4KAMXP_16": q4KAMXP_16, "q5KAMXP_16": q5KAMXP_16, "q6KAMXP_16": q6KAMXP_16} {
+	for name, fn := range map[string]any{"q80AMXP_16": q80AMXP_16, "q40AMXP_16": q40AMXP_16, "q80AMXR_16": q80AMXR_16, "q40AMXR_16": q40AMXR_16, "q4KAMXP_16": q4KAMXP_16, "q5KAMXP_16": q5KAMXP_16, "q6KAMXP_16": q6KAMXP_16, "bf16AMXR_16": bf16AMXR_16, "bf16AMXR_32": bf16AMXR_32} {
 		got := decodedTileInsts(t, objdump, exe, fn)
 		// The generator's comments, in order.
 		var want []string
@@ -222,4 +224,105 @@ func normalizeIntel(s string) string {
 		s = s[:i] + fmt.Sprintf("+%d", v) + s[j:]
 	}
 	return s
+}
+
+// TestAMXBF16 checks the AMX-BF16 family on shapes of odd numbers of row
+// tiles (a pair a pass and one alone) and of chunks, and token counts
+// over and under 16 and 32: each output against the float64 sum of its
+// BF16 products (the tiles round in their own order, with denormals
+// flushed), and bit for bit the same whatever else is in the product —
+// every token alone, a work item's rows, tokens from an odd one — which
+// is what batch invariance within the family rests on. It runs only where
+// the CPU has AMX-BF16 and the OS grants the tiles, and says so when not.
+func TestAMXBF16(t *testing.T) {
+	if err := amxPermit(); err != nil || !amxBF16CPU() {
+		t.Skipf("AMX-BF16 kernels not run: this machine cannot use them (AMX-BF16 %v, tiles granted: %v)", cpu.X86.HasAMXBF16, err)
+	}
+	t.Logf("AMX-BF16 granted; %s", AMX())
+	convert := func(x []float32, cols, n int) *actBuf {
+		a := new(actBuf)
+		a.prepare(BF16, cols, n, true)
+		a.convertTokens(BF16, x, 0, n)
+		return a
+	}
+	rng := rand.New(rand.NewPCG(45, 46))
+	for _, cols := range []int{32, 96, 576, 2048} {
+		for _, rows := range []int{16, 48, 80} {
+			m, wd := randMatrix(t, rng, BF16, rows, cols)
+			for _, n := range []int{1, 3, 16, 17, 32, 33, 70} {
+				x := randVec(rng, n*cols, 1)
+				a := convert(x, cols, n)
+				got := make([]float32, n*rows)
+				bf16AMXRun(got, rows, &m, 0, rows, a, 0, n)
+				for tok := 0; tok < n; tok++ {
+					y := a.f[tok*cols : (tok+1)*cols]
+					for r := 0; r < rows; r++ {
+						var want, mag float64
+						for c, v := range wd[r*cols : (r+1)*cols] {
+							want += float64(v) * float64(y[c])
+							mag += math.Abs(float64(v) * float64(y[c]))
+						}
+						if d := math.Abs(float64(got[tok*rows+r]) - want); d > 1e-5*mag+1e-30 {
+							t.Fatalf("BF16 %dx%d, %d tokens: token %d row %d = %v, want %v (|Σ| %v)", rows, cols, n, tok, r, got[tok*rows+r], want, mag)
+						}
+					}
+				}
+				same := func(what string, out []float32, tok, r0, r1 int) {
+					t.Helper()
+					for r := r0; r < r1; r++ {
+						if g, w := out[r], got[tok*rows+r]; math.Float32bits(g) != math.Float32bits(w) {
+							t.Fatalf("BF16 %dx%d, %d tokens, %s: token %d row %d = %v, the whole product's %v", rows, cols, n, what, tok, r, g, w)
+						}
+					}
+				}
+				for tok := 0; tok < n; tok++ {
+					one := make([]float32, rows)
+					bf16AMXRun(one, rows, &m, 0, rows, convert(x[tok*cols:(tok+1)*cols], cols, 1), 0, 1)
+					same("alone", one, tok, 0, rows)
+				}
+				part := make([]float32, n*rows)
+				t0, r0 := min(5, n-1), 0
+				if rows >= 48 {
+					r0 = 16
+				}
+				r1 := rows - r0
+				bf16AMXRun(part, rows, &m, r0, r1, a, t0, n)
+				for tok := t0; tok < n; tok++ {
+					same("rows and tokens of an item", part[tok*rows:(tok+1)*rows], tok, r0, r1)
+				}
+			}
+		}
+	}
+}
+
+// TestAMXBF16MatMul checks that where the probe chose the AMX-BF16 family
+// every product of a BF16 matrix it takes is on the tiles, through MatMul
+// on two threads, packed (Pack leaves it as the file has it) or not.
+func TestAMXBF16MatMul(t *testing.T) {
+	if !bf16AMX.on() {
+		t.Skipf("the AMX-BF16 family is not in use on this machine (%q)", AMX())
+	}
+	rng := rand.New(rand.NewPCG(47, 48))
+	p := NewPool(2)
+	defer p.Close()
+	const rows, cols = 96, 576
+	m, _ := randMatrix(t, rng, BF16, rows, cols)
+	if pm := Pack(m); pm.packed {
+		t.Fatal("Pack packed a BF16 matrix the tiles read as the file has it")
+	}
+	for _, n := range []int{1, 5, 40} {
+		x := randVec(rng, n*cols, 1)
+		got := make([]float32, n*rows)
+		p.MatMul(got, m, x, n)
+		a := new(actBuf)
+		a.prepare(BF16, cols, n, true)
+		a.convertTokens(BF16, x, 0, n)
+		want := make([]float32, n*rows)
+		bf16AMXRun(want, rows, &m, 0, rows, a, 0, n)
+		for i := range want {
+			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+				t.Fatalf("%d tokens: output %d = %v, the tiles' %v", n, i, got[i], want[i])
+			}
+		}
+	}
 }

@@ -22,7 +22,11 @@ func q80PackedXor() byte { return 0x80 }
 
 // tileTokens is the number of tokens a kernel tile takes at once (the
 // portable kernels have no tiles; four as on amd64's quantized kernels).
-func tileTokens(DType, bool) int { return 4 }
+func tileTokens(*Matrix) int { return 4 }
+
+// bf16OnTiles says whether m's products are computed on amd64's AMX-BF16
+// tiles: never here.
+func bf16OnTiles(Matrix) bool { return false }
 
 // cpuISA is the only level of the portable build.
 const cpuISA = isaPortable

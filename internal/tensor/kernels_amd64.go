@@ -312,8 +312,8 @@ func splitKernel(t DType) bool {
 	switch t {
 	case F16:
 		return f16VNNI.zs != nil
-	case BF16:
-		return hasBF16 && bf16DP.zs != nil
+	case BF16: // not where the tiles take BF16 (they read the file's layout)
+		return hasBF16 && bf16DP.zs != nil && !bf16AMX.on()
 	case Q8_0:
 		return q80VNNI.ps != nil
 	case Q4_0:
@@ -469,11 +469,14 @@ func (k *floatTiles) runWide(dst []float32, ld int, w *Matrix, r0, r1 int, a *ac
 // values (the zmm kernels).
 var packedF16ReadsHalf = cpuISA == isaAVX2
 
-// tileTokens is the number of tokens the prefill tiles of weights of type
-// t (packed or not) take at once: three for the float kernels of 16
-// registers (four rows × three tokens), four for the others.
-func tileTokens(t DType, packed bool) int {
+// tileTokens is the number of tokens the prefill tiles of w take at once:
+// 32 on the AMX-BF16 tiles, three for the float kernels of 16 registers
+// (four rows × three tokens), four for the others.
+func tileTokens(w *Matrix) int {
+	t, packed := w.Type, w.packed
 	switch {
+	case bf16OnTiles(*w):
+		return 32 // bf16AMXR_32
 	case t == BF16 && hasBF16:
 		return 4
 	case t == F16 && packed && cpuISA == isaVNNI:
@@ -866,6 +869,21 @@ var (
 	}()
 )
 
+// bf16Kernel is the BF16 kernel of the AVX-512 level: the AMX-BF16 family
+// for the matrices it takes (bf16OnTiles), else bf16VNNI.
+func bf16Kernel(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int, s *streamScratch) {
+	if !bf16OnTiles(*w) {
+		bf16VNNI(dst, ld, w, r0, r1, a, t0, t1, s)
+		return
+	}
+	if !a.tiled {
+		// Products of another family would differ in bits from those of
+		// the same matrix on other token counts.
+		panic("tensor: BF16 product on the tiles without the pair layout")
+	}
+	bf16AMXRun(dst, ld, w, r0, r1, a, t0, t1)
+}
+
 var (
 	f32FMA = &floatTiles{typ: F32,
 		r4: [5]floatFn{nil, f32FMA_4x1, f32FMA_4x2, f32FMA_4x3},
@@ -899,7 +917,7 @@ var isaKernels = withStreamKernels([isaVNNI + 1]kernelTable{
 		q8K16Slot: q8K16AVX2.run,
 	},
 	isaVNNI: {
-		F32: f32FMA.run, F16: f16VNNI.run, BF16: bf16VNNI,
+		F32: f32FMA.run, F16: f16VNNI.run, BF16: bf16Kernel,
 		Q8_0: q80VNNI.run, Q4_0: q40VNNI.run,
 		IQ4_XS: iq4XSVNNI.run, Q2_K: q2KVNNI.run, Q3_K: q3KVNNI.run, Q4_K: q4KVNNIPacked.run, Q5_K: q5KVNNIPacked.run, Q6_K: q6KVNNIPacked.run,
 		q8K16Slot: q8K16VNNI.run,

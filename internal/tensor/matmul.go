@@ -141,6 +141,10 @@ func (a *actBuf) prepare(vt DType, cols, n int, tiled bool) {
 	case F16, BF16:
 		a.f = growF32(a.f, n*cols)
 		a.h = growU16(a.h, n*cols)
+		if tiled && vt == BF16 {
+			a.t = growBytes(a.t, bf16TileBytes(cols, n))
+			a.tiled = true
+		}
 	}
 }
 
@@ -176,6 +180,9 @@ func (a *actBuf) convertTokens(vt DType, x []float32, t0, t1 int) {
 			for i, v := range xs {
 				h[i] = F32ToBF16(v)
 				f[i] = BF16ToF32(h[i])
+			}
+			if a.tiled {
+				fillBF16Tiles(a.t, a.n, tok, h)
 			}
 		}
 	}
@@ -229,6 +236,27 @@ func fillQ80Tiles(t []byte, n, tok int, q []int8, d []float32) {
 			copy(t[o+k*rowBytes:o+k*rowBytes+4], qb[b*qk80+4*k:])
 		}
 		binary.LittleEndian.PutUint32(t[o+8*rowBytes:], math.Float32bits(d[b]))
+	}
+}
+
+// The pair layout of BF16 activations, read by the AMX-BF16 kernels
+// (asmgen/amxbf16.go): for an n-token conversion, per chunk c of 32
+// columns, 64n bytes at 64n·c: 16 rows of n dwords (row p, dword t: token
+// t's values 32c+2p and 32c+2p+1, the first in the low half); then 64
+// bytes the kernels may read past the last token (a tile takes 16 tokens'
+// columns from any token, and drops those it was not asked for).
+func bf16TileBytes(cols, n int) int { return cols/32*64*n + 64 }
+
+// fillBF16Tiles writes token tok of an n-token conversion, its BF16 values
+// h (whole chunks of 32), into the pair layout t.
+func fillBF16Tiles(t []byte, n, tok int, h []uint16) {
+	rowBytes := 4 * n
+	_ = t[(len(h)/32*16-1)*rowBytes+4*tok+3]
+	for c := 0; c < len(h)/32; c++ {
+		o := 16*c*rowBytes + 4*tok
+		for p := 0; p < 16; p++ {
+			binary.LittleEndian.PutUint32(t[o+p*rowBytes:], uint32(h[32*c+2*p])|uint32(h[32*c+2*p+1])<<16)
+		}
 	}
 }
 
@@ -1065,7 +1093,7 @@ func (j *matmulPart) plan(threads, n int) {
 		}
 		// A multiple of the kernels' token group, so that no tile is left
 		// with fewer tokens (fewer shared loads per FMA).
-		g := tileTokens(w.Type, w.packed)
+		g := tileTokens(w)
 		tc := min(maxTokChunk/g*g, max(g, tileActBytes/actBytes/g*g))
 		j.nTokChunks = (n + tc - 1) / tc
 		// Balanced chunks, each a multiple of g but the last.

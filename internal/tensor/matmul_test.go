@@ -1147,3 +1147,25 @@ func TestKSameBits(t *testing.T) {
 		}
 	}
 }
+
+// TestBF16TileLayout reads every token's BF16 values back out of the pair
+// layout the AMX-BF16 kernels take (any machine fills it the same way).
+func TestBF16TileLayout(t *testing.T) {
+	const cols, n = 96, 5
+	x := randVec(rand.New(rand.NewPCG(49, 50)), n*cols, 1)
+	a := new(actBuf)
+	a.prepare(BF16, cols, n, true)
+	a.convertTokens(BF16, x, 0, n)
+	if len(a.t) != cols/32*64*n+64 {
+		t.Fatalf("layout of %d bytes, want %d", len(a.t), cols/32*64*n+64)
+	}
+	for tok := 0; tok < n; tok++ {
+		for c := 0; c < cols; c++ {
+			chunk, pair, half := c/32, c%32/2, c%2
+			dword := binary.LittleEndian.Uint32(a.t[64*n*chunk+4*n*pair+4*tok:])
+			if got, want := uint16(dword>>(16*half)), F32ToBF16(x[tok*cols+c]); got != want {
+				t.Fatalf("token %d column %d: %#04x in the layout, want %#04x", tok, c, got, want)
+			}
+		}
+	}
+}

@@ -165,7 +165,7 @@ func Pack(m Matrix) Matrix {
 	case Q4_K, Q5_K, Q6_K:
 		packK45(m.Type, data, m.RowBytes())
 	case F16, BF16:
-		if m.Cols%8 != 0 { // the layout has whole 8-column steps only
+		if m.Cols%8 != 0 || bf16OnTiles(m) { // whole 8-column steps only; the tiles read the file's layout
 			return m
 		}
 		if rs := zmmRowStep(m.Type); rs > 0 {

@@ -183,7 +183,7 @@ const (
 // amxScratchDecl declares in the generated Go file the scratch the AMX
 // kernels take (the most of the packed and the row kernels').
 func amxScratchDecl(d *decl) {
-	fmt.Fprintf(&d.b, "// amxScratchBytes is the scratch the AMX kernels take (asmgen/amx.go).\nconst amxScratchBytes = %d\n\n", max(amxPackedScratchBytes, amxRowScratchBytes, amxK45ScratchBytes))
+	fmt.Fprintf(&d.b, "// amxScratchBytes is the scratch the AMX kernels take (asmgen/amx.go).\nconst amxScratchBytes = %d\n\n", max(amxPackedScratchBytes, amxRowScratchBytes, amxK45ScratchBytes, amxBF16ScratchBytes))
 }
 
 // q80AMXPackedKernel generates q80AMXP_16 (or, with q4, q40AMXP_16):

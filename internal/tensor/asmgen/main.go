@@ -1353,6 +1353,10 @@ func main() {
 	}
 	amxQ6KCfgData(&a)
 	q6KAMXPackedKernel(&a, &d)
+	amxBF16CfgData(&a)
+	for groups := 1; groups <= 2; groups++ {
+		bf16AMXKernel(&a, &d, groups)
+	}
 	for _, typ := range iqDirectOrder {
 		for T := 1; T <= 4; T++ {
 			kKernel(&a, &d, typ, true, T)
