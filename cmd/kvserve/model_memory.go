@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -245,6 +246,11 @@ func placementLine(p gguf.Placement, why string, private bool, f *gguf.File, w m
 	}
 	if amx := tensor.AMX(); amx != "" {
 		k += "; " + amx
+	}
+	if slices.Contains(types, tensor.BF16) {
+		if amx := tensor.AMXBF16(); amx != "" {
+			k += "; " + amx
+		}
 	}
 	line := fmt.Sprintf("in %s (%s); %s%s", where, why, k, widenedClause(w, limitWhy))
 	switch {

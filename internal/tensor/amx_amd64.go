@@ -28,9 +28,10 @@ import (
 // where TDPBF16PS adds up the pairs of its K dimension in its own order
 // before adding them to C, which no layout of A and B turns into the
 // lanes' order. So a BF16 matrix the family takes (bf16OnTiles) has all
-// its products on the tiles, decode too, whichever the placement (both
-// read the file's layout), and the family is used only if the probe finds
-// it faster at prefill and not slower at decode. F16 stays off the tiles
+// its products on the tiles, decode too, whichever the placement (the
+// mapping's rows and the private copy's tile layout give the same sums),
+// and the family is used only if the probe finds it faster at prefill and
+// not slower at decode. F16 stays off the tiles
 // (AMX-FP16 is Granite Rapids' only).
 
 // amxCPU reports whether the CPU has the tiles and their INT8 products
@@ -70,9 +71,10 @@ var (
 	q4KAMX     = &amxKernel{typ: Q4_K, slot: 4}
 	q5KAMX     = &amxKernel{typ: Q5_K, slot: 5}
 	q6KAMX     = &amxKernel{typ: Q6_K, slot: 6}
-	// bf16AMX is the AMX-BF16 family as a whole (see above).
-	bf16AMX    = &amxKernel{typ: BF16, rows: true, slot: 7}
-	amxKernels = [...]*amxKernel{q80AMX, q40AMX, q80AMXRows, q40AMXRows, q4KAMX, q5KAMX, q6KAMX, bf16AMX}
+	amxKernels = [...]*amxKernel{q80AMX, q40AMX, q80AMXRows, q40AMXRows, q4KAMX, q5KAMX, q6KAMX}
+	// bf16AMX is the AMX-BF16 family as a whole (see above), decided by
+	// bf16Choice.
+	bf16AMX = &amxKernel{typ: BF16, rows: true, slot: -1}
 )
 
 // amxBF16CPU reports whether the CPU has the tiles' BF16 products, and
@@ -80,36 +82,51 @@ var (
 func amxBF16CPU() bool { return amxCPU() && cpu.X86.HasAMXBF16 && hasBF16 }
 
 // bf16OnTiles says whether m's products are all computed by the AMX-BF16
-// family: BF16 in the file's layout (Pack leaves such a matrix so), whole
-// 16-row tiles and 32-column chunks, indices the scatter reaches, and the
-// family chosen by amxChoice.
+// family: BF16 of whole 16-row tiles and 32-column chunks, the family
+// chosen by bf16Choice. Pack then lays such a matrix out in the tile
+// layout (bf16TileOffset), never in the zmm kernels'.
 func bf16OnTiles(m Matrix) bool {
-	return m.Type == BF16 && !m.packed && m.Rows%16 == 0 && m.Cols%32 == 0 &&
-		amxIndexable(m.RowBytes(), 4*m.Rows) && bf16AMX.on()
+	return m.Type == BF16 && m.Rows%16 == 0 && m.Cols%32 == 0 && bf16AMX.on()
 }
 
-// bf16AMXRun computes rows [r0, r1) (whole tiles) of BF16 matrix w for
-// tokens [t0, t1) on the tiles, 32 tokens a call.
+// bf16AMXRun computes rows [r0, r1) (whole tiles) of BF16 matrix w, in
+// the file's layout or packed in the tile layout, for tokens [t0, t1) on
+// the tiles, 32 tokens a call.
 func bf16AMXRun(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int) {
 	if r1 <= r0 {
 		return
 	}
 	s := new(amxScratch) // on the stack: the kernels keep no pointer
 	rb := w.RowBytes()
+	rowStride, chunkStep := rb, 64
+	if w.packed {
+		rowStride, chunkStep = 64, 1024
+	}
 	for t := t0; t < t1; {
 		T := min(32, t1-t)
 		p, act, out := &w.Data[r0*rb], &a.t[4*t], &dst[t*ld+r0]
 		if T > 16 { // direct calls: a func value would move s to the heap
-			bf16AMXR_32(p, rb, (r1-r0)/16, act, 4*a.n, w.Cols/32, out, ld*4, T, &s[0])
+			bf16AMXR_32(p, rowStride, chunkStep, 16*rb, (r1-r0)/16, act, 4*a.n, w.Cols/32, out, ld*4, T, &s[0])
 		} else {
-			bf16AMXR_16(p, rb, (r1-r0)/16, act, 4*a.n, w.Cols/32, out, ld*4, T, &s[0])
+			bf16AMXR_16(p, rowStride, chunkStep, 16*rb, (r1-r0)/16, act, 4*a.n, w.Cols/32, out, ld*4, T, &s[0])
 		}
 		t += T
 	}
 }
 
-// on says whether x computes 16-token products: amxChoice's decision.
-func (x *amxKernel) on() bool { return x != nil && (x.force || amxChoice().use[x.slot]) }
+// on says whether x computes 16-token products (bf16AMX: all products of
+// the matrices it takes): amxChoice's decision (bf16Choice's).
+func (x *amxKernel) on() bool {
+	switch {
+	case x == nil:
+		return false
+	case x.force:
+		return true
+	case x == bf16AMX:
+		return bf16Choice().use
+	}
+	return amxChoice().use[x.slot]
+}
 
 // amxRowsFor is the row kernel for weights of type t, nil if none.
 func amxRowsFor(t DType) *amxKernel {
@@ -204,11 +221,12 @@ type amxDecision struct {
 // grants them, it times each AMX kernel against its VNNI kernel on a
 // matrix of that type and layout, alternated, best of several, and keeps
 // the tiles for it if they are at least 5% faster. The BF16 family is
-// decided by probeBF16.
+// decided apart (bf16Choice), only when a BF16 matrix asks.
 //
-// It is set in init: the probes pack matrices, and Pack asks bf16OnTiles,
-// which asks amxChoice (Go would call that an initialization cycle; at
-// run time the probes pack no BF16 matrix through Pack).
+// It is set in init: the probes pack matrices, Pack asks bf16OnTiles,
+// and amxKernel.on, which that calls, asks amxChoice for the other kernels
+// (Go would call that an initialization cycle; at run time the probes
+// pack no BF16 matrix).
 var amxChoice func() amxDecision
 
 func init() { amxChoice = sync.OnceValue(decideAMX) }
@@ -221,14 +239,6 @@ func decideAMX() amxDecision {
 	var d amxDecision
 	var parts []string
 	for i, x := range amxKernels {
-		if x == bf16AMX {
-			if amxBF16CPU() {
-				var verdict string
-				d.use[i], verdict = probeBF16()
-				parts = append(parts, verdict)
-			}
-			continue
-		}
 		at, vt := x.probe()
 		d.use[i] = at*105 <= vt*100
 		verdict := "used"
@@ -256,8 +266,34 @@ func AMX() string {
 	if d.err != nil {
 		return "AMX-INT8 present but not granted by the OS (" + d.err.Error() + ")"
 	}
-	return fmt.Sprintf("AMX tiles, by probes (INT8: 16-token products of %d×%d): %s", amxProbeRows, amxProbeCols, d.probe)
+	return fmt.Sprintf("AMX-INT8 tiles for 16-token products, by a probe of %d×%d×%d: %s", amxProbeRows, amxProbeCols, amxProbeTokens, d.probe)
 }
+
+// bf16Decision is what bf16Choice found: whether the AMX-BF16 family is
+// used, and the load line's words on it.
+type bf16Decision struct {
+	use  bool
+	line string
+}
+
+// bf16Choice decides once, when the first BF16 matrix asks (the probe
+// takes two 32 MiB matrices a moment, which models without BF16 need not
+// pay), whether the AMX-BF16 family computes BF16 products (probeBF16).
+var bf16Choice = sync.OnceValue(func() bf16Decision {
+	if !amxBF16CPU() {
+		return bf16Decision{}
+	}
+	if err := amxPermit(); err != nil {
+		return bf16Decision{line: "AMX-BF16 present but not granted by the OS (" + err.Error() + ")"}
+	}
+	use, line := probeBF16()
+	return bf16Decision{use: use, line: line}
+})
+
+// AMXBF16 says, for the load line of a file with BF16 matrices, whether
+// and why the AMX-BF16 tiles compute them on this CPU; "" where it has
+// none.
+func AMXBF16() string { return bf16Choice().line }
 
 // The probes' product: 16 tokens of a 256 × 2048 matrix, its weights in
 // L2 as a work item's are.
@@ -382,22 +418,22 @@ func (x *amxKernel) probeK() (amxT, vnniT time.Duration) {
 
 // probeBF16 decides the AMX-BF16 family: it times prefill (32 tokens of a
 // 256 × 2048 matrix, in L2 as a work item's rows are) and decode (one
-// token of a 4096 × 4096 matrix, 32 MiB, from memory) on the tiles (the
-// file's layout) and on the AVX512-BF16 kernels (their packed layout, the
-// private copy's otherwise), alternated, best of several, and keeps the
+// token of a 4096 × 4096 matrix, 32 MiB, from memory) on the tiles and on
+// the AVX512-BF16 kernels, each on its private copy's layout, alternated, best of several, and keeps the
 // tiles if they are at least 5% faster at prefill and at most 3% slower
 // at decode. It returns the decision and its part of the load line.
 func probeBF16() (bool, string) {
 	run := func(rows, cols, T int) (tiles, vec time.Duration) {
-		raw := Matrix{Type: BF16, Rows: rows, Cols: cols, Data: make([]byte, rows*cols*2)}
-		for i := 0; i < len(raw.Data); i += 2 {
-			// Values of magnitude 1/64 to 1/32: sums stay finite.
-			raw.Data[i], raw.Data[i+1] = byte(i*7+i>>11), 0x3c|byte(i>>1)&0x80
+		tiled := Matrix{Type: BF16, Rows: rows, Cols: cols, Data: make([]byte, rows*cols*2), packed: true}
+		for i := 0; i < len(tiled.Data); i += 2 {
+			// Values of magnitude 1/128 to 1/32: sums stay finite.
+			tiled.Data[i], tiled.Data[i+1] = byte(i*7+i>>11), 0x3c|byte(i>>1)&0x80
 		}
-		packed := raw
-		packed.Data = append([]byte(nil), raw.Data...)
+		packed := tiled
+		packed.Data = append([]byte(nil), tiled.Data...)
+		// Not Pack: it would ask bf16Choice, which is deciding. Either
+		// layout of the same bytes times alike.
 		packSteps(packed.Data, packed.RowBytes(), zmmRowStep(BF16))
-		packed.packed = true
 		xs := make([]float32, T*cols)
 		for i := range xs {
 			xs[i] = float32(i%97) - 48
@@ -406,7 +442,7 @@ func probeBF16() (bool, string) {
 		a.prepare(BF16, cols, T, true)
 		a.convertTokens(BF16, xs, 0, T)
 		dst := make([]float32, T*rows)
-		return bestTimes(func() { bf16AMXRun(dst, rows, &raw, 0, rows, a, 0, T) },
+		return bestTimes(func() { bf16AMXRun(dst, rows, &tiled, 0, rows, a, 0, T) },
 			func() { bf16DP.run(dst, rows, &packed, 0, rows, a, 0, T, nil) })
 	}
 	pt, pv := run(256, 2048, 32)

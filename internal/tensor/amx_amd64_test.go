@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -238,7 +239,7 @@ func TestAMXBF16(t *testing.T) {
 	if err := amxPermit(); err != nil || !amxBF16CPU() {
 		t.Skipf("AMX-BF16 kernels not run: this machine cannot use them (AMX-BF16 %v, tiles granted: %v)", cpu.X86.HasAMXBF16, err)
 	}
-	t.Logf("AMX-BF16 granted; %s", AMX())
+	t.Logf("AMX-BF16 granted; %s", AMXBF16())
 	convert := func(x []float32, cols, n int) *actBuf {
 		a := new(actBuf)
 		a.prepare(BF16, cols, n, true)
@@ -254,6 +255,10 @@ func TestAMXBF16(t *testing.T) {
 				a := convert(x, cols, n)
 				got := make([]float32, n*rows)
 				bf16AMXRun(got, rows, &m, 0, rows, a, 0, n)
+				tiled := m
+				tiled.Data = append([]byte(nil), m.Data...)
+				packBF16Tiles(tiled.Data, m.RowBytes())
+				tiled.packed = true
 				for tok := 0; tok < n; tok++ {
 					y := a.f[tok*cols : (tok+1)*cols]
 					for r := 0; r < rows; r++ {
@@ -275,9 +280,12 @@ func TestAMXBF16(t *testing.T) {
 						}
 					}
 				}
+				fromTiles := make([]float32, n*rows)
+				bf16AMXRun(fromTiles, rows, &tiled, 0, rows, a, 0, n)
 				for tok := 0; tok < n; tok++ {
+					same("the tile layout", fromTiles[tok*rows:(tok+1)*rows], tok, 0, rows)
 					one := make([]float32, rows)
-					bf16AMXRun(one, rows, &m, 0, rows, convert(x[tok*cols:(tok+1)*cols], cols, 1), 0, 1)
+					bf16AMXRun(one, rows, &tiled, 0, rows, convert(x[tok*cols:(tok+1)*cols], cols, 1), 0, 1)
 					same("alone", one, tok, 0, rows)
 				}
 				part := make([]float32, n*rows)
@@ -297,23 +305,36 @@ func TestAMXBF16(t *testing.T) {
 
 // TestAMXBF16MatMul checks that where the probe chose the AMX-BF16 family
 // every product of a BF16 matrix it takes is on the tiles, through MatMul
-// on two threads, packed (Pack leaves it as the file has it) or not.
+// on two threads, packed (in the tile layout) or not, and that the packed
+// matrix's rows read back as the file's.
 func TestAMXBF16MatMul(t *testing.T) {
 	if !bf16AMX.on() {
-		t.Skipf("the AMX-BF16 family is not in use on this machine (%q)", AMX())
+		t.Skipf("the AMX-BF16 family is not in use on this machine (%q)", AMXBF16())
 	}
 	rng := rand.New(rand.NewPCG(47, 48))
 	p := NewPool(2)
 	defer p.Close()
 	const rows, cols = 96, 576
-	m, _ := randMatrix(t, rng, BF16, rows, cols)
-	if pm := Pack(m); pm.packed {
-		t.Fatal("Pack packed a BF16 matrix the tiles read as the file has it")
+	m, wd := randMatrix(t, rng, BF16, rows, cols)
+	pm := Pack(Matrix{Type: BF16, Rows: rows, Cols: cols, Data: append([]byte(nil), m.Data...)})
+	if !pm.packed {
+		t.Fatal("Pack left a BF16 matrix on the tiles as the file has it")
+	}
+	row := make([]float32, cols)
+	for r := range rows {
+		pm.DequantizeRow(row, r)
+		if !slices.Equal(row, wd[r*cols:(r+1)*cols]) {
+			t.Fatalf("row %d of the tile layout reads %v…, want %v…", r, row[:4], wd[r*cols:r*cols+4])
+		}
 	}
 	for _, n := range []int{1, 5, 40} {
 		x := randVec(rng, n*cols, 1)
-		got := make([]float32, n*rows)
+		got, fromPacked := make([]float32, n*rows), make([]float32, n*rows)
 		p.MatMul(got, m, x, n)
+		p.MatMul(fromPacked, pm, x, n)
+		if !slices.Equal(fromPacked, got) {
+			t.Fatalf("%d tokens: the packed matrix's products differ from the file layout's", n)
+		}
 		a := new(actBuf)
 		a.prepare(BF16, cols, n, true)
 		a.convertTokens(BF16, x, 0, n)

@@ -113,5 +113,8 @@ func directPacker(DType, isa) *rowPacker { return nil }
 // portable build.
 func AMX() string { return "" }
 
+// AMXBF16: no AMX-BF16 family here.
+func AMXBF16() string { return "" }
+
 // splitKernel: no two-stream one-token kernels without the assembly.
 func splitKernel(DType) bool { return false }

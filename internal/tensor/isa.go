@@ -48,8 +48,5 @@ func StreamedPreferred(t DType) bool {
 
 // Packable reports whether Pack rewrites weights of type t on this CPU:
 // whether they are faster in private memory than in a read-only mapping of
-// the file, beyond the huge pages. Not BF16 where the AMX-BF16 tiles take
-// it: they read the file's layout (bf16OnTiles).
-func Packable(t DType) bool {
-	return packable(t) && !(t == BF16 && bf16OnTiles(Matrix{Type: BF16, Rows: 16, Cols: 32}))
-}
+// the file, beyond the huge pages.
+func Packable(t DType) bool { return packable(t) }

@@ -999,15 +999,15 @@ func q6KVNNIP1(w *byte, groups int, y *int8, d *float32, bs *int16, nb int, dst 
 //go:noescape
 func q6KAMXP_16(w *byte, groups int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int, tokens int, scratch *byte)
 
-// bf16AMXR_16 computes rowTiles × 16 rows of BF16 weights (rows rowBytes apart) × tokens BF16 activations in the pair layout on the AMX tiles; the tiles must be permitted (requestAMX).
+// bf16AMXR_16 computes rowTiles × 16 rows of BF16 weights (the file's layout or the tile layout) × tokens BF16 activations in the pair layout on the AMX tiles; the tiles must be permitted (requestAMX).
 //
 //go:noescape
-func bf16AMXR_16(w *byte, rowBytes, rowTiles int, act *byte, tokBytes, chunks int, dst *float32, ldBytes, tokens int, scratch *byte)
+func bf16AMXR_16(w *byte, rowStride, chunkStep, tileBytes, rowTiles int, act *byte, tokBytes, chunks int, dst *float32, ldBytes, tokens int, scratch *byte)
 
-// bf16AMXR_32 computes rowTiles × 16 rows of BF16 weights (rows rowBytes apart) × tokens BF16 activations in the pair layout on the AMX tiles; the tiles must be permitted (requestAMX).
+// bf16AMXR_32 computes rowTiles × 16 rows of BF16 weights (the file's layout or the tile layout) × tokens BF16 activations in the pair layout on the AMX tiles; the tiles must be permitted (requestAMX).
 //
 //go:noescape
-func bf16AMXR_32(w *byte, rowBytes, rowTiles int, act *byte, tokBytes, chunks int, dst *float32, ldBytes, tokens int, scratch *byte)
+func bf16AMXR_32(w *byte, rowStride, chunkStep, tileBytes, rowTiles int, act *byte, tokBytes, chunks int, dst *float32, ldBytes, tokens int, scratch *byte)
 
 // iq2XXSVNNI_1 computes rows × 1 tokens of IQ2_XXS weights × Q8_K activations (VNNI).
 //

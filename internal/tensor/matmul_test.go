@@ -1169,3 +1169,22 @@ func TestBF16TileLayout(t *testing.T) {
 		}
 	}
 }
+
+// TestBF16TilePack reads every row of BF16 weights back out of the tile
+// layout of the AMX-BF16 kernels (any machine packs it the same way).
+func TestBF16TilePack(t *testing.T) {
+	rng := rand.New(rand.NewPCG(51, 52))
+	m, wd := randMatrix(t, rng, BF16, 48, 96)
+	data := append([]byte(nil), m.Data...)
+	packBF16Tiles(data, m.RowBytes())
+	if bytes.Equal(data, m.Data) {
+		t.Fatal("packing changed nothing")
+	}
+	row := make([]float32, m.Cols)
+	for r := range m.Rows {
+		dequantizeBF16TileRow(row, data[r&^15*m.RowBytes():(r|15+1)*m.RowBytes()], r&15)
+		if !slices.Equal(row, wd[r*m.Cols:(r+1)*m.Cols]) {
+			t.Fatalf("row %d reads %v…, want %v…", r, row[:4], wd[r*m.Cols:r*m.Cols+4])
+		}
+	}
+}

@@ -73,8 +73,12 @@ func (m Matrix) DequantizeRow(dst []float32, row int) {
 	if row < 0 || row >= m.Rows {
 		panic(fmt.Sprintf("tensor: DequantizeRow: row %d out of range [0,%d)", row, m.Rows))
 	}
+	rb := m.RowBytes()
+	if m.packed && bf16OnTiles(m) { // tiles of 16 rows; BF16 has no minima
+		dequantizeBF16TileRow(dst[:m.Cols], m.Data[row&^15*rb:(row|15+1)*rb], row&15)
+		return
+	}
 	if m.packed && row < m.packedRows() {
-		rb := m.RowBytes()
 		blk := m.Data[row&^7*rb : (row|7+1)*rb]
 		switch m.Type {
 		case Q4_0:
@@ -103,9 +107,12 @@ func (m Matrix) DequantizeRow(dst []float32, row int) {
 // halfAt is value (row, col) of an F16 or BF16 matrix, packed or not.
 func (m Matrix) halfAt(row, col int) float32 {
 	var off int
-	if m.packed && row < m.packedRows() {
+	switch {
+	case m.packed && bf16OnTiles(m):
+		off = row&^15*m.RowBytes() + bf16TileOffset(row&15, col)
+	case m.packed && row < m.packedRows():
 		off = row&^7*m.RowBytes() + halfPackedOffset(m.Type, m.RowBytes(), row&7, col)
-	} else {
+	default:
 		off = row*m.RowBytes() + 2*col
 	}
 	h := binary.LittleEndian.Uint16(m.Data[off:])
@@ -165,7 +172,11 @@ func Pack(m Matrix) Matrix {
 	case Q4_K, Q5_K, Q6_K:
 		packK45(m.Type, data, m.RowBytes())
 	case F16, BF16:
-		if m.Cols%8 != 0 || bf16OnTiles(m) { // whole 8-column steps only; the tiles read the file's layout
+		if bf16OnTiles(m) {
+			packBF16Tiles(data, m.RowBytes())
+			break
+		}
+		if m.Cols%8 != 0 { // the layout has whole 8-column steps only
 			return m
 		}
 		if rs := zmmRowStep(m.Type); rs > 0 {
@@ -472,6 +483,35 @@ func halfPackedOffset(t DType, rb, r, c int) int {
 		return off + 16*(r%4) + 2*(c%8)
 	}
 	return off + 32*(r%4/2) + 4*(c%8) + 2*(r%2)
+}
+
+// The tile layout of BF16 weights on the AMX-BF16 tiles (bf16OnTiles;
+// asmgen/amxbf16.go): per tile of 16 rows, chunk c of 32 columns at
+// 1024·c, its 16 rows of 64 bytes in order — a tile load of 64-byte rows
+// 64 apart, and one stream a row tile where the file's layout has 16.
+func bf16TileOffset(r, c int) int { return c/32*1024 + 64*r + 2*(c%32) }
+
+// packBF16Tiles rewrites data, whole tiles of 16 BF16 rows of rb bytes
+// each (a multiple of 64), into the tile layout.
+func packBF16Tiles(data []byte, rb int) {
+	tmp := make([]byte, 16*rb)
+	for base := 0; base < len(data); base += 16 * rb {
+		blk := data[base : base+16*rb]
+		copy(tmp, blk)
+		for r := 0; r < 16; r++ {
+			for c := 0; c < rb/64; c++ {
+				copy(blk[1024*c+64*r:][:64], tmp[r*rb+64*c:])
+			}
+		}
+	}
+}
+
+// dequantizeBF16TileRow converts row r (0-15) of a tile of 16 BF16 rows in
+// the tile layout into dst.
+func dequantizeBF16TileRow(dst []float32, blk []byte, r int) {
+	for c := range dst {
+		dst[c] = BF16ToF32(binary.LittleEndian.Uint16(blk[bf16TileOffset(r, c):]))
+	}
 }
 
 // dequantizePackedHalf converts row r (0-7) of a packed block of eight F16
