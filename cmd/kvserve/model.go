@@ -184,7 +184,7 @@ func inspectFile(path string) (*modelInfo, error) {
 	// For kvserve serve's defaults: a KV cache of the default size.
 	if p, err := planWeights(path, weightsMemory{placement: "auto"}, defaultKVMemory(memAvailable())); err == nil {
 		if p.placement == gguf.HugePages {
-			p.why += "; a decode pass timed on both at load, on the command's threads, keeps the faster"
+			p.why += "; a decode pass and a prompt's timed on both at load, on the command's threads, keep the faster for a 512-token prompt and 128-token reply"
 			if slices.ContainsFunc(matrixTypes(f), tensor.TwoStreamKernel) {
 				p.why += ", and times the copy's work items read in one stream and in two"
 			}

@@ -24,7 +24,7 @@ type weightsMemory struct {
 
 // weightsMemoryFlags registers --model-memory and --widen-memory.
 func weightsMemoryFlags(f *pflag.FlagSet, w *weightsMemory) {
-	f.StringVar(&w.placement, "model-memory", "auto", "where the weights live: mmap (a shared read-only mapping of the file), hugepages (a private copy in transparent huge pages, its weights packed for the CPU's kernels: faster decoding, the whole file in RAM), auto (hugepages when the kernel offers them and the file takes at most half of MemAvailable, unless a decode step's weight products, timed at load on both with the command's --threads, are faster on the mapping; the same probe times decode's products on the copy in one stream and in two per work item and keeps the faster; else mmap)")
+	f.StringVar(&w.placement, "model-memory", "auto", "where the weights live: mmap (a shared read-only mapping of the file), hugepages (a private copy in transparent huge pages, its weights packed for the CPU's kernels: faster decoding, the whole file in RAM), auto (hugepages when the kernel offers them and the file takes at most half of MemAvailable, unless the mapping would serve a 512-token prompt and 128-token reply faster by a decode step's and a prompt's weight products timed at load on both with the command's --threads; the same probe times decode's products on the copy in one stream and in two per work item and keeps the faster; else mmap)")
 	f.Var(&w.widen, "widen-memory", "memory the widened copies of weights may take (the matrices of Q5_0, Q4_1, Q5_1, IQ4_NL and the IQ types below 4 bits are widened at load to types with faster kernels, 1.5-4.2 times their size; those that do not fit are computed in their own bytes: slower prompts, and slower decoding too on CPUs without kernels that unpack them in registers; Q5_0's, IQ4_NL's, Q4_1's and Q5_1's are not widened on CPUs whose kernels compute them as fast in their own bytes; the load line says which), e.g. 2GiB; auto: what MemAvailable leaves beside the file, the KV cache and an eighth of it; 0: none")
 }
 
@@ -92,15 +92,19 @@ func widenLimit(setting hostSize, fileBytes, reserved, avail int64) (int64, stri
 
 // probePlacement is --model-memory auto's check of its choice of a private
 // copy (private, just opened) by measurement: it times a decode step's
-// weight products (model.DecodePass) on the packed copy and on a mapping
-// of the file, whose pages the copy has just brought into the page cache,
-// alternated, and keeps the faster. On one Intel Xeon the packed copy in
-// huge pages decoded slower than the file's mapping (issue 19), on the AMD
-// machines faster: a table by CPU model would be a guess where this is a
-// reading. The probe reads the first probeBytes of the layers' weights and
-// the classifier (model.DecodePass): once on the mapping to page them in,
-// then probeRounds times on each placement, alternated, the fastest pass
-// of each compared.
+// weight products (model.DecodePass) and a prompt's (model.PrefillPass) on
+// the packed copy and on a mapping of the file, whose pages the copy has
+// just brought into the page cache, alternated, and keeps the placement
+// that would serve a reference request faster (probeChoice). On one Intel
+// Xeon the packed copy in huge pages decoded slower than the file's
+// mapping (issue 19), on the AMD machines faster: a table by CPU model
+// would be a guess where this is a reading. Prompts are timed too because
+// the packed kernels (and the AMX ones among them) are the copy's: a
+// mapping that decodes a little faster can prompt much slower. The decode
+// probe reads the first probeBytes of the layers' weights and the
+// classifier: once on the mapping to page them in, then probeRounds times
+// on each placement, alternated, the fastest pass of each compared; the
+// prompt probe the first promptProbeBytes, on promptProbeTokens tokens.
 //
 // The passes run on as many threads as the command computes with (threads;
 // <= 0: all cores, tensor.NewPool's default): one thread's decode is bound
@@ -134,6 +138,14 @@ func probePlacement(path string, private *model.File, why string, widenLimit int
 		d, read = mapped.Model.DecodePass(p, 1, probeBytes)
 		tm = min(tm, d)
 	}
+	// Prompts after decode: their products do not depend on the stream
+	// count, and they read less, so they disturb the decode readings less
+	// when they come after. Alternated too, the fastest of each.
+	pp, pm := private.Model.PrefillPass(p, promptProbeTokens, 1, promptProbeBytes), mapped.Model.PrefillPass(p, promptProbeTokens, 1, promptProbeBytes)
+	for range probeRounds - 1 {
+		pp = min(pp, private.Model.PrefillPass(p, promptProbeTokens, 1, promptProbeBytes))
+		pm = min(pm, mapped.Model.PrefillPass(p, promptProbeTokens, 1, promptProbeBytes))
+	}
 	var streamsRead string
 	if streams {
 		var one bool
@@ -143,7 +155,7 @@ func probePlacement(path string, private *model.File, why string, widenLimit int
 			tp = tp1
 		}
 	}
-	place, reading := probeChoice(tp, tm, read, p.Threads())
+	place, reading := probeChoice(placementTimes{tp, pp}, placementTimes{tm, pm}, read, p.Threads())
 	why += "; " + reading
 	if place == gguf.Mapped {
 		private.Close()
@@ -183,24 +195,53 @@ const probeBytes = 512 << 20
 // more passes is a steadier reading, for about a pass's time each.
 const probeRounds = 4
 
-// probeMargin: the probe gives up the private copy only when a decode pass
-// on the file's mapping takes less than this fraction of the pass on the
-// copy; a closer reading is within a pass's noise.
+// probeMargin: the probe gives up the private copy only when the file's
+// mapping would serve the reference request in less than this fraction of
+// the copy's time; a closer reading is within a pass's noise.
 const probeMargin = 0.95
 
+// The prompt probe: products on promptProbeTokens tokens (enough for the
+// 16-token AMX kernels and the packed prompt kernels' full tiles) of the
+// first promptProbeBytes of the layers' weights (prompts are bound by
+// arithmetic, not memory: a few layers' worth reads as the whole does).
+const (
+	promptProbeTokens = 64
+	promptProbeBytes  = 32 << 20
+)
+
+// The reference request probeChoice weighs the placements by: llama-bench's
+// default pair, a 512-token prompt and a 128-token reply.
+const refPromptTokens, refReplyTokens = 512, 128
+
+// placementTimes are the probe's readings on one placement: a decode
+// step's weight products, and a prompt's of promptProbeTokens tokens.
+type placementTimes struct{ decode, prompt time.Duration }
+
+// request is the time the reference request's weight products would take
+// by these readings.
+func (t placementTimes) request() time.Duration {
+	return t.prompt*refPromptTokens/promptProbeTokens + t.decode*refReplyTokens
+}
+
 // probeChoice decides between a private packed copy and the file's mapping
-// from a decode pass's time on each over weights of the given size, on the
-// given number of threads, and says so.
-func probeChoice(private, mapped time.Duration, weightBytes int64, threads int) (gguf.Placement, string) {
+// from the readings on each, decode over weights of the given size, on the
+// given number of threads: the mapping where it would serve the reference
+// request faster by the margin; and says so.
+func probeChoice(private, mapped placementTimes, weightBytes int64, threads int) (gguf.Placement, string) {
 	rate := func(d time.Duration) float64 { return float64(weightBytes) / d.Seconds() / 1e9 }
+	prompt := func(d time.Duration) float64 { return promptProbeTokens / d.Seconds() }
 	on := fmt.Sprintf("a probe on %d thread", threads)
 	if threads != 1 {
 		on += "s"
 	}
-	if float64(mapped) < probeMargin*float64(private) {
-		return gguf.Mapped, fmt.Sprintf("%s streamed the weights at %.1f GB/s through the file's mapping, %.1f GB/s from a packed private copy", on, rate(mapped), rate(private))
+	say := func(first, second string, a, b placementTimes) string {
+		return fmt.Sprintf("%s streamed the weights at %.1f GB/s %s, %.1f GB/s %s, and computed prompts' products at %.0f tokens/s against %.0f (a %d-token prompt and %d-token reply: %.2f s against %.2f s)",
+			on, rate(a.decode), first, rate(b.decode), second, prompt(a.prompt), prompt(b.prompt), refPromptTokens, refReplyTokens, a.request().Seconds(), b.request().Seconds())
 	}
-	return gguf.HugePages, fmt.Sprintf("%s streamed the weights at %.1f GB/s from the packed private copy, %.1f GB/s through the file's mapping", on, rate(private), rate(mapped))
+	if float64(mapped.request()) < probeMargin*float64(private.request()) {
+		return gguf.Mapped, say("through the file's mapping", "from a packed private copy", mapped, private)
+	}
+	return gguf.HugePages, say("from the packed private copy", "through the file's mapping", private, mapped)
 }
 
 // autoPlacementWhy says why autoPlacement chose what it did.

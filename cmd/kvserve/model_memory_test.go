@@ -33,16 +33,24 @@ func TestAutoPlacement(t *testing.T) {
 
 func TestProbeChoice(t *testing.T) {
 	const gb = 1e9
+	ms := time.Millisecond
 	for _, tc := range []struct {
-		private, mapped time.Duration
+		private, mapped placementTimes
 		threads         int
 		want            gguf.Placement
 		says            string
 	}{
-		{100 * time.Millisecond, 50 * time.Millisecond, 2, gguf.Mapped, "a probe on 2 threads streamed the weights at 20.0 GB/s through the file's mapping, 10.0 GB/s from a packed private copy"},
-		{50 * time.Millisecond, 100 * time.Millisecond, 1, gguf.HugePages, "a probe on 1 thread streamed the weights at 20.0 GB/s from the packed private copy, 10.0 GB/s through the file's mapping"},
-		{100 * time.Millisecond, 96 * time.Millisecond, 2, gguf.HugePages, "from the packed private copy"}, // within the margin
-		{100 * time.Millisecond, 94 * time.Millisecond, 2, gguf.Mapped, "through the file's mapping, 10.0 GB/s"},
+		// Decode decides where prompts take the same time: the
+		// reference request is 8 prompt passes and 128 decode steps.
+		{placementTimes{100 * ms, 800 * ms}, placementTimes{50 * ms, 800 * ms}, 2, gguf.Mapped, "a probe on 2 threads streamed the weights at 20.0 GB/s through the file's mapping, 10.0 GB/s from a packed private copy, and computed prompts' products at 80 tokens/s against 80 (a 512-token prompt and 128-token reply: 12.80 s against 19.20 s)"},
+		{placementTimes{50 * ms, 800 * ms}, placementTimes{100 * ms, 800 * ms}, 1, gguf.HugePages, "a probe on 1 thread streamed the weights at 20.0 GB/s from the packed private copy, 10.0 GB/s through the file's mapping"},
+		{placementTimes{100 * ms, 0}, placementTimes{96 * ms, 0}, 2, gguf.HugePages, "from the packed private copy"}, // within the margin
+		{placementTimes{100 * ms, 0}, placementTimes{94 * ms, 0}, 2, gguf.Mapped, "through the file's mapping, 10.0 GB/s"},
+		// A mapping that decodes 10% faster but prompts at half the
+		// speed would serve the request slower: the copy stays.
+		{placementTimes{100 * ms, 800 * ms}, placementTimes{90 * ms, 1600 * ms}, 2, gguf.HugePages, "prompts' products at 80 tokens/s against 40 (a 512-token prompt and 128-token reply: 19.20 s against 24.32 s)"},
+		// One that prompts faster and decodes as fast is taken.
+		{placementTimes{100 * ms, 1600 * ms}, placementTimes{100 * ms, 800 * ms}, 2, gguf.Mapped, "through the file's mapping"},
 	} {
 		got, says := probeChoice(tc.private, tc.mapped, gb, tc.threads)
 		if got != tc.want || !strings.Contains(says, tc.says) {

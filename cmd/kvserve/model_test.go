@@ -209,7 +209,7 @@ func TestModelInfoStreams(t *testing.T) {
 		}
 		want := slices.ContainsFunc(matrixTypes(f), tensor.TwoStreamKernel)
 		f.Close()
-		if !strings.Contains(m.Weights, "a decode pass timed on both at load, on the command's threads") {
+		if !strings.Contains(m.Weights, "a decode pass and a prompt's timed on both at load, on the command's threads") {
 			t.Errorf("%s: %q names no probe", file, m.Weights)
 		}
 		if got := strings.Contains(m.Weights, "one stream and in two"); got != want {

@@ -21,6 +21,29 @@ import (
 // layout (packed in a private copy, as the file has it in a mapping) can
 // differ where the layers' does not.
 func (m *Model) DecodePass(p *tensor.Pool, reps int, budget int64) (time.Duration, int64) {
+	best, total := m.probePass(p, 1, reps, budget, true)
+	return best, total + int64(m.Output.Bytes())
+}
+
+// PrefillPass times the weight products of a prompt of tokens tokens on p
+// as DecodePass does a decoded token's — the layers' matrices in order, as
+// many as make up budget bytes, each on all the tokens — and returns the
+// time all the layers' products would take by that reading, the fastest
+// of reps passes. The classifier is left out: a prompt computes it for its
+// last token only. Prompts are bound by the kernels' arithmetic where
+// decode is bound by memory, and the kernels differ by placement (packed
+// layouts, the AMX tiles, are the private copy's), so the two can rank the
+// placements differently.
+func (m *Model) PrefillPass(p *tensor.Pool, tokens, reps int, budget int64) time.Duration {
+	best, _ := m.probePass(p, tokens, reps, budget, false)
+	return best
+}
+
+// probePass times the products of the layers' first budget bytes of
+// matrices (and the classifier's, with classifier) on tokens tokens, the
+// fastest of reps passes with the layers' time scaled to all of their
+// bytes, and returns it and those bytes.
+func (m *Model) probePass(p *tensor.Pool, tokens, reps int, budget int64, classifier bool) (time.Duration, int64) {
 	all := m.layerMatrices()
 	ws := all
 	var n, total int64
@@ -37,25 +60,27 @@ func (m *Model) DecodePass(p *tensor.Pool, reps int, budget int64) (time.Duratio
 	for _, w := range ws {
 		cols, rows = max(cols, w.Cols), max(rows, w.Rows)
 	}
-	x := make([]float32, cols)
+	x := make([]float32, tokens*cols)
 	for i := range x {
 		x[i] = float32(math.Sin(float64(i))) / 16
 	}
-	dst := make([]float32, rows)
-	product := func(w *tensor.Matrix) { p.MatMul(dst[:w.Rows], *w, x[:w.Cols], 1) }
+	dst := make([]float32, tokens*rows)
+	product := func(w *tensor.Matrix, n int) { p.MatMul(dst[:n*w.Rows], *w, x[:n*w.Cols], n) }
 	best := time.Duration(math.MaxInt64)
 	for range max(1, reps) {
 		start := time.Now()
 		for _, w := range ws {
-			product(w)
+			product(w, tokens)
 		}
-		layers := time.Since(start)
-		start = time.Now()
-		product(&m.Output)
-		classifier := time.Since(start)
-		best = min(best, time.Duration(float64(layers)*float64(total)/float64(max(n, 1)))+classifier)
+		pass := time.Duration(float64(time.Since(start)) * float64(total) / float64(max(n, 1)))
+		if classifier {
+			start = time.Now()
+			product(&m.Output, 1)
+			pass += time.Since(start)
+		}
+		best = min(best, pass)
 	}
-	return best, total + int64(m.Output.Bytes())
+	return best, total
 }
 
 // TwoStreamMatrices counts the matrices whose one-token products read

@@ -32,6 +32,28 @@ func TestDecodePass(t *testing.T) {
 	}
 }
 
+// TestPrefillPass: the prompt probe's pass times all the layers' products
+// on every token whatever its budget, so a pass of more tokens takes
+// longer, and a small budget stands for the whole (within the spread of
+// a few passes on a shared machine).
+func TestPrefillPass(t *testing.T) {
+	f, err := model.Open(modelPath(t, "tiny-q8_0"), gguf.Mapped, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	m := f.Model
+	p := tensor.NewPool(2)
+	defer p.Close()
+	one, many := m.PrefillPass(p, 1, 5, 1<<40), m.PrefillPass(p, 64, 5, 1<<40)
+	if one <= 0 || many <= 2*one {
+		t.Errorf("a pass on 1 token took %v, on 64 tokens %v", one, many)
+	}
+	if part := m.PrefillPass(p, 64, 5, m.DecodeBytes()/3); part <= many/2 {
+		t.Errorf("a pass on a third of the weights stands for %v, the whole for %v", part, many)
+	}
+}
+
 // TestSetOneStream: a private (packed) copy's matrices read two streams in
 // decode where this CPU has the kernels, one after SetOneStream(true), two
 // again after SetOneStream(false); the logits are the same bits either way.
