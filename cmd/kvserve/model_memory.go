@@ -15,15 +15,18 @@ import (
 	"github.com/kvserve/kvserve/internal/tensor"
 )
 
-// weightsMemory is where a command keeps a model's weights and how much
-// memory their widened copies may take: --model-memory and --widen-memory.
+// weightsMemory is where a command keeps a model's weights, how much
+// memory their widened copies may take and whether the AMX tiles may
+// compute with them: --model-memory, --widen-memory and --amx.
 type weightsMemory struct {
 	placement string
 	widen     hostSize // 0: auto, -1: none
+	amx       string
 }
 
-// weightsMemoryFlags registers --model-memory and --widen-memory.
+// weightsMemoryFlags registers --model-memory, --widen-memory and --amx.
 func weightsMemoryFlags(f *pflag.FlagSet, w *weightsMemory) {
+	f.StringVar(&w.amx, "amx", "auto", "the AMX tiles of Intel Xeons (Sapphire Rapids and later): auto (each AMX kernel family used where a probe at load finds it faster than the AVX-512 kernels; the load line says which), off (none: to compare, or where the tiles slow the CPU's other cores)")
 	f.StringVar(&w.placement, "model-memory", "auto", "where the weights live: mmap (a shared read-only mapping of the file), hugepages (a private copy in transparent huge pages, its weights packed for the CPU's kernels: faster decoding, the whole file in RAM), auto (hugepages when the kernel offers them and the file takes at most half of MemAvailable, unless the mapping would serve a 512-token prompt and 128-token reply faster by a decode step's and a prompt's weight products timed at load on both with the command's --threads; the same probe times decode's products on the copy in one stream and in two per work item and keeps the faster; else mmap)")
 	f.Var(&w.widen, "widen-memory", "memory the widened copies of weights may take (the matrices of Q5_0, Q4_1, Q5_1, IQ4_NL and the IQ types below 4 bits are widened at load to types with faster kernels, 1.5-4.2 times their size; those that do not fit are computed in their own bytes: slower prompts, and slower decoding too on CPUs without kernels that unpack them in registers; Q5_0's, IQ4_NL's, Q4_1's and Q5_1's are not widened on CPUs whose kernels compute them as fast in their own bytes; the load line says which), e.g. 2GiB; auto: what MemAvailable leaves beside the file, the KV cache and an eighth of it; 0: none")
 }
@@ -39,12 +42,22 @@ type weightsPlan struct {
 
 // planWeights resolves w for the model at path, for a command that keeps
 // reserved bytes of memory besides (its KV cache), for the line a command
-// prints when it loads a model and `model info`.
+// prints when it loads a model and `model info`; with --amx off it turns
+// the tiles off for the process first (tensor.DisableAMX).
 func planWeights(path string, w weightsMemory, reserved int64) (weightsPlan, error) {
 	var p weightsPlan
 	st, err := os.Stat(path)
 	if err != nil {
 		return p, fmt.Errorf("open %s: %w", path, err)
+	}
+	switch w.amx {
+	case "off":
+		if err := tensor.DisableAMX(); err != nil {
+			return p, fmt.Errorf("--amx off: %w", err)
+		}
+	case "auto", "":
+	default:
+		return p, fmt.Errorf("--amx %q: want auto or off", w.amx)
 	}
 	avail := memAvailable()
 	p.widenLimit, p.widenWhy = widenLimit(w.widen, st.Size(), reserved, avail)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"io"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -279,5 +280,15 @@ func TestPlacementLineReleased(t *testing.T) {
 		if tc.want == "" && strings.Contains(line, "private copy g") || !strings.Contains(line, tc.want) {
 			t.Errorf("private=%v released=%d: %q", tc.private, tc.released, line)
 		}
+	}
+}
+
+// TestAMXFlagRefused: --amx takes auto or off (DisableAMX's own test turns
+// the tiles off in a fresh process; here the choice may be made already).
+func TestAMXFlagRefused(t *testing.T) {
+	path := testshared.Path(t, "models", "tiny-q8_0.gguf")
+	_, err := openModelWithProgress(path, weightsMemory{placement: "mmap", amx: "on"}, 0, 1, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), `--amx "on": want auto or off`) {
+		t.Fatalf("--amx on: %v", err)
 	}
 }

@@ -3,9 +3,11 @@
 package tensor
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/cpu"
@@ -50,6 +52,27 @@ var amxPermit = sync.OnceValue(func() error {
 })
 
 var errNoAMX = fmt.Errorf("the CPU has no AMX-INT8 (or no AVX512-VNNI)")
+
+// The process's switch of the tiles: DisableAMX sets amxOff before the
+// decisions; amxDecided says one has been made (or is being made), after
+// which the switch no longer moves.
+var amxOff, amxDecided atomic.Bool
+
+// DisableAMX keeps every product of this process off the AMX tiles, for a
+// command told so (to compare with the tiles, or where a CPU's tiles cost
+// its other cores their clock). It must come before the first product that
+// could use them; after that it changes nothing and says so (unless they
+// were already off).
+func DisableAMX() error {
+	if amxOff.Load() {
+		return nil
+	}
+	if amxDecided.Load() {
+		return errors.New("the AMX tiles were already chosen for this process's products")
+	}
+	amxOff.Store(true)
+	return nil
+}
 
 // amxKernel is an AMX kernel of 16 tokens on weights of type typ, packed
 // (q80AMXP_16, q40AMXP_16, q4KAMXP_16, q5KAMXP_16, q6KAMXP_16) or, with
@@ -212,6 +235,7 @@ func (x *amxKernel) rowsKernel(dst []float32, ld int, w *Matrix, r0, rowTiles in
 // (amxKernels' order), and the probe's times.
 type amxDecision struct {
 	use   [len(amxKernels)]bool
+	off   bool  // DisableAMX
 	err   error // the tiles could not be had
 	probe string
 }
@@ -233,6 +257,10 @@ func init() { amxChoice = sync.OnceValue(decideAMX) }
 
 // decideAMX is amxChoice's work.
 func decideAMX() amxDecision {
+	amxDecided.Store(true)
+	if amxOff.Load() {
+		return amxDecision{off: true}
+	}
 	if err := amxPermit(); err != nil {
 		return amxDecision{err: err}
 	}
@@ -263,6 +291,9 @@ func AMX() string {
 		return ""
 	}
 	d := amxChoice()
+	if d.off {
+		return "AMX-INT8 present, turned off"
+	}
 	if d.err != nil {
 		return "AMX-INT8 present but not granted by the OS (" + d.err.Error() + ")"
 	}
@@ -280,8 +311,12 @@ type bf16Decision struct {
 // takes two 32 MiB matrices a moment, which models without BF16 need not
 // pay), whether the AMX-BF16 family computes BF16 products (probeBF16).
 var bf16Choice = sync.OnceValue(func() bf16Decision {
+	amxDecided.Store(true)
 	if !amxBF16CPU() {
 		return bf16Decision{}
+	}
+	if amxOff.Load() {
+		return bf16Decision{line: "AMX-BF16 present, turned off"}
 	}
 	if err := amxPermit(); err != nil {
 		return bf16Decision{line: "AMX-BF16 present but not granted by the OS (" + err.Error() + ")"}

@@ -347,3 +347,48 @@ func TestAMXBF16MatMul(t *testing.T) {
 		}
 	}
 }
+
+// TestDisableAMX: a process that turns the tiles off before its first
+// product has every AMX kernel and the BF16 family off, says so where the
+// CPU has them, and still computes; turning them off after the choice is
+// refused and changes nothing. The first runs in a child process: the
+// choice is the process's.
+func TestDisableAMX(t *testing.T) {
+	if os.Getenv("KVSERVE_TEST_AMX_OFF") == "1" {
+		if err := DisableAMX(); err != nil {
+			t.Fatalf("DisableAMX before any product: %v", err)
+		}
+		for _, x := range append(amxKernels[:], bf16AMX) {
+			if x.on() {
+				t.Fatalf("%v (rows %v) on the tiles after DisableAMX", x.typ, x.rows)
+			}
+		}
+		if amxCPU() && AMX() != "AMX-INT8 present, turned off" {
+			t.Fatalf("load line %q", AMX())
+		}
+		if amxBF16CPU() && AMXBF16() != "AMX-BF16 present, turned off" {
+			t.Fatalf("BF16 load line %q", AMXBF16())
+		}
+		rng := rand.New(rand.NewPCG(53, 54))
+		m, _ := randMatrix(t, rng, Q8_0, 32, 64)
+		p := NewPool(1)
+		defer p.Close()
+		dst := make([]float32, 16*32)
+		p.MatMul(dst, Pack(m), randVec(rng, 16*64, 1), 16)
+		return
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "-test.run=^TestDisableAMX$", "-test.v")
+	cmd.Env = append(os.Environ(), "KVSERVE_TEST_AMX_OFF=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "--- PASS: TestDisableAMX") {
+		t.Fatalf("the child process that turned AMX off: %v\n%s", err, out)
+	}
+	amxChoice()
+	if err := DisableAMX(); err == nil || amxOff.Load() {
+		t.Fatalf("DisableAMX after the choice: %v, off %v", err, amxOff.Load())
+	}
+}

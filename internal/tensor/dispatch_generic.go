@@ -113,6 +113,9 @@ func directPacker(DType, isa) *rowPacker { return nil }
 // portable build.
 func AMX() string { return "" }
 
+// DisableAMX: there are no tiles to keep out here.
+func DisableAMX() error { return nil }
+
 // AMXBF16: no AMX-BF16 family here.
 func AMXBF16() string { return "" }
 
