@@ -9,18 +9,24 @@ import (
 	"github.com/kvserve/kvserve/internal/tensor"
 )
 
-// TestDecodePass: the probe's pass stands for a whole decode step's weight
-// products whatever its budget: it reports the bytes a step reads (the
-// classifier's included), and a time for all of them.
-func TestDecodePass(t *testing.T) {
+// probeModel is the probe tests' model, tiny-q8_0 mapped, and a pool of
+// two threads, both closed when the test ends.
+func probeModel(t *testing.T) (*model.Model, *tensor.Pool) {
 	f, err := model.Open(modelPath(t, "tiny-q8_0"), gguf.Mapped, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	m := f.Model
+	t.Cleanup(func() { f.Close() })
 	p := tensor.NewPool(2)
-	defer p.Close()
+	t.Cleanup(p.Close)
+	return f.Model, p
+}
+
+// TestDecodePass: the probe's pass stands for a whole decode step's weight
+// products whatever its budget: it reports the bytes a step reads (the
+// classifier's included), and a time for all of them.
+func TestDecodePass(t *testing.T) {
+	m, p := probeModel(t)
 	for _, budget := range []int64{1, m.DecodeBytes() / 3, 1 << 40} {
 		d, n := m.DecodePass(p, 2, budget)
 		if n != m.DecodeBytes() {
@@ -37,14 +43,7 @@ func TestDecodePass(t *testing.T) {
 // longer, and a small budget stands for the whole (within the spread of
 // a few passes on a shared machine).
 func TestPrefillPass(t *testing.T) {
-	f, err := model.Open(modelPath(t, "tiny-q8_0"), gguf.Mapped, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	m := f.Model
-	p := tensor.NewPool(2)
-	defer p.Close()
+	m, p := probeModel(t)
 	one, many := m.PrefillPass(p, 1, 5, 1<<40), m.PrefillPass(p, 64, 5, 1<<40)
 	if one <= 0 || many <= 2*one {
 		t.Errorf("a pass on 1 token took %v, on 64 tokens %v", one, many)

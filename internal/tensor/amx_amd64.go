@@ -405,16 +405,16 @@ func (x *amxKernel) probe() (amxT, vnniT time.Duration) {
 	})
 }
 
-// probeActs is the probes' activations: 16 tokens of amxProbeCols values
-// converted to vt (with the tile layout where tiled).
-func probeActs(vt DType, tiled bool) *actBuf {
-	xs := make([]float32, amxProbeTokens*amxProbeCols)
+// probeActs is the probes' activations: n tokens of cols values converted
+// to vt (with the tile layout where tiled).
+func probeActs(vt DType, cols, n int, tiled bool) *actBuf {
+	xs := make([]float32, n*cols)
 	for i := range xs {
 		xs[i] = float32(i%97) - 48
 	}
 	a := new(actBuf)
-	a.prepare(vt, amxProbeCols, amxProbeTokens, tiled)
-	a.convertTokens(vt, xs, 0, amxProbeTokens)
+	a.prepare(vt, cols, n, tiled)
+	a.convertTokens(vt, xs, 0, n)
 	return a
 }
 
@@ -427,7 +427,7 @@ func (x *amxKernel) probeRows() (amxT, vnniT time.Duration) {
 	if x.typ == Q4_0 {
 		vnni = q40VNNIR_16
 	}
-	a := probeActs(Q8_0, true)
+	a := probeActs(Q8_0, amxProbeCols, amxProbeTokens, true)
 	dst := make([]float32, T*rows)
 	s := new(amxScratch)
 	rb := m.RowBytes()
@@ -442,7 +442,7 @@ func (x *amxKernel) probeK() (amxT, vnniT time.Duration) {
 	const rows, T, cols = amxProbeRows, amxProbeTokens, amxProbeCols
 	m := Pack(Matrix{Type: x.typ, Rows: rows, Cols: cols, Data: probeWeights(x.typ)})
 	vnni := map[DType]kPackedFn{Q4_K: q4KVNNIP, Q5_K: q5KVNNIP, Q6_K: q6KVNNIP}[x.typ]
-	a := probeActs(Q8_K, false)
+	a := probeActs(Q8_K, amxProbeCols, amxProbeTokens, false)
 	dst := make([]float32, T*rows)
 	s := new(amxScratch)
 	const nb = cols / qkK
@@ -469,13 +469,7 @@ func probeBF16() (bool, string) {
 		// Not Pack: it would ask bf16Choice, which is deciding. Either
 		// layout of the same bytes times alike.
 		packSteps(packed.Data, packed.RowBytes(), zmmRowStep(BF16))
-		xs := make([]float32, T*cols)
-		for i := range xs {
-			xs[i] = float32(i%97) - 48
-		}
-		a := new(actBuf)
-		a.prepare(BF16, cols, T, true)
-		a.convertTokens(BF16, xs, 0, T)
+		a := probeActs(BF16, cols, T, true)
 		dst := make([]float32, T*rows)
 		return bestTimes(func() { bf16AMXRun(dst, rows, &tiled, 0, rows, a, 0, T) },
 			func() { bf16DP.run(dst, rows, &packed, 0, rows, a, 0, T, nil) })

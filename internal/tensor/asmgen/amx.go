@@ -156,6 +156,11 @@ func amxCfgData(a *asm, name string, shape [3][2]int) {
 			cfg[48+amxTiles*s+t] = byte(sh[0])
 		}
 	}
+	amxCfgBytes(a, name, cfg)
+}
+
+// amxCfgBytes emits the 64-byte tile configuration cfg as symbol name.
+func amxCfgBytes(a *asm, name string, cfg [64]byte) {
 	for i := 0; i < 64; i += 8 {
 		var q uint64
 		for j := 7; j >= 0; j-- {

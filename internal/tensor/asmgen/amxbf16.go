@@ -37,14 +37,7 @@ func amxBF16CfgData(a *asm) {
 		cfg[16+2*t] = 64
 		cfg[48+t] = 16
 	}
-	for i := 0; i < 64; i += 8 {
-		var q uint64
-		for j := 7; j >= 0; j-- {
-			q = q<<8 | uint64(cfg[i+j])
-		}
-		fmt.Fprintf(&a.b, "DATA amxBF16Cfg<>+%d(SB)/8, $0x%016x\n", i, q)
-	}
-	a.b.WriteString("GLOBL amxBF16Cfg<>(SB), RODATA|NOPTR, $64\n\n")
+	amxCfgBytes(a, "amxBF16Cfg", cfg)
 }
 
 // tdpbf16psBytes: TDPBF16PS dst, a, b (VEX.128.F3.0F38.W0 5C 11:rrr:bbb, b
