@@ -33,8 +33,8 @@ import (
 // its products on the tiles, decode too, whichever the placement (the
 // mapping's rows and the private copy's tile layout give the same sums),
 // and the family is used only if the probe finds it faster at prefill and
-// not slower at decode. F16 stays off the tiles
-// (AMX-FP16 is Granite Rapids' only).
+// not slower at decode. F16 stays off the tiles (AMX-FP16 is Granite
+// Rapids' only).
 
 // amxCPU reports whether the CPU has the tiles and their INT8 products
 // beside the VNNI level the kernels' float steps use.
@@ -454,9 +454,10 @@ func (x *amxKernel) probeK() (amxT, vnniT time.Duration) {
 // probeBF16 decides the AMX-BF16 family: it times prefill (32 tokens of a
 // 256 × 2048 matrix, in L2 as a work item's rows are) and decode (one
 // token of a 4096 × 4096 matrix, 32 MiB, from memory) on the tiles and on
-// the AVX512-BF16 kernels, each on its private copy's layout, alternated, best of several, and keeps the
-// tiles if they are at least 5% faster at prefill and at most 3% slower
-// at decode. It returns the decision and its part of the load line.
+// the AVX512-BF16 kernels, each on its private copy's layout, alternated,
+// best of several, and keeps the tiles if they are at least 5% faster at
+// prefill and at most 3% slower at decode. It returns the decision and its
+// part of the load line.
 func probeBF16() (bool, string) {
 	run := func(rows, cols, T int) (tiles, vec time.Duration) {
 		tiled := Matrix{Type: BF16, Rows: rows, Cols: cols, Data: make([]byte, rows*cols*2), packed: true}

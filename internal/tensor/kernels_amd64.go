@@ -312,7 +312,7 @@ func splitKernel(t DType) bool {
 	switch t {
 	case F16:
 		return f16VNNI.zs != nil
-	case BF16: // not where the tiles take BF16 (they read the file's layout)
+	case BF16: // not where the AMX-BF16 tiles compute BF16 products
 		return hasBF16 && bf16DP.zs != nil && !bf16AMX.on()
 	case Q8_0:
 		return q80VNNI.ps != nil

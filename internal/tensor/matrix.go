@@ -154,7 +154,8 @@ func (m Matrix) Bytes() int {
 // rows as the kernel's registers hold it (Q4_0's nibbles still packed), so
 // that it skips a transpose per block and reads the weights front to back:
 // one stream (two for the AVX2 F16 and BF16 kernels, a half block each)
-// where the rows would be eight.
+// where the rows would be eight. BF16 matrices the AMX-BF16 tiles compute
+// (bf16OnTiles) take the tiles' layout instead (bf16TileOffset).
 func Pack(m Matrix) Matrix {
 	if m.packed || !packable(m.Type) || m.packedRows() == 0 {
 		return m

@@ -2,16 +2,17 @@ package main
 
 import "fmt"
 
-// The AMX-BF16 kernels (bf16AMXR_16, bf16AMXR_32): BF16 weights as the file
-// has them × BF16 activations on the tile unit, for every token count.
+// The AMX-BF16 kernels (bf16AMXR_16, bf16AMXR_32): BF16 weights, in the
+// file's layout or the private copy's tile layout, × BF16 activations on
+// the tile unit, for every token count.
 //
 // They are a family of their own, not a drop-in for the AVX512-BF16
 // kernels: TDPBF16PS adds a K-chunk's products in its own order before
 // adding them to C, which no layout makes the vdpbf16ps lanes' order. So
 // where package tensor puts a BF16 matrix on the tiles it computes all its
-// products there, one token or many, from the file's layout or a private
-// copy of it (the same bytes), and each output depends only on its row and
-// its token: batch invariance holds within the family.
+// products there, one token or many, from either layout (the same sums
+// in the same order), and each output depends only on its row and its
+// token: batch invariance holds within the family.
 //
 // The weights are tile A: 16 rows of a 32-column chunk, rowStride apart,
 // chunkStep from the chunk before, tileBytes from the row tile before — in
@@ -68,10 +69,10 @@ func bf16TileB(g, rows, groups int) byte { return byte(rows*groups + rows + g) }
 //
 // Registers: Z0-Z31 the transposes of the stores. GPRs: R12 the pass's
 // weights, DI its current chunk, AX the second row tile's; R8 rowStride,
-// R9 chunkStep, R13 tileBytes; R14 the activations' current chunk, R10 tokBytes, R11
-// 16·tokBytes (a chunk); CX chunks left; DX the pass's outputs; R15 row
-// tiles left; SI scratch, BX 64 (C's stride in it); in the stores AX the
-// token's outputs and CX the tokens left.
+// R9 chunkStep, R13 tileBytes; R14 the activations' current chunk, R10
+// tokBytes, R11 16·tokBytes (a chunk); CX chunks left; DX the pass's
+// outputs; R15 row tiles left; SI scratch, BX 64 (C's stride in it); in
+// the stores AX the token's outputs and CX the tokens left.
 func bf16AMXKernel(a *asm, d *decl, groups int) {
 	name := fmt.Sprintf("bf16AMXR_%d", 16*groups)
 	text(a, d, fmt.Sprintf("%s computes rowTiles × 16 rows of BF16 weights (the file's layout or the tile layout) × tokens BF16 activations in the pair layout on the AMX tiles; the tiles must be permitted (requestAMX).", name), name, amxBF16Sig, "$0-96")
