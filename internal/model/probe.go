@@ -56,7 +56,10 @@ func (m *Model) probePass(p *tensor.Pool, tokens, reps int, budget int64, classi
 			break
 		}
 	}
-	cols, rows := m.Output.Cols, m.Output.Rows
+	var cols, rows int
+	if classifier {
+		cols, rows = m.Output.Cols, m.Output.Rows
+	}
 	for _, w := range ws {
 		cols, rows = max(cols, w.Cols), max(rows, w.Rows)
 	}
