@@ -97,7 +97,7 @@ var (
 	amxKernels = [...]*amxKernel{q80AMX, q40AMX, q80AMXRows, q40AMXRows, q4KAMX, q5KAMX, q6KAMX}
 	// bf16AMX is the AMX-BF16 family as a whole (see above), decided by
 	// bf16Choice.
-	bf16AMX = &amxKernel{typ: BF16, rows: true, slot: -1}
+	bf16AMX = &amxKernel{typ: BF16, slot: -1}
 )
 
 // amxBF16CPU reports whether the CPU has the tiles' BF16 products, and

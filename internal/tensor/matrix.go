@@ -104,12 +104,12 @@ func (m Matrix) DequantizeRow(dst []float32, row int) {
 	}
 }
 
-// halfAt is value (row, col) of an F16 or BF16 matrix, packed or not.
+// halfAt is value (row, col) of an F16 or BF16 matrix, packed or not — in
+// packHalf's or packSteps' layout: it reads widened matrices' F16 minima;
+// a BF16 matrix in the AMX tiles' layout is read by DequantizeRow.
 func (m Matrix) halfAt(row, col int) float32 {
 	var off int
 	switch {
-	case m.packed && bf16OnTiles(m):
-		off = row&^15*m.RowBytes() + bf16TileOffset(row&15, col)
 	case m.packed && row < m.packedRows():
 		off = row&^7*m.RowBytes() + halfPackedOffset(m.Type, m.RowBytes(), row&7, col)
 	default:
