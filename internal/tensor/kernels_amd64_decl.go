@@ -994,6 +994,21 @@ func q6KVNNIP(w *byte, groups int, y *int8, yStride int, d *float32, dStride int
 //go:noescape
 func q6KVNNIP1(w *byte, groups int, y *int8, d *float32, bs *int16, nb int, dst *float32)
 
+// iq4XSVNNIP computes groups × 8 rows × tokens (at most 16) of packed IQ4_XS weights × Q8_K activations (VNNI).
+//
+//go:noescape
+func iq4XSVNNIP(w *byte, groups int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int, tokens int)
+
+// iq4XSVNNIP1 computes groups × 8 rows × one token of packed IQ4_XS weights × Q8_K activations (VNNI).
+//
+//go:noescape
+func iq4XSVNNIP1(w *byte, groups int, y *int8, d *float32, bs *int16, nb int, dst *float32)
+
+// iq4XSAMXP_16 computes groups × 8 rows × 16 tokens of packed IQ4_XS weights × Q8_K activations on the AMX tiles (tokens must be 16); the tiles must be permitted (requestAMX).
+//
+//go:noescape
+func iq4XSAMXP_16(w *byte, groups int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int, tokens int, scratch *byte)
+
 // q6KAMXP_16 computes groups × 8 rows × 16 tokens of packed Q6_K weights × Q8_K activations on the AMX tiles (tokens must be 16); the tiles must be permitted (requestAMX).
 //
 //go:noescape

@@ -564,7 +564,7 @@ func dotIQ4XSRow(row []byte, a *actBuf, tok int) float32 {
 			}
 			sumi += int32(iq4XSScale(blk, ib)) * s
 		}
-		sum += f16At(blk, 0) * dy[b] * float32(sumi)
+		sum += float32(f16At(blk, 0) * dy[b] * float32(sumi))
 	}
 	return sum
 }

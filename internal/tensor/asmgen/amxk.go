@@ -50,21 +50,24 @@ func q4KAMXPackedKernel(a *asm, d *decl, q5 bool) {
 	k45Consts(a, q5)
 	amxKStart(a, "amxQ80Cfg")
 	packedGroupStart(a, name)
-	amxK45Products(a, l, q5, 0, 0)
+	weights := func(j int) { k45Weights(a, l, q5, j) }
+	scale := func(j int) { q4KPackedScale(a, l, j, false, 24, 25) }
+	amxK45Products(a, weights, 0, 0)
 	for j := 0; j < 8; j++ {
 		if j < 7 {
-			amxK45Products(a, l, q5, j+1, amxTiles*byte((j+1)%2))
+			amxK45Products(a, weights, j+1, amxTiles*byte((j+1)%2))
 		}
-		amxK45Scale(a, l, j, amxTiles*byte(j%2))
+		amxK45Scale(a, scale, j, amxTiles*byte(j%2))
 	}
 	amxKGroupEnd(a, name, func() { k45BlockSteps(a, l, name) })
 }
 
 // amxK45Products unpacks sub-block j of the eight rows at SI into tile
-// set s's B (through scratch), loads the 16 tokens' activations of the
-// sub-block (BX: the block's) as its A and sums their products into its C.
-func amxK45Products(a *asm, l k45Layout, q5 bool, j int, s byte) {
-	k45Weights(a, l, q5, j)
+// set s's B (through scratch; weights(j) leaves them in Y16-Y23), loads
+// the 16 tokens' activations of the sub-block (BX: the block's) as its A
+// and sums their products into its C.
+func amxK45Products(a *asm, weights func(j int), j int, s byte) {
+	weights(j)
 	b := amxK45BOff(s)
 	for k := 0; k < 8; k++ {
 		a.p("VMOVDQU32 Y%d, %d(DI)", 16+k, b+32*k)
@@ -73,13 +76,13 @@ func amxK45Products(a *asm, l k45Layout, q5 bool, j int, s byte) {
 }
 
 // amxK45Scale stores tile set s's C to scratch and adds its sums times the
-// rows' scales of sub-block j to the block's sums in Z0-Z7 (sets them, for
-// the first sub-block).
-func amxK45Scale(a *asm, l k45Layout, j int, s byte) {
+// rows' scales of sub-block j (scale(j) leaves them in Y24) to the block's
+// sums in Z0-Z7 (sets them, for the first sub-block).
+func amxK45Scale(a *asm, scale func(j int), j int, s byte) {
 	tc := s + amxTileC
 	c := amxK45COff(s)
 	amxInst(a, fmt.Sprintf("tilestored %s, tmm%d", amxMem("DI", "R15", c), tc), tilestoredBytes(tc, "DI", "R15", c))
-	q4KPackedScale(a, l, j, false, 24, 25)
+	scale(j)
 	a.p("VINSERTI64X4 $1, Y24, Z24, Z24")
 	for p := 0; p < 8; p++ {
 		if j == 0 {

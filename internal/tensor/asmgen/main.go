@@ -260,8 +260,13 @@ func floatKernel(a *asm, d *decl, typ string, R, T int) {
 func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
 	q6, q5, q2, q3, iq4, q8 := typ == "q6K", typ == "q5K", typ == "q2K", typ == "q3K", typ == "iq4XS", typ == "q8K16"
 	// exact: Q4_K's and Q5_K's float steps are dotQ4KRow's, per block
-	// (kExactSteps), and Q6_K's dotQ6KRow's.
-	exact := typ == "q4K" || typ == "q5K" || q6
+	// (kExactSteps), Q6_K's dotQ6KRow's and IQ4_XS's dotIQ4XSRow's; dOff is
+	// where a block without mins keeps its f16 d.
+	exact := typ == "q4K" || typ == "q5K" || q6 || iq4
+	dOff := 208
+	if iq4 {
+		dOff = 0
+	}
 	iqd, direct := iqDirects[typ] // VNNI level only, with VBMI (iqdirect.go)
 	bsz := map[string]int{"q2K": 84, "q3K": 110, "q4K": 144, "q5K": 176, "q6K": 210, "iq4XS": 136, "q8K16": 276}[typ]
 	typeName := map[string]string{"q2K": "Q2_K", "q3K": "Q3_K", "q4K": "Q4_K", "q5K": "Q5_K", "q6K": "Q6_K", "iq4XS": "IQ4_XS", "q8K16": "Q8_K16"}[typ]
@@ -391,7 +396,10 @@ func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
 		} else if direct {
 			iqDirectBlock(a, typ, T, yAddr, dAddr, bsAddr, facc, sumi)
 		} else if iq4 {
-			iq4XSBlock(a, vnni, T, yAddr, dAddr, facc, sumi)
+			iq4XSBlock(a, vnni, T, yAddr, sumi)
+			if !pairing {
+				kExactSteps(a, vnni, false, dOff, T, dAddr, bsAddr, facc, sumi)
+			}
 		} else if q2 {
 			q2KBlock(a, vnni, T, yAddr, dAddr, bsAddr, facc, sumi)
 		} else if q3 {
@@ -495,7 +503,7 @@ func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
 				}
 			}
 			if exact && !pairing {
-				kExactSteps(a, vnni, true, T, dAddr, bsAddr, facc, sumi)
+				kExactSteps(a, vnni, true, 0, T, dAddr, bsAddr, facc, sumi)
 			} else if !exact {
 				kMinsSteps(a, vnni, T, "32(SP)", 20, 21, 0, 2, dAddr, bsAddr, facc, sumi)
 			}
@@ -600,7 +608,7 @@ func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
 				}
 			}
 			if !pairing {
-				kExactSteps(a, vnni, false, T, dAddr, bsAddr, facc, sumi)
+				kExactSteps(a, vnni, false, dOff, T, dAddr, bsAddr, facc, sumi)
 			}
 		}
 	}
@@ -611,7 +619,14 @@ func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
 		a.p("ADDQ $32, DX")
 	}
 	if exact && T == 1 {
-		kBlockPair(a, vnni, !q6, name, func(second bool) {
+		// IQ4_XS's block holds its mask and table in Y14, Y15 and
+		// takes Y8-Y13: the first block's d and dy wait in X1, X2 (free
+		// with one token), as at the AVX2 level.
+		dd, dy := 13, 14
+		if !vnni || iq4 {
+			dd, dy = 1, 2
+		}
+		kBlockPair(a, vnni, !q6 && !iq4, dOff, dd, dy, name, func(second bool) {
 			pairing, sumiBase = true, 4
 			if second {
 				sumiBase = 5
@@ -768,13 +783,13 @@ func dSteps(a *asm, t, dOff, dy, dd, prod int, dLoaded bool, dAddr func(t int) s
 // kExactSteps in one go, their two results added to the sum in block
 // order; an odd last block by single. advance moves the pointers on by a
 // block.
-func kBlockPair(a *asm, vnni, mins bool, name string, body func(second bool), single, advance func(), bsAddr func(t int) string) {
-	// Registers: VNNI Y10, Y11 the blocks' mins products, X13 the first
-	// block's d (and dmin), X14 its dy; AVX2 Y6, Y7, X1, X2 (free with one
-	// token).
-	m0, m1, dd, dy := 10, 11, 13, 14
+func kBlockPair(a *asm, vnni, mins bool, dOff, dd, dy int, name string, body func(second bool), single, advance func(), bsAddr func(t int) string) {
+	// Registers: VNNI Y10, Y11 the blocks' mins products; AVX2 Y6, Y7
+	// (free with one token); X[dd] the first block's d (and dmin), X[dy]
+	// its dy. Without mins, d is the f16 at dOff.
+	m0, m1 := 10, 11
 	if !vnni {
-		m0, m1, dd, dy = 6, 7, 1, 2
+		m0, m1 = 6, 7
 	}
 	minsOf := func(reg int) {
 		if vnni {
@@ -792,7 +807,7 @@ func kBlockPair(a *asm, vnni, mins bool, name string, body func(second bool), si
 		minsOf(m0)
 		a.p("VMOVD 0(SI), X%d", dd) // d, dmin (f16)
 	} else {
-		a.p("VPBROADCASTW 208(SI), X%d", dd)
+		a.p("VPBROADCASTW %d(SI), X%d", dOff, dd)
 		a.p("VCVTPH2PS X%d, X%d", dd, dd)
 	}
 	a.p("VBROADCASTSS (BX), X%d", dy)
@@ -819,7 +834,7 @@ func kBlockPair(a *asm, vnni, mins bool, name string, body func(second bool), si
 		a.p("VMULPS X%d, X%d, X%d", dd, dy, dy)
 	} else {
 		a.p("VMULPS X%d, X%d, X%d", dd, dy, dy) // d·dy
-		a.p("VPBROADCASTW 208(SI), X9")
+		a.p("VPBROADCASTW %d(SI), X9", dOff)
 		a.p("VCVTPH2PS X9, X9")
 		a.p("VBROADCASTSS (BX), X10")
 		a.p("VMULPS X10, X9, X9")                   // d'·dy'
@@ -843,8 +858,9 @@ func kBlockPair(a *asm, vnni, mins bool, name string, body func(second bool), si
 	a.label(name + "_done")
 }
 
-// kExactSteps emits the float steps of a block of Q4_K or Q5_K (mins) or
-// Q6_K as dotQ4KRow and dotQ6KRow take them: per token the block's whole
+// kExactSteps emits the float steps of a block of Q4_K or Q5_K (mins),
+// Q6_K or IQ4_XS (d at dOff) as dotQ4KRow, dotQ6KRow and dotIQ4XSRow take
+// them: per token the block's whole
 // integer sums S = Σ sc_j·(q·y)_j (the lanes of sumi added; Q6_K's with its
 // −32 offset taken) and, with mins, M = Σ m_j·(sum of y over sub-block j),
 // then facc += (d·dy)·S − (dmin·dy)·M or facc += (d·dy)·S, each product
@@ -854,13 +870,13 @@ func kBlockPair(a *asm, vnni, mins bool, name string, body func(second bool), si
 // Tokens go in pairs, t and t+1 in lanes 0 and 1 of facc(t). The mins are
 // Y19 (VNNI) or at 32(SP) (AVX2) as int16 pairs against bs; Y8-Y12 are
 // free at both levels.
-func kExactSteps(a *asm, vnni, mins bool, T int, dAddr, bsAddr func(t int) string, facc, sumi func(t int) int) {
+func kExactSteps(a *asm, vnni, mins bool, dOff, T int, dAddr, bsAddr func(t int) string, facc, sumi func(t int) int) {
 	if mins {
 		a.p("VMOVD 0(SI), X12") // d, dmin (f16)
 		a.p("VCVTPH2PS X12, X12")
 		a.p("VMOVDDUP X12, X12") // [d, dmin, d, dmin]
 	} else {
-		a.p("VPBROADCASTW 208(SI), X12")
+		a.p("VPBROADCASTW %d(SI), X12", dOff)
 		a.p("VCVTPH2PS X12, X12") // d
 	}
 	minsOf := func(t, reg int) {
@@ -960,9 +976,10 @@ func kMinsSteps(a *asm, vnni bool, T int, avx2Mins string, dReg, dminReg, dOff, 
 // its scale ls−32 from scales_l and scales_h (in R8, R14, free in the
 // block loop) broadcast as int16, and for each token the signed products
 // as ggml's AVX2 code takes them (|v| × y with v's sign, vpmaddubsw, no
-// saturation: 2·127·127 < 2^15) times the scale into sumi; then d·dy once.
-// Registers Y8-Y13 (vpsignb has no EVEX form), at both levels.
-func iq4XSBlock(a *asm, vnni bool, T int, yAddr func(off, t int) string, dAddr func(t int) string, facc, sumi func(t int) int) {
+// saturation: 2·127·127 < 2^15) times the scale into sumi; kExactSteps
+// then takes the block's float step. Registers Y8-Y13 (vpsignb has no EVEX
+// form), at both levels.
+func iq4XSBlock(a *asm, vnni bool, T int, yAddr func(off, t int) string, sumi func(t int) int) {
 	for p := 0; p < 4; p++ {
 		a.p("VMOVDQU %d(SI), Y8", 8+32*p) // indices of sub-blocks 2p, 2p+1
 		a.p("VPAND Y14, Y8, Y9")
@@ -1004,9 +1021,6 @@ func iq4XSBlock(a *asm, vnni bool, T int, yAddr func(off, t int) string, dAddr f
 				}
 			}
 		}
-	}
-	for t := 0; t < T; t++ {
-		dSteps(a, t, 0, 9, 10, 10, false, dAddr, facc, sumi)
 	}
 }
 
@@ -1351,6 +1365,9 @@ func main() {
 	for _, one := range []bool{false, true} {
 		q6KPackedKernel(&a, &d, one)
 	}
+	iq4XSPackedKernel(&a, &d)
+	iq4XSPackedKernel1(&a, &d)
+	iq4XSAMXPackedKernel(&a, &d)
 	amxQ6KCfgData(&a)
 	q6KAMXPackedKernel(&a, &d)
 	amxBF16CfgData(&a)
