@@ -970,16 +970,27 @@ func kMinsSteps(a *asm, vnni bool, T int, avx2Mins string, dReg, dminReg, dOff, 
 	}
 }
 
-// iq4XSBlock emits the body of kKernel's block loop for IQ4_XS: per pair of
-// sub-blocks, the 32 bytes of indices split into nibbles and looked up in
-// the table (vpshufb), the halves put back in value order; per sub-block,
-// its scale ls−32 from scales_l and scales_h (in R8, R14, free in the
-// block loop) broadcast as int16, and for each token the signed products
-// as ggml's AVX2 code takes them (|v| × y with v's sign, vpmaddubsw, no
-// saturation: 2·127·127 < 2^15) times the scale into sumi; kExactSteps
-// then takes the block's float step. Registers Y8-Y13 (vpsignb has no EVEX
-// form), at both levels.
+// iq4XSBlock emits the body of kKernel's block loop for IQ4_XS: the eight
+// sub-blocks' scales ls−32 from scales_l and scales_h at once (dword lanes:
+// variable shifts, iq4XSScales) to 0(SP); per pair of sub-blocks, the 32
+// bytes of indices split into nibbles and looked up in the table
+// (vpshufb), the halves put back in value order; per sub-block, its scale
+// broadcast as int16, and for each token the signed products as ggml's
+// AVX2 code takes them (|v| × y with v's sign, vpmaddubsw, no saturation:
+// 2·127·127 < 2^15) times the scale into sumi; kExactSteps then takes the
+// block's float step. Registers Y8-Y13 (vpsignb has no EVEX form), at both
+// levels.
 func iq4XSBlock(a *asm, vnni bool, T int, yAddr func(off, t int) string, sumi func(t int) int) {
+	a.p("VPBROADCASTD 4(SI), Y8") // scales_l in every lane
+	a.p("VPSRLVD iq4XSConst<>+0(SB), Y8, Y8")
+	a.p("VPAND iq4XSConst<>+64(SB), Y8, Y8") // lane j: scales_l >> 4j & 0x0f
+	a.p("VPBROADCASTD 2(SI), Y9")            // scales_h in the low half of every lane
+	a.p("VPSLLD $4, Y9, Y9")
+	a.p("VPSRLVD iq4XSConst<>+32(SB), Y9, Y9")
+	a.p("VPAND iq4XSConst<>+96(SB), Y9, Y9") // lane j: (scales_h >> 2j & 3) << 4
+	a.p("VPOR Y9, Y8, Y8")
+	a.p("VPSUBD iq4XSConst<>+128(SB), Y8, Y8")
+	a.p("VMOVDQU Y8, 0(SP)") // ls−32 of sub-block j in the low word of dword j
 	for p := 0; p < 4; p++ {
 		a.p("VMOVDQU %d(SI), Y8", 8+32*p) // indices of sub-blocks 2p, 2p+1
 		a.p("VPAND Y14, Y8, Y9")
@@ -994,21 +1005,7 @@ func iq4XSBlock(a *asm, vnni bool, T int, yAddr func(off, t int) string, sumi fu
 		for k, v := range []int{11, 12} {
 			ib := 2*p + k
 			abs := 9 + k
-			a.p("MOVBLZX %d(SI), R8", 4+ib/2)
-			if ib%2 == 1 {
-				a.p("SHRL $4, R8")
-			}
-			a.p("ANDL $15, R8")
-			a.p("MOVWLZX 2(SI), R14")
-			if ib > 0 {
-				a.p("SHRL $%d, R14", 2*ib)
-			}
-			a.p("ANDL $3, R14")
-			a.p("SHLL $4, R14")
-			a.p("ORL R14, R8")
-			a.p("SUBL $32, R8")
-			a.p("VMOVD R8, X13")
-			a.p("VPBROADCASTW X13, Y13")
+			a.p("VPBROADCASTW %d(SP), Y13", 4*ib)
 			for t := 0; t < T; t++ {
 				a.p("VMOVDQU %s, Y8", yAddr(32*ib, t))
 				a.p("VPSIGNB Y%d, Y8, Y8", v) // y with the values' signs
@@ -1022,6 +1019,22 @@ func iq4XSBlock(a *asm, vnni bool, T int, yAddr func(off, t int) string, sumi fu
 			}
 		}
 	}
+}
+
+// iq4XSConstData emits the IQ4_XS row kernels' constants (iq4XSBlock),
+// 32 bytes each: dword shift counts 4j and 2j, then 0x0f, 0x30 and 32
+// dwords.
+func iq4XSConstData(a *asm) {
+	vecs := [5][8]uint32{}
+	for j := range 8 {
+		vecs[0][j], vecs[1][j], vecs[2][j], vecs[3][j], vecs[4][j] = uint32(4*j), uint32(2*j), 0x0f, 0x30, 32
+	}
+	for v, vec := range vecs {
+		for j := 0; j < 8; j += 2 {
+			fmt.Fprintf(&a.b, "DATA iq4XSConst<>+%d(SB)/8, $0x%016x\n", 32*v+4*j, uint64(vec[j])|uint64(vec[j+1])<<32)
+		}
+	}
+	a.b.WriteString("GLOBL iq4XSConst<>(SB), RODATA|NOPTR, $160\n\n")
 }
 
 // q8K16Block emits the body of kKernel's block loop for Q8_K16: Q6_K's
@@ -1337,6 +1350,7 @@ func main() {
 	k4ConstData(&a)
 	k3ConstData(&a)
 	iq4TableData(&a)
+	iq4XSConstData(&a)
 	iqDirectData(&a)
 	q80DirectData(&a)
 	for _, y := range q80DirectTypes {
