@@ -17,10 +17,11 @@ import (
 // products take the 16-token products of Q8_0 and Q4_0 weights (prompts,
 // and batches of 16 sequences and more), packed (q80AMXP_16, q40AMXP_16)
 // or as the file has them (q80AMXR_16, q40AMXR_16: the mapped file's
-// weights), and of packed Q4_K, Q5_K, Q6_K and IQ4_XS weights (q4KAMXP_16,
-// q5KAMXP_16, q6KAMXP_16, iq4XSAMXP_16: a tile product per 32- or 16-value
-// sub-block, whose integer sums are the VNNI kernels'), the float steps staying the
-// VNNI kernels' (bit-identical results, so batch invariance holds).
+// weights), and of packed Q4_K, Q5_K, Q6_K and IQ4_XS weights
+// (q4KAMXP_16, q5KAMXP_16, q6KAMXP_16, iq4XSAMXP_16: a tile product per
+// 32- or 16-value sub-block, whose integer sums are the VNNI kernels'), the
+// float steps staying the VNNI kernels' (bit-identical results, so batch
+// invariance holds).
 // Whether they are used is measured, not assumed: amxChoice times each
 // against its VNNI kernel once per process.
 //
@@ -76,9 +77,8 @@ func DisableAMX() error {
 
 // amxKernel is an AMX kernel of 16 tokens on weights of type typ, packed
 // (q80AMXP_16, q40AMXP_16, q4KAMXP_16, q5KAMXP_16, q6KAMXP_16,
-// iq4XSAMXP_16) or, with
-// rows, as the file has them (q80AMXR_16, q40AMXR_16); slot is its place
-// in amxDecision.use.
+// iq4XSAMXP_16) or, with rows, as the file has them (q80AMXR_16,
+// q40AMXR_16); slot is its place in amxDecision.use.
 type amxKernel struct {
 	typ  DType
 	rows bool

@@ -142,8 +142,9 @@ func amxRowTiles(x *amxKernel, w *Matrix, r0, r1 int, a *actBuf, tokens, ld int)
 const q80PackedPrefetchRows = 16
 
 // packable says whether Pack has a layout for weights of type t: Q8_0's
-// for each level's kernels, Q4_0's for both (the same layout), Q4_K's and
-// Q5_K's for the VNNI level's, F16's for the AVX2 kernels or the zmm ones,
+// for each level's kernels, Q4_0's for both (the same layout), Q4_K's,
+// Q5_K's, Q6_K's and IQ4_XS's for the VNNI level's, F16's for the AVX2
+// kernels or the zmm ones,
 // BF16's for the vdpbf16ps kernels where the CPU has them, else for the
 // AVX2 ones (zmmRowStep).
 func packable(t DType) bool {
@@ -524,9 +525,9 @@ type kPackedFn func(w *byte, groups int, y *int8, yStride int, d *float32, dStri
 type kPacked1Fn func(w *byte, groups int, y *int8, d *float32, bs *int16, nb int, dst *float32)
 
 // kPacked drives a k-quant type with a packed layout (Q4_K, Q5_K, Q6_K
-// and IQ4_XS at the VNNI level): p computes the packed blocks of eight rows, 16 tokens at a
-// time (p1 one token), rows the rest (and every row of an unpacked
-// matrix), all with the same bits.
+// and IQ4_XS at the VNNI level): p computes the packed blocks of eight
+// rows, 16 tokens at a time (p1 one token), rows the rest (and every row of
+// an unpacked matrix), all with the same bits.
 type kPacked struct {
 	rows *kTiles
 	p    kPackedFn
