@@ -616,7 +616,7 @@ func dotQ3KRow(row []byte, a *actBuf, tok int) float32 {
 			}
 			sumi += int32(q3KScale(blk, k)) * s
 		}
-		sum += f16At(blk, 108) * dy[b] * float32(sumi)
+		sum += float32(f16At(blk, 108) * dy[b] * float32(sumi))
 	}
 	return sum
 }

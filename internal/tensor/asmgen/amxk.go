@@ -113,26 +113,23 @@ func amxQ6KCfgData(a *asm) {
 	amxCfgData(a, "amxQ6KCfg", [3][2]int{amxTileA: {16, 16}, amxTileB: {4, 32}, amxTileC: {16, 32}})
 }
 
-// q6KAMXPackedKernel generates q6KAMXP_16. Its arguments are q6KVNNIP's,
-// with tokens 16, and the scratch.
+// sub16AMXPackedKernel generates t's q6KAMXP_16 (q3KAMXP_16 for Q3_K).
+// Its arguments are q6KVNNIP's, with tokens 16, and the scratch.
 //
 // Registers: Z0-Z7 the block's integer sums of tokens 2p, 2p+1; Y16-Y23
 // the step's values (then the scale pairs); Z24, Z25 the step's scales in
 // both halves; Z8, Z9 products; Y28, Y29, Y14 as in q6KVNNIP. GPRs as in
 // q6KVNNIP, and DI the scratch, R10 yStride, R15 32.
-func q6KAMXPackedKernel(a *asm, d *decl) {
-	const name = "q6KAMXP_16"
-	text(a, d, name+" computes groups × 8 rows × 16 tokens of packed Q6_K weights × Q8_K activations on the AMX tiles (tokens must be 16); the tiles must be permitted (requestAMX).", name,
+func sub16AMXPackedKernel(a *asm, d *decl, t sub16Type) {
+	name := t.prefix + "AMXP_16"
+	text(a, d, name+" computes groups × 8 rows × 16 tokens of packed "+t.typ+" weights × Q8_K activations on the AMX tiles (tokens must be 16); the tiles must be permitted (requestAMX).", name,
 		"(w *byte, groups int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int, tokens int, scratch *byte)",
 		"$512-104")
-	a.p("MOVL $0x0f0f0f0f, CX")
-	a.p("VPBROADCASTD CX, Y28")
-	a.p("MOVL $0x30303030, CX")
-	a.p("VPBROADCASTD CX, Y29")
+	t.consts(a)
 	amxKStart(a, "amxQ6KCfg")
 	packedGroupStart(a, name)
 	first := true
-	q6KSteps(a, func(sa, sb int) {
+	t.steps(a, func(sa, sb int) {
 		for i, s := range []int{sa, sb} {
 			set := amxTiles * byte(i)
 			tc := set + amxTileC
@@ -143,7 +140,7 @@ func q6KAMXPackedKernel(a *asm, d *decl) {
 			amxKProduct(a, set, b, 16*s)
 			amxInst(a, fmt.Sprintf("tilestored %s, tmm%d", amxMem("DI", "R15", c), tc), tilestoredBytes(tc, "DI", "R15", c))
 		}
-		q6KScales(a, sa, sb)
+		t.scales(a, sa, sb)
 		a.p("VINSERTI64X4 $1, Y24, Z24, Z24")
 		a.p("VINSERTI64X4 $1, Y25, Z25, Z25")
 		for p := 0; p < 8; p++ {
@@ -160,7 +157,7 @@ func q6KAMXPackedKernel(a *asm, d *decl) {
 		}
 		first = false
 	})
-	amxKGroupEnd(a, name, func() { q6KBlockSteps(a, name, false) })
+	amxKGroupEnd(a, name, func() { sub16BlockSteps(a, t, name, false) })
 }
 
 // amxKGroupEnd ends a k-quant AMX kernel's group of eight rows: the block's

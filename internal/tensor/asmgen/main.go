@@ -260,13 +260,10 @@ func floatKernel(a *asm, d *decl, typ string, R, T int) {
 func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
 	q6, q5, q2, q3, iq4, q8 := typ == "q6K", typ == "q5K", typ == "q2K", typ == "q3K", typ == "iq4XS", typ == "q8K16"
 	// exact: Q4_K's and Q5_K's float steps are dotQ4KRow's, per block
-	// (kExactSteps), Q6_K's dotQ6KRow's and IQ4_XS's dotIQ4XSRow's; dOff is
-	// where a block without mins keeps its f16 d.
-	exact := typ == "q4K" || typ == "q5K" || q6 || iq4
-	dOff := 208
-	if iq4 {
-		dOff = 0
-	}
+	// (kExactSteps), Q6_K's dotQ6KRow's, Q3_K's dotQ3KRow's and IQ4_XS's
+	// dotIQ4XSRow's; dOff is where a block without mins keeps its f16 d.
+	exact := typ == "q4K" || q5 || q6 || q3 || iq4
+	dOff := map[string]int{"q6K": 208, "q3K": 108}[typ]
 	iqd, direct := iqDirects[typ] // VNNI level only, with VBMI (iqdirect.go)
 	bsz := map[string]int{"q2K": 84, "q3K": 110, "q4K": 144, "q5K": 176, "q6K": 210, "iq4XS": 136, "q8K16": 276}[typ]
 	typeName := map[string]string{"q2K": "Q2_K", "q3K": "Q3_K", "q4K": "Q4_K", "q5K": "Q5_K", "q6K": "Q6_K", "iq4XS": "IQ4_XS", "q8K16": "Q8_K16"}[typ]
@@ -403,7 +400,10 @@ func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
 		} else if q2 {
 			q2KBlock(a, vnni, T, yAddr, dAddr, bsAddr, facc, sumi)
 		} else if q3 {
-			q3KBlock(a, vnni, T, yAddr, dAddr, bsAddr, facc, sumi)
+			q3KBlock(a, vnni, T, yAddr, bsAddr, sumi)
+			if !pairing {
+				kExactSteps(a, vnni, false, dOff, T, dAddr, bsAddr, facc, sumi)
+			}
 		} else if !q6 {
 			// --- Q4_K, Q5_K ---
 			// Unpack the 6-bit scales and mins: bytes 0-7 scales, 8-15 mins.
@@ -626,7 +626,7 @@ func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
 		if !vnni || iq4 {
 			dd, dy = 1, 2
 		}
-		kBlockPair(a, vnni, !q6 && !iq4, dOff, dd, dy, name, func(second bool) {
+		kBlockPair(a, vnni, typ == "q4K" || q5, dOff, dd, dy, name, func(second bool) {
 			pairing, sumiBase = true, 4
 			if second {
 				sumiBase = 5
@@ -859,8 +859,8 @@ func kBlockPair(a *asm, vnni, mins bool, dOff, dd, dy int, name string, body fun
 }
 
 // kExactSteps emits the float steps of a block of Q4_K or Q5_K (mins),
-// Q6_K or IQ4_XS (d at dOff) as dotQ4KRow, dotQ6KRow and dotIQ4XSRow take
-// them: per token the block's whole
+// Q6_K, Q3_K or IQ4_XS (d at dOff) as dotQ4KRow, dotQ6KRow, dotQ3KRow and
+// dotIQ4XSRow take them: per token the block's whole
 // integer sums S = Σ sc_j·(q·y)_j (the lanes of sumi added; Q6_K's with its
 // −32 offset taken) and, with mins, M = Σ m_j·(sum of y over sub-block j),
 // then facc += (d·dy)·S − (dmin·dy)·M or facc += (d·dy)·S, each product
@@ -1123,7 +1123,7 @@ func iq4TableData(a *asm) {
 // values q+4 = two bits of qs | hmask's bit at bit 2 (unsigned, for
 // vpmaddubsw) times the activations with the scales spread as Q6_K's, less
 // 4·Σ sc·bs, times d·dy.
-func q3KBlock(a *asm, vnni bool, T int, yAddr func(off, t int) string, dAddr, bsAddr func(t int) string, facc, sumi func(t int) int) {
+func q3KBlock(a *asm, vnni bool, T int, yAddr func(off, t int) string, bsAddr func(t int) string, sumi func(t int) int) {
 	// Registers. VNNI: X18 scales, Y16 hmask, Y24 a chunk of qs, Y25 its
 	// values, Y26 their scales, Y17 products, Y21 hmask shifted; X20-X22
 	// unpacking; Y29 0x03, Y30 0x04, X31 0x20, X28 0x0f, X27 shift counts.
@@ -1166,19 +1166,17 @@ func q3KBlock(a *asm, vnni bool, T int, yAddr func(off, t int) string, dAddr, bs
 			sub16Products(a, vnni, T, n, j, vals, sc, scv, prod, true, yAddr, sumi)
 		}
 	}
-	// The offset: the values were q+4, so subtract 4·Σ sc_k·bs_k.
-	sc16, off, dy, dd := 10, 11, 12, 13
+	// The offset: the values were q+4, so subtract 4·Σ sc_k·bs_k;
+	// kExactSteps then takes the block's float step.
+	sc16, off := 10, 11
 	if vnni {
-		sc16, off, dy, dd = 19, 24, 25, 22
-		a.p("VPBROADCASTW 108(SI), X%d", dd)
-		a.p("VCVTPH2PS X%d, Y%d", dd, dd)
+		sc16, off = 19, 24
 	}
 	a.p("VPMOVSXBW X%d, Y%d", sc, sc16)
 	for t := 0; t < T; t++ {
 		a.p("VPMADDWD %s, Y%d, Y%d", bsAddr(t), sc16, off)
 		a.p("VPSLLD $2, Y%d, Y%d", off, off)
 		a.p("VPSUBD Y%d, Y%d, Y%d", off, sumi(t), sumi(t))
-		dSteps(a, t, 108, dy, dd, dy, vnni, dAddr, facc, sumi)
 	}
 }
 
@@ -1377,13 +1375,15 @@ func main() {
 	}
 	q6kPairCtlData(&a)
 	for _, one := range []bool{false, true} {
-		q6KPackedKernel(&a, &d, one)
+		sub16PackedKernel(&a, &d, q6KPacked, one)
+		sub16PackedKernel(&a, &d, q3KPacked, one)
 	}
 	iq4XSPackedKernel(&a, &d)
 	iq4XSPackedKernel1(&a, &d)
 	iq4XSAMXPackedKernel(&a, &d)
 	amxQ6KCfgData(&a)
-	q6KAMXPackedKernel(&a, &d)
+	sub16AMXPackedKernel(&a, &d, q6KPacked)
+	sub16AMXPackedKernel(&a, &d, q3KPacked)
 	amxBF16CfgData(&a)
 	for groups := 1; groups <= 2; groups++ {
 		bf16AMXKernel(&a, &d, groups)

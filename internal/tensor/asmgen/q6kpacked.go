@@ -14,25 +14,63 @@ const (
 	q6KPackedD      = 1664
 )
 
-// q6KPackedKernel generates q6KVNNIP (up to 16 tokens, their count an
-// argument) or, one, q6KVNNIP1 (one token, sums in registers, a prefetch
-// ahead): packed Q6_K weights × Q8_K activations at the VNNI level for
-// groups of eight rows, a lane each. Per block, the 6-bit values of two
-// 16-value sub-blocks at a time are built once for all tokens (ql's nibble
-// and qh's two bits), and each token's activation dwords meet them in
-// vpdpbusd, times the rows' scales (vpmulld); after the block the −32
-// offset, 32·Σ sc_k·bs_k, from the scales as int16 pairs against the
+// sub16Type describes a packed k-quant type of 16-value sub-blocks (Q6_K,
+// Q3_K) for the kernels below: the kernels' name prefix and the type's
+// name, a packed block's bytes and where its rows' f16 d are, and the code
+// that builds its values, scales and offset.
+type sub16Type struct {
+	prefix, typ string
+	bytes, dOff int
+	// consts loads the constants steps, scales and pairs use.
+	consts func(a *asm)
+	// steps builds the values of the block at SI, unsigned, two
+	// sub-blocks at a time (sa's four dwords of the eight rows in
+	// Y16-Y19, sb's in Y20-Y23; Y14 scratch), and calls step(sa, sb)
+	// after each pair, for all sixteen sub-blocks.
+	steps func(a *asm, step func(sa, sb int))
+	// scales sets Y24 and Y25 to the rows' signed scales of sub-blocks sa
+	// and sb, a dword each.
+	scales func(a *asm, sa, sb int)
+	// pairs sets Y16-Y23 to the rows' scales of sub-blocks 2p and 2p+1 as
+	// int16 pairs, against the dwords of bs.
+	pairs func(a *asm)
+	// offset: the values are q + 2^offset, so 2^offset·Σ sc_k·bs_k comes
+	// off the block's sum.
+	offset int
+}
+
+// q6KPacked is Q6_K's sub16Type: values ql's nibble and qh's two bits
+// (q+32), int8 scales.
+var q6KPacked = sub16Type{
+	prefix: "q6K", typ: "Q6_K", bytes: q6KPackedBytes, dOff: q6KPackedD,
+	consts: func(a *asm) { // Y28 0x0f bytes, Y29 0x30 bytes
+		a.p("MOVL $0x0f0f0f0f, CX")
+		a.p("VPBROADCASTD CX, Y28")
+		a.p("MOVL $0x30303030, CX")
+		a.p("VPBROADCASTD CX, Y29")
+	},
+	steps: q6KSteps, scales: q6KScales, pairs: q6KPairs, offset: 5,
+}
+
+// sub16PackedKernel generates t's q6KVNNIP (up to 16 tokens, their count
+// an argument) or, one, q6KVNNIP1 (one token, sums in registers, a
+// prefetch ahead) — q3KVNNIP, q3KVNNIP1 for Q3_K: packed weights × Q8_K
+// activations at the VNNI level for groups of eight rows, a lane each. Per
+// block, the values of two 16-value sub-blocks at a time are built once
+// for all tokens, and each token's activation dwords meet them in
+// vpdpbusd, times the rows' scales (vpmulld); after the block the offset,
+// 2^offset·Σ sc_k·bs_k, from the scales as int16 pairs against the
 // activations' 16-value sums (vpdpwssd), and dotQ6KRow's float step. The
 // integer sums are exact, so the results are the row kernels' and the
 // portable kernel's bits.
-func q6KPackedKernel(a *asm, d *decl, one bool) {
-	name := "q6KVNNIP"
+func sub16PackedKernel(a *asm, d *decl, t sub16Type, one bool) {
+	name := t.prefix + "VNNIP"
 	if one {
-		name = "q6KVNNIP1"
-		text(a, d, name+" computes groups × 8 rows × one token of packed Q6_K weights × Q8_K activations (VNNI).", name,
+		name += "1"
+		text(a, d, name+" computes groups × 8 rows × one token of packed "+t.typ+" weights × Q8_K activations (VNNI).", name,
 			"(w *byte, groups int, y *int8, d *float32, bs *int16, nb int, dst *float32)", "$0-56")
 	} else {
-		text(a, d, name+" computes groups × 8 rows × tokens (at most 16) of packed Q6_K weights × Q8_K activations (VNNI).", name,
+		text(a, d, name+" computes groups × 8 rows × tokens (at most 16) of packed "+t.typ+" weights × Q8_K activations (VNNI).", name,
 			"(w *byte, groups int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int, tokens int)",
 			"$512-96")
 	}
@@ -42,13 +80,10 @@ func q6KPackedKernel(a *asm, d *decl, one bool) {
 		}
 		return multi
 	}
-	// Y28 0x0f bytes, Y29 0x30 bytes; Y16-Y23 two sub-blocks' values, then
-	// the scale pairs; Y24, Y25 their scales; Y30 d; Y14 scratch. One
-	// token: Y0 the outputs, Y1 the block's sum.
-	a.p("MOVL $0x0f0f0f0f, CX")
-	a.p("VPBROADCASTD CX, Y28")
-	a.p("MOVL $0x30303030, CX")
-	a.p("VPBROADCASTD CX, Y29")
+	// Y16-Y23 two sub-blocks' values, then the scale pairs; Y24, Y25 their
+	// scales; Y30 d; Y14 scratch; t's constants. One token: Y0 the
+	// outputs, Y1 the block's sum.
+	t.consts(a)
 	a.p("MOVQ w+0(FP), SI")
 	a.p("MOVQ %s, AX", arg("dst+72(FP)", "dst+48(FP)"))
 	a.label(name + "_group")
@@ -64,13 +99,13 @@ func q6KPackedKernel(a *asm, d *decl, one bool) {
 	a.p("MOVQ %s, CX", arg("nb+64(FP)", "nb+40(FP)"))
 	a.label(name + "_block")
 	if one {
-		for off := 0; off < q6KPackedBytes; off += 64 {
+		for off := 0; off < t.bytes; off += 64 {
 			a.p("PREFETCHT0 %d(SI)", k45PrefetchBytes+off)
 		}
 	}
 	first := true
-	q6KSteps(a, func(sa, sb int) {
-		q6KScales(a, sa, sb)
+	t.steps(a, func(sa, sb int) {
+		t.scales(a, sa, sb)
 		isFirst := first
 		first = false
 		sub := func(ptr string, sA, sB int) {
@@ -107,7 +142,7 @@ func q6KPackedKernel(a *asm, d *decl, one bool) {
 			a.p("ADDQ $32, R13")
 		})
 	})
-	q6KBlockSteps(a, name, one)
+	sub16BlockSteps(a, t, name, one)
 	if one {
 		a.p("VMOVUPS Y0, (AX)")
 	}
@@ -116,7 +151,7 @@ func q6KPackedKernel(a *asm, d *decl, one bool) {
 
 // q6kPairCtlData emits the vpshufb controls that spread bytes 0, 1 (then 2,
 // 3) of each dword to the high bytes of its two words, for vpsraw to
-// sign-extend: the Q6_K scale pairs of q6KPackedKernel.
+// sign-extend: the Q6_K scale pairs of q6KPairs.
 func q6kPairCtlData(a *asm) {
 	for half := 0; half < 2; half++ {
 		var b [32]byte
@@ -185,18 +220,23 @@ func q6KScales(a *asm, sa, sb int) {
 	}
 }
 
-// q6KBlockSteps emits the end of a packed Q6_K block: the −32 offset and
-// float step per token (one: the block's sum in Y1, the outputs in Y0;
-// else each token's sum in the frame, as stepsLoop walks them), and the
-// move to the next block.
-func q6KBlockSteps(a *asm, name string, one bool) {
-	// The scales as int16 pairs (sc_2p, sc_2p+1), against the dwords of bs.
+// q6KPairs sets Y16-Y23 to the Q6_K scales of sub-blocks 2p and 2p+1 as
+// int16 pairs (sc_2p, sc_2p+1), against the dwords of bs.
+func q6KPairs(a *asm) {
 	for p := 0; p < 8; p++ {
 		a.p("VMOVDQU32 %d(SI), Y%d", q6KPackedScales+32*(p/2), 16+p)
 		a.p("VPSHUFB q6kPairCtl<>+%d(SB), Y%d, Y%d", 32*(p%2), 16+p, 16+p)
 		a.p("VPSRAW $8, Y%d, Y%d", 16+p, 16+p)
 	}
-	a.p("VCVTPH2PS %d(SI), Y30", q6KPackedD)
+}
+
+// sub16BlockSteps emits the end of a packed block of type t: the offset
+// and float step per token (one: the block's sum in Y1, the outputs in Y0;
+// else each token's sum in the frame, as stepsLoop walks them), and the
+// move to the next block.
+func sub16BlockSteps(a *asm, t sub16Type, name string, one bool) {
+	t.pairs(a)
+	a.p("VCVTPH2PS %d(SI), Y30", t.dOff)
 	steps := func(bs, dy, sum string, acc string) {
 		a.p("VPXORD Y26, Y26, Y26")
 		a.p("VPXORD Y27, Y27, Y27")
@@ -204,8 +244,8 @@ func q6KBlockSteps(a *asm, name string, one bool) {
 			a.p("VPDPWSSD.BCST %d%s, Y%d, Y%d", 4*p, bs, 16+p, 26+p%2)
 		}
 		a.p("VPADDD Y27, Y26, Y26")
-		a.p("VPSLLD $5, Y26, Y26")
-		a.p("VPSUBD Y26, %s, Y27", sum) // Σ sc_k·((q−32)·y)_k
+		a.p("VPSLLD $%d, Y26, Y26", t.offset)
+		a.p("VPSUBD Y26, %s, Y27", sum) // Σ sc_k·(q·y)_k
 		a.p("VCVTDQ2PS Y27, Y27")
 		a.p("VMULPS.BCST %s, Y30, Y26", dy) // d·dy
 		a.p("VMULPS Y26, Y27, Y27")
@@ -221,5 +261,5 @@ func q6KBlockSteps(a *asm, name string, one bool) {
 			a.p("VMOVUPS Y27, (R14)")
 		})
 	}
-	k45NextBlock(a, k45Layout{bytes: q6KPackedBytes}, name)
+	k45NextBlock(a, k45Layout{bytes: t.bytes}, name)
 }
