@@ -20,9 +20,10 @@ import (
 // lookups and the output product (tiny-qwen2-q8_0 ties the two: one packed
 // matrix serves both; tiny-q4_0, tiny-f16 and tiny-bf16: Q4_0, F16 and BF16
 // have packed layouts on AVX2; tiny-q4_k_m, tiny-q6_k, tiny-iq4_xs,
-// tiny-q3_k_m: Q4_K, Q6_K, IQ4_XS and Q3_K have theirs at the VNNI level).
+// tiny-q3_k_m, tiny-q2_k: Q2_K to Q6_K and IQ4_XS have theirs at the VNNI
+// level).
 func TestPackedWeights(t *testing.T) {
-	for _, name := range []string{"tiny-q8_0", "tiny-qwen2-q8_0", "tiny-q4_0", "tiny-q4_k_m", "tiny-q6_k", "tiny-iq4_xs", "tiny-q3_k_m", "tiny-f16", "tiny-bf16"} {
+	for _, name := range []string{"tiny-q8_0", "tiny-qwen2-q8_0", "tiny-q4_0", "tiny-q4_k_m", "tiny-q6_k", "tiny-iq4_xs", "tiny-q3_k_m", "tiny-q2_k", "tiny-f16", "tiny-bf16"} {
 		t.Run(name, func(t *testing.T) {
 			path := modelPath(t, name)
 			mapped, err := model.Open(path, gguf.Mapped, nil)

@@ -17,8 +17,8 @@ import (
 // products take the 16-token products of Q8_0 and Q4_0 weights (prompts,
 // and batches of 16 sequences and more), packed (q80AMXP_16, q40AMXP_16)
 // or as the file has them (q80AMXR_16, q40AMXR_16: the mapped file's
-// weights), and of packed Q4_K, Q5_K, Q6_K, IQ4_XS and Q3_K weights
-// (q4KAMXP_16, q5KAMXP_16, q6KAMXP_16, iq4XSAMXP_16, q3KAMXP_16: a tile
+// weights), and of packed Q2_K to Q6_K and IQ4_XS weights (q4KAMXP_16,
+// q5KAMXP_16, q6KAMXP_16, iq4XSAMXP_16, q3KAMXP_16, q2KAMXP_16: a tile
 // product per 32- or 16-value sub-block, whose integer sums are the VNNI kernels'), the
 // float steps staying the VNNI kernels' (bit-identical results, so batch
 // invariance holds).
@@ -77,7 +77,7 @@ func DisableAMX() error {
 
 // amxKernel is an AMX kernel of 16 tokens on weights of type typ, packed
 // (q80AMXP_16, q40AMXP_16, q4KAMXP_16, q5KAMXP_16, q6KAMXP_16,
-// iq4XSAMXP_16, q3KAMXP_16) or, with rows, as the file has them (q80AMXR_16,
+// iq4XSAMXP_16, q3KAMXP_16, q2KAMXP_16) or, with rows, as the file has them (q80AMXR_16,
 // q40AMXR_16); slot is its place in amxDecision.use.
 type amxKernel struct {
 	typ  DType
@@ -97,7 +97,8 @@ var (
 	q6KAMX     = &amxKernel{typ: Q6_K, slot: 6}
 	iq4XSAMX   = &amxKernel{typ: IQ4_XS, slot: 7}
 	q3KAMX     = &amxKernel{typ: Q3_K, slot: 8}
-	amxKernels = [...]*amxKernel{q80AMX, q40AMX, q80AMXRows, q40AMXRows, q4KAMX, q5KAMX, q6KAMX, iq4XSAMX, q3KAMX}
+	q2KAMX     = &amxKernel{typ: Q2_K, slot: 9}
+	amxKernels = [...]*amxKernel{q80AMX, q40AMX, q80AMXRows, q40AMXRows, q4KAMX, q5KAMX, q6KAMX, iq4XSAMX, q3KAMX, q2KAMX}
 	// bf16AMX is the AMX-BF16 family as a whole (see above), decided by
 	// bf16Choice.
 	bf16AMX = &amxKernel{typ: BF16, slot: -1}
@@ -207,7 +208,7 @@ func (x *amxKernel) kernel(dst []float32, ld int, w *Matrix, r0, rowBlocks int, 
 		q40AMXP_16(p, rowBlocks, &a.g[t*q80BlockBytes], a.gs, w.Cols/32, out, ld*4, &s[0])
 	case Q8_0:
 		q80AMXP_16(p, rowBlocks, &a.g[t*q80BlockBytes], a.gs, w.Cols/32, out, ld*4, &s[0])
-	case Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS:
+	case Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS:
 		cols := w.Cols
 		nb := cols / qkK
 		y, d, bs := &a.q[t*cols], &a.d[t*nb], &a.bs[t*cols/16]
@@ -220,6 +221,8 @@ func (x *amxKernel) kernel(dst []float32, ld int, w *Matrix, r0, rowBlocks int, 
 			iq4XSAMXP_16(p, rowBlocks, y, cols, d, nb*4, bs, nb*32, nb, out, ld*4, 16, &s[0])
 		case Q3_K:
 			q3KAMXP_16(p, rowBlocks, y, cols, d, nb*4, bs, nb*32, nb, out, ld*4, 16, &s[0])
+		case Q2_K:
+			q2KAMXP_16(p, rowBlocks, y, cols, d, nb*4, bs, nb*32, nb, out, ld*4, 16, &s[0])
 		default:
 			q6KAMXP_16(p, rowBlocks, y, cols, d, nb*4, bs, nb*32, nb, out, ld*4, 16, &s[0])
 		}
@@ -355,6 +358,8 @@ func probeWeights(t DType) []byte {
 		scales = []int{0, 2}
 	case Q6_K, Q3_K:
 		scales = []int{bs - 2}
+	case Q2_K:
+		scales = []int{bs - 4, bs - 2}
 	}
 	for b := 0; b < len(w)/bs; b++ {
 		for _, o := range scales {
@@ -444,11 +449,11 @@ func (x *amxKernel) probeRows() (amxT, vnniT time.Duration) {
 }
 
 // probeK is probe for the packed k-quant kernels, against q4KVNNIP
-// (q5KVNNIP, q6KVNNIP, iq4XSVNNIP, q3KVNNIP).
+// (q5KVNNIP, q6KVNNIP, iq4XSVNNIP, q3KVNNIP, q2KVNNIP).
 func (x *amxKernel) probeK() (amxT, vnniT time.Duration) {
 	const rows, T, cols = amxProbeRows, amxProbeTokens, amxProbeCols
 	m := Pack(Matrix{Type: x.typ, Rows: rows, Cols: cols, Data: probeWeights(x.typ)})
-	vnni := map[DType]kPackedFn{Q4_K: q4KVNNIP, Q5_K: q5KVNNIP, Q6_K: q6KVNNIP, IQ4_XS: iq4XSVNNIP, Q3_K: q3KVNNIP}[x.typ]
+	vnni := map[DType]kPackedFn{Q4_K: q4KVNNIP, Q5_K: q5KVNNIP, Q6_K: q6KVNNIP, IQ4_XS: iq4XSVNNIP, Q3_K: q3KVNNIP, Q2_K: q2KVNNIP}[x.typ]
 	a := probeActs(Q8_K, amxProbeCols, amxProbeTokens, false)
 	dst := make([]float32, T*rows)
 	s := new(amxScratch)

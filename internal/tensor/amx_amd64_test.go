@@ -18,7 +18,7 @@ import (
 )
 
 // TestAMXPacked compares the AMX kernels of 16-token products of packed
-// Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, IQ4_XS and Q3_K weights with the VNNI kernels bit for bit,
+// Q8_0, Q4_0, Q2_K to Q6_K and IQ4_XS weights with the VNNI kernels bit for bit,
 // through matMul, on shapes with odd numbers of row blocks, of column
 // blocks (the Q8_0 and Q4_0 kernels take them in pairs) and of tokens
 // (16-token passes and a VNNI tail), and a tail of unpacked rows. It runs
@@ -34,7 +34,7 @@ func TestAMXPacked(t *testing.T) {
 		Q8_0: {(&q80Rows{t: q80VNNI.t, p: q80VNNI.p}).run, (&q80Rows{t: q80VNNI.t, p: q80VNNI.p, amx: forced(q80AMX)}).run},
 		Q4_0: {(&eightRows{n: q40VNNI.n, p: q40VNNI.p}).run, (&eightRows{n: q40VNNI.n, p: q40VNNI.p, amx: forced(q40AMX)}).run},
 	}
-	for _, k := range []*kPacked{q4KVNNIPacked, q5KVNNIPacked, q6KVNNIPacked, iq4XSPacked, q3KVNNIPacked} {
+	for _, k := range []*kPacked{q4KVNNIPacked, q5KVNNIPacked, q6KVNNIPacked, iq4XSPacked, q3KVNNIPacked, q2KVNNIPacked} {
 		vnni, amx := *k, *k
 		vnni.amx, amx.amx = nil, forced(k.amx)
 		kernels[k.amx.typ] = [2]kernel{vnni.run, amx.run}
@@ -47,11 +47,12 @@ func TestAMXPacked(t *testing.T) {
 		Q6_K:   {256, 512, 256 * 5},
 		IQ4_XS: {256, 256 * 3, 256 * 8},
 		Q3_K:   {256, 512, 256 * 5},
+		Q2_K:   {256, 256 * 3},
 	}
 	rng := rand.New(rand.NewPCG(41, 42))
 	p := NewPool(2)
 	defer p.Close()
-	for _, typ := range []DType{Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, IQ4_XS, Q3_K} {
+	for _, typ := range []DType{Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, IQ4_XS, Q3_K, Q2_K} {
 		for _, cols := range columns[typ] {
 			for _, rows := range []int{8, 13, 24, 67, 200} {
 				m, _ := randMatrix(t, rng, typ, rows, cols)
@@ -137,7 +138,7 @@ func TestAMXEncoding(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, fn := range map[string]any{"q80AMXP_16": q80AMXP_16, "q40AMXP_16": q40AMXP_16, "q80AMXR_16": q80AMXR_16, "q40AMXR_16": q40AMXR_16, "q4KAMXP_16": q4KAMXP_16, "q5KAMXP_16": q5KAMXP_16, "q6KAMXP_16": q6KAMXP_16, "iq4XSAMXP_16": iq4XSAMXP_16, "q3KAMXP_16": q3KAMXP_16, "bf16AMXR_16": bf16AMXR_16, "bf16AMXR_32": bf16AMXR_32} {
+	for name, fn := range map[string]any{"q80AMXP_16": q80AMXP_16, "q40AMXP_16": q40AMXP_16, "q80AMXR_16": q80AMXR_16, "q40AMXR_16": q40AMXR_16, "q4KAMXP_16": q4KAMXP_16, "q5KAMXP_16": q5KAMXP_16, "q6KAMXP_16": q6KAMXP_16, "iq4XSAMXP_16": iq4XSAMXP_16, "q3KAMXP_16": q3KAMXP_16, "q2KAMXP_16": q2KAMXP_16, "bf16AMXR_16": bf16AMXR_16, "bf16AMXR_32": bf16AMXR_32} {
 		got := decodedTileInsts(t, objdump, exe, fn)
 		// The generator's comments, in order.
 		var want []string

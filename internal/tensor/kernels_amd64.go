@@ -142,16 +142,16 @@ func amxRowTiles(x *amxKernel, w *Matrix, r0, r1 int, a *actBuf, tokens, ld int)
 const q80PackedPrefetchRows = 16
 
 // packable says whether Pack has a layout for weights of type t: Q8_0's
-// for each level's kernels, Q4_0's for both (the same layout), Q3_K's,
-// Q4_K's, Q5_K's, Q6_K's and IQ4_XS's for the VNNI level's, F16's for the
-// AVX2 kernels or the zmm ones,
+// for each level's kernels, Q4_0's for both (the same layout), Q2_K's to
+// Q6_K's and IQ4_XS's for the VNNI level's, F16's for the AVX2 kernels or
+// the zmm ones,
 // BF16's for the vdpbf16ps kernels where the CPU has them, else for the
 // AVX2 ones (zmmRowStep).
 func packable(t DType) bool {
 	switch t {
 	case Q8_0, Q4_0, F16, BF16:
 		return cpuISA >= isaAVX2
-	case Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS:
+	case Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS:
 		return cpuISA == isaVNNI
 	}
 	return false
@@ -524,8 +524,8 @@ type kPackedFn func(w *byte, groups int, y *int8, yStride int, d *float32, dStri
 // kPacked1Fn is kPackedFn for one token.
 type kPacked1Fn func(w *byte, groups int, y *int8, d *float32, bs *int16, nb int, dst *float32)
 
-// kPacked drives a k-quant type with a packed layout (Q3_K, Q4_K, Q5_K,
-// Q6_K and IQ4_XS at the VNNI level): p computes the packed blocks of eight
+// kPacked drives a k-quant type with a packed layout (Q2_K to Q6_K and
+// IQ4_XS at the VNNI level): p computes the packed blocks of eight
 // rows, 16 tokens at a time (p1 one token), rows the rest (and every row of
 // an unpacked matrix), all with the same bits.
 type kPacked struct {
@@ -604,6 +604,7 @@ var (
 	q6KVNNIPacked = &kPacked{rows: q6KVNNI, p: q6KVNNIP, p1: q6KVNNIP1, packTokens: 128, amx: q6KAMX}
 	iq4XSPacked   = &kPacked{rows: iq4XSVNNI, p: iq4XSVNNIP, p1: iq4XSVNNIP1, packTokens: 32, amx: iq4XSAMX}
 	q3KVNNIPacked = &kPacked{rows: q3KVNNI, p: q3KVNNIP, p1: q3KVNNIP1, packTokens: 128, amx: q3KAMX}
+	q2KVNNIPacked = &kPacked{rows: q2KVNNI, p: q2KVNNIP, p1: q2KVNNIP1, packTokens: 128, amx: q2KAMX}
 	q5KVNNI       = &kTiles{[5]kFn{nil, q5KVNNI_1, q5KVNNI_2, q5KVNNI_3, q5KVNNI_4}}
 	q2KVNNI       = &kTiles{[5]kFn{nil, q2KVNNI_1, q2KVNNI_2, q2KVNNI_3, q2KVNNI_4}}
 	q3KVNNI       = &kTiles{[5]kFn{nil, q3KVNNI_1, q3KVNNI_2, q3KVNNI_3, q3KVNNI_4}}
@@ -922,7 +923,7 @@ var isaKernels = withStreamKernels([isaVNNI + 1]kernelTable{
 	isaVNNI: {
 		F32: f32FMA.run, F16: f16VNNI.run, BF16: bf16Kernel,
 		Q8_0: q80VNNI.run, Q4_0: q40VNNI.run,
-		IQ4_XS: iq4XSPacked.run, Q2_K: q2KVNNI.run, Q3_K: q3KVNNIPacked.run, Q4_K: q4KVNNIPacked.run, Q5_K: q5KVNNIPacked.run, Q6_K: q6KVNNIPacked.run,
+		IQ4_XS: iq4XSPacked.run, Q2_K: q2KVNNIPacked.run, Q3_K: q3KVNNIPacked.run, Q4_K: q4KVNNIPacked.run, Q5_K: q5KVNNIPacked.run, Q6_K: q6KVNNIPacked.run,
 		q8K16Slot: q8K16VNNI.run,
 	},
 })

@@ -994,6 +994,11 @@ func q6KVNNIP(w *byte, groups int, y *int8, yStride int, d *float32, dStride int
 //go:noescape
 func q3KVNNIP(w *byte, groups int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int, tokens int)
 
+// q2KVNNIP computes groups × 8 rows × tokens (at most 16) of packed Q2_K weights × Q8_K activations (VNNI).
+//
+//go:noescape
+func q2KVNNIP(w *byte, groups int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int, tokens int)
+
 // q6KVNNIP1 computes groups × 8 rows × one token of packed Q6_K weights × Q8_K activations (VNNI).
 //
 //go:noescape
@@ -1003,6 +1008,11 @@ func q6KVNNIP1(w *byte, groups int, y *int8, d *float32, bs *int16, nb int, dst 
 //
 //go:noescape
 func q3KVNNIP1(w *byte, groups int, y *int8, d *float32, bs *int16, nb int, dst *float32)
+
+// q2KVNNIP1 computes groups × 8 rows × one token of packed Q2_K weights × Q8_K activations (VNNI).
+//
+//go:noescape
+func q2KVNNIP1(w *byte, groups int, y *int8, d *float32, bs *int16, nb int, dst *float32)
 
 // iq4XSVNNIP computes groups × 8 rows × tokens (at most 16) of packed IQ4_XS weights × Q8_K activations (VNNI).
 //
@@ -1028,6 +1038,11 @@ func q6KAMXP_16(w *byte, groups int, y *int8, yStride int, d *float32, dStride i
 //
 //go:noescape
 func q3KAMXP_16(w *byte, groups int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int, tokens int, scratch *byte)
+
+// q2KAMXP_16 computes groups × 8 rows × 16 tokens of packed Q2_K weights × Q8_K activations on the AMX tiles (tokens must be 16); the tiles must be permitted (requestAMX).
+//
+//go:noescape
+func q2KAMXP_16(w *byte, groups int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int, tokens int, scratch *byte)
 
 // bf16AMXR_16 computes rowTiles × 16 rows of BF16 weights (the file's layout or the tile layout) × tokens BF16 activations in the pair layout on the AMX tiles; the tiles must be permitted (requestAMX).
 //

@@ -1105,17 +1105,17 @@ func TestQ80TileLayout(t *testing.T) {
 	}
 }
 
-// TestKSameBits: every level's Q4_K, Q5_K, Q6_K, IQ4_XS and Q3_K kernel,
-// packed or not, gives the portable kernel's bits (ggml_vec_dot_q4_K_q8_K's,
-// _q5_K_q8_K's, _q6_K_q8_K's, _iq4_xs_q8_K's and _q3_K_q8_K's integer sums
-// and float steps, per block), for every token count and rows
+// TestKSameBits: every level's Q2_K to Q6_K and IQ4_XS kernel, packed or
+// not, gives the portable kernel's bits (ggml_vec_dot_q2_K_q8_K's to
+// _q6_K_q8_K's and _iq4_xs_q8_K's integer sums and float steps, per
+// block), for every token count and rows
 // with tails. Packing, the memory placement and the batch a token runs in
 // cannot change a result.
 func TestKSameBits(t *testing.T) {
 	rng := rand.New(rand.NewPCG(41, 42))
 	p := NewPool(2)
 	defer p.Close()
-	for _, typ := range []DType{Q4_K, Q5_K, Q6_K, IQ4_XS, Q3_K} {
+	for _, typ := range []DType{Q4_K, Q5_K, Q6_K, IQ4_XS, Q3_K, Q2_K} {
 		for _, cols := range []int{256, 512, 1280, 256 * 9} {
 			for _, rows := range []int{1, 8, 13, 64, 67} {
 				m, _ := randMatrix(t, rng, typ, rows, cols)

@@ -85,7 +85,7 @@ func (m Matrix) DequantizeRow(dst []float32, row int) {
 			dequantizePackedQ40(dst[:m.Cols], blk, row&7)
 		case Q8_0:
 			dequantizePackedQ80(dst[:m.Cols], blk, row&7)
-		case Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS:
+		case Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS:
 			dequantizePackedK45(m.Type, dst[:m.Cols], blk, row&7)
 		default:
 			dequantizePackedHalf(m.Type, dst[:m.Cols], blk, row&7)
@@ -146,9 +146,10 @@ func (m Matrix) Bytes() int {
 // either way.
 //
 // The packed layouts are Q8_0's for each level (asmgen/q80rows.go,
-// asmgen/q40avx2.go), Q4_0's (the same for both levels), Q3_K's, Q4_K's,
-// Q5_K's, Q6_K's and IQ4_XS's for the VNNI level (asmgen/q4kpacked.go,
-// q6kpacked.go, q3kpacked.go, iq4xspacked.go: the rows' blocks with a row in each lane,
+// asmgen/q40avx2.go), Q4_0's (the same for both levels), Q2_K's to Q6_K's
+// and IQ4_XS's for the VNNI level (asmgen/q4kpacked.go, q6kpacked.go,
+// q3kpacked.go, q2kpacked.go, iq4xspacked.go: the rows' blocks with a row
+// in each lane,
 // the scales still packed), and F16's and BF16's
 // (asmgen/floatpacked.go: two half blocks for the AVX2 kernels,
 // steps of eight rows for the zmm ones, zmmRowStep): each block of eight
@@ -171,7 +172,7 @@ func Pack(m Matrix) Matrix {
 		packQ40(data, m.RowBytes())
 	case Q8_0:
 		packQ80(data, m.RowBytes())
-	case Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS:
+	case Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS:
 		packK45(m.Type, data, m.RowBytes())
 	case F16, BF16:
 		if bf16OnTiles(m) {
@@ -324,10 +325,12 @@ func dequantizePackedQ40(dst []float32, blk []byte, r int) {
 // 4k..4k+3 of sub-block j's 16), one of the scales_l dwords, then the rows'
 // scales_h and f16 d, eight of each. Q3_K's (asmgen/q3kpacked.go): 16
 // vectors of qs dwords, 8 of hmask, three of the scale bytes, then the
-// rows' f16 d. The same bytes as the rows', moved.
+// rows' f16 d. Q2_K's (asmgen/q2kpacked.go): four vectors of the scale
+// bytes, 16 of qs dwords, then the rows' f16 d and dmin. The same bytes as
+// the rows', moved.
 
-// kPackedOffset is where byte i of row r's block of type t (Q3_K, Q4_K,
-// Q5_K, Q6_K or IQ4_XS) goes in its packed block of eight rows.
+// kPackedOffset is where byte i of row r's block of type t (Q2_K to Q6_K
+// or IQ4_XS) goes in its packed block of eight rows.
 func kPackedOffset(t DType, i, r int) int {
 	switch t {
 	case Q6_K: // ql, qh, scales: 32, 16 and 4 vectors of dwords; d
@@ -335,6 +338,14 @@ func kPackedOffset(t DType, i, r int) int {
 			return 1664 + 2*r + i - 208
 		}
 		return 32*(i/4) + 4*r + i%4
+	case Q2_K: // scales, qs: 4 and 16 vectors of dwords; d, dmin
+		switch {
+		case i < 16:
+			return 32*(i/4) + 4*r + i%4
+		case i < 80:
+			return 128 + 32*((i-16)/4) + 4*r + i%4
+		}
+		return 640 + 16*((i-80)/2) + 2*r + i%2
 	case Q3_K: // hmask, qs, scales: 8, 16 and 3 vectors of dwords; d
 		switch {
 		case i < 32:
@@ -376,7 +387,7 @@ func kPackedOffset(t DType, i, r int) int {
 	return 32*(8*(q/32)+q%32/4) + 4*r + q%4
 }
 
-// packK45 rewrites data, whole blocks of eight Q3_K, Q4_K, Q5_K, Q6_K or IQ4_XS rows of
+// packK45 rewrites data, whole blocks of eight Q2_K to Q6_K or IQ4_XS rows of
 // rb bytes each, into the packed layout.
 func packK45(t DType, data []byte, rb int) {
 	tmp := make([]byte, 8*rb)
@@ -422,8 +433,8 @@ func packK45Rows(t DType, dst, src []byte, rb, groups int) {
 	}
 }
 
-// dequantizePackedK45 converts row r (0-7) of a packed block of eight Q3_K,
-// Q4_K, Q5_K, Q6_K or IQ4_XS rows into dst, as dequantize does for the row
+// dequantizePackedK45 converts row r (0-7) of a packed block of eight Q2_K
+// to Q6_K or IQ4_XS rows into dst, as dequantize does for the row
 // unpacked.
 func dequantizePackedK45(t DType, dst []float32, blk []byte, r int) {
 	bs := t.TypeSize()

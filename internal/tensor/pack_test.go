@@ -89,7 +89,7 @@ func TestPackLeavesOthers(t *testing.T) {
 	for _, tc := range []struct {
 		typ        DType
 		rows, cols int
-	}{{F32, 16, 32}, {Q2_K, 16, 256}, {Q4_K, 7, 256}, {Q8_0, 7, 64}, {Q4_0, 7, 64}, {F16, 7, 64}, {F16, 16, 36}, {BF16, 16, 20}} {
+	}{{F32, 16, 32}, {IQ2_XS, 16, 256}, {Q4_K, 7, 256}, {Q8_0, 7, 64}, {Q4_0, 7, 64}, {F16, 7, 64}, {F16, 16, 36}, {BF16, 16, 20}} {
 		m, _ := randMatrix(t, rng, tc.typ, tc.rows, tc.cols)
 		orig := append([]byte(nil), m.Data...)
 		if pm := Pack(m); pm.packed || string(m.Data) != string(orig) {

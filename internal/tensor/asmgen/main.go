@@ -260,10 +260,12 @@ func floatKernel(a *asm, d *decl, typ string, R, T int) {
 func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
 	q6, q5, q2, q3, iq4, q8 := typ == "q6K", typ == "q5K", typ == "q2K", typ == "q3K", typ == "iq4XS", typ == "q8K16"
 	// exact: Q4_K's and Q5_K's float steps are dotQ4KRow's, per block
-	// (kExactSteps), Q6_K's dotQ6KRow's, Q3_K's dotQ3KRow's and IQ4_XS's
-	// dotIQ4XSRow's; dOff is where a block without mins keeps its f16 d.
-	exact := typ == "q4K" || q5 || q6 || q3 || iq4
-	dOff := map[string]int{"q6K": 208, "q3K": 108}[typ]
+	// (kExactSteps), Q2_K's dotQ2KRow's, Q6_K's dotQ6KRow's, Q3_K's
+	// dotQ3KRow's and IQ4_XS's dotIQ4XSRow's; dOff is where a block keeps
+	// its f16 d (and dmin after it).
+	exact := typ == "q4K" || q5 || q6 || q3 || q2 || iq4
+	mins := typ == "q4K" || q5 || q2 // exact steps with dmin beside d
+	dOff := map[string]int{"q6K": 208, "q3K": 108, "q2K": 80}[typ]
 	iqd, direct := iqDirects[typ] // VNNI level only, with VBMI (iqdirect.go)
 	bsz := map[string]int{"q2K": 84, "q3K": 110, "q4K": 144, "q5K": 176, "q6K": 210, "iq4XS": 136, "q8K16": 276}[typ]
 	typeName := map[string]string{"q2K": "Q2_K", "q3K": "Q3_K", "q4K": "Q4_K", "q5K": "Q5_K", "q6K": "Q6_K", "iq4XS": "IQ4_XS", "q8K16": "Q8_K16"}[typ]
@@ -398,7 +400,10 @@ func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
 				kExactSteps(a, vnni, false, dOff, T, dAddr, bsAddr, facc, sumi)
 			}
 		} else if q2 {
-			q2KBlock(a, vnni, T, yAddr, dAddr, bsAddr, facc, sumi)
+			q2KBlock(a, vnni, T, yAddr, sumi)
+			if !pairing {
+				kExactSteps(a, vnni, true, dOff, T, dAddr, bsAddr, facc, sumi)
+			}
 		} else if q3 {
 			q3KBlock(a, vnni, T, yAddr, bsAddr, sumi)
 			if !pairing {
@@ -502,10 +507,8 @@ func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
 					}
 				}
 			}
-			if exact && !pairing {
+			if !pairing {
 				kExactSteps(a, vnni, true, 0, T, dAddr, bsAddr, facc, sumi)
-			} else if !exact {
-				kMinsSteps(a, vnni, T, "32(SP)", 20, 21, 0, 2, dAddr, bsAddr, facc, sumi)
 			}
 		} else {
 			// --- Q6_K ---
@@ -626,7 +629,7 @@ func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
 		if !vnni || iq4 {
 			dd, dy = 1, 2
 		}
-		kBlockPair(a, vnni, typ == "q4K" || q5, dOff, dd, dy, name, func(second bool) {
+		kBlockPair(a, vnni, mins, dOff, dd, dy, name, func(second bool) {
 			pairing, sumiBase = true, 4
 			if second {
 				sumiBase = 5
@@ -670,11 +673,11 @@ func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
 // the 2-bit values (four shifts of each 32 bytes of qs) times the
 // activations with Q6_K's spread scales, then d·dy times them less
 // dmin·dy times the mins' products with the 16-value sums bs.
-func q2KBlock(a *asm, vnni bool, T int, yAddr func(off, t int) string, dAddr, bsAddr func(t int) string, facc, sumi func(t int) int) {
-	// Registers. VNNI: X18 scales, Y19 mins16, Y22 d, Y23 dmin, Y24 a
-	// chunk of qs, Y25 its values, Y26 their scales, Y27 products; Y28
-	// 0x0f, Y29 0x03. AVX2: X9 scales, Y10 the chunk, Y11 values, Y12
-	// scales, Y13 products; Y14 0x03, Y15 0x0f.
+func q2KBlock(a *asm, vnni bool, T int, yAddr func(off, t int) string, sumi func(t int) int) {
+	// Registers. VNNI: X18 scales, Y19 mins16, Y24 a chunk of qs, Y25 its
+	// values, Y26 their scales, Y27 products; Y28 0x0f, Y29 0x03. AVX2: X9
+	// scales, Y10 the chunk, Y11 values, Y12 scales, Y13 products; Y14
+	// 0x03, Y15 0x0f.
 	sc, chunk, vals, scv, prod, mask3, mask0f := 9, 10, 11, 12, 13, 14, 15
 	mov, and := "VMOVDQU", "VPAND"
 	if vnni {
@@ -690,7 +693,7 @@ func q2KBlock(a *asm, vnni bool, T int, yAddr func(off, t int) string, dAddr, bs
 			sub16Products(a, vnni, T, n, j, vals, sc, scv, prod, false, yAddr, sumi)
 		}
 	}
-	// mins16 (VNNI Y19, AVX2 Y8), then per token the float steps.
+	// mins16 where kExactSteps takes them (VNNI Y19, AVX2 32(SP)).
 	mins := 8
 	if vnni {
 		mins = 19
@@ -699,13 +702,9 @@ func q2KBlock(a *asm, vnni bool, T int, yAddr func(off, t int) string, dAddr, bs
 	a.p("VPSRLW $4, X%d, X%d", mins, mins)
 	a.p("%s X%d, X%d, X%d", and, mask0f, mins, mins)
 	a.p("VPMOVZXBW X%d, Y%d", mins, mins)
-	if vnni {
-		a.p("VPBROADCASTW 80(SI), X22")
-		a.p("VCVTPH2PS X22, Y22") // d
-		a.p("VPBROADCASTW 82(SI), X23")
-		a.p("VCVTPH2PS X23, Y23") // dmin
+	if !vnni {
+		a.p("VMOVDQU Y8, 32(SP)")
 	}
-	kMinsSteps(a, vnni, T, "Y8", 22, 23, 80, 82, dAddr, bsAddr, facc, sumi)
 }
 
 // orBit ORs bit `from` of each byte of Y[src] into bit `to` of Y[v]'s
@@ -786,7 +785,7 @@ func dSteps(a *asm, t, dOff, dy, dd, prod int, dLoaded bool, dAddr func(t int) s
 func kBlockPair(a *asm, vnni, mins bool, dOff, dd, dy int, name string, body func(second bool), single, advance func(), bsAddr func(t int) string) {
 	// Registers: VNNI Y10, Y11 the blocks' mins products; AVX2 Y6, Y7
 	// (free with one token); X[dd] the first block's d (and dmin), X[dy]
-	// its dy. Without mins, d is the f16 at dOff.
+	// its dy. d is the f16 at dOff, dmin the one after it.
 	m0, m1 := 10, 11
 	if !vnni {
 		m0, m1 = 6, 7
@@ -805,7 +804,7 @@ func kBlockPair(a *asm, vnni, mins bool, dOff, dd, dy int, name string, body fun
 	body(false)
 	if mins {
 		minsOf(m0)
-		a.p("VMOVD 0(SI), X%d", dd) // d, dmin (f16)
+		a.p("VMOVD %d(SI), X%d", dOff, dd) // d, dmin (f16)
 	} else {
 		a.p("VPBROADCASTW %d(SI), X%d", dOff, dd)
 		a.p("VCVTPH2PS X%d, X%d", dd, dd)
@@ -826,7 +825,7 @@ func kBlockPair(a *asm, vnni, mins bool, dOff, dd, dy int, name string, body fun
 	a.p("VPADDD X9, X8, X8")
 	a.p("VCVTDQ2PS X8, X8")
 	if mins {
-		a.p("VMOVD 0(SI), X9")
+		a.p("VMOVD %d(SI), X9", dOff)
 		a.p("VPUNPCKLDQ X9, X%d, X%d", dd, dd)
 		a.p("VCVTPH2PS X%d, X%d", dd, dd) // [d, dmin, d', dmin']
 		a.p("VBROADCASTSS (BX), X9")
@@ -858,9 +857,10 @@ func kBlockPair(a *asm, vnni, mins bool, dOff, dd, dy int, name string, body fun
 	a.label(name + "_done")
 }
 
-// kExactSteps emits the float steps of a block of Q4_K or Q5_K (mins),
-// Q6_K, Q3_K or IQ4_XS (d at dOff) as dotQ4KRow, dotQ6KRow, dotQ3KRow and
-// dotIQ4XSRow take them: per token the block's whole
+// kExactSteps emits the float steps of a block of Q4_K, Q5_K or Q2_K
+// (mins), Q6_K, Q3_K or IQ4_XS (d at dOff, dmin after it) as dotQ4KRow,
+// dotQ2KRow, dotQ6KRow, dotQ3KRow and dotIQ4XSRow take them: per token the
+// block's whole
 // integer sums S = Σ sc_j·(q·y)_j (the lanes of sumi added; Q6_K's with its
 // −32 offset taken) and, with mins, M = Σ m_j·(sum of y over sub-block j),
 // then facc += (d·dy)·S − (dmin·dy)·M or facc += (d·dy)·S, each product
@@ -872,7 +872,7 @@ func kBlockPair(a *asm, vnni, mins bool, dOff, dd, dy int, name string, body fun
 // free at both levels.
 func kExactSteps(a *asm, vnni, mins bool, dOff, T int, dAddr, bsAddr func(t int) string, facc, sumi func(t int) int) {
 	if mins {
-		a.p("VMOVD 0(SI), X12") // d, dmin (f16)
+		a.p("VMOVD %d(SI), X12", dOff) // d, dmin (f16)
 		a.p("VCVTPH2PS X12, X12")
 		a.p("VMOVDDUP X12, X12") // [d, dmin, d, dmin]
 	} else {
@@ -932,41 +932,6 @@ func kExactSteps(a *asm, vnni, mins bool, dOff, T int, dAddr, bsAddr func(t int)
 		} else {
 			a.p("VADDSS X8, X%d, X%d", facc(t), facc(t))
 		}
-	}
-}
-
-// kMinsSteps emits the float steps of a block of the k-quants with mins
-// (Q2_K, Q4_K, Q5_K), per token: facc += d·dy·sumi − dmin·dy·(mins·bs),
-// mins the sub-blocks' mins as int16 against the activations' 16-value sums
-// (Y19 at the VNNI level, where d and dmin are already in registers dReg
-// and dminReg; avx2Mins, a register or memory, at the AVX2 level, where
-// they are read at dOff and dminOff and Y10-Y12 are free).
-func kMinsSteps(a *asm, vnni bool, T int, avx2Mins string, dReg, dminReg, dOff, dminOff int, dAddr, bsAddr func(t int) string, facc, sumi func(t int) int) {
-	for t := 0; t < T; t++ {
-		if vnni {
-			a.p("VPMADDWD %s, Y19, Y24", bsAddr(t))
-			a.p("VCVTDQ2PS Y24, Y24")
-			a.p("VBROADCASTSS %s, Y25", dAddr(t))
-			a.p("VMULPS Y25, Y%d, Y26", dminReg)
-			a.p("VFNMADD231PS Y26, Y24, Y%d", facc(t))
-			a.p("VCVTDQ2PS Y%d, Y%d", sumi(t), sumi(t))
-			a.p("VMULPS Y25, Y%d, Y26", dReg)
-			a.p("VFMADD231PS Y26, Y%d, Y%d", sumi(t), facc(t))
-			continue
-		}
-		a.p("VMOVDQU %s, Y10", bsAddr(t))
-		a.p("VPMADDWD %s, Y10, Y10", avx2Mins)
-		a.p("VCVTDQ2PS Y10, Y10")
-		a.p("VBROADCASTSS %s, Y11", dAddr(t))
-		a.p("VPBROADCASTW %d(SI), X12", dminOff)
-		a.p("VCVTPH2PS X12, Y12")
-		a.p("VMULPS Y11, Y12, Y12")
-		a.p("VFNMADD231PS Y12, Y10, Y%d", facc(t))
-		a.p("VCVTDQ2PS Y%d, Y%d", sumi(t), sumi(t))
-		a.p("VPBROADCASTW %d(SI), X12", dOff)
-		a.p("VCVTPH2PS X12, Y12")
-		a.p("VMULPS Y11, Y12, Y12")
-		a.p("VFMADD231PS Y12, Y%d, Y%d", sumi(t), facc(t))
 	}
 }
 
@@ -1377,6 +1342,7 @@ func main() {
 	for _, one := range []bool{false, true} {
 		sub16PackedKernel(&a, &d, q6KPacked, one)
 		sub16PackedKernel(&a, &d, q3KPacked, one)
+		sub16PackedKernel(&a, &d, q2KPacked, one)
 	}
 	iq4XSPackedKernel(&a, &d)
 	iq4XSPackedKernel1(&a, &d)
@@ -1384,6 +1350,7 @@ func main() {
 	amxQ6KCfgData(&a)
 	sub16AMXPackedKernel(&a, &d, q6KPacked)
 	sub16AMXPackedKernel(&a, &d, q3KPacked)
+	sub16AMXPackedKernel(&a, &d, q2KPacked)
 	amxBF16CfgData(&a)
 	for groups := 1; groups <= 2; groups++ {
 		bf16AMXKernel(&a, &d, groups)

@@ -15,7 +15,7 @@ const (
 )
 
 // sub16Type describes a packed k-quant type of 16-value sub-blocks (Q6_K,
-// Q3_K) for the kernels below: the kernels' name prefix and the type's
+// Q3_K, Q2_K) for the kernels below: the kernels' name prefix and the type's
 // name, a packed block's bytes and where its rows' f16 d are, and the code
 // that builds its values, scales and offset.
 type sub16Type struct {
@@ -35,8 +35,11 @@ type sub16Type struct {
 	// int16 pairs, against the dwords of bs.
 	pairs func(a *asm)
 	// offset: the values are q + 2^offset, so 2^offset·Σ sc_k·bs_k comes
-	// off the block's sum.
-	offset int
+	// off the block's sum. With mins instead (dminOff > 0), pairs gives
+	// the rows' mins, and the float steps are dotQ2KRow's:
+	// (d·dy)·S − (dmin·dy)·Σ m_k·bs_k.
+	offset  int
+	dminOff int
 }
 
 // q6KPacked is Q6_K's sub16Type: values ql's nibble and qh's two bits
@@ -237,7 +240,21 @@ func q6KPairs(a *asm) {
 func sub16BlockSteps(a *asm, t sub16Type, name string, one bool) {
 	t.pairs(a)
 	a.p("VCVTPH2PS %d(SI), Y30", t.dOff)
+	if t.dminOff > 0 {
+		a.p("VCVTPH2PS %d(SI), Y31", t.dminOff)
+	}
 	steps := func(bs, dy, sum string, acc string) {
+		if t.dminOff > 0 { // M = Σ m_k·bs_k in Y24, then k45Steps
+			a.p("VPXORD Y24, Y24, Y24")
+			a.p("VPXORD Y25, Y25, Y25")
+			for p := 0; p < 8; p++ {
+				a.p("VPDPWSSD.BCST %d%s, Y%d, Y%d", 4*p, bs, 16+p, 24+p%2)
+			}
+			a.p("VPADDD Y25, Y24, Y24")
+			k45Steps(a, 24, sum, dy, 27)
+			a.p("VADDPS %s, Y27, Y27", acc)
+			return
+		}
 		a.p("VPXORD Y26, Y26, Y26")
 		a.p("VPXORD Y27, Y27, Y27")
 		for p := 0; p < 8; p++ {
