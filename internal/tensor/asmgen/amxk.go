@@ -95,14 +95,15 @@ func amxK45Scale(a *asm, scale func(j int), j int, s byte) {
 	}
 }
 
-// The AMX kernel of packed Q6_K weights (q6KAMXP_16): q6KVNNIP for 16
+// The AMX kernels of packed Q6_K, Q3_K and Q2_K weights (q6KAMXP_16,
+// q3KAMXP_16, q2KAMXP_16): their VNNI kernels (sub16PackedKernel) for 16
 // tokens with each 16-value sub-block's 16 × 8 integer dot products taken
-// by the tile unit instead of 64 vpdpbusd. q6KVNNIP builds the 6-bit
-// values of two sub-blocks a step (sa and sa+2, their activations 32
-// bytes apart); each is a tile product of K = 16 on its own tile set
-// (amxQ6KCfg: A 16 tokens × 16 bytes, B 4 × 32, C 16 × 32), and their
-// sums times the rows' int8 scales add to the block's integer sums; the
-// offset and float step after the block are q6KVNNIP's, so are the bits.
+// by the tile unit instead of 64 vpdpbusd. The VNNI kernels build the
+// values of two sub-blocks a step; each is a tile product of K = 16 on its
+// own tile set (amxQ6KCfg: A 16 tokens × 16 bytes, B 4 × 32, C 16 × 32),
+// and their sums times the rows' scales add to the block's integer sums;
+// the offset (or mins) and float steps after the block are the VNNI
+// kernels', so are the bits.
 const (
 	amxQ6KB = 0   // per tile set, B: 4 vectors of 32 bytes
 	amxQ6KC = 256 // per tile set, C: 16 tokens × 32 bytes
@@ -113,13 +114,13 @@ func amxQ6KCfgData(a *asm) {
 	amxCfgData(a, "amxQ6KCfg", [3][2]int{amxTileA: {16, 16}, amxTileB: {4, 32}, amxTileC: {16, 32}})
 }
 
-// sub16AMXPackedKernel generates t's q6KAMXP_16 (q3KAMXP_16 for Q3_K).
+// sub16AMXPackedKernel generates t's q6KAMXP_16 (q3KAMXP_16, q2KAMXP_16).
 // Its arguments are q6KVNNIP's, with tokens 16, and the scratch.
 //
 // Registers: Z0-Z7 the block's integer sums of tokens 2p, 2p+1; Y16-Y23
-// the step's values (then the scale pairs); Z24, Z25 the step's scales in
-// both halves; Z8, Z9 products; Y28, Y29, Y14 as in q6KVNNIP. GPRs as in
-// q6KVNNIP, and DI the scratch, R10 yStride, R15 32.
+// the step's values (then the scale or min pairs); Z24, Z25 the step's
+// scales in both halves; Z8, Z9 products; Y14 and t's constants as in its
+// VNNI kernel. GPRs as there, and DI the scratch, R10 yStride, R15 32.
 func sub16AMXPackedKernel(a *asm, d *decl, t sub16Type) {
 	name := t.prefix + "AMXP_16"
 	text(a, d, name+" computes groups × 8 rows × 16 tokens of packed "+t.typ+" weights × Q8_K activations on the AMX tiles (tokens must be 16); the tiles must be permitted (requestAMX).", name,

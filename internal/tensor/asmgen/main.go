@@ -671,8 +671,9 @@ func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
 
 // q2KBlock emits the body of kKernel's block loop for Q2_K: the sums of
 // the 2-bit values (four shifts of each 32 bytes of qs) times the
-// activations with Q6_K's spread scales, then d·dy times them less
-// dmin·dy times the mins' products with the 16-value sums bs.
+// activations with Q6_K's spread scales, and the mins as int16 for
+// kExactSteps, which takes the block's float steps (d·dy times the sums
+// less dmin·dy times the mins' products with the 16-value sums bs).
 func q2KBlock(a *asm, vnni bool, T int, yAddr func(off, t int) string, sumi func(t int) int) {
 	// Registers. VNNI: X18 scales, Y19 mins16, Y24 a chunk of qs, Y25 its
 	// values, Y26 their scales, Y27 products; Y28 0x0f, Y29 0x03. AVX2: X9
@@ -860,13 +861,13 @@ func kBlockPair(a *asm, vnni, mins bool, dOff, dd, dy int, name string, body fun
 // kExactSteps emits the float steps of a block of Q4_K, Q5_K or Q2_K
 // (mins), Q6_K, Q3_K or IQ4_XS (d at dOff, dmin after it) as dotQ4KRow,
 // dotQ2KRow, dotQ6KRow, dotQ3KRow and dotIQ4XSRow take them: per token the
-// block's whole
-// integer sums S = Σ sc_j·(q·y)_j (the lanes of sumi added; Q6_K's with its
-// −32 offset taken) and, with mins, M = Σ m_j·(sum of y over sub-block j),
-// then facc += (d·dy)·S − (dmin·dy)·M or facc += (d·dy)·S, each product
-// rounded. Integer sums are exact in any order, so every kernel of the type
-// that takes these steps (these, the packed ones of asmgen/q4kpacked.go
-// and asmgen/q6kpacked.go, and the portable one) gives the same bits.
+// block's whole integer sums S = Σ sc_j·(q·y)_j (the lanes of sumi added;
+// Q6_K's and Q3_K's with their offset taken) and, with mins, M = Σ
+// m_j·(sum of y over sub-block j), then facc += (d·dy)·S − (dmin·dy)·M or
+// facc += (d·dy)·S, each product rounded. Integer sums are exact in any
+// order, so every kernel of the type that takes these steps (these, the
+// packed ones of asmgen/q4kpacked.go, q6kpacked.go and iq4xspacked.go, and
+// the portable one) gives the same bits.
 // Tokens go in pairs, t and t+1 in lanes 0 and 1 of facc(t). The mins are
 // Y19 (VNNI) or at 32(SP) (AVX2) as int16 pairs against bs; Y8-Y12 are
 // free at both levels.
@@ -936,8 +937,8 @@ func kExactSteps(a *asm, vnni, mins bool, dOff, T int, dAddr, bsAddr func(t int)
 }
 
 // iq4XSBlock emits the body of kKernel's block loop for IQ4_XS: the eight
-// sub-blocks' scales ls−32 from scales_l and scales_h at once (dword lanes:
-// variable shifts, iq4XSScales) to 0(SP); per pair of sub-blocks, the 32
+// sub-blocks' scales ls−32 from scales_l and scales_h at once (dword lanes,
+// variable shifts) to 0(SP); per pair of sub-blocks, the 32
 // bytes of indices split into nibbles and looked up in the table
 // (vpshufb), the halves put back in value order; per sub-block, its scale
 // broadcast as int16, and for each token the signed products as ggml's
@@ -1087,7 +1088,7 @@ func iq4TableData(a *asm) {
 // scale bytes unpacked to sixteen signed scales (Q6_K's int8 form), the
 // values q+4 = two bits of qs | hmask's bit at bit 2 (unsigned, for
 // vpmaddubsw) times the activations with the scales spread as Q6_K's, less
-// 4·Σ sc·bs, times d·dy.
+// 4·Σ sc·bs; kExactSteps then takes the block's float step.
 func q3KBlock(a *asm, vnni bool, T int, yAddr func(off, t int) string, bsAddr func(t int) string, sumi func(t int) int) {
 	// Registers. VNNI: X18 scales, Y16 hmask, Y24 a chunk of qs, Y25 its
 	// values, Y26 their scales, Y17 products, Y21 hmask shifted; X20-X22

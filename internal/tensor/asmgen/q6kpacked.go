@@ -15,9 +15,9 @@ const (
 )
 
 // sub16Type describes a packed k-quant type of 16-value sub-blocks (Q6_K,
-// Q3_K, Q2_K) for the kernels below: the kernels' name prefix and the type's
-// name, a packed block's bytes and where its rows' f16 d are, and the code
-// that builds its values, scales and offset.
+// Q3_K, Q2_K) for the kernels below: the kernels' name prefix and the
+// type's name, a packed block's bytes and where its rows' f16 d are, and
+// the code that builds its values, scales and offset or mins.
 type sub16Type struct {
 	prefix, typ string
 	bytes, dOff int
@@ -57,15 +57,16 @@ var q6KPacked = sub16Type{
 
 // sub16PackedKernel generates t's q6KVNNIP (up to 16 tokens, their count
 // an argument) or, one, q6KVNNIP1 (one token, sums in registers, a
-// prefetch ahead) — q3KVNNIP, q3KVNNIP1 for Q3_K: packed weights × Q8_K
-// activations at the VNNI level for groups of eight rows, a lane each. Per
-// block, the values of two 16-value sub-blocks at a time are built once
-// for all tokens, and each token's activation dwords meet them in
-// vpdpbusd, times the rows' scales (vpmulld); after the block the offset,
-// 2^offset·Σ sc_k·bs_k, from the scales as int16 pairs against the
-// activations' 16-value sums (vpdpwssd), and dotQ6KRow's float step. The
-// integer sums are exact, so the results are the row kernels' and the
-// portable kernel's bits.
+// prefetch ahead) — q3KVNNIP, q2KVNNIP and their one-token kernels for
+// Q3_K and Q2_K: packed weights × Q8_K activations at the VNNI level for
+// groups of eight rows, a lane each. Per block, the values of two 16-value
+// sub-blocks at a time are built once for all tokens, and each token's
+// activation dwords meet them in vpdpbusd, times the rows' scales
+// (vpmulld); after the block the offset, 2^offset·Σ sc_k·bs_k, from the
+// scales as int16 pairs against the activations' 16-value sums (vpdpwssd)
+// and dotQ6KRow's float step, or Q2_K's mins the same way and dotQ2KRow's
+// two. The integer sums are exact, so the results are the row kernels' and
+// the portable kernel's bits.
 func sub16PackedKernel(a *asm, d *decl, t sub16Type, one bool) {
 	name := t.prefix + "VNNIP"
 	if one {
@@ -83,9 +84,9 @@ func sub16PackedKernel(a *asm, d *decl, t sub16Type, one bool) {
 		}
 		return multi
 	}
-	// Y16-Y23 two sub-blocks' values, then the scale pairs; Y24, Y25 their
-	// scales; Y30 d; Y14 scratch; t's constants. One token: Y0 the
-	// outputs, Y1 the block's sum.
+	// Y16-Y23 two sub-blocks' values, then the scale (min) pairs; Y24, Y25
+	// their scales; Y30 d, Y31 dmin; Y14 scratch; t's constants. One
+	// token: Y0 the outputs, Y1 the block's sum.
 	t.consts(a)
 	a.p("MOVQ w+0(FP), SI")
 	a.p("MOVQ %s, AX", arg("dst+72(FP)", "dst+48(FP)"))
