@@ -1,7 +1,5 @@
 package main
 
-import "fmt"
-
 // The packed IQ4_XS layout (matrix.go, kPackedOffset): per block of eight
 // rows and block b of 256 columns, 8·136 bytes at b times that, the bytes
 // of the eight rows' blocks rearranged so that a vector lane is a row: 32
@@ -114,7 +112,8 @@ func iq4XSSteps(a *asm, m, s int, dy string) {
 // up to 16 tokens, whose count is an argument: a sub-block's values are
 // looked up once for all tokens, then each token's 32 activation bytes meet
 // them in eight vpdpbusd (its dwords broadcast), and the product times the
-// rows' scales (vpmulld) adds to the token's block sum (in the frame).
+// rows' scales (vpmulld) adds to the token's block sum (in the frame:
+// sub32TokenLoop, as q4KVNNIP's).
 func iq4XSPackedKernel(a *asm, d *decl) {
 	const name = "iq4XSVNNIP"
 	text(a, d, name+" computes groups × 8 rows × tokens (at most 16) of packed IQ4_XS weights × Q8_K activations (VNNI).", name,
@@ -129,23 +128,7 @@ func iq4XSPackedKernel(a *asm, d *decl) {
 	for j := 0; j < 8; j++ {
 		iq4XSWeights(a, j)
 		iq4XSSignedScale(a, j)
-		tokenLoop(a, fmt.Sprintf("%s_sub%d", name, j), func() {
-			a.p("MOVQ BX, R11")
-			a.p("LEAQ 0(SP), R13")
-		}, func() {
-			a.p("VPXORD Y25, Y25, Y25")
-			for k := 0; k < 8; k++ {
-				a.p("VPDPBUSD.BCST %d(R11), Y%d, Y25", 32*j+4*k, 16+k)
-			}
-			a.p("VPMULLD Y24, Y25, Y25")
-			if j > 0 {
-				a.p("VPADDD (R13), Y25, Y25")
-			}
-			a.p("VMOVDQU32 Y25, (R13)")
-		}, func() {
-			a.p("ADDQ yStride+24(FP), R11")
-			a.p("ADDQ $32, R13")
-		})
+		sub32TokenLoop(a, name, j)
 	}
 	iq4XSBlockSteps(a, name)
 	packedGroupEnd(a, name)
@@ -182,34 +165,12 @@ func iq4XSPackedKernel1(a *asm, d *decl) {
 	// Y0 the outputs, Y1 the block's sum, Y2-Y5 partial sums; the rest as
 	// in iq4XSVNNIP.
 	iq4XSConsts(a)
-	a.p("MOVQ w+0(FP), SI")
-	a.p("MOVQ dst+48(FP), AX")
-	a.label(name + "_group")
-	a.p("VPXORD Y0, Y0, Y0")
-	a.p("MOVQ y+16(FP), BX")
-	a.p("MOVQ d+24(FP), R8")
-	a.p("MOVQ bs+32(FP), DX")
-	a.p("MOVQ nb+40(FP), CX")
-	a.label(name + "_block")
-	for off := 0; off < iq4XSPackedBytes; off += 64 {
-		a.p("PREFETCHT0 %d(SI)", k45PrefetchBytes+off)
-	}
+	oneTokenGroupStart(a, name, iq4XSPackedBytes)
 	iq4XSBlockStart(a)
 	for j := 0; j < 8; j++ {
 		iq4XSWeights(a, j)
 		iq4XSSignedScale(a, j)
-		a.p("VPXORD Y2, Y2, Y2")
-		a.p("VPXORD Y3, Y3, Y3")
-		for k := 0; k < 8; k++ {
-			a.p("VPDPBUSD.BCST %d(BX), Y%d, Y%d", 32*j+4*k, 16+k, 2+k%2)
-		}
-		a.p("VPADDD Y3, Y2, Y2")
-		if j == 0 {
-			a.p("VPMULLD Y24, Y2, Y1")
-		} else {
-			a.p("VPMULLD Y24, Y2, Y2")
-			a.p("VPADDD Y2, Y1, Y1")
-		}
+		sub32OneToken(a, j)
 	}
 	iq4XSPairs(a)
 	a.p("VCVTPH2PS %d(SI), Y30", iq4XSPackedD)

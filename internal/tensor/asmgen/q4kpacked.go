@@ -60,26 +60,35 @@ func q4KPackedKernel(a *asm, d *decl, q5 bool) {
 	for j := 0; j < 8; j++ {
 		k45Weights(a, l, q5, j)
 		q4KPackedScale(a, l, j, false, 24, 25)
-		tokenLoop(a, fmt.Sprintf("%s_sub%d", name, j), func() {
-			a.p("MOVQ BX, R11")
-			a.p("LEAQ 0(SP), R13")
-		}, func() {
-			a.p("VPXORD Y25, Y25, Y25")
-			for k := 0; k < 8; k++ {
-				a.p("VPDPBUSD.BCST %d(R11), Y%d, Y25", 32*j+4*k, 16+k)
-			}
-			a.p("VPMULLD Y24, Y25, Y25")
-			if j > 0 {
-				a.p("VPADDD (R13), Y25, Y25")
-			}
-			a.p("VMOVDQU32 Y25, (R13)")
-		}, func() {
-			a.p("ADDQ yStride+24(FP), R11")
-			a.p("ADDQ $32, R13")
-		})
+		sub32TokenLoop(a, name, j)
 	}
 	k45BlockSteps(a, l, name)
 	packedGroupEnd(a, name)
+}
+
+// sub32TokenLoop emits the multi-token packed kernels' loop over the
+// tokens for 32-value sub-block j: each token's 32 activation bytes meet
+// the eight rows' values in Y16-Y23 in eight vpdpbusd (its dwords
+// broadcast), and the product times the rows' scales in Y24 adds to the
+// token's block sum in the frame (sets it, for the first sub-block).
+func sub32TokenLoop(a *asm, name string, j int) {
+	tokenLoop(a, fmt.Sprintf("%s_sub%d", name, j), func() {
+		a.p("MOVQ BX, R11")
+		a.p("LEAQ 0(SP), R13")
+	}, func() {
+		a.p("VPXORD Y25, Y25, Y25")
+		for k := 0; k < 8; k++ {
+			a.p("VPDPBUSD.BCST %d(R11), Y%d, Y25", 32*j+4*k, 16+k)
+		}
+		a.p("VPMULLD Y24, Y25, Y25")
+		if j > 0 {
+			a.p("VPADDD (R13), Y25, Y25")
+		}
+		a.p("VMOVDQU32 Y25, (R13)")
+	}, func() {
+		a.p("ADDQ yStride+24(FP), R11")
+		a.p("ADDQ $32, R13")
+	})
 }
 
 // k45Weights sets Y16-Y23 to the eight dwords of sub-block j's values of
@@ -145,33 +154,11 @@ func q4KPackedKernel1(a *asm, d *decl, q5 bool) {
 	// Y0 the outputs, Y1 the block's sum, Y2-Y5 partial sums; Y24 scales,
 	// Y26, Y27 scratch; Y30, Y31 d, dmin.
 	k45Consts(a, q5)
-	a.p("MOVQ w+0(FP), SI")
-	a.p("MOVQ dst+48(FP), AX")
-	a.label(name + "_group")
-	a.p("VPXORD Y0, Y0, Y0")
-	a.p("MOVQ y+16(FP), BX")
-	a.p("MOVQ d+24(FP), R8")
-	a.p("MOVQ bs+32(FP), DX")
-	a.p("MOVQ nb+40(FP), CX")
-	a.label(name + "_block")
-	for off := 0; off < l.bytes; off += 64 {
-		a.p("PREFETCHT0 %d(SI)", k45PrefetchBytes+off)
-	}
+	oneTokenGroupStart(a, name, l.bytes)
 	for j := 0; j < 8; j++ {
 		k45Weights(a, l, q5, j)
 		q4KPackedScale(a, l, j, false, 24, 25)
-		a.p("VPXORD Y2, Y2, Y2")
-		a.p("VPXORD Y3, Y3, Y3")
-		for k := 0; k < 8; k++ {
-			a.p("VPDPBUSD.BCST %d(BX), Y%d, Y%d", 32*j+4*k, 16+k, 2+k%2)
-		}
-		a.p("VPADDD Y3, Y2, Y2")
-		if j == 0 {
-			a.p("VPMULLD Y24, Y2, Y1")
-		} else {
-			a.p("VPMULLD Y24, Y2, Y2")
-			a.p("VPADDD Y2, Y1, Y1")
-		}
+		sub32OneToken(a, j)
 	}
 	k45MinPairs(a, l)
 	a.p("VCVTPH2PS %d(SI), Y30", l.d)
@@ -187,6 +174,45 @@ func q4KPackedKernel1(a *asm, d *decl, q5 bool) {
 	k45NextBlock(a, l, name)
 	a.p("VMOVUPS Y0, (AX)")
 	packedGroupEnd(a, name)
+}
+
+// oneTokenGroupStart begins the one-token packed kernels of 32-value
+// sub-blocks (the arguments of kPacked1Fn): SI the weights, AX the
+// outputs, then per group of eight rows Y0 zeroed and BX, R8, DX, CX set
+// to the activations, their scales, their sums and the blocks, at the
+// block loop's label, where a block of bytes is prefetched ahead.
+func oneTokenGroupStart(a *asm, name string, bytes int) {
+	a.p("MOVQ w+0(FP), SI")
+	a.p("MOVQ dst+48(FP), AX")
+	a.label(name + "_group")
+	a.p("VPXORD Y0, Y0, Y0")
+	a.p("MOVQ y+16(FP), BX")
+	a.p("MOVQ d+24(FP), R8")
+	a.p("MOVQ bs+32(FP), DX")
+	a.p("MOVQ nb+40(FP), CX")
+	a.label(name + "_block")
+	for off := 0; off < bytes; off += 64 {
+		a.p("PREFETCHT0 %d(SI)", k45PrefetchBytes+off)
+	}
+}
+
+// sub32OneToken adds to the block's sum in Y1 (sets it, for the first
+// sub-block) 32-value sub-block j's products for one token: its activation
+// dwords at BX against the rows' values in Y16-Y23 in two vpdpbusd chains
+// (Y2, Y3), times the rows' scales in Y24.
+func sub32OneToken(a *asm, j int) {
+	a.p("VPXORD Y2, Y2, Y2")
+	a.p("VPXORD Y3, Y3, Y3")
+	for k := 0; k < 8; k++ {
+		a.p("VPDPBUSD.BCST %d(BX), Y%d, Y%d", 32*j+4*k, 16+k, 2+k%2)
+	}
+	a.p("VPADDD Y3, Y2, Y2")
+	if j == 0 {
+		a.p("VPMULLD Y24, Y2, Y1")
+		return
+	}
+	a.p("VPMULLD Y24, Y2, Y2")
+	a.p("VPADDD Y2, Y1, Y1")
 }
 
 // k45BlockSteps emits the end of a block of the multi-token packed
