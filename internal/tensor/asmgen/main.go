@@ -650,7 +650,7 @@ func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
 	a.p("MOVQ AX, CX")
 	for t := 0; t < T; t++ {
 		switch {
-		case exact && !mins && T >= 3 && t > 0: // kExactSteps: token t in lane t of facc(0)
+		case exact && T >= 3 && t > 0: // kExactSteps: token t in lane t of facc(0)
 			a.p("VEXTRACTPS $%d, X%d, (CX)", t, facc(0))
 		case exact && t%2 == 0: // kExactSteps: a pair of tokens' sums in lanes 0 and 1
 			a.p("VMOVSS X%d, (CX)", facc(t))
@@ -870,8 +870,8 @@ func kBlockPair(a *asm, vnni, mins bool, dOff, dd, dy int, name string, body fun
 // order, so every kernel of the type that takes these steps (these, the
 // packed ones of asmgen/q4kpacked.go, q6kpacked.go and iq4xspacked.go, and
 // the portable one) gives the same bits.
-// Tokens go in pairs, t and t+1 in lanes 0 and 1 of facc(t), or, without
-// mins, three or four at once, token t in lane t of facc(0). The mins are
+// Tokens go in pairs, t and t+1 in lanes 0 and 1 of facc(t), or three or
+// four at once, token t in lane t of facc(0). The mins are
 // Y19 (VNNI) or at 32(SP) (AVX2) as int16 pairs against bs; Y8-Y12 are
 // free at both levels.
 func kExactSteps(a *asm, vnni, mins bool, dOff, T int, dAddr, bsAddr func(t int) string, facc, sumi func(t int) int) {
@@ -891,9 +891,10 @@ func kExactSteps(a *asm, vnni, mins bool, dOff, T int, dAddr, bsAddr func(t int)
 			a.p("VPMADDWD 32(SP), Y%d, Y%d", reg, reg)
 		}
 	}
-	if !mins && T >= 3 {
+	if T >= 3 {
 		// Three or four tokens at once, token t in lane t of facc(0): one
-		// reduction, one pair of products.
+		// reduction of the sums (and one of the mins'), one set of products.
+		// The sums' registers are free once reduced.
 		u := min(3, T-1)
 		a.p("VPHADDD Y%d, Y%d, Y8", sumi(1), sumi(0)) // [t0 01, t0 23, t1 01, t1 23 | ..]
 		a.p("VPHADDD Y%d, Y%d, Y9", sumi(u), sumi(2))
@@ -901,12 +902,33 @@ func kExactSteps(a *asm, vnni, mins bool, dOff, T int, dAddr, bsAddr func(t int)
 		a.p("VEXTRACTI128 $1, Y8, X9")
 		a.p("VPADDD X9, X8, X8")
 		a.p("VCVTDQ2PS X8, X8")
-		a.p("VMOVSS %s, X9", dAddr(0))
-		for t := 1; t < T; t++ {
-			a.p("VINSERTPS $%#x, %s, X9, X9", t<<4, dAddr(t)) // dy of token t in lane t
+		if mins {
+			minsOf(0, 9)
+			minsOf(1, 10)
+			a.p("VPHADDD Y10, Y9, Y9")
+			minsOf(2, 10)
+			minsOf(u, 11)
+			a.p("VPHADDD Y11, Y10, Y10")
+			a.p("VPHADDD Y10, Y9, Y9") // [M0, M1, M2, M3] in each half
+			a.p("VEXTRACTI128 $1, Y9, X10")
+			a.p("VPADDD X10, X9, X9")
+			a.p("VCVTDQ2PS X9, X9")
 		}
-		a.p("VMULPS X12, X9, X9") // d·dy
-		a.p("VMULPS X9, X8, X8")
+		a.p("VMOVSS %s, X10", dAddr(0))
+		for t := 1; t < T; t++ {
+			a.p("VINSERTPS $%#x, %s, X10, X10", t<<4, dAddr(t)) // dy of token t in lane t
+		}
+		if mins {
+			a.p("VPERMILPS $0x55, X12, X11") // dmin
+			a.p("VMULPS X11, X10, X11")      // dmin·dy
+			a.p("VMULPS X11, X9, X9")
+		}
+		a.p("VBROADCASTSS X12, X11") // d
+		a.p("VMULPS X11, X10, X10")  // d·dy
+		a.p("VMULPS X10, X8, X8")
+		if mins {
+			a.p("VSUBPS X9, X8, X8")
+		}
 		a.p("VADDPS X8, X%d, X%d", facc(0), facc(0))
 		return
 	}
