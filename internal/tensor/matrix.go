@@ -149,8 +149,7 @@ func (m Matrix) Bytes() int {
 // asmgen/q40avx2.go), Q4_0's (the same for both levels), Q2_K's to Q6_K's
 // and IQ4_XS's for the VNNI level (asmgen/q4kpacked.go, q6kpacked.go,
 // q3kpacked.go, q2kpacked.go, iq4xspacked.go: the rows' blocks with a row
-// in each lane,
-// the scales still packed), and F16's and BF16's
+// in each lane, the scales still packed), and F16's and BF16's
 // (asmgen/floatpacked.go: two half blocks for the AVX2 kernels,
 // steps of eight rows for the zmm ones, zmmRowStep): each block of eight
 // rows as the kernel's registers hold it (Q4_0's nibbles still packed), so

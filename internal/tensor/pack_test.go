@@ -15,7 +15,7 @@ func TestPackedMatMul(t *testing.T) {
 	rng := rand.New(rand.NewPCG(31, 32))
 	p := NewPool(2)
 	defer p.Close()
-	for _, typ := range []DType{Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, F16, BF16} {
+	for _, typ := range []DType{Q8_0, Q4_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, F16, BF16} {
 		if !packable(typ) {
 			t.Logf("%v: no packed layout on this CPU", typ)
 			continue
@@ -26,7 +26,7 @@ func TestPackedMatMul(t *testing.T) {
 
 func testPackedMatMul(t *testing.T, rng *rand.Rand, p *Pool, typ DType) {
 	colsList := []int{32, 576, 32 * 37}
-	if typ == Q4_K || typ == Q5_K || typ == Q6_K {
+	if typ.BlockSize() == qkK {
 		colsList = []int{256, 256 * 5, 256 * 9}
 	}
 	if typ == F16 || typ == BF16 {
