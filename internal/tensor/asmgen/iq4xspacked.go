@@ -16,14 +16,13 @@ const (
 )
 
 // The products take the table's values plus 128 (iq4UTable of
-// q80DirectData: unsigned, as
-// vpdpbusd and TDPBSUD want their weights), so a sub-block's sum is
-// Σ (v+128)·y = Σ v·y + 128·Σ y; after the block, 128·Σ_j ls_j·Σ y_j comes
-// off, from the scales as int16 pairs against the activations' 16-value
-// sums (vpdpwssd). Every sum is an exact integer, so the block's is
-// dotIQ4XSRow's Σ ls_j·(v·y)_j, and its float step (d·dy)·S is taken as
-// kExactSteps takes it: the results are the row kernels' and the portable
-// kernel's bits.
+// q80DirectData: unsigned, as vpdpbusd and TDPBSUD want their weights), so
+// a sub-block's sum is Σ (v+128)·y = Σ v·y + 128·Σ y; after the block,
+// 128·Σ_j ls_j·Σ y_j comes off, from the scales as int16 pairs against the
+// activations' 16-value sums (vpdpwssd). Every sum is an exact integer, so
+// the block's is dotIQ4XSRow's Σ ls_j·(v·y)_j, and its float step
+// (d·dy)·S is taken as kExactSteps takes it: the results are the row
+// kernels' and the portable kernel's bits.
 
 // iq4XSConsts loads the packed kernels' constants: Y28 0x0f bytes, Y29
 // 0x3f dwords, Y31 the unsigned table in both lanes, Y15 32 dwords, Y14 32
