@@ -19,9 +19,9 @@ import (
 // or as the file has them (q80AMXR_16, q40AMXR_16: the mapped file's
 // weights), and of packed Q2_K to Q6_K and IQ4_XS weights (q4KAMXP_16,
 // q5KAMXP_16, q6KAMXP_16, iq4XSAMXP_16, q3KAMXP_16, q2KAMXP_16: a tile
-// product per 32- or 16-value sub-block, whose integer sums are the VNNI kernels'), the
-// float steps staying the VNNI kernels' (bit-identical results, so batch
-// invariance holds).
+// product per 32- or 16-value sub-block, whose integer sums are the VNNI
+// kernels'), the float steps staying the VNNI kernels' (bit-identical
+// results, so batch invariance holds).
 // Whether they are used is measured, not assumed: amxChoice times each
 // against its VNNI kernel once per process.
 //
@@ -77,8 +77,8 @@ func DisableAMX() error {
 
 // amxKernel is an AMX kernel of 16 tokens on weights of type typ, packed
 // (q80AMXP_16, q40AMXP_16, q4KAMXP_16, q5KAMXP_16, q6KAMXP_16,
-// iq4XSAMXP_16, q3KAMXP_16, q2KAMXP_16) or, with rows, as the file has them (q80AMXR_16,
-// q40AMXR_16); slot is its place in amxDecision.use.
+// iq4XSAMXP_16, q3KAMXP_16, q2KAMXP_16) or, with rows, as the file has
+// them (q80AMXR_16, q40AMXR_16); slot is its place in amxDecision.use.
 type amxKernel struct {
 	typ  DType
 	rows bool
@@ -448,12 +448,12 @@ func (x *amxKernel) probeRows() (amxT, vnniT time.Duration) {
 	})
 }
 
-// probeK is probe for the packed k-quant kernels, against q4KVNNIP
-// (q5KVNNIP, q6KVNNIP, iq4XSVNNIP, q3KVNNIP, q2KVNNIP).
+// probeK is probe for the packed k-quant kernels, against their VNNI
+// kernels (q4KVNNIP, …: kPackedFor).
 func (x *amxKernel) probeK() (amxT, vnniT time.Duration) {
 	const rows, T, cols = amxProbeRows, amxProbeTokens, amxProbeCols
 	m := Pack(Matrix{Type: x.typ, Rows: rows, Cols: cols, Data: probeWeights(x.typ)})
-	vnni := map[DType]kPackedFn{Q4_K: q4KVNNIP, Q5_K: q5KVNNIP, Q6_K: q6KVNNIP, IQ4_XS: iq4XSVNNIP, Q3_K: q3KVNNIP, Q2_K: q2KVNNIP}[x.typ]
+	vnni := kPackedFor(x).p
 	a := probeActs(Q8_K, amxProbeCols, amxProbeTokens, false)
 	dst := make([]float32, T*rows)
 	s := new(amxScratch)

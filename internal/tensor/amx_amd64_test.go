@@ -34,7 +34,7 @@ func TestAMXPacked(t *testing.T) {
 		Q8_0: {(&q80Rows{t: q80VNNI.t, p: q80VNNI.p}).run, (&q80Rows{t: q80VNNI.t, p: q80VNNI.p, amx: forced(q80AMX)}).run},
 		Q4_0: {(&eightRows{n: q40VNNI.n, p: q40VNNI.p}).run, (&eightRows{n: q40VNNI.n, p: q40VNNI.p, amx: forced(q40AMX)}).run},
 	}
-	for _, k := range []*kPacked{q4KVNNIPacked, q5KVNNIPacked, q6KVNNIPacked, iq4XSPacked, q3KVNNIPacked, q2KVNNIPacked} {
+	for _, k := range kPackedKernels {
 		vnni, amx := *k, *k
 		vnni.amx, amx.amx = nil, forced(k.amx)
 		kernels[k.amx.typ] = [2]kernel{vnni.run, amx.run}

@@ -598,26 +598,29 @@ func (k *kPacked) packed(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf
 }
 
 var (
-	q4KVNNI       = &kTiles{[5]kFn{nil, q4KVNNI_1, q4KVNNI_2, q4KVNNI_3, q4KVNNI_4}}
-	q4KVNNIPacked = &kPacked{rows: q4KVNNI, p: q4KVNNIP, p1: q4KVNNIP1, packTokens: 32, amx: q4KAMX}
-	q5KVNNIPacked = &kPacked{rows: q5KVNNI, p: q5KVNNIP, p1: q5KVNNIP1, packTokens: 32, amx: q5KAMX}
-	q6KVNNIPacked = &kPacked{rows: q6KVNNI, p: q6KVNNIP, p1: q6KVNNIP1, packTokens: 128, amx: q6KAMX}
-	iq4XSPacked   = &kPacked{rows: iq4XSVNNI, p: iq4XSVNNIP, p1: iq4XSVNNIP1, packTokens: 32, amx: iq4XSAMX}
-	q3KVNNIPacked = &kPacked{rows: q3KVNNI, p: q3KVNNIP, p1: q3KVNNIP1, packTokens: 128, amx: q3KAMX}
-	q2KVNNIPacked = &kPacked{rows: q2KVNNI, p: q2KVNNIP, p1: q2KVNNIP1, packTokens: 128, amx: q2KAMX}
-	q5KVNNI       = &kTiles{[5]kFn{nil, q5KVNNI_1, q5KVNNI_2, q5KVNNI_3, q5KVNNI_4}}
-	q2KVNNI       = &kTiles{[5]kFn{nil, q2KVNNI_1, q2KVNNI_2, q2KVNNI_3, q2KVNNI_4}}
-	q3KVNNI       = &kTiles{[5]kFn{nil, q3KVNNI_1, q3KVNNI_2, q3KVNNI_3, q3KVNNI_4}}
-	iq4XSVNNI     = &kTiles{[5]kFn{nil, iq4XSVNNI_1, iq4XSVNNI_2, iq4XSVNNI_3, iq4XSVNNI_4}}
-	q6KVNNI       = &kTiles{[5]kFn{nil, q6KVNNI_1, q6KVNNI_2, q6KVNNI_3, q6KVNNI_4}}
-	q8K16VNNI     = &kTiles{[5]kFn{nil, q8K16VNNI_1, q8K16VNNI_2, q8K16VNNI_3, q8K16VNNI_4}}
-	q4KAVX2       = &kTiles{[5]kFn{nil, q4KAVX2_1, q4KAVX2_2, q4KAVX2_3, q4KAVX2_4}}
-	q5KAVX2       = &kTiles{[5]kFn{nil, q5KAVX2_1, q5KAVX2_2, q5KAVX2_3, q5KAVX2_4}}
-	q2KAVX2       = &kTiles{[5]kFn{nil, q2KAVX2_1, q2KAVX2_2, q2KAVX2_3, q2KAVX2_4}}
-	q3KAVX2       = &kTiles{[5]kFn{nil, q3KAVX2_1, q3KAVX2_2, q3KAVX2_3, q3KAVX2_4}}
-	iq4XSAVX2     = &kTiles{[5]kFn{nil, iq4XSAVX2_1, iq4XSAVX2_2, iq4XSAVX2_3, iq4XSAVX2_4}}
-	q6KAVX2       = &kTiles{[5]kFn{nil, q6KAVX2_1, q6KAVX2_2, q6KAVX2_3, q6KAVX2_4}}
-	q8K16AVX2     = &kTiles{[5]kFn{nil, q8K16AVX2_1, q8K16AVX2_2, q8K16AVX2_3, q8K16AVX2_4}}
+	q4KVNNI         = &kTiles{[5]kFn{nil, q4KVNNI_1, q4KVNNI_2, q4KVNNI_3, q4KVNNI_4}}
+	q4KVNNIPacked   = &kPacked{rows: q4KVNNI, p: q4KVNNIP, p1: q4KVNNIP1, packTokens: 32, amx: q4KAMX}
+	q5KVNNIPacked   = &kPacked{rows: q5KVNNI, p: q5KVNNIP, p1: q5KVNNIP1, packTokens: 32, amx: q5KAMX}
+	q6KVNNIPacked   = &kPacked{rows: q6KVNNI, p: q6KVNNIP, p1: q6KVNNIP1, packTokens: 128, amx: q6KAMX}
+	iq4XSVNNIPacked = &kPacked{rows: iq4XSVNNI, p: iq4XSVNNIP, p1: iq4XSVNNIP1, packTokens: 32, amx: iq4XSAMX}
+	q3KVNNIPacked   = &kPacked{rows: q3KVNNI, p: q3KVNNIP, p1: q3KVNNIP1, packTokens: 128, amx: q3KAMX}
+	q2KVNNIPacked   = &kPacked{rows: q2KVNNI, p: q2KVNNIP, p1: q2KVNNIP1, packTokens: 128, amx: q2KAMX}
+	// kPackedKernels are the packed k-quant types' drivers, for the AMX
+	// probe (kPackedFor) and the tests.
+	kPackedKernels = []*kPacked{q4KVNNIPacked, q5KVNNIPacked, q6KVNNIPacked, iq4XSVNNIPacked, q3KVNNIPacked, q2KVNNIPacked}
+	q5KVNNI        = &kTiles{[5]kFn{nil, q5KVNNI_1, q5KVNNI_2, q5KVNNI_3, q5KVNNI_4}}
+	q2KVNNI        = &kTiles{[5]kFn{nil, q2KVNNI_1, q2KVNNI_2, q2KVNNI_3, q2KVNNI_4}}
+	q3KVNNI        = &kTiles{[5]kFn{nil, q3KVNNI_1, q3KVNNI_2, q3KVNNI_3, q3KVNNI_4}}
+	iq4XSVNNI      = &kTiles{[5]kFn{nil, iq4XSVNNI_1, iq4XSVNNI_2, iq4XSVNNI_3, iq4XSVNNI_4}}
+	q6KVNNI        = &kTiles{[5]kFn{nil, q6KVNNI_1, q6KVNNI_2, q6KVNNI_3, q6KVNNI_4}}
+	q8K16VNNI      = &kTiles{[5]kFn{nil, q8K16VNNI_1, q8K16VNNI_2, q8K16VNNI_3, q8K16VNNI_4}}
+	q4KAVX2        = &kTiles{[5]kFn{nil, q4KAVX2_1, q4KAVX2_2, q4KAVX2_3, q4KAVX2_4}}
+	q5KAVX2        = &kTiles{[5]kFn{nil, q5KAVX2_1, q5KAVX2_2, q5KAVX2_3, q5KAVX2_4}}
+	q2KAVX2        = &kTiles{[5]kFn{nil, q2KAVX2_1, q2KAVX2_2, q2KAVX2_3, q2KAVX2_4}}
+	q3KAVX2        = &kTiles{[5]kFn{nil, q3KAVX2_1, q3KAVX2_2, q3KAVX2_3, q3KAVX2_4}}
+	iq4XSAVX2      = &kTiles{[5]kFn{nil, iq4XSAVX2_1, iq4XSAVX2_2, iq4XSAVX2_3, iq4XSAVX2_4}}
+	q6KAVX2        = &kTiles{[5]kFn{nil, q6KAVX2_1, q6KAVX2_2, q6KAVX2_3, q6KAVX2_4}}
+	q8K16AVX2      = &kTiles{[5]kFn{nil, q8K16AVX2_1, q8K16AVX2_2, q8K16AVX2_3, q8K16AVX2_4}}
 	// The IQ1, IQ2 and IQ3 types in their own bytes (VNNI level with VBMI;
 	// asmgen/iqdirect.go).
 	iqDirectKernels = map[DType]*kTiles{
@@ -630,6 +633,16 @@ var (
 		IQ1_M:   {[5]kFn{nil, iq1MVNNI_1, iq1MVNNI_2, iq1MVNNI_3, iq1MVNNI_4}},
 	}
 )
+
+// kPackedFor is the packed driver whose AMX kernel is x, nil if none.
+func kPackedFor(x *amxKernel) *kPacked {
+	for _, k := range kPackedKernels {
+		if k.amx == x {
+			return k
+		}
+	}
+	return nil
+}
 
 // hasVBMI reports whether the CPU has AVX512-VBMI (vpermb,
 // vpmultishiftqb), which the direct IQ kernels need beyond the VNNI level.
@@ -923,7 +936,7 @@ var isaKernels = withStreamKernels([isaVNNI + 1]kernelTable{
 	isaVNNI: {
 		F32: f32FMA.run, F16: f16VNNI.run, BF16: bf16Kernel,
 		Q8_0: q80VNNI.run, Q4_0: q40VNNI.run,
-		IQ4_XS: iq4XSPacked.run, Q2_K: q2KVNNIPacked.run, Q3_K: q3KVNNIPacked.run, Q4_K: q4KVNNIPacked.run, Q5_K: q5KVNNIPacked.run, Q6_K: q6KVNNIPacked.run,
+		IQ4_XS: iq4XSVNNIPacked.run, Q2_K: q2KVNNIPacked.run, Q3_K: q3KVNNIPacked.run, Q4_K: q4KVNNIPacked.run, Q5_K: q5KVNNIPacked.run, Q6_K: q6KVNNIPacked.run,
 		q8K16Slot: q8K16VNNI.run,
 	},
 })
