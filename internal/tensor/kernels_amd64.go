@@ -652,6 +652,9 @@ var hasVBMI = cpuISA == isaVNNI && cpu.X86.HasAVX512VBMI
 // bytes at level i and the most tokens it takes, or nil where there is
 // none.
 func directKernel(t DType, i isa) (kernel, int) {
+	if i == isaAVX2 && t == Q4_1 {
+		return q41AVX2.run, q41AVX2Tokens
+	}
 	if i != isaVNNI {
 		return nil, 0
 	}
@@ -676,6 +679,9 @@ func directKernel(t DType, i isa) (kernel, int) {
 // unpacked once per work item for the packed kernels, rather than once per
 // 16 tokens by the direct kernels.
 func directPacker(t DType, i isa) *rowPacker {
+	if i == isaAVX2 && t == Q4_1 {
+		return &rowPacker{pack: packQ41Rows, addMins: minsAdder(minsAddAVX2)}
+	}
 	if i != isaVNNI {
 		return nil
 	}
@@ -699,15 +705,60 @@ func directPacker(t DType, i isa) *rowPacker {
 		}
 	}}
 	if k.mins {
-		p.addMins = func(dst []float32, ld int, mins []byte, rowBlocks, cols int, a *actBuf, t0, t1 int) {
-			nb := cols / qk80
-			_ = mins[pairedMinsBytes(rowBlocks, nb)-1]
-			_ = a.s1[t1*nb-1]
-			_ = dst[(t1-1)*ld+8*rowBlocks-1]
-			minsAddVNNI(&mins[0], nb, &a.s1[t0*nb], 4*nb, t1-t0, &dst[t0*ld], 4*ld, rowBlocks)
-		}
+		p.addMins = minsAdder(minsAddVNNI)
 	}
 	return p
+}
+
+// minsAdder is rowPacker.addMins through kernel f (minsAddVNNI,
+// minsAddAVX2).
+func minsAdder(f func(mins *byte, blocks int, s1 *float32, s1Stride, tokens int, dst *float32, ldBytes, rowBlocks int)) func(dst []float32, ld int, mins []byte, rowBlocks, cols int, a *actBuf, t0, t1 int) {
+	return func(dst []float32, ld int, mins []byte, rowBlocks, cols int, a *actBuf, t0, t1 int) {
+		nb := cols / qk80
+		_ = mins[pairedMinsBytes(rowBlocks, nb)-1]
+		_ = a.s1[t1*nb-1]
+		_ = dst[(t1-1)*ld+8*rowBlocks-1]
+		f(&mins[0], nb, &a.s1[t0*nb], 4*nb, t1-t0, &dst[t0*ld], 4*ld, rowBlocks)
+	}
+}
+
+// q41AVX2 is Q4_1's direct kernels at the AVX2 level: one or two tokens a
+// pass over the rows in their own bytes (asmgen/q40avx2.go), up to
+// q41AVX2Tokens in turns. Decode then streams 20 bytes a block where the
+// widened copy takes 36; prompts pack a work item's rows once
+// (packQ41Rows) for the packed Q8_0 kernels, as at the VNNI level.
+var q41AVX2 = &q80Direct{k: []q8DirectFn{nil, q41AVX2N_1, q41AVX2N_2}, mins: true}
+
+// q41AVX2Tokens is the most tokens q41AVX2 takes: two passes over the
+// rows in their own bytes read as much as one over the widened copy,
+// where a decode-sized work item packed (its rows too many for the cache)
+// would be written out and read back.
+const q41AVX2Tokens = 4
+
+// packQ41Rows is rowPacker.pack for Q4_1 at the AVX2 level: rowBlocks
+// blocks of eight rows of src written as the rows widened and packed
+// (packQ80's AVX2 layout: q, 0-15, as signed bytes), their minima as
+// q41VNNIW writes them (pairedMinsBytes).
+func packQ41Rows(dst, mins, src []byte, rowBytes, rowBlocks, cols int) {
+	const bs = 20 // Q4_1: d, m, 16 bytes of nibbles
+	nb := cols / qk80
+	_ = mins[pairedMinsBytes(rowBlocks, nb)-1]
+	for rb := range rowBlocks {
+		for b := range nb {
+			out := dst[(rb*nb+b)*q80PackedBytes:][:q80PackedBytes]
+			m := mins[rb/2*nb*32+rb%2*16+32*b:][:16]
+			for r := range 8 {
+				in := src[(8*rb+r)*rowBytes+b*bs:][:bs]
+				out[q80PackedScale+2*r], out[q80PackedScale+2*r+1] = in[0], in[1]
+				m[2*r], m[2*r+1] = in[2], in[3]
+				for k := range 4 { // values 4k.. in the low nibbles, 16+4k.. in the high
+					v := binary.LittleEndian.Uint32(in[4+4*k:])
+					binary.LittleEndian.PutUint32(out[32*k+4*r:], v&0x0f0f0f0f)
+					binary.LittleEndian.PutUint32(out[32*(k+4)+4*r:], v>>4&0x0f0f0f0f)
+				}
+			}
+		}
+	}
 }
 
 // q8DirectFn is a direct kernel of a type streamed to Q8_0

@@ -624,6 +624,16 @@ func q41VNNIR_8(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, b
 //go:noescape
 func q41VNNIW(w *byte, rowBytes, prefetch, rowBlocks, blocks int, dst, mins *byte)
 
+// q41AVX2N_1 computes rows × 1 tokens of Q4_1 weights × Q8_0 activations, eight rows at a time, in the weights' own bytes (AVX2).
+//
+//go:noescape
+func q41AVX2N_1(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, s1 *float32)
+
+// q41AVX2N_2 computes rows × 2 tokens of Q4_1 weights × Q8_0 activations, eight rows at a time, in the weights' own bytes (AVX2).
+//
+//go:noescape
+func q41AVX2N_2(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, s1 *float32)
+
 // q51VNNIN_1 computes rows × 1 tokens of Q5_1 weights × Q8_0 activations, eight rows at a time, in the weights' own bytes (VNNI).
 //
 //go:noescape
@@ -673,6 +683,11 @@ func q51VNNIW(w *byte, rowBytes, prefetch, rowBlocks, blocks int, dst, mins *byt
 //
 //go:noescape
 func minsAddVNNI(mins *byte, blocks int, s1 *float32, s1Stride, tokens int, dst *float32, ldBytes, rowBlocks int)
+
+// minsAddAVX2 adds to rowBlocks × 8 rows of tokens' outputs their minima's part, Σ m·s1 over the blocks in order (AVX2).
+//
+//go:noescape
+func minsAddAVX2(mins *byte, blocks int, s1 *float32, s1Stride, tokens int, dst *float32, ldBytes, rowBlocks int)
 
 // q4KVNNI_1 computes rows × 1 tokens of Q4_K weights × Q8_K activations (VNNI).
 //

@@ -1348,7 +1348,7 @@ func main() {
 	}
 	for _, q8 := range []bool{false, true} {
 		for T := 1; T <= 2; T++ {
-			q40AVX2RowsKernel(&a, &d, T, q8)
+			q40AVX2RowsKernel(&a, &d, T, q8, nil)
 		}
 		for T := 1; T <= 4; T++ {
 			q40AVX2PackedKernel(&a, &d, T, q8)
@@ -1369,8 +1369,15 @@ func main() {
 			q80DirectRowsKernel(&a, &d, y, T)
 		}
 		q80DirectPackKernel(&a, &d, y)
+		if y.qh < 0 && !y.table && y.mins {
+			for T := 1; T <= 2; T++ {
+				q40AVX2RowsKernel(&a, &d, T, false, &y)
+			}
+		}
 	}
-	minsAddKernel(&a, &d)
+	for _, avx2 := range []bool{false, true} {
+		minsAddKernel(&a, &d, avx2)
+	}
 	for _, typ := range []string{"q4K", "q6K", "q5K", "q2K", "q3K", "iq4XS", "q8K16"} {
 		for _, vnni := range []bool{true, false} {
 			for T := 1; T <= 4; T++ {

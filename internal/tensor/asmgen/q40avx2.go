@@ -35,14 +35,41 @@ import "fmt"
 // token vpsignb gives y·sign(w) (from memory: the row's weights are read
 // again from L1) for vpmaddubsw against |w| in Y8 (each pair at most
 // 2·127·127 < 2^15), and there is no offset.
-func q40AVX2RowsKernel(a *asm, d *decl, T int, q8 bool) {
-	name, typ, bsz := fmt.Sprintf("q40AVX2N_%d", T), "Q4_0", 18
+//
+// With y (not nil: Q4_1) it generates <y.name>AVX2N_T, the direct decode
+// kernels of a type streamed to Q8_0 (q80DirectKernel's at the VNNI level)
+// at this level: Q4_1's q as they are (no offset), Q8_0's float steps, and
+// the minima's part — per block m·s1, s1 the activations' Q8_1 block
+// sums, summed into zero and added at the end (exact products, so fused or
+// not the same) — in the frame: the rows' eight f16 minima gathered at
+// 32(SP), the block's s1 cursor at 48(SP), token t's minima accumulator at
+// 64+32t(SP) (Y1 for one token, which leaves it free).
+func q40AVX2RowsKernel(a *asm, d *decl, T int, q8 bool, y *q80DirectType) {
+	name, typ, bsz, qs := fmt.Sprintf("q40AVX2N_%d", T), "Q4_0", 18, 2
+	sig, frame := q80RowsSig, "$32-72"
 	if q8 {
 		name, typ, bsz = fmt.Sprintf("q80AVX2N_%d", T), "Q8_0", 34
 	}
-	text(a, d, fmt.Sprintf("%s computes rows × %d tokens of %s weights × Q8_0 activations, eight rows at a time (AVX2).", name, T, typ), name, q80RowsSig, "$32-72")
+	own := ""
+	if y != nil {
+		name, typ, bsz, qs = fmt.Sprintf("%sAVX2N_%d", y.name, T), y.typ, y.size, y.qs
+		sig, frame, own = q80DirectSig, "$128-80", ", in the weights' own bytes"
+	}
+	text(a, d, fmt.Sprintf("%s computes rows × %d tokens of %s weights × Q8_0 activations, eight rows at a time%s (AVX2).", name, T, typ, own), name, sig, frame)
 	pair := func(p, t int) int { return 2*p + t }
 	facc := func(t int) int { return 10 + t }
+	// minsStep adds token t's m·s1 to its minima accumulator (Y(m) the
+	// rows' minima, Y(s) scratch, R9 the block's s1).
+	minsStep := func(t, m, s int) {
+		a.p("VBROADCASTSS %d(R9), Y%d", 4*t, s)
+		if T == 1 {
+			a.p("VFMADD231PS Y%d, Y%d, Y1", s, m)
+			return
+		}
+		a.p("VMULPS Y%d, Y%d, Y%d", s, m, s)
+		a.p("VADDPS %d(SP), Y%d, Y%d", 64+32*t, s, s)
+		a.p("VMOVUPS Y%d, %d(SP)", s, 64+32*t)
+	}
 	q80RowsArgs(a)
 	a.p("MOVL $0x0f0f0f0f, CX")
 	a.p("VMOVD CX, X15")
@@ -60,6 +87,14 @@ func q40AVX2RowsKernel(a *asm, d *decl, T int, q8 bool) {
 	a.p("MOVQ prefetch+16(FP), R10")
 	a.p("MOVQ act+32(FP), R14")
 	a.p("MOVQ blocks+48(FP), CX")
+	if y != nil {
+		a.p("MOVQ s1+72(FP), R9")
+		a.p("MOVQ R9, 48(SP)")
+		a.p("VXORPS Y1, Y1, Y1")
+		for t := 0; T > 1 && t < T; t++ {
+			a.p("VMOVUPS Y1, %d(SP)", 64+32*t)
+		}
+	}
 
 	a.label(name + "_block")
 	for t := 0; t < T; t++ {
@@ -98,12 +133,16 @@ func q40AVX2RowsKernel(a *asm, d *decl, T int, q8 bool) {
 		if q8 {
 			a.p("VPABSB %s, Y8", q80RowAddr(2, r))
 		} else {
-			a.p("VMOVDQU %s, X8", q80RowAddr(2, r))
+			a.p("VMOVDQU %s, X8", q80RowAddr(qs, r))
 			a.p("VPSRLW $4, X8, X9")
 			a.p("VINSERTI128 $1, X9, Y8, Y8")
 			a.p("VPAND Y15, Y8, Y8")
 		}
 		q80RowScale(a, r)
+		if y != nil {
+			a.p("MOVW %s, R9", q80RowAddr(2, r))
+			a.p("MOVW R9, %d(SP)", 32+2*r)
+		}
 	}
 	a.p("CMPQ R15, $8")
 	a.p("JL %s_part", name)
@@ -118,6 +157,10 @@ func q40AVX2RowsKernel(a *asm, d *decl, T int, q8 bool) {
 	a.label(name + "_part")
 	a.p("XORL AX, AX")
 	a.p("XORL BX, BX")
+	if y != nil {
+		a.p("MOVQ AX, 32(SP)")
+		a.p("MOVQ AX, 40(SP)")
+	}
 	for r := 0; r < 8; r++ {
 		a.p("CMPQ R15, $%d", r)
 		a.p("JLE %s_zero%d", name, r)
@@ -141,6 +184,9 @@ func q40AVX2RowsKernel(a *asm, d *decl, T int, q8 bool) {
 	a.p("VMOVQ AX, X8")
 	a.p("VPINSRQ $1, BX, X8, X8")
 	a.p("VCVTPH2PS X8, Y8")
+	if y != nil {
+		a.p("MOVQ 48(SP), R9")
+	}
 	for t := 0; t < T; t++ {
 		q0, q1, q2, q3 := pair(0, t), pair(1, t), pair(2, t), pair(3, t)
 		// Rows 0-3 (q0) and 4-7 (q2), each half of the lanes a partial
@@ -150,7 +196,7 @@ func q40AVX2RowsKernel(a *asm, d *decl, T int, q8 bool) {
 		a.p("VPERM2I128 $0x20, Y%d, Y%d, Y%d", q2, q0, q1)
 		a.p("VPERM2I128 $0x31, Y%d, Y%d, Y%d", q2, q0, q3)
 		a.p("VPADDD Y%d, Y%d, Y%d", q3, q1, q1)
-		if !q8 {
+		if !q8 && y == nil {
 			a.p("VPBROADCASTD %d(R14), Y%d", q80BlockBytes*t+q80BlockOffset, q3)
 			a.p("VPSRAD $4, Y%d, Y%d", q3, q3)
 			a.p("VPADDD Y%d, Y%d, Y%d", q3, q1, q1)
@@ -159,12 +205,27 @@ func q40AVX2RowsKernel(a *asm, d *decl, T int, q8 bool) {
 		a.p("VBROADCASTSS %d(R14), Y9", q80BlockBytes*t+q80BlockScale)
 		a.p("VMULPS Y9, Y8, Y9")
 		a.p("VFMADD231PS Y9, Y%d, Y%d", q1, facc(t))
+		if y != nil { // Y(q0) and Y(q2) are free after the tree
+			a.p("VCVTPH2PS 32(SP), Y%d", q0)
+			minsStep(t, q0, q2)
+		}
+	}
+	if y != nil {
+		a.p("ADDQ $%d, R9", 4*T)
+		a.p("MOVQ R9, 48(SP)")
 	}
 	a.p("ADDQ $%d, DI", bsz)
 	a.p("ADDQ $%d, R12", bsz)
 	a.p("ADDQ R11, R14")
 	a.p("DECQ CX")
 	a.p("JNZ %s_block", name)
+	for t := 0; y != nil && t < T; t++ {
+		if T == 1 {
+			a.p("VADDPS Y1, Y%d, Y%d", facc(t), facc(t))
+		} else {
+			a.p("VADDPS %d(SP), Y%d, Y%d", 64+32*t, facc(t), facc(t))
+		}
+	}
 
 	// Store token t's eight results at dst + t·ld.
 	a.p("MOVQ DX, R10")
