@@ -335,6 +335,9 @@ func widenedClause(w model.Widening, limitWhy string) string {
 			how += " and packed"
 		}
 		switch {
+		case wt.Own && tensor.Packable(t): // packed where the weights are private
+			parts = append(parts, fmt.Sprintf("%v computed in its own bytes (packed in private memory; through a mapping streamed, %s): on this CPU at least as fast as widened, which would take %s",
+				t, streamedHow(t, "its"), humanBytes(uint64(wt.StreamedWideBytes))))
 		case wt.Own:
 			parts = append(parts, fmt.Sprintf("%v computed in its own bytes, streamed (%s): on this CPU as fast as widened, which would take %s",
 				t, streamedHow(t, "its"), humanBytes(uint64(wt.StreamedWideBytes))))

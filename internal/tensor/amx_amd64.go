@@ -396,11 +396,15 @@ func (x *amxKernel) probe() (amxT, vnniT time.Duration) {
 	const rows, T, nb = amxProbeRows, amxProbeTokens, amxProbeCols / 32
 	bs := x.typ.TypeSize()
 	w := probeWeights(x.typ)
-	pack, vnni := packQ80, q80VNNIP_16
 	if x.typ == Q4_0 {
-		pack, vnni = packQ40, q40VNNIP_16
+		packQ4(Q4_0, w, nb*bs)
+	} else {
+		packQ80(w, nb*bs)
 	}
-	pack(w, nb*bs)
+	vnni := q80VNNIP_16
+	if x.typ == Q4_0 {
+		vnni = q40VNNIP_16
+	}
 	m := Matrix{Type: x.typ, Rows: rows, Cols: amxProbeCols, Data: w, packed: true}
 	a := &actBuf{g: make([]byte, nb*T*q80BlockBytes), gs: T * q80BlockBytes}
 	for i := range a.g {

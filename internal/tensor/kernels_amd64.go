@@ -151,6 +151,8 @@ func packable(t DType) bool {
 	switch t {
 	case Q8_0, Q4_0, F16, BF16:
 		return cpuISA >= isaAVX2
+	case Q4_1: // the VNNI level computes it streamed (q80Direct)
+		return cpuISA == isaAVX2
 	case Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS:
 		return cpuISA == isaVNNI
 	}
@@ -729,6 +731,39 @@ func minsAdder(f func(mins *byte, blocks int, s1 *float32, s1Stride, tokens int,
 // (packQ41Rows) for the packed Q8_0 kernels, as at the VNNI level.
 var q41AVX2 = &q80Direct{k: []q8DirectFn{nil, q41AVX2N_1, q41AVX2N_2}, mins: true}
 
+// q41AVX2P are the kernels of packed Q4_1 weights at the AVX2 level
+// (Pack; asmgen/q40avx2.go), T ≤ 4 tokens a pass over a block of rows:
+// Q4_0's packed kernels with q41AVX2N_T's steps, so the same bits as the
+// file's rows streamed.
+var q41AVX2P = []func(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, s1 *float32){
+	nil, q41AVX2P_1, q41AVX2P_2, q41AVX2P_3, q41AVX2P_4}
+
+// q41AVX2Kernel is Q4_1's kernel at the AVX2 level: the packed kernels on
+// a packed matrix's blocks of eight rows, else (the file's rows, and a
+// packed matrix's last rows) streamed.
+func q41AVX2Kernel(streamed kernel) kernel {
+	return func(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int, s *streamScratch) {
+		pr1 := r0
+		if w.packed {
+			if r0%8 != 0 {
+				panic(fmt.Sprintf("tensor: packed matrix cut at row %d", r0))
+			}
+			pr1 = max(r0, min(r1, w.packedRows()))
+		}
+		if pr1 > r0 {
+			nb, rb := w.Cols/qk80, w.RowBytes()
+			for t := t0; t < t1; {
+				T := min(len(q41AVX2P)-1, t1-t)
+				q41AVX2P[T](&w.Data[r0*rb], q80PackedPrefetchRows*rb, (pr1-r0)/8, &a.g[t*q80BlockBytes], a.gs, nb, &dst[t*ld+r0], ld*4, s.blockMajorS1(a, t, T, nb))
+				t += T
+			}
+		}
+		if r1 > pr1 {
+			streamed(dst, ld, w, pr1, r1, a, t0, t1, s)
+		}
+	}
+}
+
 // q41AVX2Tokens is the most tokens q41AVX2 takes: two passes over the
 // rows in their own bytes read as much as one over the widened copy,
 // where a decode-sized work item packed (its rows too many for the cache)
@@ -1001,6 +1036,9 @@ func withStreamKernels(k [isaVNNI + 1]kernelTable) [isaVNNI + 1]kernelTable {
 			if wt, ok := streamType(t); ok {
 				direct, maxTokens := directKernel(t, i)
 				k[i][t] = streamKernel(t, k[i].get(wt), direct, maxTokens, directPacker(t, i))
+				if i == isaAVX2 && t == Q4_1 {
+					k[i][t] = q41AVX2Kernel(k[i][t])
+				}
 			}
 		}
 	}

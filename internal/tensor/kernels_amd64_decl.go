@@ -634,6 +634,26 @@ func q41AVX2N_1(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, b
 //go:noescape
 func q41AVX2N_2(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, s1 *float32)
 
+// q41AVX2P_1 computes rowBlocks × 8 rows × 1 tokens of packed Q4_1 weights × Q8_0 activations (AVX2).
+//
+//go:noescape
+func q41AVX2P_1(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, s1 *float32)
+
+// q41AVX2P_2 computes rowBlocks × 8 rows × 2 tokens of packed Q4_1 weights × Q8_0 activations (AVX2).
+//
+//go:noescape
+func q41AVX2P_2(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, s1 *float32)
+
+// q41AVX2P_3 computes rowBlocks × 8 rows × 3 tokens of packed Q4_1 weights × Q8_0 activations (AVX2).
+//
+//go:noescape
+func q41AVX2P_3(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, s1 *float32)
+
+// q41AVX2P_4 computes rowBlocks × 8 rows × 4 tokens of packed Q4_1 weights × Q8_0 activations (AVX2).
+//
+//go:noescape
+func q41AVX2P_4(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, s1 *float32)
+
 // q51VNNIN_1 computes rows × 1 tokens of Q5_1 weights × Q8_0 activations, eight rows at a time, in the weights' own bytes (VNNI).
 //
 //go:noescape

@@ -81,8 +81,8 @@ func (m Matrix) DequantizeRow(dst []float32, row int) {
 	if m.packed && row < m.packedRows() {
 		blk := m.Data[row&^7*rb : (row|7+1)*rb]
 		switch m.Type {
-		case Q4_0:
-			dequantizePackedQ40(dst[:m.Cols], blk, row&7)
+		case Q4_0, Q4_1:
+			dequantizePackedQ4(m.Type, dst[:m.Cols], blk, row&7)
 		case Q8_0:
 			dequantizePackedQ80(dst[:m.Cols], blk, row&7)
 		case Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS:
@@ -167,8 +167,8 @@ func Pack(m Matrix) Matrix {
 	}
 	data := m.Data[:m.packedRows()*m.RowBytes()]
 	switch m.Type {
-	case Q4_0:
-		packQ40(data, m.RowBytes())
+	case Q4_0, Q4_1:
+		packQ4(m.Type, data, m.RowBytes())
 	case Q8_0:
 		packQ80(data, m.RowBytes())
 	case Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS:
@@ -269,46 +269,55 @@ func dequantizePackedQ80(dst []float32, blk []byte, r int) {
 }
 
 // The packed Q4_0 layout: per block of eight rows and block b of columns,
-// q40PackedBytes at b·q40PackedBytes — four 32-byte vectors, vector m
+// 8·q40Size bytes at b times that — four 32-byte vectors, vector m
 // holding bytes 4m..4m+3 of the eight rows' 16 nibble bytes (values
 // 4m..4m+3 in the low nibbles, 16+4m..16+4m+3 in the high ones; row r at
-// 4r), then the eight rows' f16 scales.
+// 4r), then the eight rows' f16 scales. Q4_1's (AVX2 level) is the same
+// with the eight rows' f16 minima after the scales (q41PackedMin).
 const (
-	q40PackedBytes = 8 * q40Size
 	q40PackedScale = 128
+	q41PackedMin   = 144
 )
 
-// packQ40 rewrites data, whole blocks of eight Q4_0 rows of rb bytes each,
-// into the packed layout.
-func packQ40(data []byte, rb int) {
+// packQ4 rewrites data, whole blocks of eight Q4_0 or Q4_1 rows of rb
+// bytes each, into the packed layout (the same size).
+func packQ4(t DType, data []byte, rb int) {
+	bs, qs := t.TypeSize(), t.TypeSize()-16
 	tmp := make([]byte, 8*rb)
 	for base := 0; base < len(data); base += 8 * rb {
 		blk := data[base : base+8*rb]
 		copy(tmp, blk)
-		for b := 0; b < rb/q40Size; b++ {
-			out := blk[b*q40PackedBytes : (b+1)*q40PackedBytes]
+		for b := 0; b < rb/bs; b++ {
+			out := blk[8*b*bs : 8*(b+1)*bs]
 			for r := 0; r < 8; r++ {
-				in := tmp[r*rb+b*q40Size : r*rb+(b+1)*q40Size]
-				out[q40PackedScale+2*r], out[q40PackedScale+2*r+1] = in[0], in[1]
+				in := tmp[r*rb+b*bs : r*rb+(b+1)*bs]
+				copy(out[q40PackedScale+2*r:][:2], in[0:2])
+				if t == Q4_1 {
+					copy(out[q41PackedMin+2*r:][:2], in[2:4])
+				}
 				for m := 0; m < 4; m++ {
-					copy(out[32*m+4*r:32*m+4*r+4], in[2+4*m:2+4*m+4])
+					copy(out[32*m+4*r:32*m+4*r+4], in[qs+4*m:qs+4*m+4])
 				}
 			}
 		}
 	}
 }
 
-// dequantizePackedQ40 converts row r (0-7) of a packed block of eight Q4_0
-// rows into dst, as dequantize does for the row unpacked.
-func dequantizePackedQ40(dst []float32, blk []byte, r int) {
-	var row [q40Size]byte
+// dequantizePackedQ4 converts row r (0-7) of a packed block of eight Q4_0
+// or Q4_1 rows into dst, as dequantize does for the row unpacked.
+func dequantizePackedQ4(t DType, dst []float32, blk []byte, r int) {
+	var row [q41Size]byte
+	bs, qs := t.TypeSize(), t.TypeSize()-16
 	for b := 0; b < len(dst)/qk40; b++ {
-		in := blk[b*q40PackedBytes : (b+1)*q40PackedBytes]
-		row[0], row[1] = in[q40PackedScale+2*r], in[q40PackedScale+2*r+1]
-		for m := 0; m < 4; m++ {
-			copy(row[2+4*m:2+4*m+4], in[32*m+4*r:32*m+4*r+4])
+		in := blk[8*b*bs : 8*(b+1)*bs]
+		copy(row[0:2], in[q40PackedScale+2*r:])
+		if t == Q4_1 {
+			copy(row[2:4], in[q41PackedMin+2*r:])
 		}
-		dequantize(Q4_0, dst[b*qk40:(b+1)*qk40], row[:])
+		for m := 0; m < 4; m++ {
+			copy(row[qs+4*m:qs+4*m+4], in[32*m+4*r:32*m+4*r+4])
+		}
+		dequantize(t, dst[b*qk40:(b+1)*qk40], row[:bs])
 	}
 }
 

@@ -1351,7 +1351,7 @@ func main() {
 			q40AVX2RowsKernel(&a, &d, T, q8, nil)
 		}
 		for T := 1; T <= 4; T++ {
-			q40AVX2PackedKernel(&a, &d, T, q8)
+			q40AVX2PackedKernel(&a, &d, T, q8, false)
 		}
 	}
 	q6kShufData(&a)
@@ -1372,6 +1372,9 @@ func main() {
 		if y.qh < 0 && !y.table && y.mins {
 			for T := 1; T <= 2; T++ {
 				q40AVX2RowsKernel(&a, &d, T, false, &y)
+			}
+			for T := 1; T <= 4; T++ {
+				q40AVX2PackedKernel(&a, &d, T, false, true)
 			}
 		}
 	}

@@ -269,6 +269,14 @@ func q40AVX2RowsKernel(a *asm, d *decl, T int, q8 bool, y *q80DirectType) {
 // rows at once, with no transpose, no scale gather and no vphaddd tree.
 const q40PackedBlock = 8 * 18
 
+// The packed layout of Q4_1 weights for the AVX2 kernels: Q4_0's with the
+// eight rows' f16 minima after the scales (q41PackedMin), the size of the
+// eight rows' blocks.
+const (
+	q41PackedBlock = 8 * 20
+	q41PackedMin   = 144
+)
+
 // The packed layout of Q8_0 weights for the AVX2 kernels: per block of
 // eight rows and block of 32 columns, 272 bytes — eight 32-byte vectors,
 // vector k holding dword k (values 4k..4k+3) of the eight rows, as signed
@@ -298,13 +306,30 @@ const q80AVX2PackedBlock = 8 * 34
 // (q80AVX2PackedBlock): Y0-Y7 hold |w|, and per token and k vpsignb
 // applies w's signs, read again from the block in L1, to the broadcast
 // dword; the pairs (at most 2·127·127) go to int32 at once.
-func q40AVX2PackedKernel(a *asm, d *decl, T int, q8 bool) {
+//
+// With mins it generates q41AVX2P_T, the same on packed Q4_1 weights
+// (q41PackedBlock) with q41AVX2N_T's steps: no offset, and per token and
+// block m·s1 (s1 the activations' Q8_1 block sums, block-major for the T
+// tokens, one more argument) summed into zero, added at the end. Token t's
+// minima accumulator is Y(12+T+t) while one is left, else in the frame;
+// R13 the block's s1.
+func q40AVX2PackedKernel(a *asm, d *decl, T int, q8, mins bool) {
 	name, typ, blk := fmt.Sprintf("q40AVX2P_%d", T), "Q4_0", q40PackedBlock
+	sig, frame := "(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)", "$0-64"
 	if q8 {
 		name, typ, blk = fmt.Sprintf("q80AVX2P_%d", T), "Q8_0", q80AVX2PackedBlock
 	}
-	text(a, d, fmt.Sprintf("%s computes rowBlocks × 8 rows × %d tokens of packed %s weights × Q8_0 activations (AVX2).", name, T, typ), name,
-		"(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)", "$0-64")
+	minsAcc := func(t int) (reg int, slot string) {
+		if 12+T+t <= 15 {
+			return 12 + T + t, ""
+		}
+		return 0, fmt.Sprintf("%d(SP)", 32*(12+T+t-16))
+	}
+	if mins {
+		name, typ, blk = fmt.Sprintf("q41AVX2P_%d", T), "Q4_1", q41PackedBlock
+		sig, frame = sig[:len(sig)-1]+", s1 *float32)", fmt.Sprintf("$%d-72", 32*max(0, 2*T-4))
+	}
+	text(a, d, fmt.Sprintf("%s computes rowBlocks × 8 rows × %d tokens of packed %s weights × Q8_0 activations (AVX2).", name, T, typ), name, sig, frame)
 	facc := func(t int) int { return 12 + t }
 	a.p("MOVQ w+0(FP), DI")
 	a.p("MOVQ prefetch+8(FP), R10")
@@ -315,6 +340,17 @@ func q40AVX2PackedKernel(a *asm, d *decl, T int, q8 bool) {
 	a.label(name + "_rows")
 	for t := 0; t < T; t++ {
 		a.p("VXORPS Y%d, Y%d, Y%d", facc(t), facc(t), facc(t))
+	}
+	if mins {
+		a.p("VXORPS Y9, Y9, Y9")
+		for t := 0; t < T; t++ {
+			if reg, slot := minsAcc(t); slot == "" {
+				a.p("VXORPS Y%d, Y%d, Y%d", reg, reg, reg)
+			} else {
+				a.p("VMOVUPS Y9, %s", slot)
+			}
+		}
+		a.p("MOVQ s1+64(FP), R13")
 	}
 	a.p("MOVQ act+24(FP), R14")
 	a.p("MOVQ blocks+40(FP), CX")
@@ -365,6 +401,8 @@ func q40AVX2PackedKernel(a *asm, d *decl, T int, q8 bool) {
 		}
 		if !q8 {
 			a.p("VPMADDWD q40Ones<>(SB), Y11, Y11")
+		}
+		if !q8 && !mins {
 			a.p("VPBROADCASTD %d(R14), Y9", base+q80BlockOffset)
 			a.p("VPSRAD $4, Y9, Y9")
 			a.p("VPADDD Y9, Y11, Y11")
@@ -373,11 +411,32 @@ func q40AVX2PackedKernel(a *asm, d *decl, T int, q8 bool) {
 		a.p("VBROADCASTSS %d(R14), Y9", base+q80BlockScale)
 		a.p("VMULPS Y9, Y8, Y9")
 		a.p("VFMADD231PS Y9, Y11, Y%d", facc(t))
+		if mins {
+			a.p("VCVTPH2PS %d(DI), Y10", q41PackedMin)
+			a.p("VBROADCASTSS %d(R13), Y9", 4*t)
+			if reg, slot := minsAcc(t); slot == "" {
+				a.p("VFMADD231PS Y9, Y10, Y%d", reg)
+			} else {
+				a.p("VMULPS Y9, Y10, Y9")
+				a.p("VADDPS %s, Y9, Y9", slot)
+				a.p("VMOVUPS Y9, %s", slot)
+			}
+		}
+	}
+	if mins {
+		a.p("ADDQ $%d, R13", 4*T)
 	}
 	a.p("ADDQ $%d, DI", blk)
 	a.p("ADDQ R11, R14")
 	a.p("DECQ CX")
 	a.p("JNZ %s_block", name)
+	for t := 0; mins && t < T; t++ {
+		if reg, slot := minsAcc(t); slot == "" {
+			a.p("VADDPS Y%d, Y%d, Y%d", reg, facc(t), facc(t))
+		} else {
+			a.p("VADDPS %s, Y%d, Y%d", slot, facc(t), facc(t))
+		}
+	}
 	a.p("MOVQ DX, R13")
 	q80StoreTokens(a, T, facc(0), "", "R13")
 	a.p("ADDQ $32, DX")
