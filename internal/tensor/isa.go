@@ -41,8 +41,12 @@ func StreamedDirect(t DType) bool {
 // of 32 where the widened copy's reads 34 (36 with Q4_1's and Q5_1's
 // minima), and a prompt's rows, unpacked once per thread and row range
 // (packedItem), go through the widened copy's packed kernels
-// (docs/performance.md has the measurements).
+// (docs/performance.md has the measurements). Also Q4_1 where it has a
+// packed layout of its own (the AVX2 level: q41AVX2Kernel).
 func StreamedPreferred(t DType) bool {
+	if t == Q4_1 && packable(t) {
+		return true
+	}
 	return (t == IQ4_NL || t == Q5_0 || t == Q4_1 || t == Q5_1) && directPacker(t, cpuISA) != nil
 }
 

@@ -681,9 +681,6 @@ func directKernel(t DType, i isa) (kernel, int) {
 // unpacked once per work item for the packed kernels, rather than once per
 // 16 tokens by the direct kernels.
 func directPacker(t DType, i isa) *rowPacker {
-	if i == isaAVX2 && t == Q4_1 {
-		return &rowPacker{pack: packQ41Rows, addMins: minsAdder(minsAddAVX2)}
-	}
 	if i != isaVNNI {
 		return nil
 	}
@@ -707,92 +704,70 @@ func directPacker(t DType, i isa) *rowPacker {
 		}
 	}}
 	if k.mins {
-		p.addMins = minsAdder(minsAddVNNI)
+		p.addMins = func(dst []float32, ld int, mins []byte, rowBlocks, cols int, a *actBuf, t0, t1 int) {
+			nb := cols / qk80
+			_ = mins[pairedMinsBytes(rowBlocks, nb)-1]
+			_ = a.s1[t1*nb-1]
+			_ = dst[(t1-1)*ld+8*rowBlocks-1]
+			minsAddVNNI(&mins[0], nb, &a.s1[t0*nb], 4*nb, t1-t0, &dst[t0*ld], 4*ld, rowBlocks)
+		}
 	}
 	return p
 }
 
-// minsAdder is rowPacker.addMins through kernel f (minsAddVNNI,
-// minsAddAVX2).
-func minsAdder(f func(mins *byte, blocks int, s1 *float32, s1Stride, tokens int, dst *float32, ldBytes, rowBlocks int)) func(dst []float32, ld int, mins []byte, rowBlocks, cols int, a *actBuf, t0, t1 int) {
-	return func(dst []float32, ld int, mins []byte, rowBlocks, cols int, a *actBuf, t0, t1 int) {
-		nb := cols / qk80
-		_ = mins[pairedMinsBytes(rowBlocks, nb)-1]
-		_ = a.s1[t1*nb-1]
-		_ = dst[(t1-1)*ld+8*rowBlocks-1]
-		f(&mins[0], nb, &a.s1[t0*nb], 4*nb, t1-t0, &dst[t0*ld], 4*ld, rowBlocks)
-	}
-}
-
 // q41AVX2 is Q4_1's direct kernels at the AVX2 level: one or two tokens a
 // pass over the rows in their own bytes (asmgen/q40avx2.go), up to
-// q41AVX2Tokens in turns. Decode then streams 20 bytes a block where the
-// widened copy takes 36; prompts pack a work item's rows once
-// (packQ41Rows) for the packed Q8_0 kernels, as at the VNNI level.
+// q41AVX2Tokens in turns (decode from the file's mapping; past that,
+// q41AVX2Kernel packs the rows).
 var q41AVX2 = &q80Direct{k: []q8DirectFn{nil, q41AVX2N_1, q41AVX2N_2}, mins: true}
+
+// q41AVX2Tokens is the most tokens q41AVX2 takes: two passes over the
+// rows in their own bytes read as much as one over a widened copy, where a
+// decode-sized work item packed (its rows too many for the cache) would be
+// written out and read back.
+const q41AVX2Tokens = 4
 
 // q41AVX2P are the kernels of packed Q4_1 weights at the AVX2 level
 // (Pack; asmgen/q40avx2.go), T ≤ 4 tokens a pass over a block of rows:
 // Q4_0's packed kernels with q41AVX2N_T's steps, so the same bits as the
-// file's rows streamed.
+// rows unpacked.
 var q41AVX2P = []func(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, s1 *float32){
 	nil, q41AVX2P_1, q41AVX2P_2, q41AVX2P_3, q41AVX2P_4}
 
-// q41AVX2Kernel is Q4_1's kernel at the AVX2 level: the packed kernels on
-// a packed matrix's blocks of eight rows, else (the file's rows, and a
-// packed matrix's last rows) streamed.
-func q41AVX2Kernel(streamed kernel) kernel {
-	return func(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int, s *streamScratch) {
-		pr1 := r0
-		if w.packed {
-			if r0%8 != 0 {
-				panic(fmt.Sprintf("tensor: packed matrix cut at row %d", r0))
-			}
-			pr1 = max(r0, min(r1, w.packedRows()))
+// q41AVX2Kernel is Q4_1's kernel at the AVX2 level. A packed matrix's
+// blocks of eight rows go to the packed kernels; so do a prompt's rows of
+// the file's layout, packed into the thread's scratch once per work item
+// (its token chunks reuse them, as packedItem's): Pack's layout is the
+// file's bytes rearranged, a copy's cost. The rest (decode on the file's
+// rows, the last rows of fewer than eight) go to the direct kernels.
+func q41AVX2Kernel(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int, s *streamScratch) {
+	rb := w.RowBytes()
+	pr1, data := r0, w.Data[r0*rb:]
+	switch {
+	case w.packed:
+		if r0%8 != 0 {
+			panic(fmt.Sprintf("tensor: packed matrix cut at row %d", r0))
 		}
-		if pr1 > r0 {
-			nb, rb := w.Cols/qk80, w.RowBytes()
-			for t := t0; t < t1; {
-				T := min(len(q41AVX2P)-1, t1-t)
-				q41AVX2P[T](&w.Data[r0*rb], q80PackedPrefetchRows*rb, (pr1-r0)/8, &a.g[t*q80BlockBytes], a.gs, nb, &dst[t*ld+r0], ld*4, s.blockMajorS1(a, t, T, nb))
-				t += T
-			}
+		pr1 = max(r0, min(r1, w.packedRows()))
+	case a.n > q41AVX2Tokens && r1-r0 >= 8:
+		pr1 = r0 + (r1-r0)&^7
+		if h := (heldRows{&w.Data[0], r0, pr1}); s.held != h {
+			s.rows = growBytes(s.rows, (pr1-r0)*rb)
+			packQ4Rows(Q4_1, s.rows, w.Data[r0*rb:pr1*rb], rb)
+			s.held = h
 		}
-		if r1 > pr1 {
-			streamed(dst, ld, w, pr1, r1, a, t0, t1, s)
+		data = s.rows
+	}
+	if pr1 > r0 {
+		nb := w.Cols / qk80
+		for t := t0; t < t1; {
+			T := min(len(q41AVX2P)-1, t1-t)
+			q41AVX2P[T](&data[0], q80PackedPrefetchRows*rb, (pr1-r0)/8, &a.g[t*q80BlockBytes], a.gs, nb, &dst[t*ld+r0], ld*4, s.blockMajorS1(a, t, T, nb))
+			t += T
 		}
 	}
-}
-
-// q41AVX2Tokens is the most tokens q41AVX2 takes: two passes over the
-// rows in their own bytes read as much as one over the widened copy,
-// where a decode-sized work item packed (its rows too many for the cache)
-// would be written out and read back.
-const q41AVX2Tokens = 4
-
-// packQ41Rows is rowPacker.pack for Q4_1 at the AVX2 level: rowBlocks
-// blocks of eight rows of src written as the rows widened and packed
-// (packQ80's AVX2 layout: q, 0-15, as signed bytes), their minima as
-// q41VNNIW writes them (pairedMinsBytes).
-func packQ41Rows(dst, mins, src []byte, rowBytes, rowBlocks, cols int) {
-	const bs = 20 // Q4_1: d, m, 16 bytes of nibbles
-	nb := cols / qk80
-	_ = mins[pairedMinsBytes(rowBlocks, nb)-1]
-	for rb := range rowBlocks {
-		for b := range nb {
-			out := dst[(rb*nb+b)*q80PackedBytes:][:q80PackedBytes]
-			m := mins[rb/2*nb*32+rb%2*16+32*b:][:16]
-			for r := range 8 {
-				in := src[(8*rb+r)*rowBytes+b*bs:][:bs]
-				out[q80PackedScale+2*r], out[q80PackedScale+2*r+1] = in[0], in[1]
-				m[2*r], m[2*r+1] = in[2], in[3]
-				for k := range 4 { // values 4k.. in the low nibbles, 16+4k.. in the high
-					v := binary.LittleEndian.Uint32(in[4+4*k:])
-					binary.LittleEndian.PutUint32(out[32*k+4*r:], v&0x0f0f0f0f)
-					binary.LittleEndian.PutUint32(out[32*(k+4)+4*r:], v>>4&0x0f0f0f0f)
-				}
-			}
-		}
+	if r1 > pr1 {
+		q41AVX2.run(dst, ld, w, pr1, r1, a, t0, t1, s)
 	}
 }
 
@@ -1037,7 +1012,7 @@ func withStreamKernels(k [isaVNNI + 1]kernelTable) [isaVNNI + 1]kernelTable {
 				direct, maxTokens := directKernel(t, i)
 				k[i][t] = streamKernel(t, k[i].get(wt), direct, maxTokens, directPacker(t, i))
 				if i == isaAVX2 && t == Q4_1 {
-					k[i][t] = q41AVX2Kernel(k[i][t])
+					k[i][t] = q41AVX2Kernel
 				}
 			}
 		}

@@ -704,11 +704,6 @@ func q51VNNIW(w *byte, rowBytes, prefetch, rowBlocks, blocks int, dst, mins *byt
 //go:noescape
 func minsAddVNNI(mins *byte, blocks int, s1 *float32, s1Stride, tokens int, dst *float32, ldBytes, rowBlocks int)
 
-// minsAddAVX2 adds to rowBlocks × 8 rows of tokens' outputs their minima's part, Σ m·s1 over the blocks in order (AVX2).
-//
-//go:noescape
-func minsAddAVX2(mins *byte, blocks int, s1 *float32, s1Stride, tokens int, dst *float32, ldBytes, rowBlocks int)
-
 // q4KVNNI_1 computes rows × 1 tokens of Q4_K weights × Q8_K activations (VNNI).
 //
 //go:noescape

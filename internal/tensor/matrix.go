@@ -282,11 +282,20 @@ const (
 // packQ4 rewrites data, whole blocks of eight Q4_0 or Q4_1 rows of rb
 // bytes each, into the packed layout (the same size).
 func packQ4(t DType, data []byte, rb int) {
-	bs, qs := t.TypeSize(), t.TypeSize()-16
 	tmp := make([]byte, 8*rb)
 	for base := 0; base < len(data); base += 8 * rb {
 		blk := data[base : base+8*rb]
 		copy(tmp, blk)
+		packQ4Rows(t, blk, tmp, rb)
+	}
+}
+
+// packQ4Rows writes src, whole blocks of eight Q4_0 or Q4_1 rows of rb
+// bytes each, to dst (as long, not overlapping it) in the packed layout.
+func packQ4Rows(t DType, dst, src []byte, rb int) {
+	bs, qs := t.TypeSize(), t.TypeSize()-16
+	for base := 0; base < len(src); base += 8 * rb {
+		blk, tmp := dst[base:base+8*rb], src[base:base+8*rb]
 		for b := 0; b < rb/bs; b++ {
 			out := blk[8*b*bs : 8*(b+1)*bs]
 			for r := 0; r < 8; r++ {

@@ -160,10 +160,14 @@ func TestStreamedPackedRowsForgotten(t *testing.T) {
 	p := NewPool(2)
 	defer p.Close()
 	const rows, cols, n = 130, 4096, 70 // row chunks of several token chunks (plan)
+	tested := 0
 	for _, typ := range []DType{Q5_0, IQ4_NL, Q4_1} {
-		if directPacker(typ, cpuISA) == nil {
-			t.Skipf("no direct packer on this CPU (%v)", cpuISA)
+		// Q4_1 at the AVX2 level packs the file's rows in its own layout
+		// (q41AVX2Kernel).
+		if directPacker(typ, cpuISA) == nil && !(typ == Q4_1 && packable(typ)) {
+			continue
 		}
+		tested++
 		m, _ := randMatrix(t, rng, typ, rows, cols)
 		other, _ := randMatrix(t, rng, typ, rows, cols)
 		x := randVec(rng, n*cols, 1)
@@ -174,5 +178,8 @@ func TestStreamedPackedRowsForgotten(t *testing.T) {
 		want := make([]float32, n*rows)
 		p.MatMul(want, other, x, n) // at another address
 		sameBitsOrFail(t, typ.String(), got, want)
+	}
+	if tested == 0 {
+		t.Skipf("no packer of a streamed type's rows on this CPU (%v)", cpuISA)
 	}
 }

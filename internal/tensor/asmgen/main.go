@@ -1378,9 +1378,7 @@ func main() {
 			}
 		}
 	}
-	for _, avx2 := range []bool{false, true} {
-		minsAddKernel(&a, &d, avx2)
-	}
+	minsAddKernel(&a, &d)
 	for _, typ := range []string{"q4K", "q6K", "q5K", "q2K", "q3K", "iq4XS", "q8K16"} {
 		for _, vnni := range []bool{true, false} {
 			for T := 1; T <= 4; T++ {

@@ -386,16 +386,9 @@ func q80DirectPackKernel(a *asm, d *decl, y q80DirectType) {
 // t·s1Stride bytes), s1Stride, tokens int, dst *float32 (token t's row 0
 // at t·ldBytes), ldBytes, rowBlocks int. Eight tokens at a time, then
 // four, then one.
-//
-// With avx2 it generates minsAddAVX2, the same in ymm registers: each row
-// block of a pair on its own (its half of the pair's lines), s1
-// broadcast through Y9.
-func minsAddKernel(a *asm, d *decl, avx2 bool) {
-	name, level := "minsAddVNNI", "VNNI level"
-	if avx2 {
-		name, level = "minsAddAVX2", "AVX2"
-	}
-	text(a, d, name+" adds to rowBlocks × 8 rows of tokens' outputs their minima's part, Σ m·s1 over the blocks in order ("+level+").", name,
+func minsAddKernel(a *asm, d *decl) {
+	name := "minsAddVNNI"
+	text(a, d, name+" adds to rowBlocks × 8 rows of tokens' outputs their minima's part, Σ m·s1 over the blocks in order (VNNI level).", name,
 		"(mins *byte, blocks int, s1 *float32, s1Stride, tokens int, dst *float32, ldBytes, rowBlocks int)", "$0-64")
 	a.p("MOVQ mins+0(FP), SI")
 	a.p("MOVQ s1Stride+24(FP), R8")
@@ -404,10 +397,8 @@ func minsAddKernel(a *asm, d *decl, avx2 bool) {
 	a.p("MOVQ ldBytes+48(FP), R10")
 	a.p("MOVQ rowBlocks+56(FP), R15")
 	// rows runs every token over the row blocks at SI (a pair in zmm, or
-	// a row block in ymm, the pair's second at half 1), then moves SI to
-	// the next pair (unless the pair's first row block in ymm) and DX to
-	// the next rows.
-	rows := func(name, v string, lanes, half int) {
+	// a last one in ymm), then moves SI and DX to the next pair.
+	rows := func(name, v string, lanes int) {
 		// chains runs T tokens (T ≤ 8: v0-v7, v8 the minima), token
 		// t's block sums from AX + t·R8 (R9 = AX + 4·R8 past the
 		// fourth).
@@ -415,11 +406,7 @@ func minsAddKernel(a *asm, d *decl, avx2 bool) {
 			for t := 0; t < T; t++ {
 				a.p("VXORPS %s%d, %s%d, %s%d", v, t, v, t, v, t)
 			}
-			if half == 0 {
-				a.p("MOVQ SI, DI")
-			} else {
-				a.p("LEAQ 16(SI), DI")
-			}
+			a.p("MOVQ SI, DI")
 			a.p("MOVQ R14, AX")
 			a.p("LEAQ (AX)(R8*4), R9")
 			a.p("MOVQ blocks+8(FP), CX")
@@ -429,11 +416,6 @@ func minsAddKernel(a *asm, d *decl, avx2 bool) {
 				base := "AX"
 				if t >= 4 {
 					base = "R9"
-				}
-				if avx2 {
-					a.p("VBROADCASTSS %s, Y9", stride(0, base, "R8", "R13", t%4))
-					a.p("VFMADD231PS Y9, Y8, Y%d", t)
-					continue
 				}
 				a.p("VFMADD231PS.BCST %s, %s8, %s%d", stride(0, base, "R8", "R13", t%4), v, v, t)
 			}
@@ -462,28 +444,21 @@ func minsAddKernel(a *asm, d *decl, avx2 bool) {
 			a.p("JMP %s", label)
 			a.label(label + "_done")
 		}
-		if lanes == 16 || half == 1 || !avx2 {
-			a.p("MOVQ blocks+8(FP), CX")
-			a.p("SHLQ $5, CX")
-			a.p("ADDQ CX, SI")
-		}
+		a.p("MOVQ blocks+8(FP), CX")
+		a.p("SHLQ $5, CX")
+		a.p("ADDQ CX, SI")
 		a.p("ADDQ $%d, DX", 4*lanes)
 	}
 	a.label(name + "_pairs")
 	a.p("CMPQ R15, $2")
 	a.p("JL %s_last", name)
-	if avx2 {
-		rows(name+"_first", "Y", 8, 0)
-		rows(name+"_second", "Y", 8, 1)
-	} else {
-		rows(name+"_pair", "Z", 16, 0)
-	}
+	rows(name+"_pair", "Z", 16)
 	a.p("SUBQ $2, R15")
 	a.p("JMP %s_pairs", name)
 	a.label(name + "_last")
 	a.p("TESTQ R15, R15")
 	a.p("JZ %s_end", name)
-	rows(name+"_one", "Y", 8, 0)
+	rows(name+"_one", "Y", 8)
 	a.label(name + "_end")
 	a.p("VZEROUPPER")
 	a.p("RET")
