@@ -384,7 +384,7 @@ func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
 				a.p("PREFETCHT1 %d(SI)", kPrefetch+off)
 			}
 		}
-		for t := 0; t < T; t++ {
+		for t := 0; t < T && !(q2 && !vnni); t++ { // AVX2 Q2_K sets sumi with its first products
 			a.p("VPXOR Y%d, Y%d, Y%d", sumi(t), sumi(t), sumi(t))
 		}
 		// scaleAcc adds (pairs of int16 in Yp) × (int16 scales) to sumi(t):
@@ -400,7 +400,7 @@ func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
 				kExactSteps(a, vnni, false, dOff, T, dAddr, bsAddr, facc, sumi)
 			}
 		} else if q2 {
-			q2KBlock(a, vnni, T, yAddr, sumi)
+			q2KBlock(a, vnni, T, !pairing, yAddr, sumi)
 			if !pairing {
 				kExactSteps(a, vnni, true, dOff, T, dAddr, bsAddr, facc, sumi)
 			}
@@ -629,7 +629,11 @@ func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
 		if !vnni || iq4 {
 			dd, dy = 1, 2
 		}
-		kBlockPair(a, vnni, mins, dOff, dd, dy, name, func(second bool) {
+		minsReg := -1
+		if q2 && !vnni {
+			minsReg = 8 // q2KBlock leaves the mins in Y8
+		}
+		kBlockPair(a, vnni, mins, dOff, dd, dy, minsReg, name, func(second bool) {
 			pairing, sumiBase = true, 4
 			if second {
 				sumiBase = 5
@@ -676,38 +680,86 @@ func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
 // activations with Q6_K's spread scales, and the mins as int16 for
 // kExactSteps, which takes the block's float steps (d·dy times the sums
 // less dmin·dy times the mins' products with the 16-value sums bs).
-func q2KBlock(a *asm, vnni bool, T int, yAddr func(off, t int) string, sumi func(t int) int) {
-	// Registers. VNNI: X18 scales, Y19 mins16, Y24 a chunk of qs, Y25 its
-	// values, Y26 their scales, Y27 products; Y28 0x0f, Y29 0x03. AVX2: X9
-	// scales, Y10 the chunk, Y11 values, Y12 scales, Y13 products; Y14
-	// 0x03, Y15 0x0f.
-	sc, chunk, vals, scv, prod, mask3, mask0f := 9, 10, 11, 12, 13, 14, 15
-	mov, and := "VMOVDQU", "VPAND"
-	if vnni {
-		sc, chunk, vals, scv, prod, mask3, mask0f = 18, 24, 25, 26, 27, 29, 28
-		mov, and = "VMOVDQU32", "VPANDD"
+// store: the AVX2 mins go to 32(SP) as well as Y8 (kExactSteps reads them
+// there; a pair of blocks, kBlockPair, takes them from Y8).
+func q2KBlock(a *asm, vnni bool, T int, store bool, yAddr func(off, t int) string, sumi func(t int) int) {
+	if !vnni {
+		q2KBlockAVX2(a, T, store, yAddr, sumi)
+		return
 	}
-	a.p("%s 0(SI), X%d", mov, sc)
-	a.p("%s X%d, X%d, X%d", and, mask0f, sc, sc)
+	// Registers: X18 scales, Y19 mins16, Y24 a chunk of qs, Y25 its
+	// values, Y26 their scales, Y27 products; Y28 0x0f, Y29 0x03.
+	sc, chunk, vals, scv, prod, mask3, mask0f := 18, 24, 25, 26, 27, 29, 28
+	a.p("VMOVDQU32 0(SI), X%d", sc)
+	a.p("VPANDD X%d, X%d, X%d", mask0f, sc, sc)
 	for n := 0; n < 2; n++ {
-		a.p("%s %d(SI), Y%d", mov, 16+32*n, chunk)
+		a.p("VMOVDQU32 %d(SI), Y%d", 16+32*n, chunk)
 		for j := 0; j < 4; j++ {
-			twoBits(a, and, mask3, chunk, vals, j)
-			sub16Products(a, vnni, T, n, j, vals, sc, scv, prod, false, yAddr, sumi)
+			twoBits(a, "VPANDD", mask3, chunk, vals, j)
+			sub16Products(a, true, T, n, j, vals, sc, scv, prod, false, yAddr, sumi)
 		}
 	}
-	// mins16 where kExactSteps takes them (VNNI Y19, AVX2 32(SP)).
-	mins := 8
-	if vnni {
-		mins = 19
+	// mins16 where kExactSteps takes them.
+	a.p("VMOVDQU32 0(SI), X19")
+	a.p("VPSRLW $4, X19, X19")
+	a.p("VPANDD X28, X19, X19")
+	a.p("VPMOVZXBW X19, Y19")
+}
+
+// q2KBlockAVX2 is q2KBlock at the AVX2 level. The 16 scales are widened
+// to int16 once, each half of them broadcast to both 128-bit lanes (Y9:
+// sub-blocks 0-7, for the first 128 values; Y8: 8-15), so that one
+// in-lane VPSHUFB (k16Spread) spreads a pair's scales where sub16Products
+// takes a byte shuffle and a widening; the first products set sumi rather
+// than adding to zeros. Y10 a chunk of qs, Y11 its values, Y12 their
+// scales, Y13 products; Y14 0x03, Y15 0x0f.
+func q2KBlockAVX2(a *asm, T int, store bool, yAddr func(off, t int) string, sumi func(t int) int) {
+	a.p("VMOVDQU 0(SI), X9")
+	a.p("VPAND X15, X9, X9")
+	a.p("VPMOVZXBW X9, Y9")
+	a.p("VPERMQ $0xee, Y9, Y8") // scales 8-15 in both lanes
+	a.p("VPERMQ $0x44, Y9, Y9") // scales 0-7 in both lanes
+	for n := 0; n < 2; n++ {
+		a.p("VMOVDQU %d(SI), Y10", 16+32*n)
+		for j := 0; j < 4; j++ {
+			twoBits(a, "VPAND", 14, 10, 11, j)
+			a.p("VPSHUFB k16Spread<>+%d(SB), Y%d, Y12", 32*j, 9-n)
+			for t := 0; t < T; t++ {
+				a.p("VPMADDUBSW %s, Y11, Y13", yAddr(128*n+32*j, t))
+				if n == 0 && j == 0 {
+					a.p("VPMADDWD Y12, Y13, Y%d", sumi(t))
+					continue
+				}
+				a.p("VPMADDWD Y12, Y13, Y13")
+				a.p("VPADDD Y13, Y%d, Y%d", sumi(t), sumi(t))
+			}
+		}
 	}
-	a.p("%s 0(SI), X%d", mov, mins)
-	a.p("VPSRLW $4, X%d, X%d", mins, mins)
-	a.p("%s X%d, X%d, X%d", and, mask0f, mins, mins)
-	a.p("VPMOVZXBW X%d, Y%d", mins, mins)
-	if !vnni {
+	a.p("VMOVDQU 0(SI), X8")
+	a.p("VPSRLW $4, X8, X8")
+	a.p("VPAND X15, X8, X8")
+	a.p("VPMOVZXBW X8, Y8") // mins16
+	if store {
 		a.p("VMOVDQU Y8, 32(SP)")
 	}
+}
+
+// k16SpreadData is the VPSHUFB table that spreads int16 scales 2j and
+// 2j+1 of a lane over the low and the high lane, for j = 0..3 (the AVX2
+// Q2_K kernels, q2KBlockAVX2).
+func k16SpreadData(a *asm) {
+	for j := 0; j < 4; j++ {
+		lo := uint64(0)
+		hi := uint64(0)
+		for i := 0; i < 4; i++ {
+			lo |= uint64(4*j)<<(16*i) | uint64(4*j+1)<<(16*i+8)
+			hi |= uint64(4*j+2)<<(16*i) | uint64(4*j+3)<<(16*i+8)
+		}
+		for h, v := range []uint64{lo, lo, hi, hi} {
+			fmt.Fprintf(&a.b, "DATA k16Spread<>+%d(SB)/8, $0x%016x\n", 32*j+8*h, v)
+		}
+	}
+	a.b.WriteString("GLOBL k16Spread<>(SB), RODATA|NOPTR, $128\n\n")
 }
 
 // orBit ORs bit `from` of each byte of Y[src] into bit `to` of Y[v]'s
@@ -785,7 +837,7 @@ func dSteps(a *asm, t, dOff, dy, dd, prod int, dLoaded bool, dAddr func(t int) s
 // kExactSteps in one go, their two results added to the sum in block
 // order; an odd last block by single. advance moves the pointers on by a
 // block.
-func kBlockPair(a *asm, vnni, mins bool, dOff, dd, dy int, name string, body func(second bool), single, advance func(), bsAddr func(t int) string) {
+func kBlockPair(a *asm, vnni, mins bool, dOff, dd, dy, minsReg int, name string, body func(second bool), single, advance func(), bsAddr func(t int) string) {
 	// Registers: VNNI Y10, Y11 the blocks' mins products; AVX2 Y6, Y7
 	// (free with one token); X[dd] the first block's d (and dmin), X[dy]
 	// its dy. d is the f16 at dOff, dmin the one after it.
@@ -794,9 +846,12 @@ func kBlockPair(a *asm, vnni, mins bool, dOff, dd, dy int, name string, body fun
 		m0, m1 = 6, 7
 	}
 	minsOf := func(reg int) {
-		if vnni {
+		switch {
+		case vnni:
 			a.p("VPMADDWD %s, Y19, Y%d", bsAddr(0), reg)
-		} else {
+		case minsReg >= 0:
+			a.p("VPMADDWD %s, Y%d, Y%d", bsAddr(0), minsReg, reg)
+		default:
 			a.p("VMOVDQU %s, Y%d", bsAddr(0), reg)
 			a.p("VPMADDWD 32(SP), Y%d, Y%d", reg, reg)
 		}
@@ -1355,6 +1410,7 @@ func main() {
 		}
 	}
 	q6kShufData(&a)
+	k16SpreadData(&a)
 	k4ConstData(&a)
 	k3ConstData(&a)
 	iq4TableData(&a)
