@@ -309,8 +309,9 @@ func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
 		and = "VPANDD"
 	}
 	// Constants. VNNI: Y28 0x0f bytes, Y29 0x30 bytes (Q5_K: 0x10), X30 3f,
-	// X31 03 masks, X27 shift counts. AVX2: Y15 0x0f bytes, Y14 0x30 bytes
-	// (Q5_K: 0x10). IQ4_XS, both levels: Y14 0x0f bytes, Y15 its table.
+	// X31 03 masks, X27 shift counts. AVX2: Y15 0x0f bytes (Q2_K: 0x0c,
+	// Q3_K: 0x04), Y14 0x30 bytes (Q5_K: 0x10, Q2_K and Q3_K: 0x03).
+	// IQ4_XS, both levels: Y14 0x0f bytes, Y15 its table.
 	if q8 {
 		// Q8_K16's values need no masks.
 	} else if direct {
@@ -354,6 +355,8 @@ func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
 	} else {
 		if q3 {
 			a.p("MOVL $0x04040404, CX") // Q3_K: 0x04 bytes, the third bit
+		} else if q2 {
+			a.p("MOVL $0x0c0c0c0c, CX") // Q2_K: 0x0c bytes (q2KBlockAVX2)
 		} else {
 			a.p("MOVL $0x0f0f0f0f, CX")
 		}
@@ -707,26 +710,38 @@ func q2KBlock(a *asm, vnni bool, T int, store bool, yAddr func(off, t int) strin
 }
 
 // q2KBlockAVX2 is q2KBlock at the AVX2 level. The 16 scales are widened
-// to int16 once, each half of them broadcast to both 128-bit lanes (Y9:
-// sub-blocks 0-7, for the first 128 values; Y8: 8-15), so that one
-// in-lane VPSHUFB (k16Spread) spreads a pair's scales where sub16Products
-// takes a byte shuffle and a widening; the first products set sumi rather
-// than adding to zeros. Y10 a chunk of qs, Y11 its values, Y12 their
-// scales, Y13 products; Y14 0x03, Y15 0x0f.
+// to int16 once a block, the even sub-blocks' in the low 128-bit lane and
+// the odd ones' in the high lane (k16Spread), so that one in-lane VPSHUFB
+// spreads a pair's scales where sub16Products takes a byte shuffle and a
+// widening. The values come with fewer shifts: of each byte of qs, bits
+// 2-3 and, after one shift by 4, bits 6-7 are taken in place, four times
+// the value, and the other values' scales are taken four times instead;
+// sumi, 4·S, is shifted back at the end (exact: every product is a
+// multiple of 4). The first products set sumi rather than adding to
+// zeros. Y9 the scales, Y8 four times them, Y10 a chunk of qs, Y11 its
+// values, Y12 their scales, Y13 products; Y14 0x03, Y15 0x0c.
 func q2KBlockAVX2(a *asm, T int, store bool, yAddr func(off, t int) string, sumi func(t int) int) {
 	a.p("VMOVDQU 0(SI), X9")
-	a.p("VPAND X15, X9, X9")
+	a.p("VPAND k3Const<>+0(SB), X9, X9") // & 0x0f
+	a.p("VPSHUFB k16Spread<>+256(SB), X9, X9")
 	a.p("VPMOVZXBW X9, Y9")
-	a.p("VPERMQ $0xee, Y9, Y8") // scales 8-15 in both lanes
-	a.p("VPERMQ $0x44, Y9, Y9") // scales 0-7 in both lanes
+	a.p("VPSLLW $2, Y9, Y8")
 	for n := 0; n < 2; n++ {
 		a.p("VMOVDQU %d(SI), Y10", 16+32*n)
 		for j := 0; j < 4; j++ {
-			twoBits(a, "VPAND", 14, 10, 11, j)
-			a.p("VPSHUFB k16Spread<>+%d(SB), Y%d, Y12", 32*j, 9-n)
+			p := 4*n + j
+			src, mask, sc := 10, 14, 8 // bits 0-1 (4-5 after the shift): scales ×4
+			if j%2 == 1 {
+				mask, sc = 15, 9 // bits 2-3 (6-7): the values ×4
+			}
+			if j == 2 {
+				a.p("VPSRLW $4, Y10, Y10")
+			}
+			a.p("VPAND Y%d, Y%d, Y11", mask, src)
+			a.p("VPSHUFB k16Spread<>+%d(SB), Y%d, Y12", 32*p, sc)
 			for t := 0; t < T; t++ {
 				a.p("VPMADDUBSW %s, Y11, Y13", yAddr(128*n+32*j, t))
-				if n == 0 && j == 0 {
+				if p == 0 {
 					a.p("VPMADDWD Y12, Y13, Y%d", sumi(t))
 					continue
 				}
@@ -735,31 +750,34 @@ func q2KBlockAVX2(a *asm, T int, store bool, yAddr func(off, t int) string, sumi
 			}
 		}
 	}
+	for t := 0; t < T; t++ {
+		a.p("VPSRAD $2, Y%d, Y%d", sumi(t), sumi(t))
+	}
 	a.p("VMOVDQU 0(SI), X8")
 	a.p("VPSRLW $4, X8, X8")
-	a.p("VPAND X15, X8, X8")
+	a.p("VPAND k3Const<>+0(SB), X8, X8")
 	a.p("VPMOVZXBW X8, Y8") // mins16
 	if store {
 		a.p("VMOVDQU Y8, 32(SP)")
 	}
 }
 
-// k16SpreadData is the VPSHUFB table that spreads int16 scales 2j and
-// 2j+1 of a lane over the low and the high lane, for j = 0..3 (the AVX2
-// Q2_K kernels, q2KBlockAVX2).
+// k16SpreadData is the AVX2 Q2_K kernels' VPSHUFB table (q2KBlockAVX2):
+// for p = 0..7, 32 bytes that spread int16 p of each 128-bit lane over the
+// lane; then 16 bytes that put the even bytes before the odd ones.
 func k16SpreadData(a *asm) {
-	for j := 0; j < 4; j++ {
-		lo := uint64(0)
-		hi := uint64(0)
+	for p := 0; p < 8; p++ {
+		v := uint64(0)
 		for i := 0; i < 4; i++ {
-			lo |= uint64(4*j)<<(16*i) | uint64(4*j+1)<<(16*i+8)
-			hi |= uint64(4*j+2)<<(16*i) | uint64(4*j+3)<<(16*i+8)
+			v |= uint64(2*p)<<(16*i) | uint64(2*p+1)<<(16*i+8)
 		}
-		for h, v := range []uint64{lo, lo, hi, hi} {
-			fmt.Fprintf(&a.b, "DATA k16Spread<>+%d(SB)/8, $0x%016x\n", 32*j+8*h, v)
+		for h := 0; h < 4; h++ {
+			fmt.Fprintf(&a.b, "DATA k16Spread<>+%d(SB)/8, $0x%016x\n", 32*p+8*h, v)
 		}
 	}
-	a.b.WriteString("GLOBL k16Spread<>(SB), RODATA|NOPTR, $128\n\n")
+	fmt.Fprintf(&a.b, "DATA k16Spread<>+256(SB)/8, $0x%016x\n", uint64(0x0e0c0a0806040200))
+	fmt.Fprintf(&a.b, "DATA k16Spread<>+264(SB)/8, $0x%016x\n", uint64(0x0f0d0b0907050301))
+	a.b.WriteString("GLOBL k16Spread<>(SB), RODATA|NOPTR, $272\n\n")
 }
 
 // orBit ORs bit `from` of each byte of Y[src] into bit `to` of Y[v]'s
