@@ -387,7 +387,7 @@ func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
 				a.p("PREFETCHT1 %d(SI)", kPrefetch+off)
 			}
 		}
-		for t := 0; t < T && !(q2 && !vnni); t++ { // AVX2 Q2_K sets sumi with its first products
+		for t := 0; t < T && !((q2 || q3) && !vnni); t++ { // AVX2 Q2_K and Q3_K set sumi themselves
 			a.p("VPXOR Y%d, Y%d, Y%d", sumi(t), sumi(t), sumi(t))
 		}
 		// scaleAcc adds (pairs of int16 in Yp) × (int16 scales) to sumi(t):
@@ -762,9 +762,11 @@ func q2KBlockAVX2(a *asm, T int, store bool, yAddr func(off, t int) string, sumi
 	}
 }
 
-// k16SpreadData is the AVX2 Q2_K kernels' VPSHUFB table (q2KBlockAVX2):
-// for p = 0..7, 32 bytes that spread int16 p of each 128-bit lane over the
-// lane; then 16 bytes that put the even bytes before the odd ones.
+// k16SpreadData is the AVX2 Q2_K and Q3_K kernels' VPSHUFB table
+// (q2KBlockAVX2, q3KBlockAVX2): for p = 0..7, 32 bytes that spread int16 p
+// of each 128-bit lane over the lane; then 16 bytes that put the even
+// bytes before the odd ones; then 32 bytes of 0x0c and 32 of 0x10 (Q3_K's
+// masks).
 func k16SpreadData(a *asm) {
 	for p := 0; p < 8; p++ {
 		v := uint64(0)
@@ -777,7 +779,14 @@ func k16SpreadData(a *asm) {
 	}
 	fmt.Fprintf(&a.b, "DATA k16Spread<>+256(SB)/8, $0x%016x\n", uint64(0x0e0c0a0806040200))
 	fmt.Fprintf(&a.b, "DATA k16Spread<>+264(SB)/8, $0x%016x\n", uint64(0x0f0d0b0907050301))
-	a.b.WriteString("GLOBL k16Spread<>(SB), RODATA|NOPTR, $272\n\n")
+	for i := 0; i < 8; i++ {
+		v := uint64(0x0c0c0c0c0c0c0c0c)
+		if i >= 4 {
+			v = 0x1010101010101010
+		}
+		fmt.Fprintf(&a.b, "DATA k16Spread<>+%d(SB)/8, $0x%016x\n", 272+8*i, v)
+	}
+	a.b.WriteString("GLOBL k16Spread<>(SB), RODATA|NOPTR, $336\n\n")
 }
 
 // orBit ORs bit `from` of each byte of Y[src] into bit `to` of Y[v]'s
@@ -1205,26 +1214,21 @@ func iq4TableData(a *asm) {
 // scale bytes unpacked to sixteen signed scales (Q6_K's int8 form), the
 // values q+4 = two bits of qs | hmask's bit at bit 2 (unsigned, for
 // vpmaddubsw) times the activations with the scales spread as Q6_K's, less
-// 4·Σ sc·bs; kExactSteps then takes the block's float step.
+// 4·Σ sc·bs; kExactSteps then takes the block's float step. The AVX2
+// level's is q3KBlockAVX2.
 func q3KBlock(a *asm, vnni bool, T int, yAddr func(off, t int) string, bsAddr func(t int) string, sumi func(t int) int) {
-	// Registers. VNNI: X18 scales, Y16 hmask, Y24 a chunk of qs, Y25 its
-	// values, Y26 their scales, Y17 products, Y21 hmask shifted; X20-X22
-	// unpacking; Y29 0x03, Y30 0x04, X31 0x20, X28 0x0f, X27 shift counts.
-	// AVX2: X8 scales, Y9 hmask, Y10 chunk, Y11 values, Y12 scales, Y13
-	// products (and hmask shifted); X10-X13 unpacking; Y14 0x03, Y15 0x04,
-	// 0x0f, the shift counts and 0x20 from k3Const.
-	sc, hm, chunk, vals, scv, prod, hsh := 8, 9, 10, 11, 12, 13, 13
-	ua, ut, uu := 10, 11, 12
-	mask3, mask4 := 14, 15
-	mov, and, or := "VMOVDQU", "VPAND", "VPOR"
-	m0f, shifts, m20 := "k3Const<>+0(SB)", "k3Const<>+16(SB)", "k3Const<>+32(SB)"
-	if vnni {
-		sc, hm, chunk, vals, scv, prod, hsh = 18, 16, 24, 25, 26, 17, 21
-		ua, ut, uu = 20, 21, 22
-		mask3, mask4 = 29, 30
-		mov, and, or = "VMOVDQU32", "VPANDD", "VPORD"
-		m0f, shifts, m20 = "X28", "X27", "X31"
+	if !vnni {
+		q3KBlockAVX2(a, T, yAddr, bsAddr, sumi)
+		return
 	}
+	// Registers: X18 scales, Y16 hmask, Y24 a chunk of qs, Y25 its values,
+	// Y26 their scales, Y17 products, Y21 hmask shifted; X20-X22
+	// unpacking; Y29 0x03, Y30 0x04, X31 0x20, X28 0x0f, X27 shift counts.
+	sc, hm, chunk, vals, scv, prod, hsh := 18, 16, 24, 25, 26, 17, 21
+	ua, ut, uu := 20, 21, 22
+	mask3, mask4 := 29, 30
+	mov, and, or := "VMOVDQU32", "VPANDD", "VPORD"
+	m0f, shifts, m20 := "X28", "X27", "X31"
 	// Scales: bytes 96-107 as dwords a0 a1 a2; low nibbles of a0, a1, then
 	// their high nibbles, each byte's two high bits from a2 (>> 0, 2, 4, 6).
 	a.p("VMOVQ 96(SI), X%d", ua)
@@ -1251,15 +1255,86 @@ func q3KBlock(a *asm, vnni bool, T int, yAddr func(off, t int) string, bsAddr fu
 	}
 	// The offset: the values were q+4, so subtract 4·Σ sc_k·bs_k;
 	// kExactSteps then takes the block's float step.
-	sc16, off := 10, 11
-	if vnni {
-		sc16, off = 19, 24
-	}
+	sc16, off := 19, 24
 	a.p("VPMOVSXBW X%d, Y%d", sc, sc16)
 	for t := 0; t < T; t++ {
 		a.p("VPMADDWD %s, Y%d, Y%d", bsAddr(t), sc16, off)
 		a.p("VPSLLD $2, Y%d, Y%d", off, off)
 		a.p("VPSUBD Y%d, Y%d, Y%d", off, sumi(t), sumi(t))
+	}
+}
+
+// q3KBlockAVX2 is q3KBlock at the AVX2 level, with q2KBlockAVX2's
+// scales (one register, the even sub-blocks' in the low lane, the odd
+// ones' in the high; a pair's spread by one in-lane VPSHUFB) and values
+// (bits 2-3 and 6-7 of qs taken in place, four times the value, hmask's
+// bit put in bit 4; the others' scales taken four times), sumi 4·S
+// shifted back at the end. The offset is taken first: sumi starts as
+// −16·Σ sc_k·bs_k. Registers: X8 the scale bytes, then Y8 the scales and
+// Y3 four times them; Y9 hmask, Y10 a chunk of qs, Y11 values, Y12 their
+// scales, Y13 products (and hmask shifted); Y14 0x03, Y15 0x04, 0x0c and
+// 0x10 from k16Spread.
+func q3KBlockAVX2(a *asm, T int, yAddr func(off, t int) string, bsAddr func(t int) string, sumi func(t int) int) {
+	// Scales: bytes 96-107 as dwords a0 a1 a2; low nibbles of a0, a1, then
+	// their high nibbles, each byte's two high bits from a2 (>> 0, 2, 4, 6).
+	a.p("VMOVQ 96(SI), X10")
+	a.p("VPINSRD $2, 104(SI), X10, X10")
+	a.p("VPAND k3Const<>+0(SB), X10, X11")
+	a.p("VPSRLD $4, X10, X12")
+	a.p("VPAND k3Const<>+0(SB), X12, X12")
+	a.p("VPUNPCKLQDQ X12, X11, X11")
+	a.p("VPSHUFD $0xaa, X10, X12")
+	a.p("VPSRLVD k3Const<>+16(SB), X12, X12")
+	a.p("VPAND X14, X12, X12")
+	a.p("VPSLLD $4, X12, X12")
+	a.p("VPOR X12, X11, X8")
+	a.p("VPSUBB k3Const<>+32(SB), X8, X8") // sc − 32
+	// The offset: the values are q+4 (times 4), so sumi starts at
+	// −16·Σ sc_k·bs_k (|16·sc| ≤ 512 in int16).
+	a.p("VPMOVSXBW X8, Y10")
+	a.p("VPSLLW $4, Y10, Y10")
+	a.p("VPXOR Y11, Y11, Y11")
+	a.p("VPSUBW Y10, Y11, Y10")
+	for t := 0; t < T; t++ {
+		a.p("VPMADDWD %s, Y10, Y%d", bsAddr(t), sumi(t))
+	}
+	a.p("VPSHUFB k16Spread<>+256(SB), X8, X8")
+	a.p("VPMOVSXBW X8, Y8")
+	a.p("VPSLLW $2, Y8, Y3")
+	a.p("VMOVDQU 0(SI), Y9")
+	for n := 0; n < 2; n++ {
+		a.p("VMOVDQU %d(SI), Y10", 32+32*n)
+		for j := 0; j < 4; j++ {
+			p := 4*n + j // sub-blocks 2p and 2p+1; hmask bit p
+			mask, to, hmask, sc := "Y14", 2, "Y15", 3
+			if j%2 == 1 {
+				mask, to, hmask, sc = "k16Spread<>+272(SB)", 4, "k16Spread<>+304(SB)", 8
+			}
+			if j == 2 {
+				a.p("VPSRLW $4, Y10, Y10")
+			}
+			a.p("VPAND %s, Y10, Y11", mask)
+			h := 9
+			switch {
+			case p < to:
+				a.p("VPSLLW $%d, Y9, Y13", to-p)
+				h = 13
+			case p > to:
+				a.p("VPSRLW $%d, Y9, Y13", p-to)
+				h = 13
+			}
+			a.p("VPAND %s, Y%d, Y13", hmask, h)
+			a.p("VPOR Y13, Y11, Y11")
+			a.p("VPSHUFB k16Spread<>+%d(SB), Y%d, Y12", 32*p, sc)
+			for t := 0; t < T; t++ {
+				a.p("VPMADDUBSW %s, Y11, Y13", yAddr(128*n+32*j, t))
+				a.p("VPMADDWD Y12, Y13, Y13")
+				a.p("VPADDD Y13, Y%d, Y%d", sumi(t), sumi(t))
+			}
+		}
+	}
+	for t := 0; t < T; t++ {
+		a.p("VPSRAD $2, Y%d, Y%d", sumi(t), sumi(t))
 	}
 }
 
