@@ -721,8 +721,8 @@ func q2KBlock(a *asm, vnni bool, T int, store bool, yAddr func(off, t int) strin
 // zeros. Y9 the scales, Y8 four times them, Y10 a chunk of qs, Y11 its
 // values, Y12 their scales, Y13 products; Y14 0x03, Y15 0x0c.
 func q2KBlockAVX2(a *asm, T int, store bool, yAddr func(off, t int) string, sumi func(t int) int) {
-	a.p("VMOVDQU 0(SI), X9")
-	a.p("VPAND k3Const<>+0(SB), X9, X9") // & 0x0f
+	a.p("VMOVDQU 0(SI), X3")
+	a.p("VPAND k3Const<>+0(SB), X3, X9") // & 0x0f
 	a.p("VPSHUFB k16Spread<>+256(SB), X9, X9")
 	a.p("VPMOVZXBW X9, Y9")
 	a.p("VPSLLW $2, Y9, Y8")
@@ -753,8 +753,7 @@ func q2KBlockAVX2(a *asm, T int, store bool, yAddr func(off, t int) string, sumi
 	for t := 0; t < T; t++ {
 		a.p("VPSRAD $2, Y%d, Y%d", sumi(t), sumi(t))
 	}
-	a.p("VMOVDQU 0(SI), X8")
-	a.p("VPSRLW $4, X8, X8")
+	a.p("VPSRLW $4, X3, X8")
 	a.p("VPAND k3Const<>+0(SB), X8, X8")
 	a.p("VPMOVZXBW X8, Y8") // mins16
 	if store {
