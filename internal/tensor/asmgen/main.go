@@ -249,10 +249,10 @@ func floatKernel(a *asm, d *decl, typ string, R, T int) {
 // the sub-block scales, then scaled once by d·dy. The offsets (Q2_K's,
 // Q4_K's and Q5_K's mins, Q6_K's −32) come from the activations' 16-value
 // sums bs. Q5_K is Q4_K with each value's fifth bit moved from qh into bit
-// 4; Q2_K has Q6_K's sub-blocks of 16 (scales spread by the same shuffle)
-// with unsigned 4-bit scales and mins, one min per 16-value sum; Q3_K is
-// Q2_K's values with a third bit from hmask and Q6_K's signed scales and
-// offset (−4).
+// 4; Q2_K has Q6_K's sub-blocks of 16 (scales spread by the same shuffle;
+// at the AVX2 level widened first, q2KBlockAVX2) with unsigned 4-bit
+// scales and mins, one min per 16-value sum; Q3_K is Q2_K's values with a
+// third bit from hmask and Q6_K's signed scales and offset (−4).
 //
 // The weight unpacking is shared by the T tokens; with one row per pass a
 // tile needs only 2·T accumulators, so the same loop serves AVX2 (16
