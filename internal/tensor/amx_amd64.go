@@ -396,14 +396,12 @@ func (x *amxKernel) probe() (amxT, vnniT time.Duration) {
 	const rows, T, nb = amxProbeRows, amxProbeTokens, amxProbeCols / 32
 	bs := x.typ.TypeSize()
 	w := probeWeights(x.typ)
-	if x.typ == Q4_0 {
-		packQ4(Q4_0, w, nb*bs)
-	} else {
-		packQ80(w, nb*bs)
-	}
 	vnni := q80VNNIP_16
 	if x.typ == Q4_0 {
+		packQ4(Q4_0, w, nb*bs)
 		vnni = q40VNNIP_16
+	} else {
+		packQ80(w, nb*bs)
 	}
 	m := Matrix{Type: x.typ, Rows: rows, Cols: amxProbeCols, Data: w, packed: true}
 	a := &actBuf{g: make([]byte, nb*T*q80BlockBytes), gs: T * q80BlockBytes}

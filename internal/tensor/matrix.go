@@ -146,7 +146,8 @@ func (m Matrix) Bytes() int {
 // either way.
 //
 // The packed layouts are Q8_0's for each level (asmgen/q80rows.go,
-// asmgen/q40avx2.go), Q4_0's (the same for both levels), Q2_K's to Q6_K's
+// asmgen/q40avx2.go), Q4_0's (the same for both levels), Q4_1's for the
+// AVX2 level (Q4_0's with the minima beside the scales), Q2_K's to Q6_K's
 // and IQ4_XS's for the VNNI level (asmgen/q4kpacked.go, q6kpacked.go,
 // q3kpacked.go, q2kpacked.go, iq4xspacked.go: the rows' blocks with a row
 // in each lane, the scales still packed), and F16's and BF16's
