@@ -1517,7 +1517,7 @@ func main() {
 			q80DirectRowsKernel(&a, &d, y, T)
 		}
 		q80DirectPackKernel(&a, &d, y)
-		if y.qh < 0 && !y.table && y.mins {
+		if y.typ == "Q4_1" { // the AVX2 level's own-bytes kernels (q40avx2.go)
 			for T := 1; T <= 2; T++ {
 				q40AVX2RowsKernel(&a, &d, T, false, &y)
 			}
