@@ -189,7 +189,7 @@ func inspectFile(path string) (*modelInfo, error) {
 				p.why += ", and times the copy's work items read in one stream and in two"
 			}
 		}
-		info.Weights = placementLine(p.placement, p.why, p.placement == gguf.HugePages, f, model.PlanWidening(f, p.widenLimit), p.widenWhy, -1)
+		info.Weights = placementLine(p.placement, p.why, p.placement == gguf.HugePages, f, model.PlanWidening(f, p.widenLimit, p.placement == gguf.HugePages), p.widenWhy, -1)
 	}
 	return info, nil
 }

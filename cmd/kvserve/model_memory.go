@@ -73,8 +73,9 @@ func planWeights(path string, w weightsMemory, reserved int64) (weightsPlan, err
 		return p, err
 	}
 	// Widened copies take memory in either placement, on top of a
-	// private copy's.
-	size := st.Size() + model.PlanWidening(f, p.widenLimit).Bytes()
+	// private copy's: those of the plan for a private copy is the
+	// question.
+	size := st.Size() + model.PlanWidening(f, p.widenLimit, true).Bytes()
 	f.Close()
 	huge := gguf.HugePagesAvailable()
 	p.placement, p.why = autoPlacement(size, avail, huge), autoPlacementWhy(size, avail, huge)
@@ -335,6 +336,9 @@ func widenedClause(w model.Widening, limitWhy string) string {
 			how += " and packed"
 		}
 		switch {
+		case wt.Own && tensor.Packable(t) && !tensor.StreamedPreferred(t, false): // own bytes only packed
+			parts = append(parts, fmt.Sprintf("%v computed in its own bytes, packed in private memory (through a mapping it is widened): on this CPU at least as fast as widened, which would take %s",
+				t, humanBytes(uint64(wt.StreamedWideBytes))))
 		case wt.Own && tensor.Packable(t): // packed where the weights are private
 			parts = append(parts, fmt.Sprintf("%v computed in its own bytes (packed in private memory; through a mapping streamed, %s): on this CPU at least as fast as widened, which would take %s",
 				t, streamedHow(t, "its"), humanBytes(uint64(wt.StreamedWideBytes))))

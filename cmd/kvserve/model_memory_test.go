@@ -163,7 +163,7 @@ func TestWidenedClause(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer f.Close()
-		w := model.PlanWidening(f, tc.limit)
+		w := model.PlanWidening(f, tc.limit, false)
 		if w.Bytes() != tc.bytes {
 			t.Errorf("%s limit %d: widened bytes %d, want %d", tc.file, tc.limit, w.Bytes(), tc.bytes)
 		}
@@ -186,7 +186,8 @@ func TestWidenedClause(t *testing.T) {
 		}
 	}
 	// Q5_0, IQ4_NL and Q5_1: left in their own bytes whatever the limit
-	// where this CPU computes them as fast there, else widened.
+	// where this CPU computes them as fast there (in private memory, or in
+	// either placement), else widened.
 	for _, tc := range []struct {
 		typ     tensor.DType
 		widened string
@@ -204,16 +205,24 @@ func TestWidenedClause(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer f.Close()
-		w := model.PlanWidening(f, model.NoWidenLimit)
-		c, want, bytes := widenedClause(w, "why"), tc.widened, tc.bytes
-		if !tensor.Packable(tensor.Q8_0) { // the portable kernels read Q8_0 as it is
-			want = strings.Replace(want, " and packed", "", 1)
-		}
-		if tensor.StreamedPreferred(typ) {
-			want, bytes = typ.String()+" computed in its own bytes, streamed (by a kernel that unpacks its blocks in registers): on this CPU as fast as widened, which would take "+tc.size, 0
-		}
-		if w.Bytes() != bytes || !strings.Contains(c, want) {
-			t.Errorf("%s: %d bytes widened, clause %q; want %d, %q", name, w.Bytes(), c, bytes, want)
+		for _, private := range []bool{false, true} {
+			w := model.PlanWidening(f, model.NoWidenLimit, private)
+			c, want, bytes := widenedClause(w, "why"), tc.widened, tc.bytes
+			if !tensor.Packable(tensor.Q8_0) { // the portable kernels read Q8_0 as it is
+				want = strings.Replace(want, " and packed", "", 1)
+			}
+			switch {
+			case !tensor.StreamedPreferred(typ, private):
+			case !tensor.StreamedPreferred(typ, false): // only packed
+				want, bytes = typ.String()+" computed in its own bytes, packed in private memory (through a mapping it is widened): on this CPU at least as fast as widened, which would take "+tc.size, 0
+			case tensor.Packable(typ):
+				want, bytes = typ.String()+" computed in its own bytes (packed in private memory; through a mapping streamed, by a kernel that unpacks its blocks in registers): on this CPU at least as fast as widened, which would take "+tc.size, 0
+			default:
+				want, bytes = typ.String()+" computed in its own bytes, streamed (by a kernel that unpacks its blocks in registers): on this CPU as fast as widened, which would take "+tc.size, 0
+			}
+			if w.Bytes() != bytes || !strings.Contains(c, want) {
+				t.Errorf("%s private=%v: %d bytes widened, clause %q; want %d, %q", name, private, w.Bytes(), c, bytes, want)
+			}
 		}
 	}
 	g, err := gguf.Open(testshared.Path(t, "models", "tiny-q8_0.gguf"))
@@ -221,7 +230,7 @@ func TestWidenedClause(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer g.Close()
-	if w := model.PlanWidening(g, model.NoWidenLimit); widenedClause(w, "why") != "" || w.Bytes() != 0 {
+	if w := model.PlanWidening(g, model.NoWidenLimit, true); widenedClause(w, "why") != "" || w.Bytes() != 0 {
 		t.Errorf("tiny-q8_0: clause %q, %d bytes", widenedClause(w, "why"), w.Bytes())
 	}
 }
@@ -276,7 +285,7 @@ func TestPlacementLineReleased(t *testing.T) {
 		{false, f, 0, ""},
 		{true, g, 0, ""},
 	} {
-		line := placementLine(gguf.HugePages, "why", tc.private, tc.f, model.PlanWidening(tc.f, model.NoWidenLimit), "limit", tc.released)
+		line := placementLine(gguf.HugePages, "why", tc.private, tc.f, model.PlanWidening(tc.f, model.NoWidenLimit, tc.private), "limit", tc.released)
 		if tc.want == "" && strings.Contains(line, "private copy g") || !strings.Contains(line, tc.want) {
 			t.Errorf("private=%v released=%d: %q", tc.private, tc.released, line)
 		}

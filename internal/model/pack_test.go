@@ -120,9 +120,10 @@ func decodeLogits(t *testing.T, m *model.Model) [][]float32 {
 // the placement; the mapped and the private placement then give the same
 // logits, and the private copy has given back the original bytes (their
 // tensors' Data is gone). A token embedding apart from the output
-// projection, only looked up, stays as it is. Where this CPU computes
-// IQ4_NL or Q5_0 as fast in its own bytes (tensor.StreamedPreferred), its matrices
-// stay as they are instead.
+// projection, only looked up, stays as it is. Where this CPU computes the
+// type as fast in its own bytes (tensor.StreamedPreferred: in either
+// placement, or packed in private memory), its matrices stay as they are
+// instead, in that placement.
 func TestWidenedWeights(t *testing.T) {
 	for _, tc := range []struct {
 		file string
@@ -139,7 +140,7 @@ func TestWidenedWeights(t *testing.T) {
 		defer mapped.Close()
 		m := mapped.Model
 		_, untied := mapped.GGUF.Tensor("output.weight")
-		own := tensor.StreamedPreferred(tc.typ)
+		own := tensor.StreamedPreferred(tc.typ, false)
 		if own {
 			t.Logf("%s: %v computed in its own bytes on this CPU, not widened", tc.file, tc.typ)
 			if len(m.Widening.Types) != 1 || !m.Widening.Types[0].Own || m.Widening.Types[0].Streamed == 0 {
@@ -184,18 +185,50 @@ func TestWidenedWeights(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer private.Close()
+		same := m // the mapped model of the private copy's plan
 		if private.GGUF.Private() {
+			ownPrivate := tensor.StreamedPreferred(tc.typ, true)
+			if pw := private.Model.Widening; ownPrivate && (len(pw.Types) != 1 || !pw.Types[0].Own || len(pw.Names) != 0) {
+				t.Fatalf("%s: private plan %+v, want all of %v's matrices left in their own bytes", tc.file, pw, tc.typ)
+			}
 			for _, ts := range private.GGUF.Tensors {
-				if widens(ts) != (ts.Data == nil) {
+				if widened := widens(ts) && !ownPrivate; widened != (ts.Data == nil) {
 					t.Fatalf("%s: private copy's %s (%v) has %d bytes after load", tc.file, ts.Name, ts.Type, len(ts.Data))
 				}
 			}
-		}
-		wantLogits, got := decodeLogits(t, m), decodeLogits(t, private.Model)
-		for i := range wantLogits {
-			if !slices.Equal(got[i], wantLogits[i]) {
-				t.Fatalf("%s sequence %d: logits differ between the placements", tc.file, i)
+			if ownPrivate != own {
+				// Packed in private memory, widened on a mapping: the
+				// same bits where the widened kernels' float steps are
+				// the streamed ones', not for the minima's products
+				// (Q4_1, Q5_1: the widened copy adds them by the F16
+				// kernels). The load probe's mapping, which shares the
+				// copy's plan, computes in its own bytes too.
+				t.Logf("%s: %v computed in its own bytes on this CPU only packed in private memory", tc.file, tc.typ)
+				shared, err := model.OpenWith(path, gguf.Mapped, nil, model.Options{WidenLimit: model.NoWidenLimit, WidenedFrom: private.Model})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer shared.Close()
+				if sw := shared.Model.Widening; len(sw.Names) != 0 || !sw.Types[0].Own {
+					t.Fatalf("%s: the probe's mapping plans %+v, want the private copy's", tc.file, sw)
+				}
+				if tc.typ == tensor.Q4_1 || tc.typ == tensor.Q5_1 {
+					same = shared.Model
+				} else {
+					compareLogits(t, tc.file+" (the probe's mapping)", decodeLogits(t, shared.Model), decodeLogits(t, private.Model))
+				}
 			}
+		}
+		compareLogits(t, tc.file, decodeLogits(t, same), decodeLogits(t, private.Model))
+	}
+}
+
+// compareLogits fails t unless two placements' logits hold the same bits.
+func compareLogits(t *testing.T, file string, want, got [][]float32) {
+	t.Helper()
+	for i := range want {
+		if !slices.Equal(got[i], want[i]) {
+			t.Fatalf("%s sequence %d: logits differ between the placements", file, i)
 		}
 	}
 }

@@ -38,6 +38,9 @@ type Widening struct {
 	// Types lists, per type of the file's matrices that Widen converts (in
 	// the file's order), what becomes of them.
 	Types []WidenedType
+	// Private says the plan is for weights in private memory, where some
+	// types are as fast in their own bytes (tensor.StreamedPreferred).
+	Private bool
 }
 
 // WidenedType is what a Widening does with the matrices of one type.
@@ -84,16 +87,17 @@ func (w Widening) Streamed() int {
 // memory a byte of theirs takes widened (Q5_0's copy is half as large again,
 // IQ2_XXS's four times: a limit then keeps the most matrices at full
 // speed), in the file's order among equals, each one that still fits. A
-// type this CPU computes as fast in its own bytes (tensor.StreamedPreferred)
-// is never widened.
-func PlanWidening(f *gguf.File, limit int64) Widening {
+// type this CPU computes as fast in its own bytes (tensor.StreamedPreferred;
+// private: the weights are in private memory, packed where their kernels
+// have a layout) is never widened.
+func PlanWidening(f *gguf.File, limit int64, private bool) Widening {
 	_, hasOutput := f.Tensor("output.weight")
 	type cand struct {
 		t          *gguf.Tensor
 		own, wide  int64
 		byTypeSlot int
 	}
-	w := Widening{Names: map[string]bool{}}
+	w := Widening{Names: map[string]bool{}, Private: private}
 	var cands []cand
 	for i := range f.Tensors {
 		t := &f.Tensors[i]
@@ -106,7 +110,7 @@ func PlanWidening(f *gguf.File, limit int64) Widening {
 		slot := slices.IndexFunc(w.Types, func(wt WidenedType) bool { return wt.Type == t.Type })
 		if slot < 0 {
 			slot = len(w.Types)
-			w.Types = append(w.Types, WidenedType{Type: t.Type, Own: tensor.StreamedPreferred(t.Type)})
+			w.Types = append(w.Types, WidenedType{Type: t.Type, Own: tensor.StreamedPreferred(t.Type, private)})
 		}
 		wide := int64(tensor.WidenedRowBytes(t.Type, t.Cols())) * int64(t.Rows())
 		if wt := &w.Types[slot]; wt.Own {

@@ -54,7 +54,7 @@ func TestPlanWidening(t *testing.T) {
 		{iq3 + wide["blk.0.ffn_up.weight"] - 1, nIQ3 + 2, false}, // and the two smallest IQ2_S
 		{iq3 / 2, nIQ3 / 2, true},
 	} {
-		w := model.PlanWidening(f, tc.limit)
+		w := model.PlanWidening(f, tc.limit, false)
 		if w.Names["token_embd.weight"] {
 			t.Errorf("limit %d: the token embedding widened", tc.limit)
 		}

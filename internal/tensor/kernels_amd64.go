@@ -142,16 +142,16 @@ func amxRowTiles(x *amxKernel, w *Matrix, r0, r1 int, a *actBuf, tokens, ld int)
 const q80PackedPrefetchRows = 16
 
 // packable says whether Pack has a layout for weights of type t: Q8_0's
-// for each level's kernels, Q4_0's for both (the same layout), Q2_K's to
-// Q6_K's and IQ4_XS's for the VNNI level's, F16's for the AVX2 kernels or
-// the zmm ones,
-// BF16's for the vdpbf16ps kernels where the CPU has them, else for the
-// AVX2 ones (zmmRowStep).
+// for each level's kernels, Q4_0's for both (the same layout), Q4_1's,
+// Q5_0's and Q5_1's for the AVX2 level's, Q2_K's to Q6_K's and IQ4_XS's
+// for the VNNI level's, F16's for the AVX2 kernels or the zmm ones, BF16's
+// for the vdpbf16ps kernels where the CPU has them, else for the AVX2 ones
+// (zmmRowStep).
 func packable(t DType) bool {
 	switch t {
 	case Q8_0, Q4_0, F16, BF16:
 		return cpuISA >= isaAVX2
-	case Q4_1: // the VNNI level computes it streamed (q80Direct)
+	case Q4_1, Q5_0, Q5_1: // the VNNI level computes them streamed (q80Direct)
 		return cpuISA == isaAVX2
 	case Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS:
 		return cpuISA == isaVNNI
@@ -727,12 +727,71 @@ var q41AVX2 = &q80Direct{k: []q8DirectFn{nil, q41AVX2N_1, q41AVX2N_2}, mins: tru
 // written out and read back.
 const q41AVX2Tokens = 4
 
-// q41AVX2P are the kernels of packed Q4_1 weights at the AVX2 level
-// (Pack; asmgen/q40avx2.go), T ≤ 4 tokens a pass over a block of rows:
-// Q4_0's packed kernels with q41AVX2N_T's steps, so the same bits as the
-// rows unpacked.
-var q41AVX2P = []func(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, s1 *float32){
-	nil, q41AVX2P_1, q41AVX2P_2, q41AVX2P_3, q41AVX2P_4}
+// avx2PackedFn is a kernel of packed weights of a type the VNNI level
+// streams to Q8_0, at the AVX2 level: a q8PackedFn that also reads the
+// activations' Q8_1 block sums s1 (block-major for its tokens) where the
+// type has minima.
+type avx2PackedFn func(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, s1 *float32)
+
+// avx2Packed drives the kernels of packed Q4_1, Q5_0 and Q5_1 weights at
+// the AVX2 level (Pack; asmgen/q40avx2.go): p[T], T ≤ 4 tokens a pass over
+// a block of rows, Q4_0's packed kernels with the float steps of the rows
+// widened to Q8_0, so the same bits as the rows streamed or widened.
+type avx2Packed struct {
+	p    []avx2PackedFn
+	mins bool // Q4_1, Q5_1
+}
+
+var (
+	q41AVX2Packed = &avx2Packed{p: []avx2PackedFn{nil, q41AVX2P_1, q41AVX2P_2, q41AVX2P_3, q41AVX2P_4}, mins: true}
+	q51AVX2Packed = &avx2Packed{p: []avx2PackedFn{nil, q51AVX2P_1, q51AVX2P_2, q51AVX2P_3, q51AVX2P_4}, mins: true}
+	q50AVX2Packed = &avx2Packed{p: []avx2PackedFn{nil, noS1(q50AVX2P_1), noS1(q50AVX2P_2), noS1(q50AVX2P_3), noS1(q50AVX2P_4)}}
+)
+
+// noS1 is f, a kernel of a type without minima, as an avx2PackedFn.
+func noS1(f q8PackedFn) avx2PackedFn {
+	return func(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, _ *float32) {
+		f(w, prefetch, rowBlocks, act, blockStride, blocks, dst, ldBytes)
+	}
+}
+
+// run computes tokens [t0, t1) of rowBlocks blocks of eight packed rows,
+// rb bytes a row, from data into dst (at the first row's outputs).
+func (k *avx2Packed) run(dst []float32, ld int, data []byte, rb, rowBlocks, cols int, a *actBuf, t0, t1 int, s *streamScratch) {
+	nb := cols / qk80
+	for t := t0; t < t1; {
+		T := min(len(k.p)-1, t1-t)
+		var s1 *float32
+		if k.mins {
+			s1 = s.blockMajorS1(a, t, T, nb)
+		}
+		k.p[T](&data[0], q80PackedPrefetchRows*rb, rowBlocks, &a.g[t*q80BlockBytes], a.gs, nb, &dst[t*ld], ld*4, s1)
+		t += T
+	}
+}
+
+// kernel is Q5_0's or Q5_1's kernel at the AVX2 level: a packed matrix's
+// blocks of eight rows go to k, the rest (a mapping's rows, the last rows
+// of fewer than eight) to streamed, the type's streamed kernel. The model
+// loader widens these types where the weights are mapped
+// (StreamedPreferred).
+func (k *avx2Packed) kernel(streamed kernel) kernel {
+	return func(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int, s *streamScratch) {
+		pr1 := r0
+		if w.packed {
+			if r0%8 != 0 {
+				panic(fmt.Sprintf("tensor: packed matrix cut at row %d", r0))
+			}
+			pr1 = max(r0, min(r1, w.packedRows()))
+			if rb := w.RowBytes(); pr1 > r0 {
+				k.run(dst[r0:], ld, w.Data[r0*rb:], rb, (pr1-r0)/8, w.Cols, a, t0, t1, s)
+			}
+		}
+		if r1 > pr1 {
+			streamed(dst, ld, w, pr1, r1, a, t0, t1, s)
+		}
+	}
+}
 
 // q41AVX2Kernel is Q4_1's kernel at the AVX2 level. A packed matrix's
 // blocks of eight rows go to the packed kernels; so do a prompt's rows of
@@ -759,12 +818,7 @@ func q41AVX2Kernel(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, 
 		data = s.rows
 	}
 	if pr1 > r0 {
-		nb := w.Cols / qk80
-		for t := t0; t < t1; {
-			T := min(len(q41AVX2P)-1, t1-t)
-			q41AVX2P[T](&data[0], q80PackedPrefetchRows*rb, (pr1-r0)/8, &a.g[t*q80BlockBytes], a.gs, nb, &dst[t*ld+r0], ld*4, s.blockMajorS1(a, t, T, nb))
-			t += T
-		}
+		q41AVX2Packed.run(dst[r0:], ld, data, rb, (pr1-r0)/8, w.Cols, a, t0, t1, s)
 	}
 	if r1 > pr1 {
 		q41AVX2.run(dst, ld, w, pr1, r1, a, t0, t1, s)
@@ -1011,8 +1065,15 @@ func withStreamKernels(k [isaVNNI + 1]kernelTable) [isaVNNI + 1]kernelTable {
 			if wt, ok := streamType(t); ok {
 				direct, maxTokens := directKernel(t, i)
 				k[i][t] = streamKernel(t, k[i].get(wt), direct, maxTokens, directPacker(t, i))
-				if i == isaAVX2 && t == Q4_1 {
-					k[i][t] = q41AVX2Kernel
+				if i == isaAVX2 {
+					switch t {
+					case Q4_1:
+						k[i][t] = q41AVX2Kernel
+					case Q5_0:
+						k[i][t] = q50AVX2Packed.kernel(k[i][t])
+					case Q5_1:
+						k[i][t] = q51AVX2Packed.kernel(k[i][t])
+					}
 				}
 			}
 		}

@@ -494,6 +494,26 @@ func q50VNNIR_16(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, 
 //go:noescape
 func q50VNNIW(w *byte, rowBytes, prefetch, rowBlocks, blocks int, dst, mins *byte)
 
+// q50AVX2P_1 computes rowBlocks × 8 rows × 1 tokens of packed Q5_0 weights × Q8_0 activations (AVX2).
+//
+//go:noescape
+func q50AVX2P_1(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
+
+// q50AVX2P_2 computes rowBlocks × 8 rows × 2 tokens of packed Q5_0 weights × Q8_0 activations (AVX2).
+//
+//go:noescape
+func q50AVX2P_2(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
+
+// q50AVX2P_3 computes rowBlocks × 8 rows × 3 tokens of packed Q5_0 weights × Q8_0 activations (AVX2).
+//
+//go:noescape
+func q50AVX2P_3(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
+
+// q50AVX2P_4 computes rowBlocks × 8 rows × 4 tokens of packed Q5_0 weights × Q8_0 activations (AVX2).
+//
+//go:noescape
+func q50AVX2P_4(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
+
 // iq4NLVNNIN_1 computes rows × 1 tokens of IQ4_NL weights × Q8_0 activations, eight rows at a time, in the weights' own bytes (VNNI).
 //
 //go:noescape
@@ -698,6 +718,26 @@ func q51VNNIR_8(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride, b
 //
 //go:noescape
 func q51VNNIW(w *byte, rowBytes, prefetch, rowBlocks, blocks int, dst, mins *byte)
+
+// q51AVX2P_1 computes rowBlocks × 8 rows × 1 tokens of packed Q5_1 weights × Q8_0 activations (AVX2).
+//
+//go:noescape
+func q51AVX2P_1(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, s1 *float32)
+
+// q51AVX2P_2 computes rowBlocks × 8 rows × 2 tokens of packed Q5_1 weights × Q8_0 activations (AVX2).
+//
+//go:noescape
+func q51AVX2P_2(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, s1 *float32)
+
+// q51AVX2P_3 computes rowBlocks × 8 rows × 3 tokens of packed Q5_1 weights × Q8_0 activations (AVX2).
+//
+//go:noescape
+func q51AVX2P_3(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, s1 *float32)
+
+// q51AVX2P_4 computes rowBlocks × 8 rows × 4 tokens of packed Q5_1 weights × Q8_0 activations (AVX2).
+//
+//go:noescape
+func q51AVX2P_4(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, s1 *float32)
 
 // minsAddVNNI adds to rowBlocks × 8 rows of tokens' outputs their minima's part, Σ m·s1 over the blocks in order (VNNI level).
 //

@@ -81,7 +81,7 @@ func (m Matrix) DequantizeRow(dst []float32, row int) {
 	if m.packed && row < m.packedRows() {
 		blk := m.Data[row&^7*rb : (row|7+1)*rb]
 		switch m.Type {
-		case Q4_0, Q4_1:
+		case Q4_0, Q4_1, Q5_0, Q5_1:
 			dequantizePackedQ4(m.Type, dst[:m.Cols], blk, row&7)
 		case Q8_0:
 			dequantizePackedQ80(dst[:m.Cols], blk, row&7)
@@ -146,8 +146,9 @@ func (m Matrix) Bytes() int {
 // either way.
 //
 // The packed layouts are Q8_0's for each level (asmgen/q80rows.go,
-// asmgen/q40avx2.go), Q4_0's (the same for both levels), Q4_1's for the
-// AVX2 level (Q4_0's with the minima beside the scales), Q2_K's to Q6_K's
+// asmgen/q40avx2.go), Q4_0's (the same for both levels), Q4_1's, Q5_0's
+// and Q5_1's for the AVX2 level (Q4_0's with the fifth bits and minima
+// beside, q4PackedLayout), Q2_K's to Q6_K's
 // and IQ4_XS's for the VNNI level (asmgen/q4kpacked.go, q6kpacked.go,
 // q3kpacked.go, q2kpacked.go, iq4xspacked.go: the rows' blocks with a row
 // in each lane, the scales still packed), and F16's and BF16's
@@ -168,7 +169,7 @@ func Pack(m Matrix) Matrix {
 	}
 	data := m.Data[:m.packedRows()*m.RowBytes()]
 	switch m.Type {
-	case Q4_0, Q4_1:
+	case Q4_0, Q4_1, Q5_0, Q5_1:
 		packQ4(m.Type, data, m.RowBytes())
 	case Q8_0:
 		packQ80(data, m.RowBytes())
@@ -273,15 +274,30 @@ func dequantizePackedQ80(dst []float32, blk []byte, r int) {
 // 8·q40Size bytes at b times that — four 32-byte vectors, vector m
 // holding bytes 4m..4m+3 of the eight rows' 16 nibble bytes (values
 // 4m..4m+3 in the low nibbles, 16+4m..16+4m+3 in the high ones; row r at
-// 4r), then the eight rows' f16 scales. Q4_1's (AVX2 level) is the same
-// with the eight rows' f16 minima after the scales (q41PackedMin).
-const (
-	q40PackedScale = 128
-	q41PackedMin   = 144
-)
+// 4r), then the eight rows' f16 scales. The AVX2 level packs Q4_1, Q5_0
+// and Q5_1 the same way, each block of eight rows in its rows' size
+// (q4PackedLayout): Q5_0's and Q5_1's fifth bits after the nibbles as bit
+// planes (byte i of the 32 holds in bit k the fifth bit of the value whose
+// nibble vector k's byte i holds: dword k of the unpacked vectors is
+// values 4k..4k+3), then the scales, then Q4_1's and Q5_1's f16 minima.
+const q40PackedScale = 128
 
-// packQ4 rewrites data, whole blocks of eight Q4_0 or Q4_1 rows of rb
-// bytes each, into the packed layout (the same size).
+// q4PackedLayout is where the packed layout of Q4_0, Q4_1, Q5_0 or Q5_1
+// (AVX2 level) keeps a block of eight rows' scales, minima and fifth bits
+// (-1: none).
+func q4PackedLayout(t DType) (scales, mins, fifth int) {
+	scales, mins, fifth = q40PackedScale, -1, -1
+	if t == Q5_0 || t == Q5_1 {
+		scales, fifth = q40PackedScale+32, q40PackedScale
+	}
+	if t == Q4_1 || t == Q5_1 {
+		mins = scales + 16
+	}
+	return scales, mins, fifth
+}
+
+// packQ4 rewrites data, whole blocks of eight Q4_0, Q4_1, Q5_0 or Q5_1
+// rows of rb bytes each, into the packed layout (the same size).
 func packQ4(t DType, data []byte, rb int) {
 	tmp := make([]byte, 8*rb)
 	for base := 0; base < len(data); base += 8 * rb {
@@ -291,41 +307,67 @@ func packQ4(t DType, data []byte, rb int) {
 	}
 }
 
-// packQ4Rows writes src, whole blocks of eight Q4_0 or Q4_1 rows of rb
-// bytes each, to dst (as long, not overlapping it) in the packed layout.
+// packQ4Rows writes src, whole blocks of eight Q4_0, Q4_1, Q5_0 or Q5_1
+// rows of rb bytes each, to dst (as long, not overlapping it) in the
+// packed layout. In the rows' blocks the nibbles are the last 16 bytes,
+// Q5_0's and Q5_1's fifth bits the four before them (bit v: value v), and
+// Q4_1's and Q5_1's minimum follows the scale.
 func packQ4Rows(t DType, dst, src []byte, rb int) {
 	bs, qs := t.TypeSize(), t.TypeSize()-16
+	scales, mins, fifth := q4PackedLayout(t)
 	for base := 0; base < len(src); base += 8 * rb {
 		blk, tmp := dst[base:base+8*rb], src[base:base+8*rb]
 		for b := 0; b < rb/bs; b++ {
 			out := blk[8*b*bs : 8*(b+1)*bs]
+			if fifth >= 0 {
+				clear(out[fifth : fifth+32])
+			}
 			for r := 0; r < 8; r++ {
 				in := tmp[r*rb+b*bs : r*rb+(b+1)*bs]
-				copy(out[q40PackedScale+2*r:][:2], in[0:2])
-				if t == Q4_1 {
-					copy(out[q41PackedMin+2*r:][:2], in[2:4])
+				copy(out[scales+2*r:][:2], in[0:2])
+				if mins >= 0 {
+					copy(out[mins+2*r:][:2], in[2:4])
 				}
 				for m := 0; m < 4; m++ {
 					copy(out[32*m+4*r:32*m+4*r+4], in[qs+4*m:qs+4*m+4])
+				}
+				if fifth >= 0 {
+					qh := binary.LittleEndian.Uint32(in[qs-4:])
+					for k := range 8 {
+						for j := range 4 {
+							out[fifth+4*r+j] |= byte(qh>>(4*k+j)&1) << k
+						}
+					}
 				}
 			}
 		}
 	}
 }
 
-// dequantizePackedQ4 converts row r (0-7) of a packed block of eight Q4_0
-// or Q4_1 rows into dst, as dequantize does for the row unpacked.
+// dequantizePackedQ4 converts row r (0-7) of a packed block of eight Q4_0,
+// Q4_1, Q5_0 or Q5_1 rows into dst, as dequantize does for the row
+// unpacked.
 func dequantizePackedQ4(t DType, dst []float32, blk []byte, r int) {
-	var row [q41Size]byte
+	var row [q51Size]byte
 	bs, qs := t.TypeSize(), t.TypeSize()-16
+	scales, mins, fifth := q4PackedLayout(t)
 	for b := 0; b < len(dst)/qk40; b++ {
 		in := blk[8*b*bs : 8*(b+1)*bs]
-		copy(row[0:2], in[q40PackedScale+2*r:])
-		if t == Q4_1 {
-			copy(row[2:4], in[q41PackedMin+2*r:])
+		copy(row[0:2], in[scales+2*r:])
+		if mins >= 0 {
+			copy(row[2:4], in[mins+2*r:])
 		}
 		for m := 0; m < 4; m++ {
 			copy(row[qs+4*m:qs+4*m+4], in[32*m+4*r:32*m+4*r+4])
+		}
+		if fifth >= 0 {
+			var qh uint32
+			for k := range 8 {
+				for j := range 4 {
+					qh |= uint32(in[fifth+4*r+j]>>k&1) << (4*k + j)
+				}
+			}
+			binary.LittleEndian.PutUint32(row[qs-4:], qh)
 		}
 		dequantize(t, dst[b*qk40:(b+1)*qk40], row[:bs])
 	}

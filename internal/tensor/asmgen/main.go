@@ -1498,7 +1498,7 @@ func main() {
 			q40AVX2RowsKernel(&a, &d, T, q8, nil)
 		}
 		for T := 1; T <= 4; T++ {
-			q40AVX2PackedKernel(&a, &d, T, q8, false)
+			q40AVX2PackedKernel(&a, &d, T, q8, nil)
 		}
 	}
 	q6kShufData(&a)
@@ -1517,12 +1517,16 @@ func main() {
 			q80DirectRowsKernel(&a, &d, y, T)
 		}
 		q80DirectPackKernel(&a, &d, y)
-		if y.typ == "Q4_1" { // the AVX2 level's own-bytes kernels (q40avx2.go)
+		// The AVX2 level's own-bytes kernels (q40avx2.go): Q4_1's on
+		// the file's rows and packed, Q5_0's and Q5_1's packed.
+		if y.typ == "Q4_1" {
 			for T := 1; T <= 2; T++ {
 				q40AVX2RowsKernel(&a, &d, T, false, &y)
 			}
+		}
+		if !y.table {
 			for T := 1; T <= 4; T++ {
-				q40AVX2PackedKernel(&a, &d, T, false, true)
+				q40AVX2PackedKernel(&a, &d, T, false, &y)
 			}
 		}
 	}

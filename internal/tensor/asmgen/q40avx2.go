@@ -269,14 +269,6 @@ func q40AVX2RowsKernel(a *asm, d *decl, T int, q8 bool, y *q80DirectType) {
 // rows at once, with no transpose, no scale gather and no vphaddd tree.
 const q40PackedBlock = 8 * 18
 
-// The packed layout of Q4_1 weights for the AVX2 kernels: Q4_0's with the
-// eight rows' f16 minima after the scales (q41PackedMin), the size of the
-// eight rows' blocks.
-const (
-	q41PackedBlock = 8 * 20
-	q41PackedMin   = 144
-)
-
 // The packed layout of Q8_0 weights for the AVX2 kernels: per block of
 // eight rows and block of 32 columns, 272 bytes — eight 32-byte vectors,
 // vector k holding dword k (values 4k..4k+3) of the eight rows, as signed
@@ -307,17 +299,35 @@ const q80AVX2PackedBlock = 8 * 34
 // applies w's signs, read again from the block in L1, to the broadcast
 // dword; the pairs (at most 2·127·127) go to int32 at once.
 //
-// With mins it generates q41AVX2P_T, the same on packed Q4_1 weights
-// (q41PackedBlock) with q41AVX2N_T's steps: no offset, and per token and
-// block m·s1 (s1 the activations' Q8_1 block sums, block-major for the T
-// tokens, one more argument) summed into zero, added at the end. Token t's
-// minima accumulator is Y(12+T+t) while one is left, else in the frame;
-// R13 the block's s1.
-func q40AVX2PackedKernel(a *asm, d *decl, T int, q8, mins bool) {
+// With y (not nil) it generates <y.name>AVX2P_T, the same on packed
+// weights of a type the VNNI level streams to Q8_0 (Q4_1, Q5_0, Q5_1), in
+// the layout avx2PackedLayout gives it and with the float steps of its
+// rows widened to Q8_0 (so the same bits as streamed or widened):
+//
+//   - Q5_0's and Q5_1's fifth bits are stored as bit planes, byte i of the
+//     32 after the nibbles holding in bit k the fifth bit of vector k's
+//     byte i: a word shift takes bit k to bit 4 of every byte (at most
+//     four places left or three right, so no bit crosses into the next
+//     byte's bit 4), a mask and an or put it on the nibbles: u = q+16
+//     (0-31). Pairs of vpmaddubsw are then at most 2·31·127, so the int16
+//     sums go to int32 after every four vectors, not eight; Q5_0's offset
+//     is −16·Σy (the row layout's −128·Σy shifted right by 3).
+//   - With minima (Q4_1, Q5_1): no offset, and per token and block m·s1
+//     (s1 the activations' Q8_1 block sums, block-major for the T tokens,
+//     one more argument) summed into zero, added at the end, as
+//     q41AVX2N_T does. Token t's minima accumulator is Y(12+T+t) while one
+//     is left, else in the frame; R13 the block's s1.
+func q40AVX2PackedKernel(a *asm, d *decl, T int, q8 bool, y *q80DirectType) {
 	name, typ, blk := fmt.Sprintf("q40AVX2P_%d", T), "Q4_0", q40PackedBlock
 	sig, frame := "(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)", "$0-64"
 	if q8 {
 		name, typ, blk = fmt.Sprintf("q80AVX2P_%d", T), "Q8_0", q80AVX2PackedBlock
+	}
+	mins, fifth := y != nil && y.mins, y != nil && y.qh >= 0
+	scales, minsAt := 128, 0
+	if y != nil {
+		name, typ = fmt.Sprintf("%sAVX2P_%d", y.name, T), y.typ
+		blk, scales, minsAt = avx2PackedLayout(*y)
 	}
 	minsAcc := func(t int) (reg int, slot string) {
 		if 12+T+t <= 15 {
@@ -326,7 +336,6 @@ func q40AVX2PackedKernel(a *asm, d *decl, T int, q8, mins bool) {
 		return 0, fmt.Sprintf("%d(SP)", 32*(12+T+t-16))
 	}
 	if mins {
-		name, typ, blk = fmt.Sprintf("q41AVX2P_%d", T), "Q4_1", q41PackedBlock
 		sig, frame = sig[:len(sig)-1]+", s1 *float32)", fmt.Sprintf("$%d-72", 32*max(0, 2*T-4))
 	}
 	text(a, d, fmt.Sprintf("%s computes rowBlocks × 8 rows × %d tokens of packed %s weights × Q8_0 activations (AVX2).", name, T, typ), name, sig, frame)
@@ -375,11 +384,46 @@ func q40AVX2PackedKernel(a *asm, d *decl, T int, q8, mins bool) {
 		a.p("VCVTPH2PS 256(DI), Y8")
 	} else {
 		a.p("VPBROADCASTD q40Mask<>(SB), Y9")
-		q40PackedLoad(a, 9)
+		q40PackedNibbles(a, 9, "DI")
+		if fifth {
+			a.p("VPBROADCASTD q50Bit<>(SB), Y10")
+			a.p("VMOVDQU 128(DI), Y11")
+			for k := 0; k < 8; k++ {
+				src := 8
+				switch {
+				case k < 4:
+					a.p("VPSLLW $%d, Y11, Y8", 4-k)
+				case k > 4:
+					a.p("VPSRLW $%d, Y11, Y8", k-4)
+				default:
+					src = 11
+				}
+				a.p("VPAND Y10, Y%d, Y8", src)
+				a.p("VPOR Y8, Y%d, Y%d", k, k)
+			}
+		}
+		a.p("VCVTPH2PS %d(DI), Y8", scales)
 	}
 	for t := 0; t < T; t++ {
 		base := q80BlockBytes * t
 		for k := 0; k < 8; k++ {
+			if fifth { // two int16 sums of four vectors each, Y11 and Y10
+				acc := 11 - k/4
+				if k%4 == 0 {
+					a.p("VPBROADCASTD %d(R14), Y%d", base+4*k, acc)
+					a.p("VPMADDUBSW Y%d, Y%d, Y%d", acc, k, acc)
+					continue
+				}
+				a.p("VPBROADCASTD %d(R14), Y9", base+4*k)
+				a.p("VPMADDUBSW Y9, Y%d, Y9", k)
+				a.p("VPADDW Y9, Y%d, Y%d", acc, acc)
+				if k == 7 {
+					a.p("VPMADDWD q40Ones<>(SB), Y11, Y11")
+					a.p("VPMADDWD q40Ones<>(SB), Y10, Y10")
+					a.p("VPADDD Y10, Y11, Y11")
+				}
+				continue
+			}
 			a.p("VPBROADCASTD %d(R14), Y9", base+4*k)
 			if q8 {
 				a.p("VPSIGNB %d(DI), Y9, Y9", 32*k)
@@ -399,12 +443,16 @@ func q40AVX2PackedKernel(a *asm, d *decl, T int, q8, mins bool) {
 			a.p("VPMADDUBSW Y9, Y%d, Y10", k)
 			a.p("VPADDW Y10, Y11, Y11")
 		}
-		if !q8 {
+		if !q8 && !fifth {
 			a.p("VPMADDWD q40Ones<>(SB), Y11, Y11")
 		}
 		if !q8 && !mins {
+			shift := 4 // −8·Σy
+			if fifth {
+				shift = 3 // −16·Σy
+			}
 			a.p("VPBROADCASTD %d(R14), Y9", base+q80BlockOffset)
-			a.p("VPSRAD $4, Y9, Y9")
+			a.p("VPSRAD $%d, Y9, Y9", shift)
 			a.p("VPADDD Y9, Y11, Y11")
 		}
 		a.p("VCVTDQ2PS Y11, Y11")
@@ -412,7 +460,7 @@ func q40AVX2PackedKernel(a *asm, d *decl, T int, q8, mins bool) {
 		a.p("VMULPS Y9, Y8, Y9")
 		a.p("VFMADD231PS Y9, Y11, Y%d", facc(t))
 		if mins {
-			a.p("VCVTPH2PS %d(DI), Y10", q41PackedMin)
+			a.p("VCVTPH2PS %d(DI), Y10", minsAt)
 			a.p("VBROADCASTSS %d(R13), Y9", 4*t)
 			if reg, slot := minsAcc(t); slot == "" {
 				a.p("VFMADD231PS Y9, Y10, Y%d", reg)
@@ -450,19 +498,43 @@ func q40PackedLoad(a *asm, mask int) { q40PackedLoadAt(a, mask, "DI") }
 
 // q40PackedLoadAt is q40PackedLoad on the block at register base.
 func q40PackedLoadAt(a *asm, mask int, base string) {
+	q40PackedNibbles(a, mask, base)
+	a.p("VCVTPH2PS 128(%s), Y8", base)
+}
+
+// q40PackedNibbles loads the nibbles of a packed block of eight rows at
+// register base with the nibble mask in Y(mask): dword k of the eight
+// rows' values in Yk.
+func q40PackedNibbles(a *asm, mask int, base string) {
 	for m := 0; m < 4; m++ {
 		a.p("VMOVDQU %d(%s), Y%d", 32*m, base, m+4)
 		a.p("VPAND Y%d, Y%d, Y%d", mask, m+4, m)
 		a.p("VPSRLW $4, Y%d, Y%d", m+4, m+4)
 		a.p("VPAND Y%d, Y%d, Y%d", mask, m+4, m+4)
 	}
-	a.p("VCVTPH2PS 128(%s), Y8", base)
+}
+
+// avx2PackedLayout is the packed layout of a block of eight rows of type y
+// for the AVX2 level's kernels (tensor.Pack; the same size as the rows):
+// Q4_0's 128 bytes of nibbles, then Q5_0's and Q5_1's 32 bytes of fifth
+// bits as bit planes, the eight rows' f16 scales at scales, and Q4_1's and
+// Q5_1's f16 minima at mins.
+func avx2PackedLayout(y q80DirectType) (blk, scales, mins int) {
+	scales = 128
+	if y.qh >= 0 {
+		scales += 32
+	}
+	if y.mins {
+		mins = scales + 16
+	}
+	return 8 * y.size, scales, mins
 }
 
 // q40AVX2Data emits the constants of the packed kernels: the nibble mask
 // and int16 ones (a full vector: vpmaddwd's memory operand).
 func q40AVX2Data(a *asm) {
 	a.b.WriteString("DATA q40Mask<>+0(SB)/4, $0x0f0f0f0f\nGLOBL q40Mask<>(SB), RODATA|NOPTR, $4\n\n")
+	a.b.WriteString("DATA q50Bit<>+0(SB)/4, $0x10101010\nGLOBL q50Bit<>(SB), RODATA|NOPTR, $4\n\n")
 	for i := 0; i < 4; i++ {
 		fmt.Fprintf(&a.b, "DATA q40Ones<>+%d(SB)/8, $0x0001000100010001\n", 8*i)
 	}
