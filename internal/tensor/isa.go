@@ -43,15 +43,15 @@ func StreamedDirect(t DType) bool {
 // (packedItem), go through the widened copy's packed kernels
 // (docs/performance.md has the measurements). Also Q4_1 where it has a
 // packed layout of its own (the AVX2 level: q41AVX2Kernel, which also
-// computes the file's rows in registers), and Q5_0 and Q5_1 there where
-// the weights are private (packed: private), since their packed kernels
-// read 22 and 24 bytes a block where the widened copy's read 34 and 36, and
-// the file's rows only widened again for every product.
+// computes the file's rows in registers), and Q5_0, Q5_1 and IQ4_NL there
+// where the weights are private (packed: private), since their packed
+// kernels read 22, 24 and 18 bytes a block where the widened copy's read 34
+// or 36, and the file's rows only widened again for every product.
 func StreamedPreferred(t DType, private bool) bool {
 	switch {
 	case t == Q4_1 && packable(t):
 		return true
-	case (t == Q5_0 || t == Q5_1) && packable(t):
+	case (t == Q5_0 || t == Q5_1 || t == IQ4_NL) && packable(t):
 		return private
 	}
 	return (t == IQ4_NL || t == Q5_0 || t == Q4_1 || t == Q5_1) && directPacker(t, cpuISA) != nil

@@ -143,7 +143,7 @@ const q80PackedPrefetchRows = 16
 
 // packable says whether Pack has a layout for weights of type t: Q8_0's
 // for each level's kernels, Q4_0's for both (the same layout), Q4_1's,
-// Q5_0's and Q5_1's for the AVX2 level's, Q2_K's to Q6_K's and IQ4_XS's
+// Q5_0's, Q5_1's and IQ4_NL's for the AVX2 level's, Q2_K's to Q6_K's and IQ4_XS's
 // for the VNNI level's, F16's for the AVX2 kernels or the zmm ones, BF16's
 // for the vdpbf16ps kernels where the CPU has them, else for the AVX2 ones
 // (zmmRowStep).
@@ -151,7 +151,7 @@ func packable(t DType) bool {
 	switch t {
 	case Q8_0, Q4_0, F16, BF16:
 		return cpuISA >= isaAVX2
-	case Q4_1, Q5_0, Q5_1: // the VNNI level computes them streamed (q80Direct)
+	case Q4_1, Q5_0, Q5_1, IQ4_NL: // the VNNI level computes them streamed (q80Direct)
 		return cpuISA == isaAVX2
 	case Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS:
 		return cpuISA == isaVNNI
@@ -733,20 +733,42 @@ const q41AVX2Tokens = 4
 // type has minima.
 type avx2PackedFn func(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, s1 *float32)
 
-// avx2Packed drives the kernels of packed Q4_1, Q5_0 and Q5_1 weights at
+// avx2Packed drives the kernels of packed Q4_1, Q5_0, Q5_1 and IQ4_NL weights at
 // the AVX2 level (Pack; asmgen/q40avx2.go): p[T], T ≤ 4 tokens a pass over
 // a block of rows, Q4_0's packed kernels with the float steps of the rows
 // widened to Q8_0, so the same bits as the rows streamed or widened.
 type avx2Packed struct {
 	p    []avx2PackedFn
 	mins bool // Q4_1, Q5_1
+	// unpack, where not nil (IQ4_NL), writes blocks (> 0) packed blocks
+	// of eight rows as the AVX2 level's packed Q8_0 blocks, for prompts:
+	// p's steps per token are more than the Q8_0 kernels' there.
+	unpack func(src *byte, blocks int, dst *byte)
 }
 
 var (
-	q41AVX2Packed = &avx2Packed{p: []avx2PackedFn{nil, q41AVX2P_1, q41AVX2P_2, q41AVX2P_3, q41AVX2P_4}, mins: true}
-	q51AVX2Packed = &avx2Packed{p: []avx2PackedFn{nil, q51AVX2P_1, q51AVX2P_2, q51AVX2P_3, q51AVX2P_4}, mins: true}
-	q50AVX2Packed = &avx2Packed{p: []avx2PackedFn{nil, noS1(q50AVX2P_1), noS1(q50AVX2P_2), noS1(q50AVX2P_3), noS1(q50AVX2P_4)}}
+	q41AVX2Packed   = &avx2Packed{p: []avx2PackedFn{nil, q41AVX2P_1, q41AVX2P_2, q41AVX2P_3, q41AVX2P_4}, mins: true}
+	q51AVX2Packed   = &avx2Packed{p: []avx2PackedFn{nil, q51AVX2P_1, q51AVX2P_2, q51AVX2P_3, q51AVX2P_4}, mins: true}
+	q50AVX2Packed   = &avx2Packed{p: []avx2PackedFn{nil, noS1(q50AVX2P_1), noS1(q50AVX2P_2), noS1(q50AVX2P_3), noS1(q50AVX2P_4)}}
+	iq4NLAVX2Packed = &avx2Packed{p: []avx2PackedFn{nil, noS1(iq4NLAVX2P_1), noS1(iq4NLAVX2P_2), noS1(iq4NLAVX2P_3), noS1(iq4NLAVX2P_4)}, unpack: iq4NLAVX2U}
 )
+
+// unpacked computes tokens [t0, t1) of packed rows [r0, r1) of w (whole
+// blocks of eight) with the packed Q8_0 kernels, on the rows unpacked into
+// the thread's scratch once per work item (its token chunks reuse them, as
+// packedItem's).
+func (k *avx2Packed) unpacked(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int, s *streamScratch) {
+	n, nb := r1-r0, w.Cols/qk80
+	wrb := Q8_0.RowBytes(w.Cols)
+	if h := (heldRows{&w.Data[0], r0, r1}); s.held != h {
+		s.rows = growBytes(s.rows, n*wrb)
+		k.unpack(&w.Data[r0*w.RowBytes()], n/8*nb, &s.rows[0])
+		s.held = h
+	}
+	s.m = Matrix{Type: Q8_0, Rows: n, Cols: w.Cols, Data: s.rows[:n*wrb], packed: true}
+	q80AVX2.run(dst, ld, &s.m, 0, n, a, t0, t1, nil)
+	s.m = Matrix{}
+}
 
 // noS1 is f, a kernel of a type without minima, as an avx2PackedFn.
 func noS1(f q8PackedFn) avx2PackedFn {
@@ -770,7 +792,7 @@ func (k *avx2Packed) run(dst []float32, ld int, data []byte, rb, rowBlocks, cols
 	}
 }
 
-// kernel is Q5_0's or Q5_1's kernel at the AVX2 level: a packed matrix's
+// kernel is Q5_0's, Q5_1's or IQ4_NL's kernel at the AVX2 level: a packed matrix's
 // blocks of eight rows go to k, the rest (a mapping's rows, the last rows
 // of fewer than eight) to streamed, the type's streamed kernel. The model
 // loader widens these types where the weights are mapped
@@ -783,7 +805,12 @@ func (k *avx2Packed) kernel(streamed kernel) kernel {
 				panic(fmt.Sprintf("tensor: packed matrix cut at row %d", r0))
 			}
 			pr1 = max(r0, min(r1, w.packedRows()))
-			if rb := w.RowBytes(); pr1 > r0 {
+			rb := w.RowBytes()
+			switch {
+			case pr1 == r0:
+			case k.unpack != nil && a.n > len(k.p)-1:
+				k.unpacked(dst[r0:], ld, w, r0, pr1, a, t0, t1, s)
+			default:
 				k.run(dst[r0:], ld, w.Data[r0*rb:], rb, (pr1-r0)/8, w.Cols, a, t0, t1, s)
 			}
 		}
@@ -1073,6 +1100,8 @@ func withStreamKernels(k [isaVNNI + 1]kernelTable) [isaVNNI + 1]kernelTable {
 						k[i][t] = q50AVX2Packed.kernel(k[i][t])
 					case Q5_1:
 						k[i][t] = q51AVX2Packed.kernel(k[i][t])
+					case IQ4_NL:
+						k[i][t] = iq4NLAVX2Packed.kernel(k[i][t])
 					}
 				}
 			}

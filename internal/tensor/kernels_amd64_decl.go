@@ -599,6 +599,31 @@ func iq4NLVNNIR_16(w *byte, rowBytes, prefetch, rows int, act *byte, blockStride
 //go:noescape
 func iq4NLVNNIW(w *byte, rowBytes, prefetch, rowBlocks, blocks int, dst, mins *byte)
 
+// iq4NLAVX2P_1 computes rowBlocks × 8 rows × 1 tokens of packed IQ4_NL weights × Q8_0 activations (AVX2).
+//
+//go:noescape
+func iq4NLAVX2P_1(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
+
+// iq4NLAVX2P_2 computes rowBlocks × 8 rows × 2 tokens of packed IQ4_NL weights × Q8_0 activations (AVX2).
+//
+//go:noescape
+func iq4NLAVX2P_2(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
+
+// iq4NLAVX2P_3 computes rowBlocks × 8 rows × 3 tokens of packed IQ4_NL weights × Q8_0 activations (AVX2).
+//
+//go:noescape
+func iq4NLAVX2P_3(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
+
+// iq4NLAVX2P_4 computes rowBlocks × 8 rows × 4 tokens of packed IQ4_NL weights × Q8_0 activations (AVX2).
+//
+//go:noescape
+func iq4NLAVX2P_4(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int)
+
+// iq4NLAVX2U writes blocks packed IQ4_NL blocks of eight rows from src as packed Q8_0 blocks of the AVX2 level to dst.
+//
+//go:noescape
+func iq4NLAVX2U(src *byte, blocks int, dst *byte)
+
 // q41VNNIN_1 computes rows × 1 tokens of Q4_1 weights × Q8_0 activations, eight rows at a time, in the weights' own bytes (VNNI).
 //
 //go:noescape

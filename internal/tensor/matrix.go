@@ -81,7 +81,7 @@ func (m Matrix) DequantizeRow(dst []float32, row int) {
 	if m.packed && row < m.packedRows() {
 		blk := m.Data[row&^7*rb : (row|7+1)*rb]
 		switch m.Type {
-		case Q4_0, Q4_1, Q5_0, Q5_1:
+		case Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL:
 			dequantizePackedQ4(m.Type, dst[:m.Cols], blk, row&7)
 		case Q8_0:
 			dequantizePackedQ80(dst[:m.Cols], blk, row&7)
@@ -146,9 +146,9 @@ func (m Matrix) Bytes() int {
 // either way.
 //
 // The packed layouts are Q8_0's for each level (asmgen/q80rows.go,
-// asmgen/q40avx2.go), Q4_0's (the same for both levels), Q4_1's, Q5_0's
-// and Q5_1's for the AVX2 level (Q4_0's with the fifth bits and minima
-// beside, q4PackedLayout), Q2_K's to Q6_K's
+// asmgen/q40avx2.go), Q4_0's (the same for both levels), Q4_1's, Q5_0's,
+// Q5_1's and IQ4_NL's for the AVX2 level (Q4_0's with the fifth bits and
+// minima beside, q4PackedLayout), Q2_K's to Q6_K's
 // and IQ4_XS's for the VNNI level (asmgen/q4kpacked.go, q6kpacked.go,
 // q3kpacked.go, q2kpacked.go, iq4xspacked.go: the rows' blocks with a row
 // in each lane, the scales still packed), and F16's and BF16's
@@ -169,7 +169,7 @@ func Pack(m Matrix) Matrix {
 	}
 	data := m.Data[:m.packedRows()*m.RowBytes()]
 	switch m.Type {
-	case Q4_0, Q4_1, Q5_0, Q5_1:
+	case Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL:
 		packQ4(m.Type, data, m.RowBytes())
 	case Q8_0:
 		packQ80(data, m.RowBytes())
@@ -274,15 +274,15 @@ func dequantizePackedQ80(dst []float32, blk []byte, r int) {
 // 8·q40Size bytes at b times that — four 32-byte vectors, vector m
 // holding bytes 4m..4m+3 of the eight rows' 16 nibble bytes (values
 // 4m..4m+3 in the low nibbles, 16+4m..16+4m+3 in the high ones; row r at
-// 4r), then the eight rows' f16 scales. The AVX2 level packs Q4_1, Q5_0
-// and Q5_1 the same way, each block of eight rows in its rows' size
+// 4r), then the eight rows' f16 scales. The AVX2 level packs Q4_1, Q5_0,
+// Q5_1 and IQ4_NL (whose nibbles index its table) the same way, each block of eight rows in its rows' size
 // (q4PackedLayout): Q5_0's and Q5_1's fifth bits after the nibbles as bit
 // planes (byte i of the 32 holds in bit k the fifth bit of the value whose
 // nibble vector k's byte i holds: dword k of the unpacked vectors is
 // values 4k..4k+3), then the scales, then Q4_1's and Q5_1's f16 minima.
 const q40PackedScale = 128
 
-// q4PackedLayout is where the packed layout of Q4_0, Q4_1, Q5_0 or Q5_1
+// q4PackedLayout is where the packed layout of Q4_0, Q4_1, Q5_0, Q5_1 or IQ4_NL
 // (AVX2 level) keeps a block of eight rows' scales, minima and fifth bits
 // (-1: none).
 func q4PackedLayout(t DType) (scales, mins, fifth int) {
@@ -296,7 +296,7 @@ func q4PackedLayout(t DType) (scales, mins, fifth int) {
 	return scales, mins, fifth
 }
 
-// packQ4 rewrites data, whole blocks of eight Q4_0, Q4_1, Q5_0 or Q5_1
+// packQ4 rewrites data, whole blocks of eight Q4_0, Q4_1, Q5_0, Q5_1 or IQ4_NL
 // rows of rb bytes each, into the packed layout (the same size).
 func packQ4(t DType, data []byte, rb int) {
 	tmp := make([]byte, 8*rb)
@@ -307,7 +307,7 @@ func packQ4(t DType, data []byte, rb int) {
 	}
 }
 
-// packQ4Rows writes src, whole blocks of eight Q4_0, Q4_1, Q5_0 or Q5_1
+// packQ4Rows writes src, whole blocks of eight Q4_0, Q4_1, Q5_0, Q5_1 or IQ4_NL
 // rows of rb bytes each, to dst (as long, not overlapping it) in the
 // packed layout. In the rows' blocks the nibbles are the last 16 bytes,
 // Q5_0's and Q5_1's fifth bits the four before them (bit v: value v), and

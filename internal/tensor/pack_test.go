@@ -15,7 +15,7 @@ func TestPackedMatMul(t *testing.T) {
 	rng := rand.New(rand.NewPCG(31, 32))
 	p := NewPool(2)
 	defer p.Close()
-	for _, typ := range []DType{Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, F16, BF16} {
+	for _, typ := range []DType{Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, F16, BF16} {
 		if !packable(typ) {
 			t.Logf("%v: no packed layout on this CPU", typ)
 			continue
@@ -44,7 +44,7 @@ func testPackedMatMul(t *testing.T, rng *rand.Rand, p *Pool, typ DType) {
 	switch typ {
 	case F16, BF16:
 		rowsList = append(rowsList, 1003)
-	case Q8_0, Q4_0, Q4_1, Q5_0, Q5_1:
+	case Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL:
 		rowsList = append(rowsList, 4003)
 	}
 	for _, cols := range colsList {

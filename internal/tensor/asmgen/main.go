@@ -1518,16 +1518,17 @@ func main() {
 		}
 		q80DirectPackKernel(&a, &d, y)
 		// The AVX2 level's own-bytes kernels (q40avx2.go): Q4_1's on
-		// the file's rows and packed, Q5_0's and Q5_1's packed.
+		// the file's rows and packed, the others' packed.
 		if y.typ == "Q4_1" {
 			for T := 1; T <= 2; T++ {
 				q40AVX2RowsKernel(&a, &d, T, false, &y)
 			}
 		}
-		if !y.table {
-			for T := 1; T <= 4; T++ {
-				q40AVX2PackedKernel(&a, &d, T, false, &y)
-			}
+		for T := 1; T <= 4; T++ {
+			q40AVX2PackedKernel(&a, &d, T, false, &y)
+		}
+		if y.table {
+			iq4NLAVX2UnpackKernel(&a, &d)
 		}
 	}
 	minsAddKernel(&a, &d)

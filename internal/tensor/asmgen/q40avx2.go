@@ -300,7 +300,8 @@ const q80AVX2PackedBlock = 8 * 34
 // dword; the pairs (at most 2·127·127) go to int32 at once.
 //
 // With y (not nil) it generates <y.name>AVX2P_T, the same on packed
-// weights of a type the VNNI level streams to Q8_0 (Q4_1, Q5_0, Q5_1), in
+// weights of a type the VNNI level streams to Q8_0 (Q4_1, Q5_0, Q5_1,
+// IQ4_NL), in
 // the layout avx2PackedLayout gives it and with the float steps of its
 // rows widened to Q8_0 (so the same bits as streamed or widened):
 //
@@ -312,6 +313,10 @@ const q80AVX2PackedBlock = 8 * 34
 //     (0-31). Pairs of vpmaddubsw are then at most 2·31·127, so the int16
 //     sums go to int32 after every four vectors, not eight; Q5_0's offset
 //     is −16·Σy (the row layout's −128·Σy shifted right by 3).
+//   - IQ4_NL's nibbles become its signed values by vpshufb from its
+//     table (the widened rows' q), and the products are taken as Q8_0's
+//     (with q8): |w| (here from the register, vpabsb again per token)
+//     against y·sign(w), to int32 per vector; no offset.
 //   - With minima (Q4_1, Q5_1): no offset, and per token and block m·s1
 //     (s1 the activations' Q8_1 block sums, block-major for the T tokens,
 //     one more argument) summed into zero, added at the end, as
@@ -323,7 +328,7 @@ func q40AVX2PackedKernel(a *asm, d *decl, T int, q8 bool, y *q80DirectType) {
 	if q8 {
 		name, typ, blk = fmt.Sprintf("q80AVX2P_%d", T), "Q8_0", q80AVX2PackedBlock
 	}
-	mins, fifth := y != nil && y.mins, y != nil && y.qh >= 0
+	mins, fifth, table := y != nil && y.mins, y != nil && y.qh >= 0, y != nil && y.table
 	scales, minsAt := 128, 0
 	if y != nil {
 		name, typ = fmt.Sprintf("%sAVX2P_%d", y.name, T), y.typ
@@ -402,6 +407,12 @@ func q40AVX2PackedKernel(a *asm, d *decl, T int, q8 bool, y *q80DirectType) {
 				a.p("VPOR Y8, Y%d, Y%d", k, k)
 			}
 		}
+		if table {
+			a.p("VBROADCASTI128 iq4Table<>(SB), Y10")
+			for k := 0; k < 8; k++ {
+				a.p("VPSHUFB Y%d, Y10, Y%d", k, k)
+			}
+		}
 		a.p("VCVTPH2PS %d(DI), Y8", scales)
 	}
 	for t := 0; t < T; t++ {
@@ -425,9 +436,15 @@ func q40AVX2PackedKernel(a *asm, d *decl, T int, q8 bool, y *q80DirectType) {
 				continue
 			}
 			a.p("VPBROADCASTD %d(R14), Y9", base+4*k)
-			if q8 {
-				a.p("VPSIGNB %d(DI), Y9, Y9", 32*k)
-				a.p("VPMADDUBSW Y9, Y%d, Y10", k)
+			if q8 || table {
+				if table {
+					a.p("VPABSB Y%d, Y10", k)
+					a.p("VPSIGNB Y%d, Y9, Y9", k)
+					a.p("VPMADDUBSW Y9, Y10, Y10")
+				} else {
+					a.p("VPSIGNB %d(DI), Y9, Y9", 32*k)
+					a.p("VPMADDUBSW Y9, Y%d, Y10", k)
+				}
 				a.p("VPMADDWD q40Ones<>(SB), Y10, Y10")
 				if k == 0 {
 					a.p("VMOVDQA Y10, Y11")
@@ -443,10 +460,10 @@ func q40AVX2PackedKernel(a *asm, d *decl, T int, q8 bool, y *q80DirectType) {
 			a.p("VPMADDUBSW Y9, Y%d, Y10", k)
 			a.p("VPADDW Y10, Y11, Y11")
 		}
-		if !q8 && !fifth {
+		if !q8 && !fifth && !table {
 			a.p("VPMADDWD q40Ones<>(SB), Y11, Y11")
 		}
-		if !q8 && !mins {
+		if !q8 && !mins && !table {
 			shift := 4 // −8·Σy
 			if fifth {
 				shift = 3 // −16·Σy
@@ -528,6 +545,33 @@ func avx2PackedLayout(y q80DirectType) (blk, scales, mins int) {
 		mins = scales + 16
 	}
 	return 8 * y.size, scales, mins
+}
+
+// iq4NLAVX2UnpackKernel generates iq4NLAVX2U, which writes blocks packed
+// IQ4_NL blocks of eight rows (src, the layout of iq4NLAVX2P_T) as the
+// packed Q8_0 blocks of the AVX2 level (dst, q80AVX2PackedBlock): the
+// nibbles through the table, vector k to vector k, and the scales. A
+// prompt's products then pass over its rows with the Q8_0 kernels, whose
+// per-token steps are fewer (w's signs from memory, |w| loaded once).
+func iq4NLAVX2UnpackKernel(a *asm, d *decl) {
+	const name = "iq4NLAVX2U"
+	text(a, d, name+" writes blocks packed IQ4_NL blocks of eight rows from src as packed Q8_0 blocks of the AVX2 level to dst.", name, "(src *byte, blocks int, dst *byte)", "$0-24")
+	a.p("MOVQ src+0(FP), DI")
+	a.p("MOVQ blocks+8(FP), CX")
+	a.p("MOVQ dst+16(FP), SI")
+	a.p("VPBROADCASTD q40Mask<>(SB), Y9")
+	a.p("VBROADCASTI128 iq4Table<>(SB), Y10")
+	a.label(name + "_block")
+	q40PackedNibbles(a, 9, "DI")
+	for k := 0; k < 8; k++ {
+		a.p("VPSHUFB Y%d, Y10, Y%d", k, k)
+		a.p("VMOVDQU Y%d, %d(SI)", k, 32*k)
+	}
+	a.p("VMOVDQU 128(DI), X8")
+	a.p("VMOVDQU X8, 256(SI)")
+	a.p("ADDQ $%d, DI", q40PackedBlock)
+	a.p("ADDQ $%d, SI", q80AVX2PackedBlock)
+	nextOrReturn(a, "CX", name+"_block")
 }
 
 // q40AVX2Data emits the constants of the packed kernels: the nibble mask
