@@ -143,10 +143,10 @@ const q80PackedPrefetchRows = 16
 
 // packable says whether Pack has a layout for weights of type t: Q8_0's
 // for each level's kernels, Q4_0's for both (the same layout), Q4_1's,
-// Q5_0's, Q5_1's and IQ4_NL's for the AVX2 level's, Q2_K's to Q6_K's and IQ4_XS's
-// for the VNNI level's, F16's for the AVX2 kernels or the zmm ones, BF16's
-// for the vdpbf16ps kernels where the CPU has them, else for the AVX2 ones
-// (zmmRowStep).
+// Q5_0's, Q5_1's and IQ4_NL's for the AVX2 level's, Q2_K's to Q6_K's and
+// IQ4_XS's for the VNNI level's, F16's for the AVX2 kernels or the zmm
+// ones, BF16's for the vdpbf16ps kernels where the CPU has them, else for
+// the AVX2 ones (zmmRowStep).
 func packable(t DType) bool {
 	switch t {
 	case Q8_0, Q4_0, F16, BF16:
@@ -733,10 +733,11 @@ const q41AVX2Tokens = 4
 // type has minima.
 type avx2PackedFn func(w *byte, prefetch, rowBlocks int, act *byte, blockStride, blocks int, dst *float32, ldBytes int, s1 *float32)
 
-// avx2Packed drives the kernels of packed Q4_1, Q5_0, Q5_1 and IQ4_NL weights at
-// the AVX2 level (Pack; asmgen/q40avx2.go): p[T], T ≤ 4 tokens a pass over
-// a block of rows, Q4_0's packed kernels with the float steps of the rows
-// widened to Q8_0, so the same bits as the rows streamed or widened.
+// avx2Packed drives the kernels of packed Q4_1, Q5_0, Q5_1 and IQ4_NL
+// weights at the AVX2 level (Pack; asmgen/q40avx2.go): p[T], T ≤ 4 tokens
+// a pass over a block of rows, Q4_0's packed kernels with the float steps
+// of the rows widened to Q8_0, so the same bits as the rows streamed or
+// widened.
 type avx2Packed struct {
 	p    []avx2PackedFn
 	mins bool // Q4_1, Q5_1
@@ -792,10 +793,10 @@ func (k *avx2Packed) run(dst []float32, ld int, data []byte, rb, rowBlocks, cols
 	}
 }
 
-// kernel is Q5_0's, Q5_1's or IQ4_NL's kernel at the AVX2 level: a packed matrix's
-// blocks of eight rows go to k, the rest (a mapping's rows, the last rows
-// of fewer than eight) to streamed, the type's streamed kernel. The model
-// loader widens these types where the weights are mapped
+// kernel is Q5_0's, Q5_1's or IQ4_NL's kernel at the AVX2 level: a packed
+// matrix's blocks of eight rows go to k, the rest (a mapping's rows, the
+// last rows of fewer than eight) to streamed, the type's streamed kernel.
+// The model loader widens these types where the weights are mapped
 // (StreamedPreferred).
 func (k *avx2Packed) kernel(streamed kernel) kernel {
 	return func(dst []float32, ld int, w *Matrix, r0, r1 int, a *actBuf, t0, t1 int, s *streamScratch) {

@@ -282,9 +282,9 @@ func dequantizePackedQ80(dst []float32, blk []byte, r int) {
 // values 4k..4k+3), then the scales, then Q4_1's and Q5_1's f16 minima.
 const q40PackedScale = 128
 
-// q4PackedLayout is where the packed layout of Q4_0, Q4_1, Q5_0, Q5_1 or IQ4_NL
-// (AVX2 level) keeps a block of eight rows' scales, minima and fifth bits
-// (-1: none).
+// q4PackedLayout is where the packed layout of Q4_0, Q4_1, Q5_0, Q5_1 or
+// IQ4_NL (AVX2 level) keeps a block of eight rows' scales, minima and
+// fifth bits (-1: none).
 func q4PackedLayout(t DType) (scales, mins, fifth int) {
 	scales, mins, fifth = q40PackedScale, -1, -1
 	if t == Q5_0 || t == Q5_1 {

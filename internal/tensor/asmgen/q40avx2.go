@@ -301,9 +301,9 @@ const q80AVX2PackedBlock = 8 * 34
 //
 // With y (not nil) it generates <y.name>AVX2P_T, the same on packed
 // weights of a type the VNNI level streams to Q8_0 (Q4_1, Q5_0, Q5_1,
-// IQ4_NL), in
-// the layout avx2PackedLayout gives it and with the float steps of its
-// rows widened to Q8_0 (so the same bits as streamed or widened):
+// IQ4_NL), in the layout avx2PackedLayout gives it and with the float
+// steps of its rows widened to Q8_0 (so the same bits as streamed or
+// widened):
 //
 //   - Q5_0's and Q5_1's fifth bits are stored as bit planes, byte i of the
 //     32 after the nibbles holding in bit k the fifth bit of vector k's
@@ -508,12 +508,9 @@ func q40AVX2PackedKernel(a *asm, d *decl, T int, q8 bool, y *q80DirectType) {
 	nextOrReturn(a, "R15", name+"_rows")
 }
 
-// q40PackedLoad loads a packed Q4_0 block of eight rows at DI
+// q40PackedLoadAt loads a packed Q4_0 block of eight rows at register base
 // (q40PackedBlock) with the nibble mask in Y(mask): dword k of the eight
 // rows' unsigned nibbles in Yk, their scales in Y8.
-func q40PackedLoad(a *asm, mask int) { q40PackedLoadAt(a, mask, "DI") }
-
-// q40PackedLoadAt is q40PackedLoad on the block at register base.
 func q40PackedLoadAt(a *asm, mask int, base string) {
 	q40PackedNibbles(a, mask, base)
 	a.p("VCVTPH2PS 128(%s), Y8", base)
