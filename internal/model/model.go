@@ -115,14 +115,15 @@ func LoadWith(f *gguf.File, o Options) (*Model, error) {
 	for _, t := range f.Tensors {
 		m.WeightBytes += int64(len(t.Data))
 	}
-	m.Widening = PlanWidening(f, o.WidenLimit, f.Private())
+	private := f.Private()
 	if o.WidenedFrom != nil {
 		// The same matrices widened as the model sharing its copies, in
 		// whichever placement: a type widened only where the weights are
 		// mapped (tensor.StreamedPreferred) is left in its own bytes here
 		// too, so that the load probe times the plan it would keep.
-		m.Widening = PlanWidening(f, o.WidenLimit, o.WidenedFrom.Widening.Private)
+		private = o.WidenedFrom.Widening.Private
 	}
+	m.Widening = PlanWidening(f, o.WidenLimit, private)
 	sources, err := m.widen(f, m.Widening, o.WidenedFrom)
 	if err != nil {
 		return nil, err
