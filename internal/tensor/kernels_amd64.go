@@ -634,6 +634,16 @@ var (
 		IQ1_S:   {[5]kFn{nil, iq1SVNNI_1, iq1SVNNI_2, iq1SVNNI_3, iq1SVNNI_4}},
 		IQ1_M:   {[5]kFn{nil, iq1MVNNI_1, iq1MVNNI_2, iq1MVNNI_3, iq1MVNNI_4}},
 	}
+	// The same with AVX2's instructions (asmgen/iqdirectavx2.go).
+	iqDirectAVX2Kernels = map[DType]*kTiles{
+		IQ2_XXS: {[5]kFn{nil, iq2XXSAVX2_1, iq2XXSAVX2_2, iq2XXSAVX2_3, iq2XXSAVX2_4}},
+		IQ2_XS:  {[5]kFn{nil, iq2XSAVX2_1, iq2XSAVX2_2, iq2XSAVX2_3, iq2XSAVX2_4}},
+		IQ2_S:   {[5]kFn{nil, iq2SAVX2_1, iq2SAVX2_2, iq2SAVX2_3, iq2SAVX2_4}},
+		IQ3_XXS: {[5]kFn{nil, iq3XXSAVX2_1, iq3XXSAVX2_2, iq3XXSAVX2_3, iq3XXSAVX2_4}},
+		IQ3_S:   {[5]kFn{nil, iq3SAVX2_1, iq3SAVX2_2, iq3SAVX2_3, iq3SAVX2_4}},
+		IQ1_S:   {[5]kFn{nil, iq1SAVX2_1, iq1SAVX2_2, iq1SAVX2_3, iq1SAVX2_4}},
+		IQ1_M:   {[5]kFn{nil, iq1MAVX2_1, iq1MAVX2_2, iq1MAVX2_3, iq1MAVX2_4}},
+	}
 )
 
 // kPackedFor is the packed driver whose AMX kernel is x, nil if none.
@@ -657,11 +667,17 @@ func directKernel(t DType, i isa) (kernel, int) {
 	if i == isaAVX2 && t == Q4_1 {
 		return q41AVX2.run, q41AVX2Tokens
 	}
+	if k := iqDirectKernels[t]; k != nil && i == isaVNNI && hasVBMI {
+		return k.run, directTokens
+	}
+	if k := iqDirectAVX2Kernels[t]; k != nil {
+		// Also the VNNI level's where the CPU lacks VBMI (Cascade Lake):
+		// their integer sums and float steps are Q8_K16's kernels' at
+		// either level, so the results are the widened rows' there too.
+		return k.run, directTokens
+	}
 	if i != isaVNNI {
 		return nil, 0
-	}
-	if k := iqDirectKernels[t]; k != nil && hasVBMI {
-		return k.run, directTokens
 	}
 	if k := q80DirectKernels[t]; k != nil {
 		if k.mins {

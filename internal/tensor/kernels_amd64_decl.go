@@ -1169,6 +1169,26 @@ func iq2XXSVNNI_3(w *byte, rows int, y *int8, yStride int, d *float32, dStride i
 //go:noescape
 func iq2XXSVNNI_4(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
 
+// iq2XXSAVX2_1 computes rows × 1 tokens of IQ2_XXS weights × Q8_K activations (AVX2).
+//
+//go:noescape
+func iq2XXSAVX2_1(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
+// iq2XXSAVX2_2 computes rows × 2 tokens of IQ2_XXS weights × Q8_K activations (AVX2).
+//
+//go:noescape
+func iq2XXSAVX2_2(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
+// iq2XXSAVX2_3 computes rows × 3 tokens of IQ2_XXS weights × Q8_K activations (AVX2).
+//
+//go:noescape
+func iq2XXSAVX2_3(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
+// iq2XXSAVX2_4 computes rows × 4 tokens of IQ2_XXS weights × Q8_K activations (AVX2).
+//
+//go:noescape
+func iq2XXSAVX2_4(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
 // iq2XSVNNI_1 computes rows × 1 tokens of IQ2_XS weights × Q8_K activations (VNNI).
 //
 //go:noescape
@@ -1188,6 +1208,26 @@ func iq2XSVNNI_3(w *byte, rows int, y *int8, yStride int, d *float32, dStride in
 //
 //go:noescape
 func iq2XSVNNI_4(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
+// iq2XSAVX2_1 computes rows × 1 tokens of IQ2_XS weights × Q8_K activations (AVX2).
+//
+//go:noescape
+func iq2XSAVX2_1(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
+// iq2XSAVX2_2 computes rows × 2 tokens of IQ2_XS weights × Q8_K activations (AVX2).
+//
+//go:noescape
+func iq2XSAVX2_2(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
+// iq2XSAVX2_3 computes rows × 3 tokens of IQ2_XS weights × Q8_K activations (AVX2).
+//
+//go:noescape
+func iq2XSAVX2_3(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
+// iq2XSAVX2_4 computes rows × 4 tokens of IQ2_XS weights × Q8_K activations (AVX2).
+//
+//go:noescape
+func iq2XSAVX2_4(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
 
 // iq2SVNNI_1 computes rows × 1 tokens of IQ2_S weights × Q8_K activations (VNNI).
 //
@@ -1209,6 +1249,26 @@ func iq2SVNNI_3(w *byte, rows int, y *int8, yStride int, d *float32, dStride int
 //go:noescape
 func iq2SVNNI_4(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
 
+// iq2SAVX2_1 computes rows × 1 tokens of IQ2_S weights × Q8_K activations (AVX2).
+//
+//go:noescape
+func iq2SAVX2_1(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
+// iq2SAVX2_2 computes rows × 2 tokens of IQ2_S weights × Q8_K activations (AVX2).
+//
+//go:noescape
+func iq2SAVX2_2(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
+// iq2SAVX2_3 computes rows × 3 tokens of IQ2_S weights × Q8_K activations (AVX2).
+//
+//go:noescape
+func iq2SAVX2_3(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
+// iq2SAVX2_4 computes rows × 4 tokens of IQ2_S weights × Q8_K activations (AVX2).
+//
+//go:noescape
+func iq2SAVX2_4(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
 // iq3XXSVNNI_1 computes rows × 1 tokens of IQ3_XXS weights × Q8_K activations (VNNI).
 //
 //go:noescape
@@ -1228,6 +1288,26 @@ func iq3XXSVNNI_3(w *byte, rows int, y *int8, yStride int, d *float32, dStride i
 //
 //go:noescape
 func iq3XXSVNNI_4(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
+// iq3XXSAVX2_1 computes rows × 1 tokens of IQ3_XXS weights × Q8_K activations (AVX2).
+//
+//go:noescape
+func iq3XXSAVX2_1(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
+// iq3XXSAVX2_2 computes rows × 2 tokens of IQ3_XXS weights × Q8_K activations (AVX2).
+//
+//go:noescape
+func iq3XXSAVX2_2(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
+// iq3XXSAVX2_3 computes rows × 3 tokens of IQ3_XXS weights × Q8_K activations (AVX2).
+//
+//go:noescape
+func iq3XXSAVX2_3(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
+// iq3XXSAVX2_4 computes rows × 4 tokens of IQ3_XXS weights × Q8_K activations (AVX2).
+//
+//go:noescape
+func iq3XXSAVX2_4(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
 
 // iq3SVNNI_1 computes rows × 1 tokens of IQ3_S weights × Q8_K activations (VNNI).
 //
@@ -1249,6 +1329,26 @@ func iq3SVNNI_3(w *byte, rows int, y *int8, yStride int, d *float32, dStride int
 //go:noescape
 func iq3SVNNI_4(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
 
+// iq3SAVX2_1 computes rows × 1 tokens of IQ3_S weights × Q8_K activations (AVX2).
+//
+//go:noescape
+func iq3SAVX2_1(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
+// iq3SAVX2_2 computes rows × 2 tokens of IQ3_S weights × Q8_K activations (AVX2).
+//
+//go:noescape
+func iq3SAVX2_2(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
+// iq3SAVX2_3 computes rows × 3 tokens of IQ3_S weights × Q8_K activations (AVX2).
+//
+//go:noescape
+func iq3SAVX2_3(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
+// iq3SAVX2_4 computes rows × 4 tokens of IQ3_S weights × Q8_K activations (AVX2).
+//
+//go:noescape
+func iq3SAVX2_4(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
 // iq1SVNNI_1 computes rows × 1 tokens of IQ1_S weights × Q8_K activations (VNNI).
 //
 //go:noescape
@@ -1269,6 +1369,26 @@ func iq1SVNNI_3(w *byte, rows int, y *int8, yStride int, d *float32, dStride int
 //go:noescape
 func iq1SVNNI_4(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
 
+// iq1SAVX2_1 computes rows × 1 tokens of IQ1_S weights × Q8_K activations (AVX2).
+//
+//go:noescape
+func iq1SAVX2_1(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
+// iq1SAVX2_2 computes rows × 2 tokens of IQ1_S weights × Q8_K activations (AVX2).
+//
+//go:noescape
+func iq1SAVX2_2(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
+// iq1SAVX2_3 computes rows × 3 tokens of IQ1_S weights × Q8_K activations (AVX2).
+//
+//go:noescape
+func iq1SAVX2_3(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
+// iq1SAVX2_4 computes rows × 4 tokens of IQ1_S weights × Q8_K activations (AVX2).
+//
+//go:noescape
+func iq1SAVX2_4(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
 // iq1MVNNI_1 computes rows × 1 tokens of IQ1_M weights × Q8_K activations (VNNI).
 //
 //go:noescape
@@ -1288,6 +1408,26 @@ func iq1MVNNI_3(w *byte, rows int, y *int8, yStride int, d *float32, dStride int
 //
 //go:noescape
 func iq1MVNNI_4(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
+// iq1MAVX2_1 computes rows × 1 tokens of IQ1_M weights × Q8_K activations (AVX2).
+//
+//go:noescape
+func iq1MAVX2_1(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
+// iq1MAVX2_2 computes rows × 2 tokens of IQ1_M weights × Q8_K activations (AVX2).
+//
+//go:noescape
+func iq1MAVX2_2(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
+// iq1MAVX2_3 computes rows × 3 tokens of IQ1_M weights × Q8_K activations (AVX2).
+//
+//go:noescape
+func iq1MAVX2_3(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
+
+// iq1MAVX2_4 computes rows × 4 tokens of IQ1_M weights × Q8_K activations (AVX2).
+//
+//go:noescape
+func iq1MAVX2_4(w *byte, rows int, y *int8, yStride int, d *float32, dStride int, bs *int16, bsStride, nb int, dst *float32, ldBytes int)
 
 // bf16DP_1x1 computes a 1-row × 1-token tile of BF16 weights × BF16 activations over steps×16 columns (AVX512-BF16).
 //

@@ -98,3 +98,31 @@ func BenchmarkStreamedPrompt(b *testing.B) {
 		}
 	}
 }
+
+// TestIQDirectAVX2AtVNNI checks what a VNNI CPU without VBMI (Cascade Lake)
+// runs for streamed IQ matrices at few tokens: the AVX2 direct kernels,
+// whose results must be the VNNI level's Q8_K16 kernel's on the rows
+// widened, bit for bit. It runs wherever the VNNI level does (the AVX2
+// level's own check is TestStreamedAsWidened's).
+func TestIQDirectAVX2AtVNNI(t *testing.T) {
+	if cpuISA != isaVNNI {
+		t.Skipf("this CPU's best level is %v, not %v: the AVX2 direct kernels are checked at their own level only", cpuISA, isaVNNI)
+	}
+	rng := rand.New(rand.NewPCG(45, 46))
+	p := NewPool(2)
+	defer p.Close()
+	for typ, k := range iqDirectAVX2Kernels {
+		for _, shape := range [][2]int{{27, 512}, {67, 1024}} {
+			rows, cols := shape[0], shape[1]
+			m, _ := randMatrix(t, rng, typ, rows, cols)
+			for _, n := range []int{1, 2, 3, 4, 5, directTokens} {
+				x := randVec(rng, n*cols, 1)
+				got := make([]float32, n*rows)
+				want := make([]float32, n*rows)
+				p.matMul(got, m, x, n, streamKernel(typ, kernelAt(Q8_K16, isaVNNI), k.run, directTokens, nil))
+				p.matMul(want, m, x, n, streamKernel(typ, kernelAt(Q8_K16, isaVNNI), nil, 0, nil))
+				sameBitsOrFail(t, fmt.Sprintf("%v %dx%d n=%d", typ, rows, cols, n), got, want)
+			}
+		}
+	}
+}

@@ -266,7 +266,7 @@ func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
 	exact := typ == "q4K" || q5 || q6 || q3 || q2 || iq4
 	mins := typ == "q4K" || q5 || q2 // exact steps with dmin beside d
 	dOff := map[string]int{"q6K": 208, "q3K": 108, "q2K": 80}[typ]
-	iqd, direct := iqDirects[typ] // VNNI level only, with VBMI (iqdirect.go)
+	iqd, direct := iqDirects[typ] // iqdirect.go (VNNI with VBMI), iqdirectavx2.go
 	bsz := map[string]int{"q2K": 84, "q3K": 110, "q4K": 144, "q5K": 176, "q6K": 210, "iq4XS": 136, "q8K16": 276}[typ]
 	typeName := map[string]string{"q2K": "Q2_K", "q3K": "Q3_K", "q4K": "Q4_K", "q5K": "Q5_K", "q6K": "Q6_K", "iq4XS": "IQ4_XS", "q8K16": "Q8_K16"}[typ]
 	if direct {
@@ -314,8 +314,10 @@ func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
 	// IQ4_XS, both levels: Y14 0x0f bytes, Y15 its table.
 	if q8 {
 		// Q8_K16's values need no masks.
-	} else if direct {
+	} else if direct && vnni {
 		iqDirectConsts(a, typ)
+	} else if direct {
+		iqDirectConstsAVX2(a, typ)
 	} else if iq4 {
 		a.p("MOVL $0x0f0f0f0f, CX")
 		a.p("VMOVD CX, X14")
@@ -395,8 +397,10 @@ func kKernel(a *asm, d *decl, typ string, vnni bool, T int) {
 		// AVX2: vpmaddwd + vpaddd, scale loaded into Y13 first by the caller.
 		if q8 {
 			q8K16Block(a, vnni, T, yAddr, dAddr, bsAddr, facc, sumi)
-		} else if direct {
+		} else if direct && vnni {
 			iqDirectBlock(a, typ, T, yAddr, dAddr, bsAddr, facc, sumi)
+		} else if direct {
+			iqDirectBlockAVX2(a, typ, T, yAddr, dAddr, bsAddr, facc, sumi)
 		} else if iq4 {
 			iq4XSBlock(a, vnni, T, yAddr, sumi)
 			if !pairing {
@@ -1508,6 +1512,7 @@ func main() {
 	iq4TableData(&a)
 	iq4XSConstData(&a)
 	iqDirectData(&a)
+	iqDirectDataAVX2(&a)
 	q80DirectData(&a)
 	for _, y := range q80DirectTypes {
 		for T := 1; T <= 2; T++ {
@@ -1562,8 +1567,10 @@ func main() {
 		bf16AMXKernel(&a, &d, groups)
 	}
 	for _, typ := range iqDirectOrder {
-		for T := 1; T <= 4; T++ {
-			kKernel(&a, &d, typ, true, T)
+		for _, vnni := range []bool{true, false} {
+			for T := 1; T <= 4; T++ {
+				kKernel(&a, &d, typ, vnni, T)
+			}
 		}
 	}
 	for _, R := range []int{1, 4} {
