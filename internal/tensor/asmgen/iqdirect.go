@@ -261,28 +261,7 @@ func iqChunk(a *asm, typ string, p int) {
 	default: // iq2S, iq1S, iq1M
 		idx = wordIndex(a, 12, p/2, p%2)
 	}
-	if q.point == 8 {
-		for h := 0; h < 2; h++ {
-			x := 8 + h
-			idx(2 * h)
-			a.p("VMOVQ (R8)(R14*8), X%d", x)
-			idx(2*h + 1)
-			a.p("VPINSRQ $1, (R8)(R14*8), X%d, X%d", x, x)
-		}
-	} else {
-		for h := 0; h < 2; h++ {
-			x := 8 + h
-			for j := 0; j < 4; j++ {
-				idx(4*h + j)
-				if j == 0 {
-					a.p("VMOVD (R8)(R14*4), X%d", x)
-				} else {
-					a.p("VPINSRD $%d, (R8)(R14*4), X%d, X%d", j, x, x)
-				}
-			}
-		}
-	}
-	a.p("VINSERTI128 $1, X9, Y8, Y8")
+	iqPoints(a, q.point, idx)
 	switch typ {
 	case "iq1S":
 		if p == 0 {
@@ -313,6 +292,31 @@ func iqChunk(a *asm, typ string, p int) {
 		}
 	}
 	a.p("VPSUBB Y8, Y28, K1, Y8")
+}
+
+// iqPoints emits the 32 values' grid points into Y8 (X9 scratch), loaded
+// from the table at R8 by the indices idx(i) puts in R14: four of eight
+// bytes (point 8) or eight of four.
+func iqPoints(a *asm, point int, idx func(i int)) {
+	for h := 0; h < 2; h++ {
+		x := 8 + h
+		if point == 8 {
+			idx(2 * h)
+			a.p("VMOVQ (R8)(R14*8), X%d", x)
+			idx(2*h + 1)
+			a.p("VPINSRQ $1, (R8)(R14*8), X%d, X%d", x, x)
+			continue
+		}
+		for j := 0; j < 4; j++ {
+			idx(4*h + j)
+			if j == 0 {
+				a.p("VMOVD (R8)(R14*4), X%d", x)
+			} else {
+				a.p("VPINSRD $%d, (R8)(R14*4), X%d, X%d", j, x, x)
+			}
+		}
+	}
+	a.p("VINSERTI128 $1, X9, Y8, Y8")
 }
 
 // signsQword moves qword q of 128-bit lane lane of the sign patterns (Z11)

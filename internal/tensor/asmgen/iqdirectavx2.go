@@ -319,28 +319,7 @@ func iqChunkAVX2(a *asm, typ string, p, pos int) {
 			iqHighBits(a, 8-4*i, 0x700)
 		}
 	}
-	if q.point == 8 {
-		for h := 0; h < 2; h++ {
-			x := 8 + h
-			idx(2 * h)
-			a.p("VMOVQ (R8)(R14*8), X%d", x)
-			idx(2*h + 1)
-			a.p("VPINSRQ $1, (R8)(R14*8), X%d, X%d", x, x)
-		}
-	} else {
-		for h := 0; h < 2; h++ {
-			x := 8 + h
-			for j := 0; j < 4; j++ {
-				idx(4*h + j)
-				if j == 0 {
-					a.p("VMOVD (R8)(R14*4), X%d", x)
-				} else {
-					a.p("VPINSRD $%d, (R8)(R14*4), X%d, X%d", j, x, x)
-				}
-			}
-		}
-	}
-	a.p("VINSERTI128 $1, X9, Y8, Y8")
+	iqPoints(a, q.point, idx)
 	switch typ {
 	case "iq1S":
 		a.p("VPSHUFB iqConstAVX2<>+%d(SB), Y11, Y10", iqBcast+32*p)
