@@ -4,8 +4,10 @@ package tensor
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -111,7 +113,8 @@ func TestIQDirectAVX2AtVNNI(t *testing.T) {
 	rng := rand.New(rand.NewPCG(45, 46))
 	p := NewPool(2)
 	defer p.Close()
-	for typ, k := range iqDirectAVX2Kernels {
+	for _, typ := range slices.Sorted(maps.Keys(iqDirectAVX2Kernels)) {
+		k := iqDirectAVX2Kernels[typ]
 		for _, shape := range [][2]int{{27, 512}, {67, 1024}} {
 			rows, cols := shape[0], shape[1]
 			m, _ := randMatrix(t, rng, typ, rows, cols)
