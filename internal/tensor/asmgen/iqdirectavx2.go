@@ -5,10 +5,10 @@ import (
 	"slices"
 )
 
-// The direct IQ kernels at the AVX2 level (no mask registers, no byte
-// permutes across lanes): the same Q8_K16 bytes per 32 values as the VNNI
-// level's (iqdirect.go), so the same products and float steps, built with
-// the instructions AVX2 has.
+// The direct IQ kernels with AVX2's instructions (no mask registers, no
+// byte permutes across lanes), for the AVX2 level and the VNNI level
+// without VBMI: the same Q8_K16 bytes per 32 values as the VBMI kernels'
+// (iqdirect.go), so the same products and float steps.
 //
 // Per block a prologue takes the sixteen scales (2s+1) to X14 and, for the
 // types with signs, the block's 32 sign patterns to Y11 (for IQ1 its 32
