@@ -61,17 +61,9 @@ func iqDirectBlockAVX2(a *asm, typ string, T int, yAddr func(off, t int) string,
 		}
 	}
 	sumPartials(a, T)
-	a.p("MOVQ bsStride+56(FP), R9")
-	a.p("LEAQ (R9)(R9*2), R15")
-	// The +64 taken off with the activations' 16-value sums.
-	a.p("VPMOVSXBW X14, Y12")
-	for t := 0; t < T; t++ {
-		a.p("VPMADDWD %s, Y12, Y13", bsAddr(t))
-		a.p("VPSLLD $6, Y13, Y13")
-		a.p("VPSUBD Y13, Y%d, Y%d", sumi(t), sumi(t))
-	}
 	if typ == "iq1M" {
-		// d's f16 is the top nibbles of the four scale words.
+		// d's f16 is the top nibbles of the four scale words (R9
+		// scratch until bsStride is loaded again below).
 		a.p("MOVWLZX 48(SI), R14")
 		a.p("SHRL $12, R14")
 		for j, sh := range []int{8, 4, 0} {
@@ -82,10 +74,19 @@ func iqDirectBlockAVX2(a *asm, typ string, T int, yAddr func(off, t int) string,
 			a.p("ANDL $%#x, R9", 0xf0<<(4*j))
 			a.p("ORL R9, R14")
 		}
-		a.p("MOVQ bsStride+56(FP), R9")
 		a.p("VMOVD R14, X9")
 		a.p("VPBROADCASTW X9, X9")
-	} else {
+	}
+	a.p("MOVQ bsStride+56(FP), R9")
+	a.p("LEAQ (R9)(R9*2), R15")
+	// The +64 taken off with the activations' 16-value sums.
+	a.p("VPMOVSXBW X14, Y12")
+	for t := 0; t < T; t++ {
+		a.p("VPMADDWD %s, Y12, Y13", bsAddr(t))
+		a.p("VPSLLD $6, Y13, Y13")
+		a.p("VPSUBD Y13, Y%d, Y%d", sumi(t), sumi(t))
+	}
+	if typ != "iq1M" {
 		a.p("VPBROADCASTW 0(SI), X9")
 	}
 	a.p("VCVTPH2PS X9, Y9")
@@ -122,9 +123,8 @@ func iqScalesNibblesAVX2(a *asm, off int, dup bool) {
 }
 
 // iqScalesDwordsAVX2 emits X14 = 2s+1 of the sixteen scales from the eight
-// dwords of Y13 (each s < 16, for 32 values), whose lanes hold chunks
-// order[0:4] and order[4:8] (natural: 0-3 and 4-7; IQ2_XXS's: 0, 1, 4, 5
-// and 2, 3, 6, 7).
+// dwords of Y13 (each s < 16, for 32 values), whose lanes hold chunks 0-3
+// and 4-7 where natural, else IQ2_XXS's 0, 1, 4, 5 and 2, 3, 6, 7.
 func iqScalesDwordsAVX2(a *asm, natural bool) {
 	a.p("VEXTRACTI128 $1, Y13, X12")
 	if natural {
@@ -268,56 +268,42 @@ func iqHighBits(a *asm, sh int, mask int) {
 	a.p("ORL R15, R14")
 }
 
+// iqHighAVX2 says where the types whose grid indices have high bits take
+// them: chunk p's qh at qh+qhStep·p (a byte or a word, by load), index i's
+// bits at step·i of it, as many as mask has; the low bytes (qs) at
+// qs+n·p+i.
+var iqHighAVX2 = map[string]struct {
+	load                          string
+	qh, qhStep, qs, n, step, mask int
+}{
+	"iq2S": {"MOVBLZX", 66, 1, 2, 4, 2, 0x300},
+	"iq3S": {"MOVBLZX", 66, 1, 2, 8, 1, 0x100},
+	"iq1S": {"MOVWLZX", 34, 2, 2, 4, 3, 0x700},
+	"iq1M": {"MOVWLZX", 32, 2, 0, 4, 4, 0x700},
+}
+
 // iqChunkAVX2 emits values 32p to 32p+31 of a direct type's block, as
 // Q8_K16 bytes, into Y8 (Y9, Y10 scratch); pos is where its patterns sit
 // in Y11.
 func iqChunkAVX2(a *asm, typ string, p, pos int) {
 	q := iqDirects[typ]
-	// Per chunk, the word the indices' high bits come from, in R9.
-	switch typ {
-	case "iq2S":
-		a.p("MOVBLZX %d(SI), R9", 66+p)
-	case "iq3S":
-		a.p("MOVBLZX %d(SI), R9", 66+p)
-	case "iq1S":
-		a.p("MOVWLZX %d(SI), R9", 34+2*p)
-	case "iq1M":
-		a.p("MOVWLZX %d(SI), R9", 32+2*p)
-	}
 	// idx emits R14 = grid index i of the 32 values.
 	var idx func(i int)
-	switch typ {
-	case "iq2XXS", "iq3XXS":
-		idx = func(i int) { a.p("MOVBLZX %d(SI), R14", 2+8*p+i) }
-	case "iq2XS":
+	switch h, high := iqHighAVX2[typ]; {
+	case high:
+		// qs | bits of the chunk's qh (in R9) at 8.
+		a.p("%s %d(SI), R9", h.load, h.qh+h.qhStep*p)
+		idx = func(i int) {
+			a.p("MOVBLZX %d(SI), R14", h.qs+h.n*p+i)
+			iqHighBits(a, 8-h.step*i, h.mask)
+		}
+	case typ == "iq2XS":
 		idx = func(i int) {
 			a.p("MOVWLZX %d(SI), R14", 2+8*p+2*i)
 			a.p("ANDL $511, R14")
 		}
-	case "iq2S":
-		// qs | two bits of qh[p] at 8.
-		idx = func(i int) {
-			a.p("MOVBLZX %d(SI), R14", 2+4*p+i)
-			iqHighBits(a, 8-2*i, 0x300)
-		}
-	case "iq3S":
-		// qs | bit i of qh[p] at 8.
-		idx = func(i int) {
-			a.p("MOVBLZX %d(SI), R14", 2+8*p+i)
-			iqHighBits(a, 8-i, 0x100)
-		}
-	case "iq1S":
-		// qs | three bits of qh at 3i, at 8.
-		idx = func(i int) {
-			a.p("MOVBLZX %d(SI), R14", 2+4*p+i)
-			iqHighBits(a, 8-3*i, 0x700)
-		}
-	case "iq1M":
-		// qs | the low three bits of nibble i of qh's word p, at 8.
-		idx = func(i int) {
-			a.p("MOVBLZX %d(SI), R14", 4*p+i)
-			iqHighBits(a, 8-4*i, 0x700)
-		}
+	default: // iq2XXS, iq3XXS
+		idx = func(i int) { a.p("MOVBLZX %d(SI), R14", 2+8*p+i) }
 	}
 	iqPoints(a, q.point, idx)
 	switch typ {
